@@ -1,0 +1,1 @@
+"""Diagnosis rules: one module per rule (``RULE = Rule(...)``), found by the registry."""

@@ -1,0 +1,925 @@
+"""The cluster snapshot: load, validate and dump ``gpuobs.snapshot/v1`` (DESIGN.md section 4).
+
+A :class:`ClusterSnapshot` is the frozen boundary object between the integrations and the pure
+core. It holds pandas frames with fixed columns:
+
+``nodes``        one row per node (index: name): pool, gpu_model, gpus, state, cpu_util
+``gpus``         one row per physical GPU of every node (``nodes[].gpus`` of them), whether or not
+                 ``gpus[]`` reported it: node, index, pool, uuid, health, reported, nvlink_domain,
+                 numa and flattened metric statistics ``<metric>_<stat>`` (NaN when absent)
+``xids``         one row per reported Xid: node, index, code, time
+``jobs``         one row per job (index: id), with ``tp`` and ``bound_pods`` flattened
+``allocations``  one row per allocated GPU: job, pod, order, node, index
+``queues``       one row per queue (index: name)
+``events``       one row per scheduler event
+
+The module imports neither Django nor HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+FORMAT = "gpuobs.snapshot/v1"
+DEFAULT_WINDOW_S = 900
+
+NODE_STATES = ("ready", "cordoned", "drained", "down")
+GPU_HEALTH = ("ok", "unhealthy")
+JOB_STATES = ("pending", "running", "completed", "failed", "preempted")
+EVENT_KINDS = (
+    "submitted",
+    "scheduled",
+    "failed_scheduling",
+    "started",
+    "preempted",
+    "evicted",
+    "completed",
+    "failed",
+    "node_cordoned",
+    "node_drained",
+    "xid",
+)
+
+# Per-GPU window statistics: metric -> statistics the core reads. Other statistics found in a
+# document are kept too (as ``<metric>_<stat>`` columns) and dumped back.
+GPU_METRICS: dict[str, tuple[str, ...]] = {
+    "util": ("mean", "p10", "p90"),
+    "tensor_active": ("mean",),
+    "fb_used_frac": ("mean",),
+    "power_w": ("mean",),
+    "temp_c": ("max",),
+    "pcie_rx_Bps": ("mean",),
+    "nvlink_Bps": ("mean",),
+}
+FRACTION_METRICS = frozenset({"util", "tensor_active", "fb_used_frac"})
+
+NODE_COLUMNS = ["pool", "gpu_model", "gpus", "state", "cpu_util"]
+GPU_BASE_COLUMNS = ["node", "index", "pool", "uuid", "health", "reported", "nvlink_domain", "numa"]
+JOB_COLUMNS = [
+    "name",
+    "tenant",
+    "queue",
+    "pool",
+    "kind",
+    "priority",
+    "state",
+    "submitted",
+    "started",
+    "ended",
+    "pods",
+    "gpus_per_pod",
+    "gang",
+    "min_member",
+    "tp",
+    "achieved_tflops_per_gpu",
+    "pending_reason",
+    "partial_since",
+    "preemptions",
+    "bound_pods",
+]
+ALLOCATION_COLUMNS = ["job", "pod", "order", "node", "index"]
+QUEUE_COLUMNS = ["tenant", "weight", "deserved_gpus", "capability_gpus"]
+EVENT_COLUMNS = ["time", "kind", "job", "node", "reason", "message"]
+XID_COLUMNS = ["node", "index", "code", "time"]
+
+
+class SnapshotError(ValueError):
+    """A snapshot document that cannot be loaded. ``errors`` holds one line per problem."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+        shown = "; ".join(errors[:5])
+        more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+        super().__init__(f"invalid snapshot: {shown}{more}")
+
+
+@dataclass(frozen=True, eq=False)
+class ClusterSnapshot:
+    cluster: str
+    as_of: pd.Timestamp
+    window_s: int
+    scheduler: Mapping[str, Any]
+    nodes: pd.DataFrame
+    gpus: pd.DataFrame
+    xids: pd.DataFrame
+    jobs: pd.DataFrame
+    allocations: pd.DataFrame
+    queues: pd.DataFrame
+    events: pd.DataFrame
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def window_start(self) -> pd.Timestamp:
+        return self.as_of - pd.Timedelta(seconds=self.window_s)
+
+    @property
+    def total_gpus(self) -> int:
+        return len(self.gpus)
+
+    def placement(self, pool: str) -> str | None:
+        """The scheduler's GPU placement policy for a pool, when the adapter reported one."""
+        placement = self.scheduler.get("placement") or {}
+        return placement.get(pool)
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation helpers: every check appends an error naming the JSON path and carries on, so that
+# one run reports every problem of a document.
+
+
+class _Checker:
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def error(self, path: str, message: str) -> None:
+        self.errors.append(f"{path}: {message}")
+
+    def mapping(self, value: Any, path: str) -> dict[str, Any] | None:
+        if not isinstance(value, dict):
+            self.error(path, f"expected an object, got {_type_name(value)}")
+            return None
+        return value
+
+    def array(self, value: Any, path: str) -> list[Any]:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.error(path, f"expected an array, got {_type_name(value)}")
+            return []
+        return value
+
+    def required(self, obj: Mapping[str, Any], key: str, path: str) -> Any:
+        if key not in obj or obj[key] is None:
+            self.error(f"{path}.{key}" if path else key, "required field is missing")
+            return None
+        return obj[key]
+
+    def string(self, obj: Mapping[str, Any], key: str, path: str, *, required: bool = False):
+        value = self.required(obj, key, path) if required else obj.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str) or (required and not value):
+            self.error(_join(path, key), f"expected a non-empty string, got {value!r}")
+            return None
+        return value
+
+    def integer(
+        self,
+        obj: Mapping[str, Any],
+        key: str,
+        path: str,
+        *,
+        required: bool = False,
+        minimum: int | None = None,
+        default: int | None = None,
+    ) -> int | None:
+        value = self.required(obj, key, path) if required else obj.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+            self.error(_join(path, key), f"expected an integer, got {value!r}")
+            return default
+        if minimum is not None and value < minimum:
+            self.error(_join(path, key), f"must be >= {minimum}, got {value!r}")
+            return default
+        return int(value)
+
+    def number(
+        self,
+        obj: Mapping[str, Any],
+        key: str,
+        path: str,
+        *,
+        fraction: bool = False,
+        minimum: float | None = None,
+    ) -> float:
+        value = obj.get(key)
+        if value is None:
+            return math.nan
+        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+            self.error(_join(path, key), f"expected a number, got {value!r}")
+            return math.nan
+        if fraction and not 0.0 <= value <= 1.0:
+            self.error(_join(path, key), f"a fraction must lie in 0..1, got {value!r}")
+            return math.nan
+        if minimum is not None and value < minimum:
+            self.error(_join(path, key), f"must be >= {minimum}, got {value!r}")
+            return math.nan
+        return float(value)
+
+    def boolean(self, obj: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
+        value = obj.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            self.error(_join(path, key), f"expected true or false, got {value!r}")
+            return default
+        return value
+
+    def choice(
+        self,
+        obj: Mapping[str, Any],
+        key: str,
+        path: str,
+        choices: Iterable[str],
+        *,
+        default: str | None = None,
+    ) -> str | None:
+        value = obj.get(key)
+        if value is None:
+            if default is None:
+                self.error(_join(path, key), "required field is missing")
+            return default
+        if value not in choices:
+            allowed = ", ".join(choices)
+            self.error(_join(path, key), f"{value!r} is not one of: {allowed}")
+            return default
+        return value
+
+    def time(
+        self, obj: Mapping[str, Any], key: str, path: str, *, required: bool = False
+    ) -> pd.Timestamp:
+        value = self.required(obj, key, path) if required else obj.get(key)
+        if value is None:
+            return pd.NaT
+        parsed = parse_time(value)
+        if parsed is None:
+            self.error(
+                _join(path, key),
+                f"{value!r} is not an RFC 3339 time with a zone (e.g. 2026-11-29T08:00:00Z)",
+            )
+            return pd.NaT
+        return parsed
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def parse_time(value: Any) -> pd.Timestamp | None:
+    """An RFC 3339 timestamp with a zone designator, as UTC; None when unparsable."""
+    if not isinstance(value, str) or "T" not in value.upper():
+        return None
+    text = value.strip()
+    if text[-1] in "zZ":
+        text = text[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        return None
+    return pd.Timestamp(parsed.astimezone(UTC))
+
+
+def format_time(value: Any) -> str | None:
+    if value is None or pd.isna(value):
+        return None
+    stamp = pd.Timestamp(value).tz_convert("UTC")
+    text = stamp.strftime("%Y-%m-%dT%H:%M:%S")
+    if stamp.microsecond:
+        text += f".{stamp.microsecond:06d}".rstrip("0")
+    return text + "Z"
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading
+
+
+def load(source: str | Path | bytes | Mapping[str, Any]) -> ClusterSnapshot:
+    """Parse and validate a snapshot from a path, JSON text/bytes or an already decoded dict.
+
+    Raises :class:`SnapshotError` listing every problem found, each prefixed by its JSON path.
+    """
+    if isinstance(source, Mapping):
+        document = source
+    else:
+        if isinstance(source, Path):
+            raw: str | bytes = source.read_bytes()
+        else:
+            raw = source
+        try:
+            document = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise SnapshotError([f"$: not valid JSON ({exc})"]) from exc
+    return _Loader(document).build()
+
+
+def load_file(path: str | Path) -> ClusterSnapshot:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise SnapshotError([f"$: cannot read {path}: {exc.strerror or exc}"]) from exc
+    return load(data)
+
+
+def validate(document: Any) -> list[str]:
+    """Every problem of a decoded document, as path-prefixed lines (empty when valid)."""
+    try:
+        load(document)
+    except SnapshotError as exc:
+        return exc.errors
+    return []
+
+
+class _Loader:
+    def __init__(self, document: Any) -> None:
+        self.check = _Checker()
+        self.document = document
+
+    def build(self) -> ClusterSnapshot:
+        check = self.check
+        document = check.mapping(self.document, "$")
+        if document is None:
+            raise SnapshotError(check.errors)
+        fmt = document.get("format")
+        if fmt is None:
+            raise SnapshotError(["format: required field is missing"])
+        if fmt != FORMAT:
+            raise SnapshotError([f"format: unknown format version {fmt!r} (expected {FORMAT!r})"])
+
+        cluster = check.string(document, "cluster", "", required=True)
+        as_of = check.time(document, "as_of", "", required=True)
+        window_s = check.integer(document, "window_s", "", minimum=1, default=DEFAULT_WINDOW_S)
+        scheduler = self._scheduler(document.get("scheduler"))
+        nodes, node_gpus, topology = self._nodes(check.array(document.get("nodes"), "nodes"))
+        gpus, xids = self._gpus(
+            check.array(document.get("gpus"), "gpus"), nodes["pool"], node_gpus, topology
+        )
+        queues = self._queues(check.array(document.get("queues"), "queues"))
+        jobs, allocations = self._jobs(check.array(document.get("jobs"), "jobs"), node_gpus)
+        events = self._events(check.array(document.get("events"), "events"))
+        if check.errors:
+            raise SnapshotError(check.errors)
+
+        extra = {key: value for key, value in document.items() if key not in _TOP_LEVEL_KEYS}
+        return ClusterSnapshot(
+            cluster=cluster,
+            as_of=as_of,
+            window_s=window_s,
+            scheduler=scheduler,
+            nodes=nodes,
+            gpus=gpus,
+            xids=xids,
+            jobs=jobs,
+            allocations=allocations,
+            queues=queues,
+            events=events,
+            extra=extra,
+        )
+
+    def _scheduler(self, value: Any) -> dict[str, Any]:
+        if value is None:
+            return {}
+        scheduler = self.check.mapping(value, "scheduler")
+        if scheduler is None:
+            return {}
+        placement = scheduler.get("placement")
+        if placement is not None and not (
+            isinstance(placement, dict) and all(isinstance(v, str) for v in placement.values())
+        ):
+            self.check.error("scheduler.placement", "expected an object of pool -> policy name")
+        return dict(scheduler)
+
+    def _nodes(self, items: list[Any]):
+        check = self.check
+        rows: list[dict[str, Any]] = []
+        node_gpus: dict[str, int] = {}
+        topology: dict[str, tuple[list[int], list[int]]] = {}
+        for i, item in enumerate(items):
+            path = f"nodes[{i}]"
+            node = check.mapping(item, path)
+            if node is None:
+                continue
+            name = check.string(node, "name", path, required=True)
+            gpus = check.integer(node, "gpus", path, required=True, minimum=0)
+            row = {
+                "name": name,
+                "pool": check.string(node, "pool", path, required=True),
+                "gpu_model": check.string(node, "gpu_model", path),
+                "gpus": gpus if gpus is not None else 0,
+                "state": check.choice(node, "state", path, NODE_STATES),
+                "cpu_util": check.number(node, "cpu_util", path, fraction=True),
+            }
+            if name is None:
+                continue
+            if name in node_gpus:
+                check.error(f"{path}.name", f"duplicate node name {name!r}")
+                continue
+            node_gpus[name] = row["gpus"]
+            topology[name] = self._topology(node.get("topology"), f"{path}.topology", row["gpus"])
+            rows.append(row)
+        frame = pd.DataFrame(rows, columns=["name", *NODE_COLUMNS])
+        frame = frame.astype({"gpus": "int64", "cpu_util": "float64"})
+        return _indexed(frame, "name"), node_gpus, topology
+
+    def _topology(self, value: Any, path: str, gpu_count: int) -> tuple[list[int], list[int]]:
+        """Per GPU: its NVLink domain number (-1 = alone on PCIe) and NUMA node (-1 = unknown)."""
+        domains = [-1] * gpu_count
+        numa = [-1] * gpu_count
+        if value is None:
+            return domains, numa
+        topology = self.check.mapping(value, path)
+        if topology is None:
+            return domains, numa
+        for d, group in enumerate(self.check.array(topology.get("nvlink_domains"), path)):
+            group_path = f"{path}.nvlink_domains[{d}]"
+            for g, index in enumerate(self.check.array(group, group_path)):
+                if not _valid_index(index, gpu_count):
+                    self.check.error(
+                        f"{group_path}[{g}]", f"GPU {index!r} does not exist ({gpu_count} GPUs)"
+                    )
+                elif domains[index] != -1:
+                    self.check.error(f"{group_path}[{g}]", f"GPU {index} is in two NVLink domains")
+                else:
+                    domains[index] = d
+        numa_list = self.check.array(topology.get("numa"), f"{path}.numa")
+        if numa_list and len(numa_list) != gpu_count:
+            self.check.error(
+                f"{path}.numa", f"lists {len(numa_list)} NUMA nodes for {gpu_count} GPUs"
+            )
+        else:
+            for g, numa_node in enumerate(numa_list):
+                if isinstance(numa_node, bool) or not isinstance(numa_node, int) or numa_node < 0:
+                    self.check.error(
+                        f"{path}.numa[{g}]", f"expected a NUMA node number, got {numa_node!r}"
+                    )
+                else:
+                    numa[g] = numa_node
+        return domains, numa
+
+    def _gpus(self, items: list[Any], node_pool: pd.Series, node_gpus: dict[str, int], topology):
+        check = self.check
+        reported: dict[tuple[str, int], dict[str, Any]] = {}
+        xid_rows: list[tuple[str, int, int, pd.Timestamp]] = []
+        extra_columns: set[str] = set()
+        for i, item in enumerate(items):
+            path = f"gpus[{i}]"
+            gpu = check.mapping(item, path)
+            if gpu is None:
+                continue
+            node = check.string(gpu, "node", path, required=True)
+            index = check.integer(gpu, "index", path, required=True, minimum=0)
+            if node is None or index is None:
+                continue
+            if node not in node_gpus:
+                check.error(f"{path}.node", f"unknown node {node!r}")
+                continue
+            if index >= node_gpus[node]:
+                check.error(
+                    f"{path}.index",
+                    f"GPU {index} does not exist on node {node} ({node_gpus[node]} GPUs)",
+                )
+                continue
+            if (node, index) in reported:
+                check.error(path, f"duplicate entry for GPU {node}/{index}")
+                continue
+            row: dict[str, Any] = {
+                "uuid": check.string(gpu, "uuid", path),
+                "health": check.choice(gpu, "health", path, GPU_HEALTH, default="ok"),
+            }
+            for metric, value in gpu.items():
+                if metric in _GPU_NON_METRIC_KEYS or (
+                    metric not in GPU_METRICS and not isinstance(value, dict)
+                ):
+                    continue
+                stats = check.mapping(value, f"{path}.{metric}")
+                if stats is None:
+                    continue
+                for stat in stats:
+                    column = f"{metric}_{stat}"
+                    row[column] = check.number(
+                        stats, stat, f"{path}.{metric}", fraction=metric in FRACTION_METRICS
+                    )
+                    extra_columns.add(column)
+            for x, xid in enumerate(check.array(gpu.get("xid"), f"{path}.xid")):
+                xid_path = f"{path}.xid[{x}]"
+                entry = check.mapping(xid, xid_path)
+                if entry is None:
+                    continue
+                code = check.integer(entry, "code", xid_path, required=True, minimum=0)
+                time = check.time(entry, "time", xid_path, required=True)
+                if code is not None and not pd.isna(time):
+                    xid_rows.append((node, index, code, time))
+            reported[(node, index)] = row
+
+        names = list(node_gpus)
+        counts = np.array([node_gpus[n] for n in names], dtype=np.int64)
+        node_col = np.repeat(np.array(names, dtype=object), counts)
+        index_col = np.concatenate([np.arange(c) for c in counts]) if len(counts) else []
+        frame = pd.DataFrame({"node": node_col, "index": np.asarray(index_col, dtype=np.int64)})
+        frame["nvlink_domain"] = np.asarray(
+            [d for n in names for d in topology[n][0]], dtype=np.int64
+        )
+        frame["numa"] = np.asarray([m for n in names for m in topology[n][1]], dtype=np.int64)
+        metric_columns = sorted(
+            {f"{m}_{s}" for m, stats in GPU_METRICS.items() for s in stats} | extra_columns
+        )
+        if reported:
+            detail = pd.DataFrame.from_dict(reported, orient="index")
+            detail.index = pd.MultiIndex.from_tuples(detail.index, names=["node", "index"])
+            detail = detail.reset_index()
+            frame = frame.merge(detail, on=["node", "index"], how="left", indicator="_merge")
+            frame["reported"] = frame.pop("_merge").eq("both").to_numpy()
+        else:
+            frame["uuid"] = None
+            frame["health"] = "ok"
+            frame["reported"] = False
+        frame["health"] = frame["health"].fillna("ok")
+        frame["uuid"] = frame["uuid"].astype(object).where(frame["uuid"].notna(), None)
+        for column in metric_columns:
+            if column not in frame:
+                frame[column] = np.nan
+            frame[column] = frame[column].astype("float64")
+        frame["pool"] = frame["node"].map(node_pool).astype(object)
+        frame = frame[[*GPU_BASE_COLUMNS, *metric_columns]]
+        xids = pd.DataFrame(xid_rows, columns=XID_COLUMNS)
+        xids = xids.astype({"index": "int64", "code": "int64"})
+        xids["time"] = pd.to_datetime(xids["time"], utc=True)
+        return frame.reset_index(drop=True), xids
+
+    def _queues(self, items: list[Any]) -> pd.DataFrame:
+        check = self.check
+        rows: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for i, item in enumerate(items):
+            path = f"queues[{i}]"
+            queue = check.mapping(item, path)
+            if queue is None:
+                continue
+            name = check.string(queue, "name", path, required=True)
+            if name is None:
+                continue
+            if name in seen:
+                check.error(f"{path}.name", f"duplicate queue name {name!r}")
+                continue
+            seen.add(name)
+            rows.append(
+                {
+                    "name": name,
+                    "tenant": check.string(queue, "tenant", path) or name,
+                    "weight": check.number(queue, "weight", path, minimum=0),
+                    "deserved_gpus": check.number(queue, "deserved_gpus", path, minimum=0),
+                    "capability_gpus": check.number(queue, "capability_gpus", path, minimum=0),
+                }
+            )
+        frame = pd.DataFrame(rows, columns=["name", *QUEUE_COLUMNS])
+        frame = frame.astype(
+            {"weight": "float64", "deserved_gpus": "float64", "capability_gpus": "float64"}
+        )
+        frame["weight"] = frame["weight"].fillna(1.0)
+        return _indexed(frame, "name")
+
+    def _jobs(self, items: list[Any], node_gpus: dict[str, int]):
+        check = self.check
+        rows: list[dict[str, Any]] = []
+        alloc_job: list[str] = []
+        alloc_pod: list[int] = []
+        alloc_order: list[int] = []
+        alloc_node: list[str] = []
+        alloc_index: list[int] = []
+        owner: dict[tuple[str, int], str] = {}
+        seen: set[str] = set()
+        for i, item in enumerate(items):
+            path = f"jobs[{i}]"
+            job = check.mapping(item, path)
+            if job is None:
+                continue
+            job_id = check.string(job, "id", path, required=True)
+            pods = check.integer(job, "pods", path, minimum=1, default=1)
+            gpus_per_pod = check.integer(job, "gpus_per_pod", path, required=True, minimum=0)
+            gang = check.boolean(job, "gang", path, default=False)
+            min_member = check.integer(job, "min_member", path, minimum=1, default=pods)
+            if min_member is not None and pods is not None and min_member > pods:
+                check.error(f"{path}.min_member", f"{min_member} exceeds pods ({pods})")
+            parallelism = job.get("parallelism") or {}
+            if not isinstance(parallelism, dict):
+                check.error(f"{path}.parallelism", 'expected an object such as {"tp": 8}')
+                parallelism = {}
+            tp = check.integer(parallelism, "tp", f"{path}.parallelism", minimum=1)
+            row = {
+                "id": job_id,
+                "name": check.string(job, "name", path),
+                "tenant": check.string(job, "tenant", path),
+                "queue": check.string(job, "queue", path),
+                "pool": check.string(job, "pool", path),
+                "kind": check.string(job, "kind", path),
+                "priority": check.integer(job, "priority", path, default=0),
+                "state": check.choice(job, "state", path, JOB_STATES),
+                "submitted": check.time(job, "submitted", path, required=True),
+                "started": check.time(job, "started", path),
+                "ended": check.time(job, "ended", path),
+                "pods": pods,
+                "gpus_per_pod": gpus_per_pod if gpus_per_pod is not None else 0,
+                "gang": gang,
+                "min_member": min_member if min_member is not None else pods,
+                "tp": float(tp) if tp is not None else math.nan,
+                "achieved_tflops_per_gpu": check.number(
+                    job, "achieved_tflops_per_gpu", path, minimum=0
+                ),
+                "pending_reason": check.string(job, "pending_reason", path),
+                "partial_since": check.time(job, "partial_since", path),
+                "preemptions": check.integer(job, "preemptions", path, minimum=0, default=0),
+            }
+            if job_id is not None:
+                if job_id in seen:
+                    check.error(f"{path}.id", f"duplicate job id {job_id!r}")
+                    continue
+                seen.add(job_id)
+            allocation = check.array(job.get("allocation"), f"{path}.allocation")
+            if pods is not None and len(allocation) > pods:
+                check.error(
+                    f"{path}.allocation", f"binds {len(allocation)} pods but the job has {pods}"
+                )
+            row["bound_pods"] = len(allocation)
+            order = 0
+            for p, bound in enumerate(allocation):
+                pod_path = f"{path}.allocation[{p}]"
+                pod = check.mapping(bound, pod_path)
+                if pod is None:
+                    continue
+                node = check.string(pod, "node", pod_path, required=True)
+                if node is not None and node not in node_gpus:
+                    check.error(f"{pod_path}.node", f"unknown node {node!r}")
+                    continue
+                gpu_list = check.array(check.required(pod, "gpus", pod_path), f"{pod_path}.gpus")
+                if gpus_per_pod is not None and gpu_list and len(gpu_list) != gpus_per_pod:
+                    check.error(
+                        f"{pod_path}.gpus",
+                        f"pod holds {len(gpu_list)} GPUs but the job asks {gpus_per_pod} per pod",
+                    )
+                for g, index in enumerate(gpu_list):
+                    gpu_path = f"{pod_path}.gpus[{g}]"
+                    if node is None:
+                        continue
+                    if not _valid_index(index, node_gpus[node]):
+                        check.error(
+                            gpu_path,
+                            f"GPU {index!r} does not exist on node {node} ({node_gpus[node]} GPUs)",
+                        )
+                        continue
+                    holder = owner.get((node, index))
+                    if holder is not None:
+                        check.error(
+                            gpu_path, f"GPU {node}/{index} is already allocated to job {holder}"
+                        )
+                        continue
+                    owner[(node, index)] = job_id or path
+                    alloc_job.append(job_id)
+                    alloc_pod.append(p)
+                    alloc_order.append(order)
+                    alloc_node.append(node)
+                    alloc_index.append(index)
+                    order += 1
+            rows.append(row)
+
+        jobs = pd.DataFrame(rows, columns=["id", *JOB_COLUMNS])
+        for column in ("submitted", "started", "ended", "partial_since"):
+            jobs[column] = pd.to_datetime(jobs[column], utc=True)
+        jobs = jobs.astype(
+            {
+                "priority": "int64",
+                "pods": "int64",
+                "gpus_per_pod": "int64",
+                "min_member": "int64",
+                "gang": "bool",
+                "tp": "float64",
+                "achieved_tflops_per_gpu": "float64",
+                "preemptions": "int64",
+                "bound_pods": "int64",
+            }
+        )
+        allocations = pd.DataFrame(
+            {
+                "job": pd.Series(alloc_job, dtype=object),
+                "pod": np.asarray(alloc_pod, dtype=np.int64),
+                "order": np.asarray(alloc_order, dtype=np.int64),
+                "node": pd.Series(alloc_node, dtype=object),
+                "index": np.asarray(alloc_index, dtype=np.int64),
+            }
+        )
+        return _indexed(jobs, "id"), allocations
+
+    def _events(self, items: list[Any]) -> pd.DataFrame:
+        check = self.check
+        rows: list[dict[str, Any]] = []
+        for i, item in enumerate(items):
+            path = f"events[{i}]"
+            event = check.mapping(item, path)
+            if event is None:
+                continue
+            rows.append(
+                {
+                    "time": check.time(event, "time", path, required=True),
+                    "kind": check.choice(event, "kind", path, EVENT_KINDS),
+                    "job": check.string(event, "job", path),
+                    "node": check.string(event, "node", path),
+                    "reason": check.string(event, "reason", path),
+                    "message": check.string(event, "message", path),
+                }
+            )
+        frame = pd.DataFrame(rows, columns=EVENT_COLUMNS)
+        frame["time"] = pd.to_datetime(frame["time"], utc=True)
+        return frame
+
+
+_TOP_LEVEL_KEYS = frozenset(
+    {
+        "format",
+        "cluster",
+        "as_of",
+        "window_s",
+        "scheduler",
+        "nodes",
+        "gpus",
+        "queues",
+        "jobs",
+        "events",
+    }
+)
+_GPU_NON_METRIC_KEYS = frozenset({"node", "index", "uuid", "health", "xid"})
+
+
+def _indexed(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The frame indexed by its key column, which stays a column too (the index is unnamed so
+    that merges and groupbys on the column are never ambiguous)."""
+    frame = frame.set_index(column, drop=False)
+    frame.index.name = None
+    return frame
+
+
+def _valid_index(index: Any, count: int) -> bool:
+    return isinstance(index, int) and not isinstance(index, bool) and 0 <= index < count
+
+
+# ----------------------------------------------------------------------------------------------
+# Dumping
+
+
+def dump(snapshot: ClusterSnapshot) -> dict[str, Any]:
+    """The ``gpuobs.snapshot/v1`` document of a snapshot; ``load(dump(s))`` equals ``s``."""
+    document: dict[str, Any] = {
+        "format": FORMAT,
+        "cluster": snapshot.cluster,
+        "as_of": format_time(snapshot.as_of),
+        "window_s": int(snapshot.window_s),
+        "scheduler": dict(snapshot.scheduler),
+        "nodes": _dump_nodes(snapshot),
+        "gpus": _dump_gpus(snapshot),
+        "queues": [
+            _drop_none(
+                {
+                    "name": q.name,
+                    "tenant": q.tenant,
+                    "weight": _plain(q.weight),
+                    "deserved_gpus": _plain(q.deserved_gpus),
+                    "capability_gpus": _plain(q.capability_gpus),
+                }
+            )
+            for q in snapshot.queues.itertuples(index=False)
+        ],
+        "jobs": _dump_jobs(snapshot),
+        "events": [
+            {
+                "time": format_time(e.time),
+                "kind": e.kind,
+                "job": e.job,
+                "node": e.node,
+                "reason": e.reason,
+                "message": e.message,
+            }
+            for e in snapshot.events.itertuples(index=False)
+        ],
+    }
+    document.update(snapshot.extra)
+    return document
+
+
+def dumps(snapshot: ClusterSnapshot, *, indent: int | None = None) -> str:
+    return json.dumps(dump(snapshot), indent=indent, allow_nan=False)
+
+
+def _dump_nodes(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
+    topology: dict[str, dict[str, Any]] = {}
+    for node, group in snapshot.gpus.groupby("node", sort=False):
+        domains = group["nvlink_domain"].to_numpy()
+        numa = group["numa"].to_numpy()
+        entry: dict[str, Any] = {}
+        if (domains >= 0).any():
+            entry["nvlink_domains"] = [
+                group["index"].to_numpy()[domains == d].tolist()
+                for d in sorted(set(domains[domains >= 0].tolist()))
+            ]
+        if (numa >= 0).all() and len(numa):
+            entry["numa"] = numa.tolist()
+        if entry:
+            topology[node] = entry
+    nodes = []
+    for n in snapshot.nodes.itertuples(index=False):
+        node = _drop_none(
+            {
+                "name": n.name,
+                "pool": n.pool,
+                "gpu_model": n.gpu_model,
+                "gpus": int(n.gpus),
+                "state": n.state,
+                "cpu_util": _plain(n.cpu_util),
+            }
+        )
+        if n.name in topology:
+            node["topology"] = topology[n.name]
+        nodes.append(node)
+    return nodes
+
+
+def _dump_gpus(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
+    gpus = snapshot.gpus
+    metric_columns = [c for c in gpus.columns if c not in GPU_BASE_COLUMNS]
+    xids: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for x in snapshot.xids.itertuples(index=False):
+        xids.setdefault((x.node, int(x.index)), []).append(
+            {"code": int(x.code), "time": format_time(x.time)}
+        )
+    out = []
+    for record in gpus[gpus["reported"]].to_dict("records"):
+        entry: dict[str, Any] = {"node": record["node"], "index": int(record["index"])}
+        if record["uuid"] is not None:
+            entry["uuid"] = record["uuid"]
+        entry["health"] = record["health"]
+        for column in metric_columns:
+            value = record[column]
+            if value is None or math.isnan(value):
+                continue
+            metric, stat = column.rsplit("_", 1)
+            entry.setdefault(metric, {})[stat] = _plain(value)
+        key = (entry["node"], entry["index"])
+        if key in xids:
+            entry["xid"] = xids[key]
+        out.append(entry)
+    return out
+
+
+def _dump_jobs(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
+    allocation: dict[str, list[dict[str, Any]]] = {}
+    for (job, _pod), group in snapshot.allocations.groupby(["job", "pod"], sort=False):
+        allocation.setdefault(job, []).append(
+            {"node": group["node"].iat[0], "gpus": group["index"].tolist()}
+        )
+    jobs = []
+    for j in snapshot.jobs.itertuples(index=False):
+        job = {
+            "id": j.id,
+            "name": j.name,
+            "tenant": j.tenant,
+            "queue": j.queue,
+            "pool": j.pool,
+            "kind": j.kind,
+            "priority": int(j.priority),
+            "state": j.state,
+            "submitted": format_time(j.submitted),
+            "started": format_time(j.started),
+            "ended": format_time(j.ended),
+            "pods": int(j.pods),
+            "gpus_per_pod": int(j.gpus_per_pod),
+            "gang": bool(j.gang),
+            "min_member": int(j.min_member),
+            "allocation": allocation.get(j.id, []),
+            "pending_reason": j.pending_reason,
+            "partial_since": format_time(j.partial_since),
+            "preemptions": int(j.preemptions),
+        }
+        if not math.isnan(j.tp):
+            job["parallelism"] = {"tp": int(j.tp)}
+        if not math.isnan(j.achieved_tflops_per_gpu):
+            job["achieved_tflops_per_gpu"] = float(j.achieved_tflops_per_gpu)
+        jobs.append(job)
+    return jobs
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-ready Python number (None for NaN; ints stay ints)."""
+    if value is None:
+        return None
+    value = float(value)
+    if math.isnan(value):
+        return None
+    return int(value) if value.is_integer() else value
+
+
+def _drop_none(mapping: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in mapping.items() if value is not None}
