@@ -176,3 +176,234 @@ class SnapshotFacts:
     def peak_tflops_per_node(self, table: dict[str, float] | None = None) -> pd.Series:
         models = self.snapshot.nodes["gpu_model"]
         return models.map(lambda m: peak_tflops(m, table)).astype("float64")
+
+    # -- placement: requests, fragmentation, gangs -------------------------------------------------
+    #
+    # A job's *placement scope* is the set of nodes it may use: the nodes of its pool, or every
+    # node when its pool is null. Scopes are labelled by the pool name; a null pool is labelled by
+    # the cluster's only pool when there is exactly one, else by None ("the whole cluster").
+
+    @cached_property
+    def job_requests(self) -> pd.Series:
+        """GPUs each job asks for in total: ``pods * gpus_per_pod``."""
+        jobs = self.snapshot.jobs
+        return (jobs["pods"] * jobs["gpus_per_pod"]).astype(np.int64)
+
+    @cached_property
+    def job_held_gpus(self) -> pd.Series:
+        """GPUs in each job's allocation (0 for jobs without one), indexed by job id."""
+        held = self.snapshot.allocations.groupby("job", sort=False).size()
+        return held.reindex(self.snapshot.jobs.index, fill_value=0).astype(np.int64)
+
+    @cached_property
+    def queue_held_gpus(self) -> pd.Series:
+        """GPUs currently allocated to each queue's jobs (any job state), indexed by queue."""
+        queues = self.snapshot.jobs["queue"]
+        held = self.job_held_gpus
+        return held.groupby(queues.to_numpy(), sort=False).sum()
+
+    def placement_scope(self, pools: pd.Series | np.ndarray) -> np.ndarray:
+        """The scope label of each job pool value (see the comment above): the pool itself, or
+        for a null pool the cluster's only pool, or None when the cluster has several."""
+        values = np.asarray(pools, dtype=object)
+        node_pools = pd.unique(self.snapshot.nodes["pool"].to_numpy())
+        only = node_pools[0] if len(node_pools) == 1 else None
+        missing = pd.isna(values)
+        out = values.copy()
+        out[missing] = only
+        return out
+
+    def scope_free(self, pools: pd.Series | np.ndarray) -> np.ndarray:
+        """Free GPUs over the nodes each job may use (every node for a null pool)."""
+        values = np.asarray(pools, dtype=object)
+        by_pool = self.pool_free
+        total = int(self.free_per_node.sum())
+        missing = pd.isna(values)
+        out = np.full(len(values), total, dtype=np.int64)
+        if (~missing).any():
+            out[~missing] = (
+                pd.Series(values[~missing]).map(by_pool).fillna(0).to_numpy().astype(np.int64)
+            )
+        return out
+
+    @cached_property
+    def pending_placement(self) -> pd.DataFrame:
+        """Every pending job with no allocation, with its placement verdict on free GPUs.
+
+        Columns: the job's ``pool``, ``queue``, ``tenant``, ``pods``, ``gpus_per_pod``,
+        ``priority``, ``submitted``, plus ``request`` (GPUs), ``wait_s``, ``scope`` (see
+        :meth:`placement_scope`), ``scope_free`` (free GPUs it may use), ``pod_slots``,
+        ``placeable``, ``capability_ok`` and ``fragmentation_blocked``.
+
+        *capability_ok*: the job's queue has no ``capability_gpus``, or the GPUs the queue's jobs
+        hold now plus this job's request stay within it (``held + request <= capability``); a job
+        in a queue the snapshot does not list has no capability.
+
+        *fragmentation_blocked*: asks for at least one GPU, is not placeable, yet
+        ``scope_free >= request`` and ``capability_ok`` — the free GPUs would be enough if they
+        were not scattered across nodes.
+        """
+        snap = self.snapshot
+        pending = self.pending_unallocated
+        columns = ["pool", "queue", "tenant", "pods", "gpus_per_pod", "priority", "submitted"]
+        out = pending[columns].copy()
+        out["request"] = self.job_requests.reindex(pending.index).to_numpy()
+        out["wait_s"] = self.waits_s.reindex(pending.index).to_numpy()
+        out["scope"] = self.placement_scope(out["pool"])
+        out["scope_free"] = self.scope_free(out["pool"])
+        slots = self.pod_slots(pending)
+        out["pod_slots"] = slots
+        out["placeable"] = slots >= out["pods"].to_numpy()
+        capability = out["queue"].map(snap.queues["capability_gpus"]).to_numpy(dtype=float)
+        held = out["queue"].map(self.queue_held_gpus).fillna(0).to_numpy(dtype=float)
+        out["capability_ok"] = np.isnan(capability) | (
+            held + out["request"].to_numpy() <= capability
+        )
+        out["fragmentation_blocked"] = (
+            (out["request"].to_numpy() > 0)
+            & ~out["placeable"].to_numpy()
+            & (out["scope_free"].to_numpy() >= out["request"].to_numpy())
+            & out["capability_ok"].to_numpy()
+        )
+        return out
+
+    @cached_property
+    def fragmentation_blocked(self) -> pd.DataFrame:
+        """The rows of :attr:`pending_placement` that are fragmentation-blocked (any wait)."""
+        placement = self.pending_placement
+        return placement[placement["fragmentation_blocked"].to_numpy()]
+
+    @cached_property
+    def partial_gang_placement(self) -> pd.DataFrame:
+        """:attr:`partial_gangs` with ``scope``, ``scope_free``, ``missing_slots`` (pod slots
+        of its size on free GPUs) and ``can_complete`` (its missing pods are placeable)."""
+        partial = self.partial_gangs.copy()
+        partial["scope"] = self.placement_scope(partial["pool"])
+        partial["scope_free"] = self.scope_free(partial["pool"])
+        slots = self.pod_slots(partial)
+        partial["missing_slots"] = slots
+        partial["can_complete"] = slots >= partial["missing_pods"].to_numpy()
+        return partial
+
+    def deadlock_sets(self, min_hold_s: float) -> tuple[tuple[str, ...], ...]:
+        """The gang deadlocks among partial gangs held at least ``min_hold_s`` (DESIGN.md §5).
+
+        Per pool (a null pool is its own group, placed on every node), the candidates are the
+        partial gangs held >= ``min_hold_s`` whose missing pods are not placeable on free GPUs.
+        Whether every member of a set D would be placeable on free GPUs plus the GPUs held by
+        the other members of D is monotone in D, so the largest such set is found by starting
+        from all candidates and dropping, round by round, every member that would not fit
+        (per node: ``free(n) + held by the others of D on n``), until nothing changes. That
+        set is split into connected parts: a member is linked to the holders of every node on
+        which the others' GPUs would give it room for a pod. Each part is itself such a set
+        (a member only ever gains from holders it is linked to), so unrelated deadlocks in one
+        pool are reported separately. Parts of >= 2 gangs are deadlocks.
+
+        Returns the sets as sorted tuples of job ids, in sorted order. Cached per threshold.
+        """
+        cache = self.__dict__.setdefault("_deadlock_sets", {})
+        key = float(min_hold_s)
+        if key not in cache:
+            cache[key] = self._find_deadlocks(key)
+        return cache[key]
+
+    def deadlocked_jobs(self, min_hold_s: float) -> frozenset[str]:
+        return frozenset(job for group in self.deadlock_sets(min_hold_s) for job in group)
+
+    def _find_deadlocks(self, min_hold_s: float) -> tuple[tuple[str, ...], ...]:
+        partial = self.partial_gang_placement
+        candidates = partial[
+            (partial["hold_s"].to_numpy() >= min_hold_s) & ~partial["can_complete"].to_numpy()
+        ]
+        if len(candidates) < 2:
+            return ()
+        nodes = self.snapshot.nodes
+        node_pos = pd.Series(np.arange(len(nodes)), index=nodes.index)
+        node_pool = nodes["pool"].to_numpy()
+        free = self.free_per_node.reindex(nodes.index, fill_value=0).to_numpy()
+        alloc = self.snapshot.allocations
+        alloc = alloc[alloc["job"].isin(candidates.index)]
+        holdings = alloc.groupby(["job", "node"], sort=True).size().rename("gpus").reset_index()
+        holdings["pos"] = holdings["node"].map(node_pos).to_numpy()
+        found: list[tuple[str, ...]] = []
+        pool_keys = candidates["pool"].astype(object).where(candidates["pool"].notna(), None)
+        for pool, group in candidates.groupby(pool_keys.to_numpy(), dropna=False, sort=False):
+            scope = np.ones(len(nodes), bool) if pd.isna(pool) else node_pool == pool
+            members = group.index.to_numpy()
+            held = holdings[holdings["job"].isin(members)]
+            held = held[scope[held["pos"].to_numpy()]]
+            found.extend(_deadlocks_in_scope(group, held, free, scope))
+        return tuple(sorted(found))
+
+
+def _deadlocks_in_scope(
+    group: pd.DataFrame, held: pd.DataFrame, free: np.ndarray, scope: np.ndarray
+) -> list[tuple[str, ...]]:
+    """The deadlock sets among one pool's candidates (see :meth:`SnapshotFacts.deadlock_sets`).
+
+    ``held`` has one row per (candidate, node of the scope) with the GPUs it holds there.
+    """
+    ids = group.index.to_numpy()
+    member_of = {job: i for i, job in enumerate(ids)}
+    size = group["gpus_per_pod"].to_numpy().astype(np.int64)
+    missing = group["missing_pods"].to_numpy().astype(np.int64)
+    h_member = held["job"].map(member_of).to_numpy().astype(np.int64)
+    h_pos = held["pos"].to_numpy().astype(np.int64)
+    h_gpus = held["gpus"].to_numpy().astype(np.int64)
+    scope_free = np.where(scope, free, 0)
+    alive = np.ones(len(ids), bool)
+    while True:
+        rows = alive[h_member]
+        available = scope_free.copy()
+        np.add.at(available, h_pos[rows], h_gpus[rows])
+        available_in_scope = available[scope]
+        slots = np.zeros(len(ids), dtype=np.int64)
+        for s in np.unique(size[alive]):
+            if s <= 0:
+                slots[alive & (size == s)] = np.iinfo(np.int64).max
+                continue
+            slots[alive & (size == s)] = np.floor_divide(available_in_scope, s).sum()
+        # A member cannot count its own GPUs: take them back out, node by node.
+        m, pos, gpus = h_member[rows], h_pos[rows], h_gpus[rows]
+        s = np.maximum(size[m], 1)
+        loss = np.floor_divide(available[pos], s) - np.floor_divide(available[pos] - gpus, s)
+        np.subtract.at(slots, m, loss)
+        fits = alive & (slots >= missing)
+        if (fits == alive).all():
+            break
+        alive = fits
+        if alive.sum() < 2:
+            return []
+    # Split into connected parts: on a node where others hold GPUs, a member that would find
+    # room for one of its pods there is linked to all of that node's holders.
+    parent = list(range(len(ids)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    rows = alive[h_member]
+    m, pos, gpus = h_member[rows], h_pos[rows], h_gpus[rows]
+    available = scope_free.copy()
+    np.add.at(available, pos, gpus)
+    alive_ids = np.flatnonzero(alive)
+    order = np.argsort(pos, kind="stable")
+    m, pos, gpus = m[order], pos[order], gpus[order]
+    starts = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1]])
+    ends = np.r_[starts[1:], len(pos)]
+    for start, end in zip(starts, ends, strict=True):
+        node_total = available[pos[start]]
+        holders = m[start:end]
+        own = np.zeros(len(ids), dtype=np.int64)
+        own[holders] = gpus[start:end]
+        others = (node_total - scope_free[pos[start]]) - own
+        room = (node_total - own) >= size
+        linked = alive_ids[(room & (others > 0))[alive_ids]]
+        for job in (*linked.tolist(), *holders.tolist()):
+            parent[root(job)] = root(int(holders[0]))
+    parts: dict[int, list[str]] = {}
+    for i in alive_ids.tolist():
+        parts.setdefault(root(i), []).append(str(ids[i]))
+    return [tuple(sorted(part)) for part in parts.values() if len(part) >= 2]
