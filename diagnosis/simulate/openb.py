@@ -236,24 +236,30 @@ def fgd_choice(cluster: Cluster, nodes: np.ndarray, pod: Pod) -> tuple[np.ndarra
             access,
         )
         return _fgd_score(before - after), np.full(len(nodes), -1)
+    # Equal free milli on two GPUs of a node gives equal scores: evaluate each value once.
     free = cluster.gpu_free[nodes]
-    was = free[..., None]
+    first_equal = np.argmax(free[:, :, None] == free[:, None, :], axis=2)
+    fits = free >= pod.gpu_milli
+    pair_node, pair_gpu = np.nonzero(fits & (first_equal == np.arange(free.shape[1])))
+    was = free[pair_node, pair_gpu][:, None]
     now = was - pod.gpu_milli
     thresholds = frag.thresholds
-    fitting = cluster.fitting[nodes][:, None, :] - (was >= thresholds) + (now >= thresholds)
+    fitting = cluster.fitting[nodes][pair_node] - (was >= thresholds) + (now >= thresholds)
     small = (
-        cluster.small[nodes][:, None, :]
+        cluster.small[nodes][pair_node]
         - np.where(was < thresholds, was, 0)
         + np.where(now < thresholds, now, 0)
     )
     after = frag.node_frag(
-        cpu_after[:, None],
-        (cluster.gpu_free_total[nodes] - pod.gpu_milli)[:, None],
+        cpu_after[pair_node],
+        cluster.gpu_free_total[nodes][pair_node] - pod.gpu_milli,
         fitting,
         small,
-        access[:, None, :],
+        access[pair_node],
     )
-    scores = np.where(free >= pod.gpu_milli, _fgd_score(before[:, None] - after), -1)
+    value_scores = np.full(free.shape, -1, dtype=np.int64)
+    value_scores[pair_node, pair_gpu] = _fgd_score(before[pair_node] - after)
+    scores = np.where(fits, np.take_along_axis(value_scores, first_equal, axis=1), -1)
     best_gpu = np.argmax(scores, axis=1)
     return scores[np.arange(len(nodes)), best_gpu], best_gpu
 

@@ -72,11 +72,10 @@ class FragMeasure:
 
     ``thresholds`` are the distinct per-GPU milli asked by GPU shapes; each group g points at one
     (``group_threshold``) and asks for ``group_num_gpu`` GPUs. ``node_access[n, g]`` says whether
-    node n's model is one the group accepts. ``cum_share[g, k]`` is the popularity of the group's
-    shapes asking for at most ``cpu_breaks[k - 1]`` CPU (``cum_share[g, 0] == 0``).
+    node n's model is one the group accepts. ``cum_share[k, g]`` is the popularity of the group's
+    shapes asking for at most ``cpu_breaks[k - 1]`` CPU (``cum_share[0, g] == 0``).
     """
 
-    shapes: tuple[PodShape, ...]
     thresholds: np.ndarray
     group_threshold: np.ndarray
     group_num_gpu: np.ndarray
@@ -91,10 +90,10 @@ class FragMeasure:
         group_index = {g: i for i, g in enumerate(groups)}
         thresholds = np.array(sorted({g[0] for g in groups}), dtype=np.int64)
         cpu_breaks = np.array(sorted({s.cpu_milli for s in gpu_shapes}), dtype=np.int64)
-        share = np.zeros((len(groups), len(cpu_breaks) + 1))
+        share = np.zeros((len(cpu_breaks) + 1, len(groups)))
         for s in gpu_shapes:
             column = int(np.searchsorted(cpu_breaks, s.cpu_milli)) + 1
-            share[group_index[(s.gpu_milli, s.num_gpu, s.gpu_spec)], column] += s.popularity
+            share[column, group_index[(s.gpu_milli, s.num_gpu, s.gpu_spec)]] += s.popularity
         access = np.array(
             [
                 [bool(model) and (not spec or model in spec) for _, _, spec in groups]
@@ -103,13 +102,12 @@ class FragMeasure:
             dtype=bool,
         ).reshape(len(node_models), len(groups))
         return cls(
-            shapes=shapes,
             thresholds=thresholds,
             group_threshold=np.searchsorted(thresholds, [g[0] for g in groups]).astype(np.int64),
             group_num_gpu=np.array([g[1] for g in groups], dtype=np.int64),
             node_access=access,
             cpu_breaks=cpu_breaks,
-            cum_share=np.cumsum(share, axis=1),
+            cum_share=np.cumsum(share, axis=0),
         )
 
     def gpu_stats(self, gpu_free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -131,8 +129,7 @@ class FragMeasure:
     ) -> np.ndarray:
         """F_n in milli-GPU for nodes described by their free CPU, free GPU milli, the outputs of
         :meth:`gpu_stats` and their rows of ``node_access`` (leading axes broadcast)."""
-        share = self.cum_share[:, np.searchsorted(self.cpu_breaks, cpu_free, side="right")]
-        share = np.moveaxis(share, 0, -1)
+        share = self.cum_share[np.searchsorted(self.cpu_breaks, cpu_free, side="right")]
         hosts = (fitting[..., self.group_threshold] >= self.group_num_gpu) & access
         usable = gpu_free_total[..., None] - small[..., self.group_threshold]
         return gpu_free_total - (share * hosts * usable).sum(axis=-1)
