@@ -1,0 +1,141 @@
+"""Django admin for every diagnosis model; the audit trail is read-only here as everywhere."""
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from diagnosis.models import (
+    AuditEntry,
+    Cluster,
+    Finding,
+    FindingEvent,
+    Gpu,
+    Incident,
+    Job,
+    Node,
+    Queue,
+    Recommendation,
+    RuleOverride,
+    SchedulerEvent,
+    Snapshot,
+    Tenant,
+)
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "scheduler_kind",
+        "metrics_kind",
+        "enabled",
+        "dry_run",
+        "status",
+        "last_cycle_at",
+    ]
+    list_filter = ["enabled", "dry_run", "scheduler_kind", "metrics_kind", "status"]
+    search_fields = ["name"]
+    readonly_fields = ["last_cycle_at", "status_changed_at", "created_at"]
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = ["name", "cluster", "pool", "gpu_model", "gpu_count", "state"]
+    list_filter = ["cluster", "state", "pool"]
+    search_fields = ["name"]
+
+
+@admin.register(Gpu)
+class GpuAdmin(admin.ModelAdmin):
+    list_display = ["node", "index", "uuid", "health"]
+    list_filter = ["health", "node__cluster"]
+    search_fields = ["node__name", "uuid"]
+    list_select_related = ["node__cluster"]
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ["name", "cluster"]
+    list_filter = ["cluster"]
+    search_fields = ["name"]
+
+
+@admin.register(Queue)
+class QueueAdmin(admin.ModelAdmin):
+    list_display = ["name", "cluster", "tenant", "weight", "deserved_gpus", "capability_gpus"]
+    list_filter = ["cluster"]
+    search_fields = ["name"]
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = ["external_id", "name", "cluster", "tenant", "state", "pods", "gpus_per_pod"]
+    list_filter = ["cluster", "state", "kind"]
+    search_fields = ["external_id", "name"]
+    list_select_related = ["cluster", "tenant__cluster"]
+    raw_id_fields = ["tenant", "queue"]
+
+
+@admin.register(SchedulerEvent)
+class SchedulerEventAdmin(admin.ModelAdmin):
+    list_display = ["time", "cluster", "kind", "job_external_id", "node", "reason"]
+    list_filter = ["cluster", "kind"]
+    search_fields = ["job_external_id", "node", "reason"]
+
+
+@admin.register(Snapshot)
+class SnapshotAdmin(admin.ModelAdmin):
+    list_display = ["cluster", "as_of", "format", "json_bytes", "stored_bytes"]
+    list_filter = ["cluster"]
+    exclude = ["document"]  # compressed bytes; export a snapshot to read it
+    readonly_fields = ["cluster", "as_of", "format", "json_bytes", "stored_bytes", "created_at"]
+
+
+class FindingEventInline(admin.TabularInline):
+    model = FindingEvent
+    extra = 0
+
+
+@admin.register(Finding)
+class FindingAdmin(admin.ModelAdmin):
+    list_display = ["rule_id", "subject", "cluster", "severity", "state", "last_hit_at"]
+    list_filter = ["cluster", "state", "severity", "rule_id"]
+    search_fields = ["subject", "summary"]
+    readonly_fields = ["fingerprint"]
+    inlines = [FindingEventInline]
+
+
+@admin.register(RuleOverride)
+class RuleOverrideAdmin(admin.ModelAdmin):
+    list_display = ["cluster", "rule_id", "threshold", "value", "updated_at"]
+    list_filter = ["cluster", "rule_id"]
+
+
+@admin.register(Recommendation)
+class RecommendationAdmin(admin.ModelAdmin):
+    list_display = ["kind", "target", "cluster", "state", "created_by", "approved_by", "created_at"]
+    list_filter = ["cluster", "state", "kind"]
+    search_fields = ["target"]
+    raw_id_fields = ["motivating_findings"]
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    list_display = ["time", "actor", "action", "target", "cluster"]
+    list_filter = ["action", "cluster"]
+    search_fields = ["actor", "target"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: AuditEntry | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: AuditEntry | None = None) -> bool:
+        return False
+
+
+@admin.register(Incident)
+class IncidentAdmin(admin.ModelAdmin):
+    list_display = ["opened_at", "cluster", "node", "gpu_index", "xid_code", "state"]
+    list_filter = ["cluster", "state", "xid_code"]
+    search_fields = ["node", "summary", "fingerprint"]

@@ -1,0 +1,99 @@
+"""The fixed vocabularies of gpuobs (DESIGN.md sections 4, 5, 8), as Django choices.
+
+Values are the words of the snapshot format and of the API; labels are what pages show.
+"""
+
+from django.db import models
+
+
+class SchedulerKind(models.TextChoices):
+    SIM = "sim", "Built-in simulator"
+    SLURM = "slurm", "Slurm"
+    VOLCANO = "volcano", "Volcano"
+    KUEUE = "kueue", "Kueue"
+
+
+class MetricsKind(models.TextChoices):
+    SIM = "sim", "Built-in simulator"
+    PROMETHEUS = "prometheus", "Prometheus"
+
+
+class DataSourceStatus(models.TextChoices):
+    """Health of a cluster's scheduler and metrics sources, as of its last cycle."""
+
+    UNKNOWN = "unknown", "Unknown"
+    OK = "ok", "OK"
+    DEGRADED = "degraded", "Degraded"
+    ERROR = "error", "Error"
+
+
+class NodeState(models.TextChoices):
+    READY = "ready", "Ready"
+    CORDONED = "cordoned", "Cordoned"
+    DRAINED = "drained", "Drained"
+    DOWN = "down", "Down"
+
+
+class GpuHealth(models.TextChoices):
+    OK = "ok", "OK"
+    UNHEALTHY = "unhealthy", "Unhealthy"
+
+
+class JobState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    PREEMPTED = "preempted", "Preempted"
+
+
+class SchedulerEventKind(models.TextChoices):
+    SUBMITTED = "submitted", "Submitted"
+    SCHEDULED = "scheduled", "Scheduled"
+    FAILED_SCHEDULING = "failed_scheduling", "Failed scheduling"
+    STARTED = "started", "Started"
+    PREEMPTED = "preempted", "Preempted"
+    EVICTED = "evicted", "Evicted"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    NODE_CORDONED = "node_cordoned", "Node cordoned"
+    NODE_DRAINED = "node_drained", "Node drained"
+    XID = "xid", "Xid error"
+
+
+class FindingState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    FIRING = "firing", "Firing"
+    RESOLVED = "resolved", "Resolved"
+
+
+class Severity(models.TextChoices):
+    INFO = "info", "Info"
+    WARNING = "warning", "Warning"
+    CRITICAL = "critical", "Critical"
+
+
+class RecommendationKind(models.TextChoices):
+    PLACEMENT_POLICY = "placement-policy", "Placement policy"
+    QUEUE_WEIGHT = "queue-weight", "Queue weight"
+    DRAIN_NODE = "drain-node", "Drain node"
+    ADVISORY = "advisory", "Advisory"
+
+
+class RecommendationState(models.TextChoices):
+    PROPOSED = "proposed", "Proposed"
+    APPROVED = "approved", "Approved"
+    APPLYING = "applying", "Applying"
+    APPLIED = "applied", "Applied"
+    VERIFIED = "verified", "Verified"
+    ROLLED_BACK = "rolled-back", "Rolled back"
+    FAILED = "failed", "Failed"
+    REJECTED = "rejected", "Rejected"
+    EXPIRED = "expired", "Expired"
+    SUPERSEDED = "superseded", "Superseded"
+
+
+class IncidentState(models.TextChoices):
+    OPEN = "open", "Open"
+    ACKNOWLEDGED = "acknowledged", "Acknowledged"
+    RESOLVED = "resolved", "Resolved"

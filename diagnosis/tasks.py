@@ -1,0 +1,121 @@
+"""Celery tasks: thin wrappers over actions (queues and routing: gpuobs/celery.py).
+
+Beat sends ``run_cycles`` every GPUOBS_CYCLE_SECONDS; it fans out one ``run_cycle`` per enabled
+cluster. ``run_cycle`` holds the cluster's cycle lock while it runs, so two beats, two workers or a
+redelivered message never run one cluster's cycle twice at the same time.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from enum import StrEnum
+from functools import lru_cache
+
+import redis
+from celery import shared_task
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+from redis.exceptions import LockError
+
+from diagnosis import actions
+from diagnosis.models import Cluster
+
+logger = logging.getLogger(__name__)
+
+
+class CycleOutcome(StrEnum):
+    """What ``run_cycle`` did: ran the cycle, or skipped it and why."""
+
+    RAN = "ran"
+    LOCKED = "locked"  # another cycle of this cluster holds the lock
+    NO_CLUSTER = "no-cluster"  # no enabled cluster with this id
+
+
+def cycle_lock_key(cluster_id: int) -> str:
+    return f"gpuobs:cycle:{cluster_id}"
+
+
+@lru_cache(maxsize=4)
+def _redis_client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url)
+
+
+@contextmanager
+def cluster_cycle_lock(cluster_id: int) -> Iterator[bool]:
+    """Try once to take the cycle lock of a cluster; yield whether this caller holds it.
+
+    With ``REDIS_URL`` the lock is a Redis lock (``gpuobs:cycle:<id>``); in the embedded mode it
+    is a lease on the cluster's row, which also holds between processes sharing the SQLite file.
+    Either expires after GPUOBS_CYCLE_LOCK_SECONDS, longer than a cycle may run, so the lock of a
+    killed worker frees itself.
+    """
+    ttl_seconds = settings.GPUOBS_CYCLE_LOCK_SECONDS
+    if settings.REDIS_URL:
+        lock = _redis_client(settings.REDIS_URL).lock(
+            cycle_lock_key(cluster_id), timeout=ttl_seconds, blocking=False
+        )
+        acquired = lock.acquire()
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                try:
+                    lock.release()
+                except LockError:
+                    logger.warning("cycle lock of cluster %s expired before release", cluster_id)
+        return
+
+    holder = uuid.uuid4().hex
+    now = timezone.now()
+    acquired = (
+        Cluster.objects.filter(pk=cluster_id)
+        .filter(Q(cycle_lease_until__isnull=True) | Q(cycle_lease_until__lte=now))
+        .update(cycle_lease_until=now + timedelta(seconds=ttl_seconds), cycle_lease_holder=holder)
+        == 1
+    )
+    try:
+        yield acquired
+    finally:
+        if acquired:
+            Cluster.objects.filter(pk=cluster_id, cycle_lease_holder=holder).update(
+                cycle_lease_until=None, cycle_lease_holder=""
+            )
+
+
+@shared_task(name="diagnosis.tasks.run_cycles")
+def run_cycles() -> list[int]:
+    """Start one cycle per enabled cluster; returns their ids."""
+    cluster_ids = list(Cluster.objects.filter(enabled=True).values_list("pk", flat=True))
+    for cluster_id in cluster_ids:
+        # A cycle still queued when the next fan-out comes is stale: drop it.
+        run_cycle.apply_async((cluster_id,), expires=settings.GPUOBS_CYCLE_SECONDS)
+    return cluster_ids
+
+
+@shared_task(name="diagnosis.tasks.run_cycle")
+def run_cycle(cluster_id: int) -> dict[str, int | str]:
+    """Run one cycle of one cluster unless another is running; says which happened."""
+    cluster = Cluster.objects.filter(pk=cluster_id, enabled=True).first()
+    if cluster is None:
+        outcome = CycleOutcome.NO_CLUSTER
+    else:
+        with cluster_cycle_lock(cluster_id) as acquired:
+            if acquired:
+                actions.run_cluster_cycle(cluster)
+                outcome = CycleOutcome.RAN
+            else:
+                outcome = CycleOutcome.LOCKED
+    if outcome is not CycleOutcome.RAN:
+        logger.info("cycle of cluster %s skipped: %s", cluster_id, outcome)
+    return {"cluster_id": cluster_id, "outcome": str(outcome)}
+
+
+@shared_task(name="diagnosis.tasks.ping")
+def ping() -> str:
+    """Answers "pong": shows that a worker takes tasks and returns results."""
+    return "pong"

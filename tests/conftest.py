@@ -1,0 +1,130 @@
+"""Shared fixtures: the named world of users, builders, real services, and `require_binary`.
+
+The world: ``alice`` is staff and superuser (an admin), ``bob`` a plain viewer. Build more with
+``make_user``; build clusters with ``make_cluster``. Tests run against real PostgreSQL
+(DATABASE_URL) and real Redis (REDIS_URL, db 15); ``make test`` sets both.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.test import Client
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PASSWORD = "correct horse battery staple"
+
+
+def running_in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def require_binary(name: str, install_hint: str) -> str:
+    """The path of a program the test needs; without it, fail under CI=true and skip elsewhere.
+
+    ``install_hint`` is the command that installs it, e.g. ``apt-get install prometheus``; add the
+    package to APT_PACKAGES in .ci/run so CI has it.
+    """
+    path = shutil.which(name)
+    if path:
+        return path
+    message = f"{name} is not installed; install it with: {install_hint}"
+    if running_in_ci():
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """Refuse to run database tests on anything but PostgreSQL, the production database."""
+    engine = settings.DATABASES["default"]["ENGINE"]
+    if engine != "django.db.backends.postgresql":
+        pytest.fail(
+            f"tests need PostgreSQL, not {engine}: run `make test`, or set "
+            "DATABASE_URL=postgres://postgres@127.0.0.1:5432/test",
+            pytrace=False,
+        )
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """The tests' Redis (db 15); a test that needs it fails under CI and skips elsewhere."""
+    if not settings.REDIS_URL:
+        message = "REDIS_URL is not set: run `make test` (it uses redis://127.0.0.1:6379/15)"
+        if running_in_ci():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return settings.REDIS_URL
+
+
+@pytest.fixture
+def celery_eager() -> Iterator[None]:
+    """Run tasks in-process for one test, as the embedded mode does."""
+    from gpuobs import celery_app
+
+    saved = celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates
+    celery_app.conf.task_always_eager = True
+    celery_app.conf.task_eager_propagates = True
+    try:
+        yield
+    finally:
+        celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates = saved
+
+
+@pytest.fixture
+def make_user(db: None) -> Callable[..., User]:
+    def build(username: str, *, staff: bool = False, superuser: bool = False) -> User:
+        return User.objects.create_user(
+            username=username,
+            email=f"{username}@example.org",
+            password=DEFAULT_PASSWORD,
+            is_staff=staff or superuser,
+            is_superuser=superuser,
+        )
+
+    return build
+
+
+@pytest.fixture
+def alice(make_user: Callable[..., User]) -> User:
+    """An administrator: staff and superuser."""
+    return make_user("alice", superuser=True)
+
+
+@pytest.fixture
+def bob(make_user: Callable[..., User]) -> User:
+    """A plain viewer: can log in and read, nothing more."""
+    return make_user("bob")
+
+
+def logged_in_client(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def alice_client(alice: User) -> Client:
+    return logged_in_client(alice)
+
+
+@pytest.fixture
+def bob_client(bob: User) -> Client:
+    return logged_in_client(bob)
+
+
+@pytest.fixture
+def make_cluster(db: None) -> Callable[..., Any]:
+    from diagnosis.models import Cluster
+
+    def build(name: str = "demo", **fields: Any) -> Cluster:
+        return Cluster.objects.create(name=name, **fields)
+
+    return build
