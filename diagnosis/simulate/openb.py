@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from diagnosis.simulate.openb_frag import FragMeasure, typical_pod_shapes
+from diagnosis.simulate.openb_frag import FragMeasure, PodShape, typical_pod_shapes
 from diagnosis.simulate.openb_trace import MILLI_PER_GPU, NodeTable, PodTable
 
 POLICIES = ("random", "bestfit", "packing", "spread", "fgd")
@@ -271,24 +271,38 @@ def _fgd_score(decrease: np.ndarray) -> np.ndarray:
 # --- The replay -------------------------------------------------------------------------------
 
 
-def replay_openb(
+@dataclass(frozen=True)
+class Placement:
+    """The outcome of each arrival step, and the cluster as the last step left it."""
+
+    node: np.ndarray
+    """Node given to the pod at each step; -1 where the pod fitted nowhere."""
+    gpus: tuple[tuple[int, ...], ...]
+    """GPU indices (within the node) given at each step."""
+    allocated_gpu_milli: np.ndarray
+    """GPU milli allocated in the cluster after each step."""
+    frag_gpu_milli: np.ndarray
+    """The cluster's fragmentation (milli-GPU) after each step."""
+    cluster: Cluster
+
+
+def place_pods(
     nodes: NodeTable,
     pods: PodTable,
+    order: np.ndarray,
     policy: str,
+    rng: np.random.Generator,
     *,
-    arrive: float = DEFAULT_ARRIVE,
-    seed: int = 42,
-    shuffle: bool = True,
-) -> ReplayResult:
-    """Replay ``pods`` on ``nodes`` under ``policy``; deterministic for a seed."""
+    shapes: tuple[PodShape, ...] | None = None,
+) -> Placement:
+    """Place ``pods[order]`` one after the other under ``policy``; pods never leave.
+
+    Fragmentation is measured against ``shapes`` (default: the typical shapes of ``pods``).
+    """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
-    if not arrive > 0:
-        raise ValueError("arrive must be positive")
-    rng = np.random.default_rng(seed)
-    capacity = nodes.gpu_capacity_milli
-    order = arrival_order(pods, capacity, arrive, rng, shuffle=shuffle)
-    shapes = typical_pod_shapes(pods)
+    if shapes is None:
+        shapes = typical_pod_shapes(pods)
     cluster = Cluster(nodes, FragMeasure.build(shapes, nodes.gpu_model))
     # Equal scores go to the node first in a random order fixed for the run.
     tie_rank = rng.permutation(len(nodes))
@@ -300,10 +314,10 @@ def replay_openb(
     )
     pod_spec = np.array([spec_index[s] for s in pods.gpu_spec], dtype=np.int64)
 
-    arrived_milli = np.cumsum(pods.total_gpu_milli[order])
+    chosen_node = np.full(len(order), -1, dtype=np.int64)
+    chosen_gpus: list[tuple[int, ...]] = []
     allocated_milli = np.zeros(len(order), dtype=np.int64)
     frag_milli = np.zeros(len(order))
-    placed = 0
     allocated = 0
     for step, index in enumerate(order):
         pod = Pod(
@@ -314,17 +328,50 @@ def replay_openb(
             int(pod_spec[index]),
         )
         candidates = cluster.feasible_nodes(pod, model_allowed[pod.spec_id])
+        gpus: tuple[int, ...] = ()
         if len(candidates):
-            node, gpus = _choose(policy, cluster, candidates, pod, tie_rank, rng)
-            cluster.place(node, pod, gpus)
-            placed += 1
+            node, gpu_array = _choose(policy, cluster, candidates, pod, tie_rank, rng)
+            cluster.place(node, pod, gpu_array)
+            chosen_node[step] = node
+            gpus = tuple(int(g) for g in gpu_array)
             allocated += pod.total_gpu_milli
+        chosen_gpus.append(gpus)
         allocated_milli[step] = allocated
         frag_milli[step] = cluster.node_frag.sum()
+    return Placement(chosen_node, tuple(chosen_gpus), allocated_milli, frag_milli, cluster)
 
-    gpu_capacity_pct = 100.0 / capacity if capacity else 0.0
-    idle = capacity - allocated
-    window = _arrive_window(arrived_milli * gpu_capacity_pct, round(arrive * 100))
+
+def replay_openb(
+    nodes: NodeTable,
+    pods: PodTable,
+    policy: str,
+    *,
+    arrive: float = DEFAULT_ARRIVE,
+    seed: int = 42,
+    shuffle: bool = True,
+) -> ReplayResult:
+    """Replay ``pods`` on ``nodes`` under ``policy`` as the FGD paper does; deterministic for a
+    seed. Figures are taken after the last arrival, and (``*_at_arrive``) as the paper reports
+    them: averaged over the steps at which the GPUs requested so far round to ``arrive`` x 100 %
+    of capacity."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    if not arrive > 0:
+        raise ValueError("arrive must be positive")
+    rng = np.random.default_rng(seed)
+    capacity = nodes.gpu_capacity_milli
+    order = arrival_order(pods, capacity, arrive, rng, shuffle=shuffle)
+    shapes = typical_pod_shapes(pods)
+    placement = place_pods(nodes, pods, order, policy, rng, shapes=shapes)
+
+    per_capacity_pct = 100.0 / capacity if capacity else 0.0
+    arrived_pct = np.cumsum(pods.total_gpu_milli[order]) * per_capacity_pct
+    alloc_pct = placement.allocated_gpu_milli * per_capacity_pct
+    frag_pct = placement.frag_gpu_milli * per_capacity_pct
+    window = _arrive_window(arrived_pct, round(arrive * 100))
+    cluster = placement.cluster
+    placed = int((placement.node >= 0).sum())
+    idle_milli = int(cluster.gpu_free_total.sum())
     return ReplayResult(
         policy=policy,
         seed=seed,
@@ -335,15 +382,15 @@ def replay_openb(
         pods_arrived=len(order),
         pods_placed=placed,
         pods_failed=len(order) - placed,
-        arrived_gpu_pct=_pct(arrived_milli[-1] * gpu_capacity_pct if len(order) else 0.0),
-        gpu_alloc_pct=_pct(allocated * gpu_capacity_pct),
-        frag_gpu_pct=_pct(frag_milli[-1] * gpu_capacity_pct if len(order) else 0.0),
-        frag_of_idle_gpu_pct=_pct(100.0 * frag_milli[-1] / idle if idle and len(order) else 0.0),
-        cpu_alloc_pct=_pct(
-            100.0 * (1 - cluster.cpu_free.sum() / max(int(nodes.cpu_milli.sum()), 1))
+        arrived_gpu_pct=_pct(_last(arrived_pct)),
+        gpu_alloc_pct=_pct(_last(alloc_pct)),
+        frag_gpu_pct=_pct(_last(frag_pct)),
+        frag_of_idle_gpu_pct=_pct(
+            100.0 * _last(placement.frag_gpu_milli) / idle_milli if idle_milli else 0.0
         ),
-        gpu_alloc_pct_at_arrive=_pct(allocated_milli[window].mean() * gpu_capacity_pct),
-        frag_gpu_pct_at_arrive=_pct(frag_milli[window].mean() * gpu_capacity_pct),
+        cpu_alloc_pct=_pct(100.0 * (1 - cluster.cpu_free.sum() / max(nodes.cpu_milli.sum(), 1))),
+        gpu_alloc_pct_at_arrive=_pct(alloc_pct[window].mean() if len(window) else 0.0),
+        frag_gpu_pct_at_arrive=_pct(frag_pct[window].mean() if len(window) else 0.0),
         typical_shapes=len(shapes),
     )
 
@@ -396,8 +443,12 @@ def _arrive_window(arrived_pct: np.ndarray, level: int) -> np.ndarray:
     if not len(window):
         window = np.flatnonzero(np.abs(rounded - level) <= 1)
     if not len(window):
-        window = np.array([len(arrived_pct) - 1])
+        window = np.arange(len(arrived_pct))[-1:]
     return window
+
+
+def _last(values: np.ndarray) -> float:
+    return float(values[-1]) if len(values) else 0.0
 
 
 def _pct(value: float) -> float:
