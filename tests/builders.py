@@ -170,12 +170,15 @@ class SnapshotBuilder:
         partial_since: str | float | None = None,
         tp: int | None = None,
         tflops: float | None = None,
+        started: str | float | None = None,
+        ended: str | float | None = None,
         **gpu_metrics: Any,
     ) -> SnapshotBuilder:
         """Add a job. A running job without an explicit ``allocation`` is bound on ``node`` (or
         ``nodes``, one pod each, cycling) to the lowest GPU indexes not yet taken there. ``bound``
         pods of a pending gang are bound the same way. ``gpu_metrics`` are applied to every GPU
-        of the allocation (see :meth:`gpu`)."""
+        of the allocation (see :meth:`gpu`). ``started`` / ``ended`` (how long before ``as_of``)
+        set those times for a job in any state, e.g. a completed job that overtook another."""
         gang = pods > 1 if gang is None else gang
         job: dict[str, Any] = {
             "id": job_id,
@@ -194,6 +197,10 @@ class SnapshotBuilder:
         }
         if state == "running":
             job["started"] = self.ago(ran if ran is not None else waited)
+        if started is not None:
+            job["started"] = self.ago(started)
+        if ended is not None:
+            job["ended"] = self.ago(ended)
         if partial_since is not None:
             job["partial_since"] = self.ago(partial_since)
         if tp is not None:
