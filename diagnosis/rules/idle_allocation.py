@@ -1,0 +1,192 @@
+"""``idle-allocation``: a running job that holds GPUs it does not use (DESIGN.md section 5)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from diagnosis.rules.base import Judgement, Rule, RuleDoc, Threshold
+from diagnosis.rules.facts import SnapshotFacts
+from diagnosis.snapshot import ClusterSnapshot
+
+NO_START = "running without a start time"
+NO_GPUS = "running without allocated GPUs"
+NO_UTIL = "no utilisation metric on any of its GPUs"
+
+
+def evaluate(
+    snapshot: ClusterSnapshot, thresholds: Mapping[str, Any], facts: SnapshotFacts
+) -> Judgement:
+    min_runtime = thresholds["min_runtime"]
+    max_util = thresholds["max_util"]
+    jobs, not_judged = running_jobs_with_stats(snapshot, facts, min_runtime)
+    util = jobs["util_mean"]
+    not_judged[NO_UTIL] = int(util.isna().sum())
+    idle = jobs[util.notna() & (util < max_util)]
+    if idle.empty:
+        return Judgement((), not_judged)
+
+    per_gpu = gpu_rows(snapshot, facts, idle.index)
+    findings = []
+    for job_id, job in zip(idle.index, idle.to_dict("records"), strict=True):
+        gpus = per_gpu.get(job_id, [])
+        with_util = sum(1 for g in gpus if g["util"] is not None)
+        unhealthy = [g["gpu"] for g in gpus if g["health"] != "ok"]
+        not_ready = sorted({g["gpu"].split("/")[0] for g in gpus if g["node_state"] != "ready"})
+        hours = job["runtime_s"] / 3600
+        summary = (
+            f"Job {job_id} ({job['tenant']}) holds {int(job['gpus'])} GPU(s) at "
+            f"{job['util_mean']:.1%} mean utilisation (< {max_util:.0%}) after {hours:.1f} h."
+        )
+        if unhealthy or not_ready:
+            summary += " Some of its GPUs are unhealthy or on nodes that are not ready."
+        evidence = {
+            "job": job_id,
+            "tenant": job["tenant"],
+            "queue": job["queue"],
+            "pool": job["pool"],
+            "kind": job["kind"],
+            "runtime_s": int(job["runtime_s"]),
+            "gpus": int(job["gpus"]),
+            "gpus_with_util": with_util,
+            "util_mean": _num(job["util_mean"]),
+            "fb_used_frac_mean": _num(job["fb_used_frac_mean"]),
+            "max_util": max_util,
+            "per_gpu": [
+                {"gpu": g["gpu"], "util": g["util"], "fb_used_frac": g["fb_used_frac"]}
+                for g in gpus
+            ],
+            "unhealthy_gpus": unhealthy,
+            "nodes_not_ready": not_ready,
+        }
+        findings.append(RULE.finding(f"job:{job_id}", summary, evidence))
+    return Judgement(tuple(findings), not_judged)
+
+
+def running_jobs_with_stats(
+    snapshot: ClusterSnapshot,
+    facts: SnapshotFacts,
+    min_runtime: float,
+    *,
+    kind: str | None = None,
+) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Running jobs (of ``kind``, when given) started at least ``min_runtime`` seconds before
+    ``as_of``, joined with :attr:`SnapshotFacts.job_gpu_stats` and a ``runtime_s`` column; plus
+    the not-judged counts for running jobs without a start time or without allocated GPUs."""
+    jobs = snapshot.jobs
+    running = jobs[jobs["state"] == "running"]
+    if kind is not None:
+        running = running[running["kind"] == kind]
+    no_start = running["started"].isna()
+    runtime = (snapshot.as_of - running["started"]).dt.total_seconds()
+    old_enough = running[~no_start & (runtime >= min_runtime)]
+    stats = facts.job_gpu_stats
+    has_gpus = old_enough.index.isin(stats.index)
+    gpu_jobs = old_enough["gpus_per_pod"] > 0
+    not_judged = {
+        NO_START: int((no_start & (running["gpus_per_pod"] > 0)).sum()),
+        NO_GPUS: int((~has_gpus & gpu_jobs).sum()),
+    }
+    judged = old_enough[has_gpus]
+    joined = judged.join(stats, how="inner", rsuffix="_stats")
+    joined["runtime_s"] = runtime.reindex(joined.index)
+    return joined, not_judged
+
+
+def gpu_rows(
+    snapshot: ClusterSnapshot, facts: SnapshotFacts, job_ids: pd.Index
+) -> dict[str, list[dict[str, Any]]]:
+    """Per job (of ``job_ids``): its GPUs in allocation order with util, fb used, health and
+    node state, ready for evidence."""
+    alloc = snapshot.allocations
+    alloc = alloc[alloc["job"].isin(job_ids)].sort_values(["job", "order"])
+    state = facts.gpu_state[
+        ["node", "index", "util_mean", "fb_used_frac_mean", "health", "node_state"]
+    ]
+    rows = alloc.merge(state, on=["node", "index"], how="left")
+    out: dict[str, list[dict[str, Any]]] = {}
+    for job, node, index, util, fb, health, node_state in zip(
+        rows["job"],
+        rows["node"],
+        rows["index"],
+        rows["util_mean"],
+        rows["fb_used_frac_mean"],
+        rows["health"],
+        rows["node_state"],
+        strict=True,
+    ):
+        out.setdefault(job, []).append(
+            {
+                "gpu": f"{node}/{int(index)}",
+                "util": _num(util),
+                "fb_used_frac": _num(fb),
+                "health": health,
+                "node_state": node_state,
+            }
+        )
+    return out
+
+
+def _num(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+RULE = Rule(
+    id="idle-allocation",
+    title="GPUs allocated but idle",
+    severity="warning",
+    subject_kind="job",
+    thresholds=(
+        Threshold(
+            "min_runtime",
+            1800,
+            "only jobs started at least this long ago are judged",
+            unit="s",
+        ),
+        Threshold(
+            "max_util",
+            0.05,
+            "fires when the mean util.mean of the job's GPUs is below this",
+            unit="fraction",
+            maximum=1.0,
+        ),
+    ),
+    doc=RuleDoc(
+        detects=(
+            "A running job started at least `min_runtime` ago whose GPUs' mean utilisation "
+            "(the mean over its GPUs of their window `util.mean`) is below `max_util`. GPUs "
+            "without a utilisation reading are left out of the mean; a job none of whose GPUs "
+            "has one is not judged (counted under *not judged*), never called idle or healthy."
+        ),
+        why=(
+            "An idle allocation holds GPUs other jobs are waiting for: every hour of it is a "
+            "GPU-hour in the `allocated-idle` bucket of the breakdown. Typical causes: a "
+            "notebook or debugging session left open, a job hung on a collective or on I/O, a "
+            "service scaled for a peak that is not there."
+        ),
+        fix=(
+            "Ask the owner (tenant in the evidence) whether the job is still needed; stop or "
+            "shrink it, or give interactive sessions an idle timeout. If the job should be "
+            "busy, check its logs for a hang (NCCL timeout, stuck data loader). Unhealthy GPUs "
+            "or nodes that are not ready in the evidence point at a hardware cause instead."
+        ),
+        evidence=(
+            "`util_mean`, `fb_used_frac_mean`, `runtime_s`, `gpus`, `gpus_with_util`, "
+            "`per_gpu` (each GPU's `util` and `fb_used_frac`, null when not reported), "
+            "`unhealthy_gpus`, `nodes_not_ready`, the job's `tenant`, `queue`, `pool`, `kind`."
+        ),
+        references=(
+            "DESIGN.md section 5 (`idle-allocation`) and section 6 (`allocated-idle` bucket)",
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE / DCGM_FI_DEV_GPU_UTIL (dcgm-exporter)",
+        ),
+    ),
+    evaluate=evaluate,
+    for_s=600,
+    keep_firing_for_s=300,
+)

@@ -1,0 +1,201 @@
+"""``xid``: a GPU reported an Xid error in the window (DESIGN.md section 5)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from diagnosis import xid_catalog
+from diagnosis.rules.base import Judgement, Rule, RuleDoc
+from diagnosis.rules.facts import SnapshotFacts
+from diagnosis.snapshot import ClusterSnapshot, format_time
+
+
+def evaluate(
+    snapshot: ClusterSnapshot, thresholds: Mapping[str, Any], facts: SnapshotFacts
+) -> Judgement:
+    xids = snapshot.xids
+    in_window = xids[(xids["time"] >= snapshot.window_start) & (xids["time"] <= snapshot.as_of)]
+    if in_window.empty:
+        return Judgement()
+
+    per_code = (
+        in_window.groupby(["node", "index", "code"], sort=True)["time"]
+        .agg(["size", "min", "max"])
+        .reset_index()
+    )
+    gpus = per_code[["node", "index"]].drop_duplicates()
+    state = facts.gpu_state.set_index(["node", "index"])
+    keys = pd.MultiIndex.from_frame(gpus)
+    holder = state["job"].reindex(keys)
+    context = {
+        "job": holder.to_numpy(),
+        "health": state["health"].reindex(keys).to_numpy(),
+        "node_state": state["node_state"].reindex(keys).to_numpy(),
+    }
+    jobs = snapshot.jobs
+
+    codes_by_gpu: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for node, index, code, count, first, last in zip(
+        per_code["node"],
+        per_code["index"],
+        per_code["code"],
+        per_code["size"],
+        per_code["min"],
+        per_code["max"],
+        strict=True,
+    ):
+        info = xid_catalog.lookup(int(code))
+        codes_by_gpu.setdefault((node, int(index)), []).append(
+            {
+                **info.as_dict(),
+                "count": int(count),
+                "first": format_time(first),
+                "last": format_time(last),
+            }
+        )
+
+    findings = []
+    for (node, index), job_id, health, node_state in zip(
+        zip(gpus["node"], gpus["index"], strict=True),
+        context["job"],
+        context["health"],
+        context["node_state"],
+        strict=True,
+    ):
+        codes = codes_by_gpu[(node, int(index))]
+        critical = [c["code"] for c in codes if c["severity"] == "critical"]
+        job_list, tenants = _holders(jobs, job_id)
+        names = ", ".join(
+            f"Xid {c['code']} ({c['meaning'].rstrip('.')})"
+            + (f" x{c['count']}" if c["count"] > 1 else "")
+            for c in codes
+        )
+        worst = min(codes, key=_urgency)
+        who = (
+            f"job {job_list[0]['id']} ({job_list[0]['tenant']}) is on it"
+            if job_list
+            else "no job holds it now"
+        )
+        summary = (
+            f"GPU {node}/{int(index)} reported {names} in the last {_duration(snapshot.window_s)}; "
+            f"action: {worst['action']}; {who}."
+        )
+        evidence = {
+            "node": node,
+            "index": int(index),
+            "codes": codes,
+            "critical_codes": critical,
+            "xid_count": sum(c["count"] for c in codes),
+            "action": worst["action"],
+            "action_text": worst["action_text"],
+            "jobs": job_list,
+            "tenants": tenants,
+            "gpu_free": not job_list,
+            "gpu_health": health,
+            "node_state": node_state,
+            "window_start": format_time(snapshot.window_start),
+            "window_end": format_time(snapshot.as_of),
+            "catalog": "NVIDIA Xid catalog (docs.nvidia.com/deploy/xid-errors) via leptonai/gpud",
+        }
+        findings.append(
+            RULE.finding(
+                f"gpu:{node}/{int(index)}",
+                summary,
+                evidence,
+                severity="critical" if critical else "warning",
+            )
+        )
+    return Judgement(tuple(findings))
+
+
+# Which code's action leads when a GPU reported several: the most disruptive first.
+ACTION_URGENCY = (
+    "service",
+    "reboot-node",
+    "check-hardware",
+    "reset-gpu",
+    "restart-app",
+    "check-app",
+    "check-other-xids",
+    "check-recovery-action",
+    "update-software",
+    "check-docs",
+    "none",
+)
+
+
+def _urgency(code: Mapping[str, Any]) -> tuple[int, int, int]:
+    action = code["action"]
+    rank = ACTION_URGENCY.index(action) if action in ACTION_URGENCY else len(ACTION_URGENCY)
+    return (code["severity"] != "critical", rank, code["code"])
+
+
+def _duration(seconds: int) -> str:
+    return f"{seconds // 60} min" if seconds % 60 == 0 else f"{seconds} s"
+
+
+def _holders(jobs: pd.DataFrame, job_id: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """The job holding the GPU (as a list: at most one job holds a GPU) and its tenant."""
+    if not isinstance(job_id, str) or job_id not in jobs.index:
+        return [], []
+    job = jobs.loc[job_id]
+    entry = {
+        "id": job_id,
+        "tenant": job["tenant"],
+        "queue": job["queue"],
+        "state": job["state"],
+        "kind": job["kind"],
+    }
+    return [entry], [job["tenant"]] if job["tenant"] is not None else []
+
+
+RULE = Rule(
+    id="xid",
+    title="GPU reported an Xid error",
+    severity="warning",
+    subject_kind="gpu",
+    thresholds=(),
+    doc=RuleDoc(
+        detects=(
+            "A GPU that reported at least one Xid error with a time in the window "
+            "`[as_of - window_s, as_of]` (both ends included; Xids outside it are ignored). "
+            "One finding per GPU, listing every code seen. Severity is critical when any of "
+            "the codes is critical in gpuobs's Xid catalog (NVIDIA's recommended action needs "
+            "a GPU reset, a node reboot or service, e.g. 48, 62, 64, 74, 79, 95, 119, 120), "
+            "warning otherwise (e.g. the application-level 13, 31, 43)."
+        ),
+        why=(
+            "Xids are the NVIDIA driver's error reports. Critical ones mean the GPU is, or "
+            "soon will be, unusable: every job scheduled onto it fails until it is reset or "
+            "repaired, and a gang job on it stalls all its other GPUs. Application-level Xids "
+            "usually point at a bug in the job, not at the hardware, unless they repeat."
+        ),
+        fix=(
+            "Follow the `action` of the most severe code: `reset-gpu`, `reboot-node`, "
+            "`service` and `check-hardware` need the node cordoned and drained first (the "
+            "`drain-node` recommendation does this), then the reset / reboot / RMA. For "
+            "`restart-app`, tell the job's owner (jobs and tenants in the evidence); if the "
+            "same application-level Xid repeats on one GPU with different jobs, treat it as "
+            "hardware and run DCGM diagnostics (`dcgmi diag -r 3`). See docs/xid.md."
+        ),
+        evidence=(
+            "`codes` (per code: `count`, `first`, `last`, `name`, `meaning`, `action`, "
+            "`action_text`, NVIDIA's `nvidia_immediate` / `nvidia_investigatory` buckets, "
+            "`app_level`, `severity`, `known`), `critical_codes`, `action` / `action_text` of "
+            "the most severe code, `jobs` (id, tenant, queue, state, kind) and `tenants` on "
+            "that GPU, `gpu_free` when no job holds it now, `gpu_health`, `node_state`, and "
+            "the window."
+        ),
+        references=(
+            "DESIGN.md section 5 (`xid`) and section 8.1 (`drain-node`)",
+            "NVIDIA, Xid Errors: https://docs.nvidia.com/deploy/xid-errors/",
+            "gpuobs Xid catalog: docs/xid.md (from leptonai/gpud's copy of NVIDIA's catalog)",
+        ),
+    ),
+    evaluate=evaluate,
+    for_s=0,
+    keep_firing_for_s=0,
+)
