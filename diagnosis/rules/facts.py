@@ -6,6 +6,7 @@ and cached, so a rule pays only for what it reads.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -293,11 +294,14 @@ class SnapshotFacts:
         Whether every member of a set D would be placeable on free GPUs plus the GPUs held by
         the other members of D is monotone in D, so the largest such set is found by starting
         from all candidates and dropping, round by round, every member that would not fit
-        (per node: ``free(n) + held by the others of D on n``), until nothing changes. That
-        set is split into connected parts: a member is linked to the holders of every node on
-        which the others' GPUs would give it room for a pod. Each part is itself such a set
-        (a member only ever gains from holders it is linked to), so unrelated deadlocks in one
-        pool are reported separately. Parts of >= 2 gangs are deadlocks.
+        (per node: ``free(n) + held by the others of D on n``), until nothing changes.
+
+        That set is then split so that unrelated deadlocks in one pool are reported apart:
+        gangs holding GPUs on a common node start in one part; a part in which some member
+        would not fit with the GPUs of its own part is merged with the parts holding GPUs on
+        the nodes where that member would find room for a pod, until every part is a
+        deadlock on its own. (Merging ends at the largest set at worst, which is one.) Parts
+        of >= 2 gangs are reported.
 
         Returns the sets as sorted tuples of job ids, in sorted order. Cached per threshold.
         """
@@ -344,66 +348,123 @@ def _deadlocks_in_scope(
     ``held`` has one row per (candidate, node of the scope) with the GPUs it holds there.
     """
     ids = group.index.to_numpy()
-    member_of = {job: i for i, job in enumerate(ids)}
-    size = group["gpus_per_pod"].to_numpy().astype(np.int64)
-    missing = group["missing_pods"].to_numpy().astype(np.int64)
-    h_member = held["job"].map(member_of).to_numpy().astype(np.int64)
-    h_pos = held["pos"].to_numpy().astype(np.int64)
-    h_gpus = held["gpus"].to_numpy().astype(np.int64)
-    scope_free = np.where(scope, free, 0)
+    holdings = _Holdings(
+        size=group["gpus_per_pod"].to_numpy().astype(np.int64),
+        missing=group["missing_pods"].to_numpy().astype(np.int64),
+        member=held["job"].map({job: i for i, job in enumerate(ids)}).to_numpy().astype(np.int64),
+        pos=held["pos"].to_numpy().astype(np.int64),
+        gpus=held["gpus"].to_numpy().astype(np.int64),
+        free=np.where(scope, free, 0),
+        scope=scope,
+    )
+    # The largest set: drop whoever would not fit with the others' GPUs until nobody drops.
     alive = np.ones(len(ids), bool)
     while True:
-        rows = alive[h_member]
-        available = scope_free.copy()
-        np.add.at(available, h_pos[rows], h_gpus[rows])
-        available_in_scope = available[scope]
-        slots = np.zeros(len(ids), dtype=np.int64)
-        for s in np.unique(size[alive]):
-            if s <= 0:
-                slots[alive & (size == s)] = np.iinfo(np.int64).max
-                continue
-            slots[alive & (size == s)] = np.floor_divide(available_in_scope, s).sum()
-        # A member cannot count its own GPUs: take them back out, node by node.
-        m, pos, gpus = h_member[rows], h_pos[rows], h_gpus[rows]
-        s = np.maximum(size[m], 1)
-        loss = np.floor_divide(available[pos], s) - np.floor_divide(available[pos] - gpus, s)
-        np.subtract.at(slots, m, loss)
-        fits = alive & (slots >= missing)
+        fits = alive & holdings.fits(alive)
+        if alive.sum() < 2:
+            return []
         if (fits == alive).all():
             break
         alive = fits
-        if alive.sum() < 2:
-            return []
-    # Split into connected parts: on a node where others hold GPUs, a member that would find
-    # room for one of its pods there is linked to all of that node's holders.
-    parent = list(range(len(ids)))
+    # Split it: start from the gangs that hold GPUs on a common node, and merge a part that is
+    # not a deadlock on its own with the parts holding GPUs on nodes its members could use.
+    parts = _Parts(len(ids))
+    for same_node in holdings.holders_by_node(alive):
+        parts.join(same_node)
+    while True:
+        merged = False
+        for part in parts.of(alive):
+            mask = np.zeros(len(ids), bool)
+            mask[part] = True
+            stuck = mask & ~holdings.fits(mask)
+            if stuck.any():
+                parts.join([part[0], *holdings.helpers(np.flatnonzero(stuck), alive)])
+                merged = True
+                break
+        if not merged:
+            break
+    found = [tuple(sorted(str(ids[i]) for i in part)) for part in parts.of(alive)]
+    return [part for part in found if len(part) >= 2]
 
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
+
+@dataclass(frozen=True)
+class _Holdings:
+    """Partial gangs of one scope: pod ``size`` and ``missing`` pods per member, and what they
+    hold (``member``, node ``pos``, ``gpus`` per row); ``free`` GPUs per node (0 off scope)."""
+
+    size: np.ndarray
+    missing: np.ndarray
+    member: np.ndarray
+    pos: np.ndarray
+    gpus: np.ndarray
+    free: np.ndarray
+    scope: np.ndarray
+
+    def available(self, mask: np.ndarray) -> np.ndarray:
+        """Per node: free GPUs plus the GPUs held by the members in ``mask``."""
+        rows = mask[self.member]
+        available = self.free.copy()
+        np.add.at(available, self.pos[rows], self.gpus[rows])
+        return available
+
+    def fits(self, mask: np.ndarray) -> np.ndarray:
+        """Whether each member's missing pods would be placeable on the free GPUs plus the
+        GPUs held by the *other* members in ``mask``."""
+        available = self.available(mask)
+        in_scope = available[self.scope]
+        slots = np.zeros(len(self.size), dtype=np.int64)
+        for s in np.unique(self.size):
+            if s > 0:
+                slots[self.size == s] = np.floor_divide(in_scope, s).sum()
+        # A member in the mask cannot count its own GPUs: take them back out, node by node.
+        rows = mask[self.member]
+        m, pos, gpus = self.member[rows], self.pos[rows], self.gpus[rows]
+        s = np.maximum(self.size[m], 1)
+        loss = np.floor_divide(available[pos], s) - np.floor_divide(available[pos] - gpus, s)
+        np.subtract.at(slots, m, loss)
+        return (slots >= self.missing) | (self.size <= 0)
+
+    def holders_by_node(self, mask: np.ndarray) -> list[list[int]]:
+        rows = mask[self.member]
+        by_node: dict[int, list[int]] = {}
+        for m, pos in zip(self.member[rows].tolist(), self.pos[rows].tolist(), strict=True):
+            by_node.setdefault(pos, []).append(m)
+        return list(by_node.values())
+
+    def helpers(self, members: np.ndarray, mask: np.ndarray) -> list[int]:
+        """The members in ``mask`` holding GPUs on a node where one of ``members`` would find
+        room for a pod with the GPUs of the others in ``mask``."""
+        available = self.available(mask)
+        rows = mask[self.member]
+        m, pos, gpus = self.member[rows], self.pos[rows], self.gpus[rows]
+        found: set[int] = set()
+        for needy in members.tolist():
+            own = np.zeros(len(available), dtype=np.int64)
+            mine = m == needy
+            own[pos[mine]] = gpus[mine]
+            room = (available - own)[pos] >= self.size[needy]
+            found.update(m[room & ~mine].tolist())
+        return sorted(found)
+
+
+class _Parts:
+    """Union-find over member numbers."""
+
+    def __init__(self, count: int) -> None:
+        self.parent = list(range(count))
+
+    def root(self, i: int) -> int:
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
         return i
 
-    rows = alive[h_member]
-    m, pos, gpus = h_member[rows], h_pos[rows], h_gpus[rows]
-    available = scope_free.copy()
-    np.add.at(available, pos, gpus)
-    alive_ids = np.flatnonzero(alive)
-    order = np.argsort(pos, kind="stable")
-    m, pos, gpus = m[order], pos[order], gpus[order]
-    starts = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1]])
-    ends = np.r_[starts[1:], len(pos)]
-    for start, end in zip(starts, ends, strict=True):
-        node_total = available[pos[start]]
-        holders = m[start:end]
-        own = np.zeros(len(ids), dtype=np.int64)
-        own[holders] = gpus[start:end]
-        others = (node_total - scope_free[pos[start]]) - own
-        room = (node_total - own) >= size
-        linked = alive_ids[(room & (others > 0))[alive_ids]]
-        for job in (*linked.tolist(), *holders.tolist()):
-            parent[root(job)] = root(int(holders[0]))
-    parts: dict[int, list[str]] = {}
-    for i in alive_ids.tolist():
-        parts.setdefault(root(i), []).append(str(ids[i]))
-    return [tuple(sorted(part)) for part in parts.values() if len(part) >= 2]
+    def join(self, members: list[int]) -> None:
+        for other in members[1:]:
+            self.parent[self.root(other)] = self.root(members[0])
+
+    def of(self, mask: np.ndarray) -> list[list[int]]:
+        parts: dict[int, list[int]] = {}
+        for i in np.flatnonzero(mask).tolist():
+            parts.setdefault(self.root(i), []).append(i)
+        return list(parts.values())
