@@ -8,7 +8,12 @@ from typing import Any
 
 from diagnosis.rules.base import Judgement, Rule, RuleDoc, Threshold
 from diagnosis.rules.facts import SnapshotFacts
-from diagnosis.rules.idle_allocation import NO_UTIL, running_jobs_with_stats
+from diagnosis.rules.idle_allocation import (
+    NO_UTIL,
+    at_least,
+    below,
+    running_jobs_with_stats,
+)
 from diagnosis.snapshot import ClusterSnapshot
 
 NO_FB = "no framebuffer-used metric on any of its GPUs"
@@ -21,17 +26,17 @@ def evaluate(
     jobs, not_judged = running_jobs_with_stats(snapshot, facts, thresholds["min_runtime"])
     util = jobs["util_mean"]
     not_judged[NO_UTIL] = int(util.isna().sum())
-    in_band = (util >= thresholds["min_util"]) & (util < thresholds["max_util"])
+    in_band = at_least(util, thresholds["min_util"]) & below(util, thresholds["max_util"])
     band = jobs[in_band]
 
     fb = band["fb_used_frac_mean"]
     not_judged[NO_FB] = int(fb.isna().sum())
-    loaded = band[fb >= thresholds["min_fb_used"]]
+    loaded = band[at_least(fb, thresholds["min_fb_used"])]
 
     spread = loaded["util_spread"]
     host_cpu = loaded["host_cpu_max"]
-    bursty = spread >= thresholds["min_burst_spread"]
-    cpu_bound = host_cpu >= thresholds["min_host_cpu"]
+    bursty = at_least(spread, thresholds["min_burst_spread"])
+    cpu_bound = at_least(host_cpu, thresholds["min_host_cpu"])
     fires = bursty | cpu_bound
     # Neither trigger is true, but one of them could not be checked: it might have fired.
     unknown = ~fires & (spread.isna() | host_cpu.isna())

@@ -16,6 +16,20 @@ NO_START = "running without a start time"
 NO_GPUS = "running without allocated GPUs"
 NO_UTIL = "no utilisation metric on any of its GPUs"
 
+# Fractions are compared with this tolerance, so that a value equal to a threshold up to float
+# rounding (a mean of 0.05s, a p90 - p10 of 0.7 - 0.2) counts as equal to it.
+EPS = 1e-9
+
+
+def at_least(values: Any, threshold: float) -> Any:
+    """``values >= threshold`` up to :data:`EPS` (NaN is never at least anything)."""
+    return values >= threshold - EPS
+
+
+def below(values: Any, threshold: float) -> Any:
+    """``values < threshold`` up to :data:`EPS` (NaN is never below anything)."""
+    return values < threshold - EPS
+
 
 def evaluate(
     snapshot: ClusterSnapshot, thresholds: Mapping[str, Any], facts: SnapshotFacts
@@ -25,7 +39,7 @@ def evaluate(
     jobs, not_judged = running_jobs_with_stats(snapshot, facts, min_runtime)
     util = jobs["util_mean"]
     not_judged[NO_UTIL] = int(util.isna().sum())
-    idle = jobs[util.notna() & (util < max_util)]
+    idle = jobs[below(util, max_util)]
     if idle.empty:
         return Judgement((), not_judged)
 
@@ -91,7 +105,7 @@ def running_jobs_with_stats(
         NO_GPUS: int((~has_gpus & gpu_jobs).sum()),
     }
     judged = old_enough[has_gpus]
-    joined = judged.join(stats, how="inner", rsuffix="_stats")
+    joined = judged.join(stats, how="inner")
     joined["runtime_s"] = runtime.reindex(joined.index)
     return joined, not_judged
 

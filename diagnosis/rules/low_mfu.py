@@ -12,7 +12,12 @@ import pandas as pd
 
 from diagnosis.rules.base import Judgement, Rule, RuleDoc, Threshold
 from diagnosis.rules.facts import SnapshotFacts
-from diagnosis.rules.idle_allocation import NO_UTIL, running_jobs_with_stats
+from diagnosis.rules.idle_allocation import (
+    NO_UTIL,
+    at_least,
+    below,
+    running_jobs_with_stats,
+)
 from diagnosis.snapshot import ClusterSnapshot
 
 REPORTED = "reported_tflops"
@@ -29,7 +34,7 @@ def evaluate(
     )
     util = jobs["util_mean"]
     not_judged[NO_UTIL] = int(util.isna().sum())
-    busy = jobs[util >= thresholds["min_util"]].copy()
+    busy = jobs[at_least(util, thresholds["min_util"])].copy()
 
     busy["peak_tflops"] = _peak_per_job(snapshot, facts, busy.index)
     tflops = busy["achieved_tflops_per_gpu"]
@@ -41,7 +46,7 @@ def evaluate(
     not_judged[NO_PEAK] = int((~reported & ~proxy & tflops.notna()).sum())
     not_judged[NO_MFU] = int((~reported & ~proxy & tflops.isna()).sum())
 
-    low = busy[(reported | proxy) & (busy["mfu"] < thresholds["min_mfu"])]
+    low = busy[(reported | proxy) & below(busy["mfu"], thresholds["min_mfu"])]
     models = _models_per_job(snapshot, low.index)
     findings = []
     for job_id, job in zip(low.index, low.to_dict("records"), strict=True):

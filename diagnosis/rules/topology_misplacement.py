@@ -331,7 +331,9 @@ def _finding(
             f"of {int(max_domain[node])} GPUs)."
         )
     if spread["spread"]:
-        phrases.append(f"{int(spread['nodes'])} nodes used where {int(spread['min_nodes'])} do")
+        phrases.append(
+            f"{int(spread['nodes'])} nodes used where {int(spread['min_nodes'])} would do"
+        )
         better.append(
             f"Pack the {int(spread['pods'])} pod(s) onto {int(spread['min_nodes'])} node(s) "
             f"({int(spread['pods_per_node'])} per node) instead of {int(spread['nodes'])}."

@@ -1,0 +1,257 @@
+"""``topology-misplacement``: TP groups, pods and jobs placed across NVLink / NUMA / nodes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from diagnosis.rules.facts import SnapshotFacts
+from diagnosis.rules.topology_misplacement import NUMA_UNKNOWN, RULE
+from tests.builders import SnapshotBuilder
+
+TWO_DOMAINS = [[0, 1, 2, 3], [4, 5, 6, 7]]
+ONE_DOMAIN = [list(range(8))]
+SPLIT_NUMA = [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def judge(snap):
+    judgement = RULE.evaluate(snap, RULE.resolve(), SnapshotFacts(snap))
+    for finding in judgement.findings:
+        json.dumps(finding.as_dict(), allow_nan=False)
+    return judgement
+
+
+def one(snap):
+    (finding,) = judge(snap).findings
+    return finding
+
+
+def node(builder, name, *, domains=ONE_DOMAIN, numa=None, gpus=8):
+    return builder.node(name, gpus=gpus, nvlink_domains=domains, numa=numa)
+
+
+# -- (a) TP groups ------------------------------------------------------------------------------
+
+
+def test_tp_group_across_nodes():
+    builder = SnapshotBuilder()
+    node(builder, "n1")
+    node(builder, "n2")
+    snap = builder.job(
+        "j1", pods=2, gpus_per_pod=4, tp=8, allocation=[("n1", [0, 1, 2, 3]), ("n2", [0, 1, 2, 3])]
+    ).build()
+    finding = one(snap)
+    assert finding.subject == "job:j1"
+    assert finding.severity == "warning"
+    assert finding.evidence["kind"] == "tp-cross-node"
+    assert finding.evidence["kinds"] == ["tp-cross-node", "spread-across-nodes"]
+    assert finding.evidence["tp_groups_crossing"][0]["nodes"] == ["n1", "n2"]
+    assert finding.evidence["allocation"] == {"n1": [0, 1, 2, 3], "n2": [0, 1, 2, 3]}
+
+
+def test_tp_groups_follow_allocation_order_across_nvlink_domains():
+    builder = SnapshotBuilder()
+    node(builder, "n1", domains=TWO_DOMAINS)
+    snap = builder.job("j1", gpus_per_pod=8, tp=4, allocation=[("n1", [0, 4, 1, 5, 2, 6, 3, 7])])
+    finding = one(snap.build())
+    assert finding.evidence["kinds"] == ["tp-cross-nvlink"]
+    assert finding.evidence["tp_groups"] == 2
+    assert finding.evidence["tp_groups_crossing_count"] == 2
+    assert finding.evidence["tp_groups_crossing"][0]["gpus"] == [
+        "n1/0",
+        "n1/4",
+        "n1/1",
+        "n1/5",
+    ]
+    assert "TP groups of 4 within one NVLink domain" in finding.evidence["better_placement"]
+
+
+def test_tp_groups_in_domain_order_are_fine():
+    builder = SnapshotBuilder()
+    node(builder, "n1", domains=TWO_DOMAINS)
+    snap = builder.job("j1", gpus_per_pod=8, tp=4, allocation=[("n1", [0, 1, 2, 3, 4, 5, 6, 7])])
+    assert not judge(snap.build()).findings
+
+
+def test_tp_given_but_job_in_one_nvlink_domain_is_fine():
+    builder = SnapshotBuilder()
+    node(builder, "n1")
+    assert not judge(builder.job("j1", gpus_per_pod=8, tp=8, node="n1").build()).findings
+
+
+def test_tp_larger_than_any_domain_says_no_placement_keeps_it_inside():
+    builder = SnapshotBuilder()
+    node(builder, "n1", domains=TWO_DOMAINS)
+    finding = one(builder.job("j1", gpus_per_pod=8, tp=8, node="n1").build())
+    assert finding.evidence["kinds"] == ["tp-cross-nvlink"]
+    assert "larger than the biggest NVLink domain" in finding.evidence["better_placement"]
+
+
+def test_tp_on_pcie_only_gpus_spans_domains():
+    builder = SnapshotBuilder()
+    node(builder, "n1", domains=None)  # PCIe only: every GPU is its own domain
+    finding = one(builder.job("j1", gpus_per_pod=2, tp=2, node="n1").build())
+    assert finding.evidence["kinds"] == ["tp-cross-nvlink"]
+
+
+# -- (b) pods across NVLink domains -------------------------------------------------------------
+
+
+def test_pod_across_domains_when_one_domain_could_hold_it():
+    builder = SnapshotBuilder()
+    node(builder, "n1", domains=TWO_DOMAINS)
+    finding = one(builder.job("j1", gpus_per_pod=2, allocation=[("n1", [3, 4])]).build())
+    assert finding.severity == "warning"
+    assert finding.evidence["kinds"] == ["pod-cross-nvlink"]
+    assert finding.evidence["pods_crossing_nvlink"][0]["node"] == "n1"
+    assert [g["nvlink_domain"] for g in finding.evidence["pods_crossing_nvlink"][0]["gpus"]] == [
+        0,
+        1,
+    ]
+
+
+def test_pod_inside_one_domain_is_fine():
+    builder = SnapshotBuilder()
+    node(builder, "n1", domains=TWO_DOMAINS)
+    assert not judge(
+        builder.job("j1", gpus_per_pod=2, allocation=[("n1", [2, 3])]).build()
+    ).findings
+
+
+def test_busy_gpus_of_the_domain_still_count():
+    builder = SnapshotBuilder()
+    node(builder, "n1", domains=TWO_DOMAINS)
+    builder.job("other", gpus_per_pod=6, allocation=[("n1", [0, 1, 2, 5, 6, 7])])
+    snap = builder.job("j1", gpus_per_pod=2, allocation=[("n1", [3, 4])]).build()
+    (finding,) = [f for f in judge(snap).findings if f.subject == "job:j1"]
+    assert finding.evidence["kinds"] == ["pod-cross-nvlink"]
+
+
+def test_pod_larger_than_every_domain_is_not_blamed():
+    builder = SnapshotBuilder()
+    node(builder, "n1", domains=TWO_DOMAINS)
+    assert not judge(builder.job("j1", gpus_per_pod=8, node="n1").build()).findings
+
+
+def test_pcie_only_node_with_two_gpu_pod_is_fine():
+    builder = SnapshotBuilder()
+    node(builder, "n1", domains=None)
+    assert not judge(builder.job("j1", gpus_per_pod=2, node="n1").build()).findings
+
+
+# -- (c) spread across nodes --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pods", "nodes", "fires"),
+    [
+        (2, ["n1", "n2"], True),  # 2 pods of 4 fit one 8-GPU node
+        (2, ["n1"], False),
+        (3, ["n1", "n2"], False),  # ceil(3 / 2) = 2
+        (3, ["n1", "n2", "n3"], True),
+    ],
+)
+def test_spread_across_more_nodes_than_needed(pods, nodes, fires):
+    builder = SnapshotBuilder()
+    for name in ("n1", "n2", "n3"):
+        node(builder, name)
+    snap = builder.job("j1", pods=pods, gpus_per_pod=4, nodes=nodes).build()
+    findings = judge(snap).findings
+    assert bool(findings) is fires
+    if fires:
+        assert findings[0].severity == "info"
+        assert findings[0].evidence["kinds"] == ["spread-across-nodes"]
+        assert findings[0].evidence["min_nodes"] == -(-pods // 2)
+        assert "Pack the" in findings[0].evidence["better_placement"]
+
+
+def test_spread_of_mixed_node_sizes_uses_the_largest_node():
+    builder = SnapshotBuilder()
+    node(builder, "big", gpus=8)
+    node(builder, "small", gpus=4, domains=[[0, 1, 2, 3]])
+    finding = one(builder.job("j1", pods=2, gpus_per_pod=4, nodes=["big", "small"]).build())
+    assert finding.evidence["gpus_per_node"] == 8
+    assert finding.evidence["min_nodes"] == 1
+
+
+def test_whole_node_pods_on_separate_nodes_are_fine():
+    builder = SnapshotBuilder()
+    node(builder, "n1")
+    node(builder, "n2")
+    snap = builder.job("j1", pods=2, gpus_per_pod=8, nodes=["n1", "n2"]).build()
+    assert not judge(snap).findings
+
+
+# -- (d) NUMA -----------------------------------------------------------------------------------
+
+
+def test_pod_across_numa_nodes_when_one_could_hold_it():
+    builder = SnapshotBuilder()
+    node(builder, "n1", numa=SPLIT_NUMA)
+    finding = one(builder.job("j1", gpus_per_pod=2, allocation=[("n1", [3, 4])]).build())
+    assert finding.severity == "info"
+    assert finding.evidence["kinds"] == ["cross-numa"]
+    assert finding.evidence["pods_crossing_numa_count"] == 1
+
+
+def test_pod_on_one_numa_node_is_fine():
+    builder = SnapshotBuilder()
+    node(builder, "n1", numa=SPLIT_NUMA)
+    assert not judge(
+        builder.job("j1", gpus_per_pod=2, allocation=[("n1", [4, 5])]).build()
+    ).findings
+
+
+def test_pod_larger_than_a_numa_node_is_not_blamed():
+    builder = SnapshotBuilder()
+    node(builder, "n1", numa=SPLIT_NUMA)
+    assert not judge(builder.job("j1", gpus_per_pod=8, node="n1").build()).findings
+
+
+def test_unknown_numa_is_not_judged_for_cross_numa():
+    builder = SnapshotBuilder()
+    node(builder, "n1")
+    judgement = judge(builder.job("j1", gpus_per_pod=2, allocation=[("n1", [3, 4])]).build())
+    assert not judgement.findings
+    assert judgement.not_judged[NUMA_UNKNOWN] == 1
+
+
+# -- one finding per job, at the highest severity ------------------------------------------------
+
+
+def test_one_finding_lists_every_kind_at_the_highest_severity():
+    builder = SnapshotBuilder()
+    node(builder, "n1", domains=TWO_DOMAINS, numa=SPLIT_NUMA)
+    node(builder, "n2", domains=TWO_DOMAINS, numa=SPLIT_NUMA)
+    snap = builder.job(
+        "j1", pods=2, gpus_per_pod=2, allocation=[("n1", [3, 4]), ("n2", [0, 1])]
+    ).build()
+    finding = one(snap)
+    assert finding.severity == "warning"
+    assert finding.evidence["kinds"] == ["pod-cross-nvlink", "spread-across-nodes", "cross-numa"]
+    assert finding.evidence["kind"] == "pod-cross-nvlink"
+
+
+@pytest.mark.parametrize(
+    "job_fields",
+    [
+        {"state": "pending", "pods": 2, "gpus_per_pod": 4, "bound": 1, "node": "n1"},
+        {"gpus_per_pod": 1, "node": "n1"},
+    ],
+    ids=["partial-gang", "single-gpu"],
+)
+def test_pending_and_single_gpu_jobs_are_not_judged(job_fields):
+    builder = SnapshotBuilder()
+    node(builder, "n1", domains=TWO_DOMAINS)
+    node(builder, "n2", domains=TWO_DOMAINS)
+    judgement = judge(builder.job("j1", tp=8, **job_fields).build())
+    assert not judgement.findings
+
+
+def test_pending_job_without_gpus_is_ignored():
+    builder = SnapshotBuilder()
+    node(builder, "n1")
+    judgement = judge(builder.job("j1", state="pending", pods=4, gpus_per_pod=8).build())
+    assert not judgement.findings
+    assert not any(judgement.not_judged.values())
