@@ -4,7 +4,8 @@ Every GPU lands in exactly one bucket, checked in this order:
 
 ``unavailable``             its node is not ``ready`` or the GPU is ``unhealthy`` (held or not)
 ``held-by-partial-gang``    held by a pending gang with ``0 < bound pods < min_member``
-``allocated-idle``          held by a job whose GPUs' mean ``util.mean`` < 0.05
+``allocated-idle``          held by a job whose GPUs' mean ``util.mean`` < 0.05 (up to float
+                            rounding; however long it has run)
 ``allocated-data-starved``  held by a job with a ``data-starvation`` finding
 ``allocated-busy``          held by any other job — including a job with no util reading at
                             all: no reading is not evidence of idleness (``activity_coverage``
@@ -66,6 +67,9 @@ BUCKETS: tuple[str, ...] = (
     "free-no-demand",
 )
 IDLE_UTIL = 0.05
+# A job's mean util equal to IDLE_UTIL up to float rounding (a mean of 0.05s) is not below it;
+# the same tolerance as the idle-allocation rule.
+EPS = 1e-9
 UNALLOCATED_LABEL = "(unallocated)"
 NO_TENANT = "(no tenant)"
 
@@ -279,7 +283,7 @@ def _gpu_buckets(
     bucket = np.full(len(state), _NO_DEMAND, dtype=np.int64)
     bucket[held] = _BUSY
     bucket[held & holder.isin(starved).to_numpy()] = _STARVED
-    bucket[held & (job_util < IDLE_UTIL)] = _IDLE
+    bucket[held & (job_util < IDLE_UTIL - EPS)] = _IDLE
     bucket[held & holder.isin(facts.partial_gangs.index).to_numpy()] = _PARTIAL
     bucket[~usable] = _UNAVAILABLE
 

@@ -130,7 +130,7 @@ def evaluate(
             ],
             "placement_policy": None if whole_cluster else snapshot.placement(str(scope)),
         }
-        critical = share >= thresholds["critical_demand_frac"]
+        critical = share >= thresholds["critical_demand_frac"] - 1e-12  # float rounding
         subject = f"cluster:{snapshot.cluster}" if whole_cluster else f"pool:{scope}"
         summary = (
             f"{label.capitalize()}: {len(group)} pending job(s) asking {demand} GPUs cannot be "
