@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.test import Client
+from django.test import Client, override_settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PASSWORD = "correct horse battery staple"
@@ -51,6 +51,13 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
             "DATABASE_URL=postgres://postgres@127.0.0.1:5432/test",
             pytrace=False,
         )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _fast_password_hashing() -> Iterator[None]:
+    """Production's hasher takes most of a second per password on purpose; tests need speed."""
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
 
 
 @pytest.fixture
