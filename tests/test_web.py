@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from io import StringIO
+
 import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
@@ -138,3 +143,26 @@ def test_audit_trail_is_read_only_in_the_admin(alice_client: Client) -> None:
 )
 def test_admin_lists_every_model(alice_client: Client, model: str) -> None:
     assert alice_client.get(f"/admin/diagnosis/{model}/").status_code == 200
+
+
+def test_ensure_admin_prints_a_generated_password_that_logs_in(client: Client, settings) -> None:
+    settings.GPUOBS_ADMIN_PASSWORD = None
+    out = StringIO()
+
+    call_command("ensure_admin", stdout=out)
+
+    password = re.search(r"password (\S+) \(shown only this once\)", out.getvalue()).group(1)
+    assert client.login(username="admin", password=password)
+    assert User.objects.get(username="admin").is_superuser
+
+
+def test_ensure_admin_uses_the_configured_password_and_runs_once(settings) -> None:
+    settings.GPUOBS_ADMIN_PASSWORD = "from-the-environment"
+
+    call_command("ensure_admin", stdout=StringIO())
+    settings.GPUOBS_ADMIN_PASSWORD = "changed-later"
+    second = StringIO()
+    call_command("ensure_admin", stdout=second)
+
+    assert "password unchanged" in second.getvalue()
+    assert User.objects.get(username="admin").check_password("from-the-environment")
