@@ -79,7 +79,7 @@ bench: install-dev
 		DJANGO_SETTINGS_MODULE=gpuobs.settings PYTHONPATH=. $(PY) $$script || failed="$$failed $$script"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "make bench: FAILED:$$failed"; exit 1; fi; \
-	echo "make bench: all $$(echo $$scripts | wc -w) scripts ran"
+	echo "make bench: every script ran ($$(echo $$scripts | wc -w))"
 
 clean:
 	rm -rf $(VENV) staticfiles .pytest_cache .ruff_cache
