@@ -45,7 +45,7 @@ def evaluate(
     starved = loaded[fires]
     findings = []
     for job_id, job, is_bursty, is_cpu in zip(
-        starved.index,
+        starved.index.tolist(),
         starved.to_dict("records"),
         bursty[fires],
         cpu_bound[fires],

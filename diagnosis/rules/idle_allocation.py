@@ -16,6 +16,17 @@ NO_START = "running without a start time"
 NO_GPUS = "running without allocated GPUs"
 NO_UTIL = "no utilisation metric on any of its GPUs"
 
+# The job columns the job rules read (the rest of the jobs frame is left behind).
+JOB_COLUMNS = [
+    "tenant",
+    "queue",
+    "pool",
+    "kind",
+    "started",
+    "gpus_per_pod",
+    "achieved_tflops_per_gpu",
+]
+
 # Fractions are compared with this tolerance, so that a value equal to a threshold up to float
 # rounding (a mean of 0.05s, a p90 - p10 of 0.7 - 0.2) counts as equal to it.
 EPS = 1e-9
@@ -45,7 +56,7 @@ def evaluate(
 
     per_gpu = gpu_rows(snapshot, facts, idle.index)
     findings = []
-    for job_id, job in zip(idle.index, idle.to_dict("records"), strict=True):
+    for job_id, job in zip(idle.index.tolist(), idle.to_dict("records"), strict=True):
         gpus = per_gpu.get(job_id, [])
         with_util = sum(1 for g in gpus if g["util"] is not None)
         unhealthy = [g["gpu"] for g in gpus if g["health"] != "ok"]
@@ -91,9 +102,10 @@ def running_jobs_with_stats(
     ``as_of``, joined with :attr:`SnapshotFacts.job_gpu_stats` and a ``runtime_s`` column; plus
     the not-judged counts for running jobs without a start time or without allocated GPUs."""
     jobs = snapshot.jobs
-    running = jobs[jobs["state"] == "running"]
+    mask = jobs["state"] == "running"
     if kind is not None:
-        running = running[running["kind"] == kind]
+        mask &= jobs["kind"] == kind
+    running = jobs.loc[mask, JOB_COLUMNS]
     no_start = running["started"].isna()
     runtime = (snapshot.as_of - running["started"]).dt.total_seconds()
     old_enough = running[~no_start & (runtime >= min_runtime)]

@@ -49,7 +49,7 @@ def evaluate(
     low = busy[(reported | proxy) & below(busy["mfu"], thresholds["min_mfu"])]
     models = _models_per_job(snapshot, low.index)
     findings = []
-    for job_id, job in zip(low.index, low.to_dict("records"), strict=True):
+    for job_id, job in zip(low.index.tolist(), low.to_dict("records"), strict=True):
         method = job["method"]
         model_names = models.get(job_id, [])
         note = None

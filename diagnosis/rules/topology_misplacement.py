@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from diagnosis.rules.base import Judgement, Rule, RuleDoc, Severity
+from diagnosis.rules.base import Finding, Judgement, Rule, RuleDoc, Severity
 from diagnosis.rules.facts import SnapshotFacts
 from diagnosis.snapshot import ClusterSnapshot
 
@@ -30,8 +30,8 @@ KIND_SEVERITY: dict[str, Severity] = {
 NUMA_UNKNOWN = "cross-numa not checked: NUMA node of its GPUs unknown"
 EXAMPLES = 20  # crossing TP groups / pods listed in the evidence (all are counted)
 
-# A GPU's NVLink domain as one integer, unique across the cluster: node code * _NODE_STRIDE +
-# the domain number, or, for a GPU alone on PCIe (domain -1), _PCIE_BASE + its index.
+# A (node, value) pair as one integer: node code * _NODE_STRIDE + value. For NVLink domains the
+# value is the domain number, or _PCIE_BASE + the GPU's index for a GPU alone on PCIe (domain -1).
 _NODE_STRIDE = 1 << 21
 _PCIE_BASE = 1 << 20
 
@@ -39,155 +39,205 @@ _PCIE_BASE = 1 << 20
 def evaluate(
     snapshot: ClusterSnapshot, thresholds: Mapping[str, Any], facts: SnapshotFacts
 ) -> Judgement:
-    rows = _running_allocations(snapshot)
-    if rows.empty:
+    layout = _Layout.of(snapshot)
+    placed = _Placement.of(snapshot, layout)
+    if placed.rows == 0:
         return Judgement()
-    layout = _node_layout(snapshot)
-    jobs = snapshot.jobs
+    tp = _tp_groups(placed, snapshot.jobs)
+    pods = _pods(placed, layout)
+    jobs = _jobs(placed, pods, snapshot.jobs, layout)
 
-    flags = pd.DataFrame(False, index=pd.Index(rows["job"].unique()), columns=list(KINDS))
+    flags = np.zeros((len(jobs.code), len(KINDS)), dtype=bool)
+    position = np.full(len(snapshot.jobs), -1, dtype=np.int64)
+    position[jobs.code] = np.arange(len(jobs.code))
+    flags[position[tp.job[tp.kind == 1]], 0] = True
+    flags[position[tp.job[tp.kind == 2]], 1] = True
+    flags[position[pods.job[pods.cross_nvlink]], 2] = True
+    flags[jobs.spread, 3] = True
+    flags[position[pods.job[pods.cross_numa]], 4] = True
 
-    # (a) TP groups: consecutive `tp` GPUs of the allocation, in allocation order.
-    groups = _tp_groups(rows, jobs)
-    if not groups.empty:
-        cross_node = groups["node_min"] != groups["node_max"]
-        cross_dom = ~cross_node & (groups["dom_min"] != groups["dom_max"])
-        groups["crossing"] = np.where(
-            cross_node, TP_CROSS_NODE, np.where(cross_dom, TP_CROSS_NVLINK, "")
-        )
-        flags.loc[groups.loc[cross_node, "job"].unique(), TP_CROSS_NODE] = True
-        flags.loc[groups.loc[cross_dom, "job"].unique(), TP_CROSS_NVLINK] = True
-
-    # (b), (d) pods: each pod is on one node.
-    pods = _pods(rows, layout)
-    pod_nvlink = (pods["dom_min"] != pods["dom_max"]) & (pods["node_max_domain"] >= pods["size"])
-    numa_unknown = (pods["size"] >= 2) & (pods["numa_min"] < 0)
-    pod_numa = (
-        ~numa_unknown
-        & (pods["numa_min"] != pods["numa_max"])
-        & (pods["node_max_numa"] >= pods["size"])
-    )
-    pods["cross_nvlink"] = pod_nvlink
-    pods["cross_numa"] = pod_numa
-    flags.loc[pods.loc[pod_nvlink, "job"].unique(), POD_CROSS_NVLINK] = True
-    flags.loc[pods.loc[pod_numa, "job"].unique(), CROSS_NUMA] = True
-
-    # (c) more nodes than ceil(pods / floor(G / gpus_per_pod)).
-    spread = _spread(rows, jobs, layout)
-    flags.loc[spread.index[spread["spread"]], SPREAD] = True
-
-    not_judged = {NUMA_UNKNOWN: int(pods.loc[numa_unknown, "job"].nunique())}
-    hit = flags[flags.any(axis=1)]
-    if hit.empty:
+    not_judged = {NUMA_UNKNOWN: len(np.unique(pods.job[pods.numa_unknown]))}
+    hit = np.flatnonzero(flags.any(axis=1))
+    if not len(hit):
         return Judgement((), not_judged)
-
-    return Judgement(_findings(snapshot, hit, rows, groups, pods, spread, layout), not_judged)
+    findings = _findings(snapshot, layout, placed, tp, pods, jobs, flags, hit)
+    return Judgement(findings, not_judged)
 
 
 # -- vectorised facts ----------------------------------------------------------------------------
+#
+# Everything below works on numpy arrays of allocation rows sorted by (job, order), so that every
+# TP group, pod and job is a contiguous run of rows and its minimum / maximum node, NVLink domain
+# or NUMA node is one ``reduceat``.
 
 
-def _running_allocations(snapshot: ClusterSnapshot) -> pd.DataFrame:
-    """Allocation rows of running jobs holding ≥ 2 GPUs, with each GPU's topology: node_code,
-    nvlink_domain, dom_id (cluster-unique NVLink domain), numa."""
-    jobs = snapshot.jobs
-    alloc = snapshot.allocations
-    running = jobs.index[jobs["state"] == "running"]
-    alloc = alloc[alloc["job"].isin(running)]
-    counts = alloc["job"].value_counts()
-    alloc = alloc[alloc["job"].isin(counts.index[counts >= 2])]
-    topo = snapshot.gpus[["node", "index", "nvlink_domain", "numa"]]
-    rows = alloc.merge(topo, on=["node", "index"], how="left")
-    node_code = pd.factorize(rows["node"])[0].astype(np.int64)
-    domain = rows["nvlink_domain"].to_numpy(dtype=np.int64)
-    index = rows["index"].to_numpy(dtype=np.int64)
-    rows["node_code"] = node_code
-    rows["dom_id"] = node_code * _NODE_STRIDE + np.where(domain >= 0, domain, _PCIE_BASE + index)
-    return rows
+class _Layout:
+    """Per node (in ``snapshot.nodes`` order): ``gpus``, ``max_domain`` (GPUs in its largest
+    NVLink domain; 1 when PCIe only), ``max_numa`` (GPUs on its fullest NUMA node) and
+    ``numa_known``; per GPU row of ``snapshot.gpus``: ``node`` (code), ``index``, ``domain``,
+    ``numa``."""
+
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        nodes = snapshot.nodes
+        gpus = snapshot.gpus
+        self.names = nodes.index
+        count = len(self.names)
+        self.gpus = nodes["gpus"].to_numpy(dtype=np.int64)
+        self.node = self.names.get_indexer(gpus["node"]).astype(np.int64)
+        self.index = gpus["index"].to_numpy(dtype=np.int64)
+        self.domain = gpus["nvlink_domain"].to_numpy(dtype=np.int64)
+        self.numa = gpus["numa"].to_numpy(dtype=np.int64)
+        self.domain_keys, self.domain_sizes = _group_sizes(self.node, self.domain)
+        largest = np.zeros(count, dtype=np.int64)
+        np.maximum.at(largest, self.domain_keys // _NODE_STRIDE, self.domain_sizes)
+        self.max_domain = np.where(largest > 0, largest, np.minimum(self.gpus, 1))
+        self.pcie_gpus = np.bincount(self.node[self.domain < 0], minlength=count)
+        numa_keys, numa_sizes = _group_sizes(self.node, self.numa)
+        self.max_numa = np.zeros(count, dtype=np.int64)
+        np.maximum.at(self.max_numa, numa_keys // _NODE_STRIDE, numa_sizes)
+        self.numa_known = np.bincount(self.node[self.numa < 0], minlength=count) == 0
+
+    @classmethod
+    def of(cls, snapshot: ClusterSnapshot) -> _Layout:
+        return cls(snapshot)
+
+    def rows_of(self, node: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """Row positions in ``snapshot.gpus`` of the GPUs (node code, index)."""
+        codes, first = np.unique(self.node, return_index=True)
+        start = np.full(len(self.names), -1, dtype=np.int64)
+        start[codes] = first
+        rows = start[node] + index
+        inside = (rows >= 0) & (rows < len(self.node))
+        if inside.all() and (self.node[rows] == node).all() and (self.index[rows] == index).all():
+            return rows  # the loader lays GPUs out node by node, index 0..n-1
+        keys = pd.MultiIndex.from_arrays([self.node, self.index])
+        return keys.get_indexer(pd.MultiIndex.from_arrays([node, index]))
+
+    def tp_groups_per_node(self, tp: int) -> np.ndarray:
+        """How many whole TP groups of ``tp`` GPUs fit inside NVLink domains, per node."""
+        fits = np.bincount(
+            self.domain_keys // _NODE_STRIDE,
+            weights=self.domain_sizes // tp,
+            minlength=len(self.names),
+        ).astype(np.int64)
+        return fits + (self.pcie_gpus if tp == 1 else 0)
 
 
-def _node_layout(snapshot: ClusterSnapshot) -> pd.DataFrame:
-    """Per node: ``gpus``, ``max_domain`` (GPUs in its largest NVLink domain, 1 when PCIe
-    only) and ``max_numa`` (GPUs on its fullest NUMA node; NaN when NUMA is unknown)."""
-    nodes = snapshot.nodes
-    gpus = snapshot.gpus
-    in_domain = gpus[gpus["nvlink_domain"] >= 0]
-    sizes = in_domain.groupby(["node", "nvlink_domain"], sort=False).size()
-    max_domain = sizes.groupby(level=0).max().reindex(nodes.index)
-    has_gpus = nodes["gpus"] > 0
-    max_domain = max_domain.fillna(has_gpus.astype("float64"))
-    numa_known = (gpus["numa"] >= 0).groupby(gpus["node"]).all().reindex(nodes.index)
-    per_numa = gpus[gpus["numa"] >= 0].groupby(["node", "numa"], sort=False).size()
-    max_numa = per_numa.groupby(level=0).max().reindex(nodes.index).astype("float64")
-    max_numa[~numa_known.fillna(False).astype(bool)] = np.nan
-    return pd.DataFrame(
-        {"gpus": nodes["gpus"], "max_domain": max_domain, "max_numa": max_numa},
-        index=nodes.index,
+def _group_sizes(node: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct ``node * _NODE_STRIDE + value`` keys (values >= 0) and their GPU counts."""
+    known = value >= 0
+    return np.unique(node[known] * _NODE_STRIDE + value[known], return_counts=True)
+
+
+class _Placement:
+    """Allocation rows of running jobs holding >= 2 GPUs, sorted by (job, order): ``job``
+    (code in ``snapshot.jobs``), ``pod``, ``order``, ``node`` (code), ``index``, ``domain``,
+    ``numa`` and ``dom_id`` (the GPU's NVLink domain, unique across the cluster; a PCIe-only
+    GPU is a domain of its own)."""
+
+    def __init__(self, snapshot: ClusterSnapshot, layout: _Layout) -> None:
+        jobs = snapshot.jobs
+        alloc = snapshot.allocations
+        job = jobs.index.get_indexer(alloc["job"]).astype(np.int64)
+        running = (jobs["state"] == "running").to_numpy()
+        held = np.bincount(job, minlength=len(jobs))
+        keep = np.flatnonzero(running[job] & (held[job] >= 2))
+        order = alloc["order"].to_numpy(dtype=np.int64)[keep]
+        job = job[keep]
+        sort = np.lexsort((order, job))
+        keep = keep[sort]
+        self.job = job[sort]
+        self.order = order[sort]
+        self.pod = alloc["pod"].to_numpy(dtype=np.int64)[keep]
+        self.node = layout.names.get_indexer(alloc["node"].to_numpy()[keep]).astype(np.int64)
+        self.index = alloc["index"].to_numpy(dtype=np.int64)[keep]
+        gpu_rows = layout.rows_of(self.node, self.index)
+        self.domain = layout.domain[gpu_rows]
+        self.numa = layout.numa[gpu_rows]
+        own = np.where(self.domain >= 0, self.domain, _PCIE_BASE + self.index)
+        self.dom_id = self.node * _NODE_STRIDE + own
+        self.rows = len(self.job)
+
+    @classmethod
+    def of(cls, snapshot: ClusterSnapshot, layout: _Layout) -> _Placement:
+        return cls(snapshot, layout)
+
+
+def _run_starts(*keys: np.ndarray) -> np.ndarray:
+    """Where each run of equal consecutive keys starts (rows sorted by the keys)."""
+    change = np.zeros(len(keys[0]), dtype=bool)
+    if len(change):
+        change[0] = True
+    for key in keys:
+        change[1:] |= key[1:] != key[:-1]
+    return np.flatnonzero(change)
+
+
+class _Runs:
+    """Runs of rows (TP groups, pods, jobs): per run its ``job``, ``first`` and ``end`` row."""
+
+    def __init__(self, starts: np.ndarray, rows: np.ndarray, job: np.ndarray) -> None:
+        self.first = rows[starts]
+        self.end = np.append(rows[starts[1:] - 1] + 1, rows[-1] + 1) if len(starts) else starts
+        self.size = self.end - self.first
+        self.job = job[self.first]
+
+
+def _tp_groups(placed: _Placement, jobs: pd.DataFrame) -> _Runs:
+    """TP groups (consecutive ``tp`` GPUs in allocation order) of jobs with ``tp``; ``kind``
+    1 = spans nodes, 2 = spans NVLink domains on one node, 0 = fine; ``group`` number."""
+    tp = jobs["tp"].to_numpy(dtype="float64")[placed.job]
+    rows = np.flatnonzero(~np.isnan(tp))
+    group = placed.order[rows] // tp[rows].astype(np.int64) if len(rows) else rows
+    starts = _run_starts(placed.job[rows], group)
+    runs = _Runs(starts, rows, placed.job)
+    runs.group = group[starts]
+    if not len(rows):
+        runs.kind = rows
+        return runs
+    node = placed.node[rows]
+    dom = placed.dom_id[rows]
+    cross_node = np.minimum.reduceat(node, starts) != np.maximum.reduceat(node, starts)
+    cross_dom = np.minimum.reduceat(dom, starts) != np.maximum.reduceat(dom, starts)
+    runs.kind = np.where(cross_node, 1, np.where(cross_dom, 2, 0))
+    return runs
+
+
+def _pods(placed: _Placement, layout: _Layout) -> _Runs:
+    """Pods (each on one node): ``cross_nvlink`` (b), ``cross_numa`` (d), ``numa_unknown``."""
+    rows = np.arange(placed.rows)
+    starts = _run_starts(placed.job, placed.pod)
+    pods = _Runs(starts, rows, placed.job)
+    pods.pod = placed.pod[starts]
+    pods.node = placed.node[starts]
+    dom_min = np.minimum.reduceat(placed.dom_id, starts)
+    dom_max = np.maximum.reduceat(placed.dom_id, starts)
+    numa_min = np.minimum.reduceat(placed.numa, starts)
+    numa_max = np.maximum.reduceat(placed.numa, starts)
+    pods.cross_nvlink = (dom_min != dom_max) & (layout.max_domain[pods.node] >= pods.size)
+    pods.numa_unknown = (pods.size >= 2) & ((numa_min < 0) | ~layout.numa_known[pods.node])
+    pods.cross_numa = (
+        ~pods.numa_unknown & (numa_min != numa_max) & (layout.max_numa[pods.node] >= pods.size)
     )
-
-
-def _tp_groups(rows: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
-    tp = rows["job"].map(jobs["tp"]).to_numpy(dtype="float64")
-    has_tp = ~np.isnan(tp)
-    if not has_tp.any():
-        return pd.DataFrame(columns=["job", "group", "node_min", "node_max", "dom_min", "dom_max"])
-    sub = rows.loc[has_tp, ["job", "order", "node_code", "dom_id"]].copy()
-    sub["group"] = sub["order"].to_numpy() // tp[has_tp].astype(np.int64)
-    grouped = sub.groupby(["job", "group"], sort=False)
-    out = grouped.agg(
-        node_min=("node_code", "min"),
-        node_max=("node_code", "max"),
-        dom_min=("dom_id", "min"),
-        dom_max=("dom_id", "max"),
-    )
-    return out.reset_index()
-
-
-def _pods(rows: pd.DataFrame, layout: pd.DataFrame) -> pd.DataFrame:
-    grouped = rows.groupby(["job", "pod"], sort=False)
-    pods = grouped.agg(
-        size=("index", "size"),
-        node=("node", "first"),
-        dom_min=("dom_id", "min"),
-        dom_max=("dom_id", "max"),
-        numa_min=("numa", "min"),
-        numa_max=("numa", "max"),
-    ).reset_index()
-    pods["node_max_domain"] = pods["node"].map(layout["max_domain"]).to_numpy()
-    pods["node_max_numa"] = pods["node"].map(layout["max_numa"]).to_numpy()
     return pods
 
 
-def _spread(rows: pd.DataFrame, jobs: pd.DataFrame, layout: pd.DataFrame) -> pd.DataFrame:
-    """Per job: nodes used, pods, G (the largest GPU count of its nodes), pods per node and
-    the minimal node count ``ceil(pods / floor(G / gpus_per_pod))``; ``spread`` when it uses
-    more nodes than that."""
-    node_pods = rows[["job", "node_code", "pod"]].drop_duplicates(["job", "pod"])
-    nodes_used = rows[["job", "node_code"]].drop_duplicates().groupby("job").size()
-    pod_count = node_pods.groupby("job").size()
-    node_gpus = rows["node"].map(layout["gpus"]).groupby(rows["job"].to_numpy()).max()
-    frame = pd.DataFrame({"nodes": nodes_used, "pods": pod_count, "node_gpus": node_gpus})
-    per_pod = jobs["gpus_per_pod"].reindex(frame.index).to_numpy()
-    per_node = np.floor_divide(frame["node_gpus"].to_numpy(), np.maximum(per_pod, 1))
-    per_node = np.maximum(per_node, 1)
-    frame["gpus_per_pod"] = per_pod
-    frame["pods_per_node"] = per_node
-    frame["min_nodes"] = -(-frame["pods"].to_numpy() // per_node)
-    frame["spread"] = frame["nodes"].to_numpy() > frame["min_nodes"].to_numpy()
-    return frame
-
-
-def _domain_sizes(snapshot: ClusterSnapshot, nodes: set[str]) -> dict[str, list[int]]:
-    """Per node (of ``nodes``): the sizes of its NVLink domains, a PCIe-only GPU counting as a
-    domain of one."""
-    gpus = snapshot.gpus[snapshot.gpus["node"].isin(nodes)]
-    domain = gpus["nvlink_domain"].to_numpy()
-    key = np.where(domain >= 0, domain, _PCIE_BASE + gpus["index"].to_numpy())
-    sizes = pd.DataFrame({"node": gpus["node"].to_numpy(), "key": key}).value_counts()
-    out: dict[str, list[int]] = {}
-    for (node, _key), size in sizes.items():
-        out.setdefault(node, []).append(int(size))
-    return out
+def _jobs(placed: _Placement, pods: _Runs, jobs: pd.DataFrame, layout: _Layout) -> _Runs:
+    """Per job: ``nodes`` used, ``pods``, ``node_gpus`` (G, the largest GPU count among its
+    nodes), ``pods_per_node`` = floor(G / gpus_per_pod), ``min_nodes`` and ``spread`` (c)."""
+    starts = _run_starts(placed.job)
+    runs = _Runs(starts, np.arange(placed.rows), placed.job)
+    runs.code = runs.job
+    node_count = len(layout.names)
+    pairs = np.unique(placed.job * node_count + placed.node)
+    runs.nodes = np.bincount(pairs // node_count, minlength=len(jobs))[runs.code]
+    runs.pods = np.bincount(pods.job, minlength=len(jobs))[runs.code]
+    runs.node_gpus = np.maximum.reduceat(layout.gpus[placed.node], starts)
+    per_pod = np.maximum(jobs["gpus_per_pod"].to_numpy(dtype=np.int64)[runs.code], 1)
+    runs.pods_per_node = np.maximum(runs.node_gpus // per_pod, 1)
+    runs.min_nodes = -(-runs.pods // runs.pods_per_node)
+    runs.spread = runs.nodes > runs.min_nodes
+    return runs
 
 
 # -- evidence ------------------------------------------------------------------------------------
@@ -195,122 +245,130 @@ def _domain_sizes(snapshot: ClusterSnapshot, nodes: set[str]) -> dict[str, list[
 
 def _findings(
     snapshot: ClusterSnapshot,
-    hit: pd.DataFrame,
-    rows: pd.DataFrame,
-    groups: pd.DataFrame,
-    pods: pd.DataFrame,
-    spread: pd.DataFrame,
-    layout: pd.DataFrame,
-) -> tuple:
-    """One finding per job of ``hit`` (its kinds as boolean columns). Every per-job detail is
-    gathered in one pass over the hit jobs' rows, never by filtering frames per job."""
-    hit_ids = set(hit.index)
-    rows = rows[rows["job"].isin(hit_ids)].sort_values(["job", "order"])
-    tp_of = snapshot.jobs["tp"].to_dict()
+    layout: _Layout,
+    placed: _Placement,
+    tp: _Runs,
+    pods: _Runs,
+    jobs: _Runs,
+    flags: np.ndarray,
+    hit: np.ndarray,
+) -> tuple[Finding, ...]:
+    """One finding per hit job. Details are gathered per job in single passes over the hit
+    jobs' rows and the crossing groups / pods, never by filtering frames per job."""
+    names = layout.names.to_numpy()
+    node = names[placed.node].tolist()
+    index = placed.index.tolist()
+    domain = placed.domain.tolist()
+    numa = placed.numa.tolist()
 
-    allocation: dict[str, dict[str, list[int]]] = {}
-    members: dict[tuple[str, str, int], list[str]] = {}
-    for job, pod, order, node, index, domain, numa in zip(
-        rows["job"],
-        rows["pod"],
-        rows["order"],
-        rows["node"],
-        rows["index"],
-        rows["nvlink_domain"],
-        rows["numa"],
-        strict=True,
-    ):
-        allocation.setdefault(job, {}).setdefault(node, []).append(int(index))
-        gpu = f"{node}/{int(index)}"
-        members.setdefault((job, "pod", int(pod)), []).append(
-            {"gpu": gpu, "nvlink_domain": int(domain), "numa": int(numa)}
+    def gpus(first: int, end: int) -> list[str]:
+        return [f"{node[r]}/{index[r]}" for r in range(first, end)]
+
+    hit_jobs = set(jobs.code[hit].tolist())
+    groups_of: dict[int, list[dict[str, Any]]] = {}
+    crossing = np.flatnonzero((tp.kind > 0) & np.isin(tp.job, list(hit_jobs)))
+    for g in crossing.tolist():
+        members = gpus(int(tp.first[g]), int(tp.end[g]))
+        groups_of.setdefault(int(tp.job[g]), []).append(
+            {
+                "group": int(tp.group[g]),
+                "kind": TP_CROSS_NODE if tp.kind[g] == 1 else TP_CROSS_NVLINK,
+                "gpus": members,
+                "nodes": sorted({m.rsplit("/", 1)[0] for m in members}),
+            }
         )
-        tp = tp_of[job]
-        if tp == tp:  # not NaN
-            members.setdefault((job, "tp", int(order) // int(tp)), []).append(gpu)
+    group_totals = dict(zip(*np.unique(tp.job, return_counts=True), strict=True))
 
-    group_totals: dict[str, int] = {}
-    crossing_groups: dict[str, list[dict[str, Any]]] = {}
-    if not groups.empty:
-        hit_groups = groups[groups["job"].isin(hit_ids)]
-        group_totals = hit_groups.groupby("job").size().to_dict()
-        crossing = hit_groups[hit_groups["crossing"] != ""]
-        for job, group, kind in zip(
-            crossing["job"], crossing["group"], crossing["crossing"], strict=True
-        ):
-            gpus = members[(job, "tp", int(group))]
-            crossing_groups.setdefault(job, []).append(
+    pods_of: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    for label, mask in (("nvlink", pods.cross_nvlink), ("numa", pods.cross_numa)):
+        for p in np.flatnonzero(mask).tolist():
+            first, end = int(pods.first[p]), int(pods.end[p])
+            pods_of.setdefault(int(pods.job[p]), {}).setdefault(label, []).append(
                 {
-                    "group": int(group),
-                    "kind": kind,
-                    "gpus": gpus,
-                    "nodes": sorted({g.split("/")[0] for g in gpus}),
+                    "pod": int(pods.pod[p]),
+                    "node": node[first],
+                    "gpus": [
+                        {
+                            "gpu": f"{node[r]}/{index[r]}",
+                            "nvlink_domain": domain[r],
+                            "numa": numa[r],
+                        }
+                        for r in range(first, end)
+                    ],
                 }
             )
 
-    crossing_pods: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for column, label in (("cross_nvlink", "nvlink"), ("cross_numa", "numa")):
-        selected = pods[pods[column] & pods["job"].isin(hit_ids)]
-        for job, pod, node in zip(selected["job"], selected["pod"], selected["node"], strict=True):
-            crossing_pods.setdefault(job, {}).setdefault(label, []).append(
-                {"pod": int(pod), "node": node, "gpus": members[(job, "pod", int(pod))]}
-            )
-
-    max_domain = layout["max_domain"].to_dict()
-    max_numa = layout["max_numa"].to_dict()
-    domain_sizes = _domain_sizes(snapshot, {n for a in allocation.values() for n in a})
-    job_info = snapshot.jobs.loc[list(hit.index), ["tenant", "pool", "gpus_per_pod", "tp"]]
-    spread_info = spread.loc[list(hit.index)].to_dict("index")
-
+    table = snapshot.jobs
+    ids = table.index.to_numpy()
+    tenant = table["tenant"].to_numpy()
+    pool = table["pool"].to_numpy()
+    per_pod = table["gpus_per_pod"].to_numpy()
+    tp_of = table["tp"].to_numpy(dtype="float64")
+    fits: dict[int, np.ndarray] = {}
     findings = []
-    for job_id, flags, info in zip(
-        hit.index, hit.to_numpy(), job_info.to_dict("records"), strict=True
-    ):
-        kinds = [k for k, on in zip(KINDS, flags, strict=True) if on]
+    for j in hit.tolist():
+        code = int(jobs.code[j])
+        first, end = int(jobs.first[j]), int(jobs.end[j])
+        allocation: dict[str, list[int]] = {}
+        for r in range(first, end):
+            allocation.setdefault(node[r], []).append(index[r])
+        kinds = [kind for kind, on in zip(KINDS, flags[j].tolist(), strict=True) if on]
+        job_tp = None if math.isnan(tp_of[code]) else int(tp_of[code])
+        better_tp = None
+        if job_tp is not None and (TP_CROSS_NODE in kinds or TP_CROSS_NVLINK in kinds):
+            if job_tp not in fits:
+                fits[job_tp] = layout.tp_groups_per_node(job_tp)
+            used = np.unique(placed.node[first:end])
+            better_tp = (int(layout.max_domain[used].max()), int(fits[job_tp][used].max()))
         findings.append(
             _finding(
-                job_id,
-                info,
+                {
+                    "id": str(ids[code]),
+                    "tenant": tenant[code],
+                    "pool": pool[code],
+                    "gpus_per_pod": int(per_pod[code]),
+                    "tp": job_tp,
+                    "gpus": end - first,
+                    "pods": int(jobs.pods[j]),
+                    "nodes": int(jobs.nodes[j]),
+                    "node_gpus": int(jobs.node_gpus[j]),
+                    "min_nodes": int(jobs.min_nodes[j]),
+                    "pods_per_node": int(jobs.pods_per_node[j]),
+                    "spread": bool(jobs.spread[j]),
+                    "tp_groups": int(group_totals.get(code, 0)),
+                },
                 kinds,
-                allocation[job_id],
-                group_totals.get(job_id, 0),
-                crossing_groups.get(job_id, []),
-                crossing_pods.get(job_id, {}),
-                spread_info[job_id],
-                max_domain,
-                max_numa,
-                domain_sizes,
+                allocation,
+                groups_of.get(code, []),
+                pods_of.get(code, {}),
+                better_tp,
+                layout,
             )
         )
     return tuple(findings)
 
 
 def _finding(
-    job_id: str,
     job: dict[str, Any],
     kinds: list[str],
     allocation: dict[str, list[int]],
-    tp_groups: int,
     crossing_groups: list[dict[str, Any]],
     crossing_pods: dict[str, list[dict[str, Any]]],
-    spread: dict[str, Any],
-    max_domain: dict[str, float],
-    max_numa: dict[str, float],
-    domain_sizes: dict[str, list[int]],
-):
+    better_tp: tuple[int, int] | None,
+    layout: _Layout,
+) -> Finding:
     severity: Severity = "warning" if any(KIND_SEVERITY[k] == "warning" for k in kinds) else "info"
-    tp = None if math.isnan(job["tp"]) else int(job["tp"])
-    per_pod = int(job["gpus_per_pod"])
+    tp = job["tp"]
+    per_pod = job["gpus_per_pod"]
     phrases: list[str] = []
     better: list[str] = []
 
-    if TP_CROSS_NODE in kinds or TP_CROSS_NVLINK in kinds:
+    if better_tp is not None:
         for kind, where in ((TP_CROSS_NODE, "nodes"), (TP_CROSS_NVLINK, "NVLink domains")):
             n = sum(1 for g in crossing_groups if g["kind"] == kind)
             if n:
-                phrases.append(f"{n} of {tp_groups} TP group(s) of {tp} GPUs span {where}")
-        largest = int(max(max_domain[n] for n in allocation))
-        per_node = max(sum(s // tp for s in domain_sizes.get(n, [])) for n in allocation)
+                phrases.append(f"{n} of {job['tp_groups']} TP group(s) of {tp} GPUs span {where}")
+        largest, per_node = better_tp
         if per_node == 0:
             better.append(
                 f"TP {tp} is larger than the biggest NVLink domain of these nodes ({largest} "
@@ -318,50 +376,50 @@ def _finding(
             )
         else:
             better.append(
-                f"TP groups of {tp} within one NVLink domain: the {tp_groups} group(s) need "
-                f"{math.ceil(tp_groups / per_node)} node(s) with a free {tp}-GPU NVLink domain "
-                f"({per_node} group(s) per node), GPUs listed in domain order."
+                f"TP groups of {tp} within one NVLink domain: the {job['tp_groups']} group(s) "
+                f"need {math.ceil(job['tp_groups'] / per_node)} node(s) with a free {tp}-GPU "
+                f"NVLink domain ({per_node} group(s) per node), GPUs listed in domain order."
             )
     nvlink_pods = crossing_pods.get("nvlink", [])
     if nvlink_pods:
         node = nvlink_pods[0]["node"]
         phrases.append(f"{len(nvlink_pods)} pod(s) span NVLink domains")
+        largest = int(layout.max_domain[layout.names.get_loc(node)])
         better.append(
             f"Place each {per_pod}-GPU pod inside one NVLink domain (node {node} has a domain "
-            f"of {int(max_domain[node])} GPUs)."
+            f"of {largest} GPUs)."
         )
-    if spread["spread"]:
-        phrases.append(
-            f"{int(spread['nodes'])} nodes used where {int(spread['min_nodes'])} would do"
-        )
+    if job["spread"]:
+        phrases.append(f"{job['nodes']} nodes used where {job['min_nodes']} would do")
         better.append(
-            f"Pack the {int(spread['pods'])} pod(s) onto {int(spread['min_nodes'])} node(s) "
-            f"({int(spread['pods_per_node'])} per node) instead of {int(spread['nodes'])}."
+            f"Pack the {job['pods']} pod(s) onto {job['min_nodes']} node(s) "
+            f"({job['pods_per_node']} per node) instead of {job['nodes']}."
         )
     numa_pods = crossing_pods.get("numa", [])
     if numa_pods:
         node = numa_pods[0]["node"]
         phrases.append(f"{len(numa_pods)} pod(s) span NUMA nodes")
+        fullest = int(layout.max_numa[layout.names.get_loc(node)])
         better.append(
-            f"Place each {per_pod}-GPU pod on one NUMA node (node {node} has "
-            f"{int(max_numa[node])} GPUs on one NUMA node)."
+            f"Place each {per_pod}-GPU pod on one NUMA node (node {node} has {fullest} GPUs on "
+            f"one NUMA node)."
         )
 
     evidence = {
-        "job": job_id,
+        "job": job["id"],
         "tenant": job["tenant"],
         "pool": job["pool"],
         "kind": kinds[0],
         "kinds": kinds,
-        "gpus": sum(len(v) for v in allocation.values()),
-        "pods": int(spread["pods"]),
+        "gpus": job["gpus"],
+        "pods": job["pods"],
         "gpus_per_pod": per_pod,
         "tp": tp,
         "allocation": allocation,
-        "nodes_used": int(spread["nodes"]),
-        "gpus_per_node": int(spread["node_gpus"]),
-        "min_nodes": int(spread["min_nodes"]),
-        "tp_groups": tp_groups if tp is not None else None,
+        "nodes_used": job["nodes"],
+        "gpus_per_node": job["node_gpus"],
+        "min_nodes": job["min_nodes"],
+        "tp_groups": job["tp_groups"] if tp is not None else None,
         "tp_groups_crossing_count": len(crossing_groups),
         "tp_groups_crossing": crossing_groups[:EXAMPLES],
         "pods_crossing_nvlink_count": len(nvlink_pods),
@@ -370,8 +428,8 @@ def _finding(
         "pods_crossing_numa": numa_pods[:EXAMPLES],
         "better_placement": " ".join(better),
     }
-    summary = f"Job {job_id} ({job['tenant']}): " + "; ".join(phrases) + "."
-    return RULE.finding(f"job:{job_id}", summary, evidence, severity=severity)
+    summary = f"Job {job['id']} ({job['tenant']}): " + "; ".join(phrases) + "."
+    return RULE.finding(f"job:{job['id']}", summary, evidence, severity=severity)
 
 
 RULE = Rule(

@@ -26,16 +26,19 @@ def evaluate(
         .agg(["size", "min", "max"])
         .reset_index()
     )
-    gpus = per_code[["node", "index"]].drop_duplicates()
-    state = facts.gpu_state.set_index(["node", "index"])
-    keys = pd.MultiIndex.from_frame(gpus)
-    holder = state["job"].reindex(keys)
-    context = {
-        "job": holder.to_numpy(),
-        "health": state["health"].reindex(keys).to_numpy(),
-        "node_state": state["node_state"].reindex(keys).to_numpy(),
-    }
-    jobs = snapshot.jobs
+    # The GPUs with Xids, their holder, health and node state (read from the few nodes involved).
+    state = facts.gpu_state
+    state = state[state["node"].isin(per_code["node"].unique())]
+    gpus = (
+        per_code[["node", "index"]]
+        .drop_duplicates()
+        .merge(
+            state[["node", "index", "job", "health", "node_state"]],
+            on=["node", "index"],
+            how="left",
+        )
+    )
+    holders = _holders(snapshot.jobs, gpus["job"])
 
     codes_by_gpu: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for node, index, code, count, first, last in zip(
@@ -57,17 +60,16 @@ def evaluate(
             }
         )
 
+    window_start = format_time(snapshot.window_start)
     findings = []
-    for (node, index), job_id, health, node_state in zip(
-        zip(gpus["node"], gpus["index"], strict=True),
-        context["job"],
-        context["health"],
-        context["node_state"],
+    for node, index, job_id, health, node_state in zip(
+        *(gpus[c].tolist() for c in ("node", "index", "job", "health", "node_state")),
         strict=True,
     ):
         codes = codes_by_gpu[(node, int(index))]
         critical = [c["code"] for c in codes if c["severity"] == "critical"]
-        job_list, tenants = _holders(jobs, job_id)
+        job_list = [holders[job_id]] if job_id in holders else []
+        tenants = [j["tenant"] for j in job_list if j["tenant"] is not None]
         names = ", ".join(
             f"Xid {c['code']} ({c['meaning'].rstrip('.')})"
             + (f" x{c['count']}" if c["count"] > 1 else "")
@@ -96,7 +98,7 @@ def evaluate(
             "gpu_free": not job_list,
             "gpu_health": health,
             "node_state": node_state,
-            "window_start": format_time(snapshot.window_start),
+            "window_start": window_start,
             "window_end": format_time(snapshot.as_of),
             "catalog": "NVIDIA Xid catalog (docs.nvidia.com/deploy/xid-errors) via leptonai/gpud",
         }
@@ -137,19 +139,17 @@ def _duration(seconds: int) -> str:
     return f"{seconds // 60} min" if seconds % 60 == 0 else f"{seconds} s"
 
 
-def _holders(jobs: pd.DataFrame, job_id: Any) -> tuple[list[dict[str, Any]], list[str]]:
-    """The job holding the GPU (as a list: at most one job holds a GPU) and its tenant."""
-    if not isinstance(job_id, str) or job_id not in jobs.index:
-        return [], []
-    job = jobs.loc[job_id]
-    entry = {
-        "id": job_id,
-        "tenant": job["tenant"],
-        "queue": job["queue"],
-        "state": job["state"],
-        "kind": job["kind"],
+def _holders(jobs: pd.DataFrame, job_ids: pd.Series) -> dict[str, dict[str, Any]]:
+    """``job id -> {id, tenant, queue, state, kind}`` for the jobs holding the given GPUs."""
+    held = jobs[jobs.index.isin(job_ids.dropna().unique())]
+    return {
+        job_id: {"id": job_id, **row}
+        for job_id, row in zip(
+            held.index.tolist(),
+            held[["tenant", "queue", "state", "kind"]].to_dict("records"),
+            strict=True,
+        )
     }
-    return [entry], [job["tenant"]] if job["tenant"] is not None else []
 
 
 RULE = Rule(
