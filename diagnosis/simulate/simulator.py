@@ -147,38 +147,52 @@ class _Job:
 
 
 class _PendingQueue:
-    """A pool's pending jobs, sorted by the policy's order key, with their shapes as arrays."""
+    """A pool's pending jobs, sorted by the policy's order key, with their shapes in numpy rows
+    (GPUs per pod, pods needed to start -- 1 for a partial gang, which binds pod by pod -- and
+    the partial flag) kept in step by in-place shifts."""
 
     def __init__(self) -> None:
         self.keys: list[tuple] = []
         self.jobs: list[_Job] = []
-        self.pod_gpus = np.zeros(0, dtype=np.int64)
-        self.need_gpus = np.zeros(0, dtype=np.int64)
-        self.partial = np.zeros(0, dtype=bool)
+        self._shapes = np.zeros((3, 64), dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.jobs)
 
+    @property
+    def pod_gpus(self) -> np.ndarray:
+        return self._shapes[0, : len(self.jobs)]
+
+    @property
+    def pods_needed(self) -> np.ndarray:
+        return self._shapes[1, : len(self.jobs)]
+
+    @property
+    def partial(self) -> np.ndarray:
+        return self._shapes[2, : len(self.jobs)] != 0
+
     def add(self, job: _Job) -> None:
         at = bisect_left(self.keys, job.key)
+        count = len(self.jobs)
+        if count == self._shapes.shape[1]:
+            self._shapes = np.concatenate([self._shapes, np.zeros_like(self._shapes)], axis=1)
+        shapes = self._shapes
+        shapes[:, at + 1 : count + 1] = shapes[:, at:count]
+        spec = job.spec
+        shapes[:, at] = (spec.gpus_per_pod, 1 if job.partial else spec.members_needed, job.partial)
         self.keys.insert(at, job.key)
         self.jobs.insert(at, job)
-        spec = job.spec
-        need = spec.gpus_per_pod if job.partial else spec.members_needed * spec.gpus_per_pod
-        self.pod_gpus = np.insert(self.pod_gpus, at, spec.gpus_per_pod)
-        self.need_gpus = np.insert(self.need_gpus, at, need)
-        self.partial = np.insert(self.partial, at, job.partial)
         job.in_queue = True
 
     def remove(self, job: _Job) -> None:
         at = bisect_left(self.keys, job.key)
-        if at >= len(self.jobs) or self.jobs[at] is not job:
+        count = len(self.jobs)
+        if at >= count or self.jobs[at] is not job:
             raise KeyError(f"job {job.spec.id} is not queued")
+        shapes = self._shapes
+        shapes[:, at : count - 1] = shapes[:, at + 1 : count]
         del self.keys[at]
         del self.jobs[at]
-        self.pod_gpus = np.delete(self.pod_gpus, at)
-        self.need_gpus = np.delete(self.need_gpus, at)
-        self.partial = np.delete(self.partial, at)
         job.in_queue = False
 
 
@@ -195,6 +209,32 @@ class _Queue:
         if basis == "deserved" and self.deserved_gpus:
             return self.usage / self.deserved_gpus
         return self.usage / self.weight
+
+
+class _SlotCounter:
+    """Pod slots per pod size on a pool's free GPUs, counted once per size until forgotten
+    (after a placement)."""
+
+    def __init__(self, free: np.ndarray) -> None:
+        self.free = free
+        self.counts: dict[int, int] = {}
+
+    def of(self, size: int) -> int:
+        count = self.counts.get(size)
+        if count is None:
+            count = self.counts[size] = pod_slots(self.free, size)
+        return count
+
+    def for_each(self, sizes: np.ndarray) -> np.ndarray:
+        if not len(sizes):
+            return np.zeros(0, dtype=np.int64)
+        table = np.zeros(int(sizes.max()) + 1, dtype=np.int64)
+        for size in np.unique(sizes).tolist():
+            table[size] = self.of(size)
+        return table[sizes]
+
+    def forget(self) -> None:
+        self.counts.clear()
 
 
 class _Allocation:
@@ -876,10 +916,9 @@ class Simulator:
         free = self.sched_free[lo:hi]
         backfill = self.policy.backfill
         self.blocker[p] = None
+        slots = _SlotCounter(free)
         if full and backfill:
-            biggest = int(free.max()) if len(free) else 0
-            total = int(free.sum())
-            fits = (queue.pod_gpus <= biggest) & ((queue.need_gpus <= total) | queue.partial)
+            fits = queue.pods_needed <= slots.for_each(queue.pod_gpus)
             candidates = [queue.jobs[i] for i in np.flatnonzero(fits)]
         elif full:
             candidates = list(queue.jobs)
@@ -899,12 +938,17 @@ class Simulator:
                     continue
                 partial_done = True
                 waiting = self._bind_partial_gangs(p, [j for j in candidates if j.partial])
+                slots.forget()
                 if waiting is not None and not backfill:
                     self.blocker[p] = waiting
                     break
                 continue
-            outcome = self._place(job, p, free, lo)
+            if slots.of(job.spec.gpus_per_pod) < job.spec.members_needed:
+                outcome: str | None = UNSCHEDULABLE
+            else:
+                outcome = self._place(job, p, free, lo)
             if outcome is None:
+                slots.forget()
                 continue
             self._unschedulable(job, outcome, free)
             if outcome == UNSCHEDULABLE and not backfill:
@@ -954,47 +998,48 @@ class Simulator:
         return None
 
     def _bind_partial_gangs(self, p: int, jobs: list[_Job]) -> _Job | None:
-        """Bind pods of partial-admission gangs one at a time, in turn, while any fits; start
-        those that reach ``min_member``. Returns the first gang still incomplete, if any."""
+        """Bind pods of partial-admission gangs one at a time while any fits, always to the
+        gang with the fewest bound pods (ties: queue order) -- the pods of gangs pending
+        together interleave as they do in a pod queue -- and start those reaching
+        ``min_member``. Returns the first gang (in queue order) still incomplete, if any."""
         lo, hi = self.pool_slices[p]
         free = self.sched_free[lo:hi]
         capacity = self.node_gpus[lo:hi]
         placement = self.placement[self.pool_names[p]]
-        active = [j for j in jobs if j.in_queue]
-        progress = True
-        while progress and active:
-            progress = False
-            for job in list(active):
-                size = job.spec.gpus_per_pod
-                queue = self.queues[job.queue]
-                if queue.capability_gpus is not None and (
-                    queue.usage + size > queue.capability_gpus
-                ):
-                    job.reason = QUEUE_CAPABILITY
-                    continue
-                i = choose_node(placement, free, capacity, size, self.rng)
-                if i == NO_NODE:
-                    continue
-                self._bind_pod(job, lo + i, scatter=job.misplace)
-                if job.partial_since is None:
-                    job.partial_since = self._now
-                self._log(
-                    "scheduled",
-                    job,
-                    lo + i,
-                    "Scheduled",
-                    f"pod {len(job.pods)}/{job.spec.pods} bound to {self.node_names[lo + i]}",
-                )
-                progress = True
-                if len(job.pods) >= job.spec.members_needed:
-                    self._start(job)
-                    active.remove(job)
-        for job in active:
+        waiting = [j for j in jobs if j.in_queue]
+        trying = list(waiting)
+        while trying:
+            job = min(trying, key=lambda j: (len(j.pods), j.key))
+            size = job.spec.gpus_per_pod
+            queue = self.queues[job.queue]
+            if queue.capability_gpus is not None and queue.usage + size > queue.capability_gpus:
+                job.reason = QUEUE_CAPABILITY
+                trying.remove(job)
+                continue
+            i = choose_node(placement, free, capacity, size, self.rng)
+            if i == NO_NODE:
+                trying.remove(job)
+                continue
+            self._bind_pod(job, lo + i, scatter=job.misplace)
+            if job.partial_since is None:
+                job.partial_since = self._now
+            self._log(
+                "scheduled",
+                job,
+                lo + i,
+                "Scheduled",
+                f"pod {len(job.pods)}/{job.spec.pods} bound to {self.node_names[lo + i]}",
+            )
+            if len(job.pods) >= job.spec.members_needed:
+                self._start(job)
+                trying.remove(job)
+                waiting.remove(job)
+        for job in waiting:
             if job.pods:
                 job.reason = PARTIALLY_BOUND
-            else:
+            elif job.reason != QUEUE_CAPABILITY:
                 self._unschedulable(job, UNSCHEDULABLE, free)
-        return active[0] if active else None
+        return waiting[0] if waiting else None
 
     def _unschedulable(self, job: _Job, reason: str, free: np.ndarray) -> None:
         job.reason = reason
