@@ -224,41 +224,40 @@ def fgd_choice(cluster: Cluster, nodes: np.ndarray, pod: Pod) -> tuple[np.ndarra
     """
     frag = cluster.frag
     before = cluster.node_frag[nodes]
-    cpu_after = cluster.cpu_free[nodes] - pod.cpu_milli
-    access = frag.node_access[nodes]
     if not pod.is_shared:
         fitting = cluster.fitting[nodes] - pod.num_gpu * (pod.gpu_milli == MILLI_PER_GPU)
         after = frag.node_frag(
-            cpu_after,
+            cluster.cpu_free[nodes] - pod.cpu_milli,
             cluster.gpu_free_total[nodes] - pod.total_gpu_milli,
             fitting,
             cluster.small[nodes],
-            access,
+            frag.node_access[nodes],
         )
         return _fgd_score(before - after), np.full(len(nodes), -1)
     # Equal free milli on two GPUs of a node gives equal scores: evaluate each value once.
     free = cluster.gpu_free[nodes]
     first_equal = np.argmax(free[:, :, None] == free[:, None, :], axis=2)
     fits = free >= pod.gpu_milli
-    pair_node, pair_gpu = np.nonzero(fits & (first_equal == np.arange(free.shape[1])))
-    was = free[pair_node, pair_gpu][:, None]
+    pair, pair_gpu = np.nonzero(fits & (first_equal == np.arange(free.shape[1])))
+    pair_node = nodes[pair]
+    was = free[pair, pair_gpu][:, None]
     now = was - pod.gpu_milli
     thresholds = frag.thresholds
-    fitting = cluster.fitting[nodes][pair_node] - (was >= thresholds) + (now >= thresholds)
+    fitting = cluster.fitting[pair_node] - (was >= thresholds) + (now >= thresholds)
     small = (
-        cluster.small[nodes][pair_node]
+        cluster.small[pair_node]
         - np.where(was < thresholds, was, 0)
         + np.where(now < thresholds, now, 0)
     )
     after = frag.node_frag(
-        cpu_after[pair_node],
-        cluster.gpu_free_total[nodes][pair_node] - pod.gpu_milli,
+        cluster.cpu_free[pair_node] - pod.cpu_milli,
+        cluster.gpu_free_total[pair_node] - pod.gpu_milli,
         fitting,
         small,
-        access[pair_node],
+        frag.node_access[pair_node],
     )
     value_scores = np.full(free.shape, -1, dtype=np.int64)
-    value_scores[pair_node, pair_gpu] = _fgd_score(before[pair_node] - after)
+    value_scores[pair, pair_gpu] = _fgd_score(before[pair] - after)
     scores = np.where(fits, np.take_along_axis(value_scores, first_equal, axis=1), -1)
     best_gpu = np.argmax(scores, axis=1)
     return scores[np.arange(len(nodes)), best_gpu], best_gpu
