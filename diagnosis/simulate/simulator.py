@@ -973,14 +973,14 @@ class Simulator:
         """Bind and start an all-or-nothing job; None when placed, else the pending reason."""
         spec = job.spec
         size = spec.gpus_per_pod
-        need = spec.members_needed
+        need = spec.members_needed - len(job.pods)
         slots = pod_slots(free, size)
         if slots < need:
             return UNSCHEDULABLE
         queue = self.queues[job.queue]
         if queue.capability_gpus is not None and queue.usage + need * size > queue.capability_gpus:
             return QUEUE_CAPABILITY
-        pods = min(spec.pods, slots)
+        pods = min(spec.pods - len(job.pods), slots)
         placement = self.placement[self.pool_names[p]]
         capacity = self.node_gpus[lo : lo + len(free)]
         used = np.zeros(len(free), dtype=bool) if job.misplace else None
@@ -1078,8 +1078,9 @@ class Simulator:
         started_s: float | None = None,
         partial_since_s: float | None = None,
     ) -> None:
-        """Put a job that already holds GPUs into the cluster now, bound exactly as given:
-        running (its remaining work is ``spec.duration_s``), or a partial gang still pending."""
+        """Put a job found in a snapshot into the cluster now, bound exactly as given: running
+        (its remaining work is ``spec.duration_s``), or pending -- a partial gang when it holds
+        pods -- and queued for the next pass."""
         job = self._register(spec, arrives=False)
         job.state = "pending"
         self.live[job.number] = job
@@ -1104,7 +1105,8 @@ class Simulator:
             if started_s is not None:
                 job.started = job.first_started = started_s
         else:
-            job.partial_since = partial_since_s if partial_since_s is not None else self._now
+            if job.pods:
+                job.partial_since = partial_since_s if partial_since_s is not None else self._now
             self._enqueue(job)
             job.reason = PARTIALLY_BOUND if job.pods else QUEUED
 
