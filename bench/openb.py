@@ -58,14 +58,18 @@ def main() -> int:
     print(
         f"{args.pods} on {args.nodes}, arrive {args.arrive}, seeds {seeds.start}..{seeds.stop - 1}"
     )
-    print(f"{'policy':<8} {'alloc %':>8} {'frag %':>7} {'paper':>13} {'failed':>7} {'s/replay':>9}")
+    print(
+        f"{'policy':<8} {'alloc %':>8} {'frag %':>7} {'paper':>13} {'failed':>7} "
+        f"{'s/replay':>9} {'cpu s':>6}"
+    )
     over_budget = False
     for policy in args.policy or POLICIES:
-        allocs, frags, failed, seconds = [], [], [], []
+        allocs, frags, failed, seconds, cpu_seconds = [], [], [], [], []
         for seed in seeds:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             result = replay_openb(nodes, pods, policy, arrive=args.arrive, seed=seed)
             seconds.append(time.perf_counter() - started)
+            cpu_seconds.append(time.process_time() - cpu_started)
             allocs.append(result.gpu_alloc_pct_at_arrive)
             frags.append(result.frag_gpu_pct_at_arrive)
             failed.append(result.pods_failed)
@@ -74,7 +78,7 @@ def main() -> int:
         over_budget |= worst > BUDGET_SECONDS
         print(
             f"{policy:<8} {statistics.median(allocs):>8.2f} {statistics.median(frags):>7.2f} "
-            f"{paper:>13} {statistics.median(failed):>7.0f} {worst:>9.2f}"
+            f"{paper:>13} {statistics.median(failed):>7.0f} {worst:>9.2f} {max(cpu_seconds):>6.2f}"
         )
     if over_budget:
         print(f"OVER BUDGET: a replay took more than {BUDGET_SECONDS:.0f} s", file=sys.stderr)

@@ -112,10 +112,8 @@ def read_pods(path: Path | str) -> PodTable:
     gpu_milli: list[int] = []
     specs: list[tuple[str, ...]] = []
     created: list[float] = []
-    has_creation_time = False
     for line, row in _rows(path, POD_COLUMNS):
         field = _FieldReader(path, line, row)
-        has_creation_time = "creation_time" in row
         names.append(field.text("name", required=True))
         cpu.append(field.integer("cpu_milli", minimum=0))
         memory.append(field.integer("memory_mib", minimum=0))
@@ -131,7 +129,7 @@ def read_pods(path: Path | str) -> PodTable:
         gpu_milli.append(milli)
         spec = field.text("gpu_spec")
         specs.append(tuple(m for m in spec.split("|") if m) if gpus else ())
-        if has_creation_time:
+        if "creation_time" in row:
             created.append(field.number("creation_time"))
     if not names:
         raise TraceFormatError(path, "no pods in the file")
@@ -142,13 +140,13 @@ def read_pods(path: Path | str) -> PodTable:
         num_gpu=np.array(num_gpu, dtype=np.int64),
         gpu_milli=np.array(gpu_milli, dtype=np.int64),
         gpu_spec=tuple(specs),
-        creation_time=np.array(created, dtype=np.float64) if has_creation_time else None,
+        creation_time=np.array(created, dtype=np.float64) if created else None,
     )
 
 
 def _rows(path: Path | str, required: Iterable[str]) -> Iterable[tuple[int, dict[str, str]]]:
     try:
-        handle = open(path, newline="", encoding="utf-8")  # noqa: SIM115 (closed below)
+        handle = open(path, newline="", encoding="utf-8-sig")  # noqa: SIM115 (closed below)
     except OSError as exc:
         raise TraceFormatError(path, f"cannot open: {exc.strerror or exc}") from exc
     with handle:
