@@ -17,19 +17,11 @@ import sys
 import time
 from pathlib import Path
 
-from diagnosis.simulate.openb import POLICIES, replay_openb
+from diagnosis.simulate.openb import POLICIES, PUBLISHED_DEFAULT_TRACE, replay_openb
 from diagnosis.simulate.openb_trace import read_nodes, read_pods
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUDGET_SECONDS = 10.0
-# Medians of 10 seeds on openb_pod_list_default, arrive 1.3 (the simulator repo's expected
-# results): GPU allocated %, fragmented GPU % of all GPUs.
-PUBLISHED_DEFAULT = {
-    "random": (87.38, 12.50),
-    "packing": (92.06, 7.89),
-    "bestfit": (93.11, 6.82),
-    "fgd": (95.40, 4.56),
-}
 
 
 def default_csv_dir() -> Path:
@@ -53,7 +45,7 @@ def main() -> int:
         print(f"skipped: the OpenB trace is not at {args.csv_dir} (set GPUOBS_SHARED_DATA)")
         return 0
     nodes, pods = read_nodes(nodes_path), read_pods(pods_path)
-    published = PUBLISHED_DEFAULT if args.pods == "openb_pod_list_default.csv" else {}
+    published = PUBLISHED_DEFAULT_TRACE if args.pods == "openb_pod_list_default.csv" else {}
     seeds = range(42, 42 + args.seeds)
     print(
         f"{args.pods} on {args.nodes}, arrive {args.arrive}, seeds {seeds.start}..{seeds.stop - 1}"

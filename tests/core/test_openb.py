@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 from django.core.management import CommandError, call_command
 
-from diagnosis.simulate.openb import Placement, arrival_order, place_pods, replay_openb
+from diagnosis.simulate.openb import (
+    PUBLISHED_DEFAULT_TRACE,
+    Placement,
+    arrival_order,
+    place_pods,
+    replay_openb,
+)
 from diagnosis.simulate.openb_frag import FragMeasure, PodShape, typical_pod_shapes
 from diagnosis.simulate.openb_trace import (
     NodeTable,
@@ -311,15 +317,6 @@ def test_simulate_openb_exits_2_on_a_missing_file(tmp_path):
 
 # --- The published figures on the real trace --------------------------------------------------
 
-# Medians of 10 seeds, openb_pod_list_default at arrive 1.3 (hkust-adsl/kubernetes-scheduler-
-# simulator, experiments/analysis/expected_results): GPU allocated %, fragmented GPU % of all GPUs.
-PUBLISHED = {
-    "random": (87.38, 12.50),
-    "packing": (92.06, 7.89),
-    "bestfit": (93.11, 6.82),
-    "fgd": (95.40, 4.56),
-}
-
 
 def openb_csv_dir() -> Path:
     base = os.environ.get("GPUOBS_SHARED_DATA")
@@ -334,12 +331,12 @@ def openb_csv_dir() -> Path:
 
 
 @pytest.mark.shared_data
-@pytest.mark.parametrize("policy", list(PUBLISHED))
+@pytest.mark.parametrize("policy", list(PUBLISHED_DEFAULT_TRACE))
 def test_replay_of_the_default_trace_matches_the_published_figures(policy):
     csv_dir = openb_csv_dir()
     nodes = read_nodes(csv_dir / "openb_node_list_gpu_node.csv")
     pods = read_pods(csv_dir / "openb_pod_list_default.csv")
     result = replay_openb(nodes, pods, policy, arrive=1.3, seed=42)
-    allocated, fragmented = PUBLISHED[policy]
+    allocated, fragmented = PUBLISHED_DEFAULT_TRACE[policy]
     assert result.gpu_alloc_pct_at_arrive == pytest.approx(allocated, abs=2.0)
     assert result.frag_gpu_pct_at_arrive == pytest.approx(fragmented, abs=2.0)
