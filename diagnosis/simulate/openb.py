@@ -89,7 +89,8 @@ def arrival_order(
     The trace is taken in name order and shuffled (or, without ``shuffle``, by creation time).
     Copies of pods drawn uniformly from the trace are then appended while the GPUs asked for stay
     within ``arrive`` x capacity; the first draw that would pass it ends the inflation. A trace that
-    already asks for more loses uniformly drawn pods until it fits.
+    already asks for more loses uniformly drawn pods until it fits; one that asks for no GPU at all
+    is left as it is.
     """
     by_name = np.array(sorted(range(len(pods)), key=pods.names.__getitem__), dtype=np.int64)
     if shuffle:
@@ -101,6 +102,8 @@ def arrival_order(
     asked = pods.total_gpu_milli
     requested = int(asked.sum())
     target = arrive * gpu_capacity_milli
+    if requested == 0:
+        return order
     if requested > target:
         kept = list(order)
         while requested > target and kept:
@@ -122,7 +125,6 @@ class Cluster:
     def __init__(self, nodes: NodeTable, frag: FragMeasure) -> None:
         width = max(int(nodes.gpu_count.max()), 1)
         self.gpu_count = nodes.gpu_count
-        self.cpu_capacity = nodes.cpu_milli
         self.cpu_free = nodes.cpu_milli.copy()
         self.memory_free = nodes.memory_mib.copy()
         self.gpu_free = np.where(

@@ -226,6 +226,12 @@ def test_a_trace_asking_too_much_is_thinned_to_the_target():
     assert len(set(order.tolist())) == len(order) == 6
 
 
+def test_a_trace_asking_no_gpu_is_not_inflated():
+    pods = make_pods((1000, 0, 0), (2000, 0, 0))
+    order = arrival_order(pods, 8 * 1000, 1.3, np.random.default_rng(3))
+    assert sorted(order.tolist()) == [0, 1]
+
+
 def test_replay_is_deterministic_for_a_seed():
     nodes = make_nodes(*[(32_000, 2, "T4")] * 4, *[(96_000, 8, "G2")] * 2)
     pods = make_pods((4000, 1, 1000), (2000, 1, 300), (6000, 1, 600), (8000, 2, 1000), (1000, 0, 0))
