@@ -273,6 +273,9 @@ class Finding(models.Model):
     summary = models.TextField(blank=True)
     evidence = models.JSONField(default=dict, blank=True)
     first_seen = models.DateTimeField(help_text="Snapshot time when the rule first reported it.")
+    active_since = models.DateTimeField(
+        null=True, blank=True, help_text="Start of the current episode (the latest reopening)."
+    )
     last_seen = models.DateTimeField(help_text="Latest snapshot time at which it was evaluated.")
     last_hit_at = models.DateTimeField(
         null=True, blank=True, help_text="Latest snapshot time at which the rule reported it."
@@ -336,6 +339,23 @@ class RuleOverride(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster}: {self.rule_id}.{self.threshold} = {self.value!r}"
+
+    def clean(self) -> None:
+        """Refuse a rule or threshold that does not exist, or a value the threshold can't take."""
+        from django.core.exceptions import ValidationError
+
+        from diagnosis.rules.base import ThresholdError
+        from diagnosis.rules.registry import all_rules
+
+        rule = all_rules().get(self.rule_id)
+        if rule is None:
+            known = ", ".join(all_rules())
+            raise ValidationError({"rule_id": f"unknown rule {self.rule_id!r} (known: {known})"})
+        try:
+            self.value = rule.threshold(self.threshold).parse(self.value)
+        except ThresholdError as exc:
+            field = "value" if self.threshold in rule.defaults() else "threshold"
+            raise ValidationError({field: str(exc)}) from None
 
 
 class Recommendation(models.Model):
