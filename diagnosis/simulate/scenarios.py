@@ -57,6 +57,10 @@ class Scenario:
         sim.inject(self.faults)
         return sim
 
+    def without_faults(self) -> Scenario:
+        """The same cluster and jobs with no fault injected (for fair policy comparisons)."""
+        return replace(self, faults=())
+
     def with_placement(self, placement: str) -> Scenario:
         pools = {pool.name: placement for pool in self.spec.pools}
         return replace(self, policy=replace(self.policy, placement=pools))
@@ -447,10 +451,13 @@ WEEK_SIZES = (1, 2, 4, 8, 16, 32, 64)
 WEEK_SIZE_WEIGHTS = (0.40, 0.15, 0.15, 0.20, 0.05, 0.03, 0.02)
 
 
-def week_scenario(gpus: int = 1024, jobs: int = 10000, seed: int = 0) -> Scenario:
-    """A week of ``gpus`` GPUs (8 per node, one pool) and ``jobs`` jobs arriving as a Poisson
-    stream sized for ~80% offered load: 1-64 GPU requests (multi-node ones as gangs of 8-GPU
-    pods), lognormal durations (median 1 h), four tenants, fair-share order."""
+def week_scenario(
+    gpus: int = 1024, jobs: int = 10000, seed: int = 0, *, load: float = 0.8
+) -> Scenario:
+    """A week of ``gpus`` GPUs (8 per node, one pool) and ``jobs`` jobs arriving uniformly over
+    the week, sized for ``load`` offered load (GPU-hours asked / GPU-hours of the week): 1-64 GPU
+    requests (multi-node ones as gangs of 8-GPU pods), lognormal durations, four tenants,
+    fair-share order, binpack."""
     rng = np.random.default_rng(seed)
     nodes = max(gpus // 8, 1)
     spec = ClusterSpec(
@@ -463,7 +470,7 @@ def week_scenario(gpus: int = 1024, jobs: int = 10000, seed: int = 0) -> Scenari
     week = 7 * DAY
     sizes = rng.choice(WEEK_SIZES, size=jobs, p=np.asarray(WEEK_SIZE_WEIGHTS))
     mean_gpus = float(np.dot(WEEK_SIZES, WEEK_SIZE_WEIGHTS))
-    target_busy = 0.8 * nodes * 8
+    target_busy = load * nodes * 8
     # Offered load = arrival rate x mean GPUs x mean duration.
     mean_duration = target_busy / (jobs / week) / mean_gpus
     sigma = 1.0
