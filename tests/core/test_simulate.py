@@ -214,6 +214,15 @@ def test_without_backfill_a_blocked_job_holds_back_later_ones():
     assert snapshot_job(document, "big")["pending_reason"] == "Unschedulable"
 
 
+def test_tick_runs_passes_only_on_multiples_of_it():
+    sim = simulator(1, tick_s=60)
+    sim.submit(job("waits", 10, 1))
+    sim.run_until(59)
+    assert sim.job_state("waits") == "pending"
+    sim.run_until(60)
+    assert sim.job_state("waits") == "running"
+
+
 # -- faults ----------------------------------------------------------------------------------
 
 
