@@ -29,11 +29,15 @@ def _duration(seconds: int) -> str:
     return f"{seconds} s"
 
 
+def _subject(rule: Rule) -> str:
+    return rule.subject_kind.rstrip(":") + ":"
+
+
 def render_rule(rule: Rule) -> str:
     lines = [
         f"## `{rule.id}` — {rule.title}",
         "",
-        f"Subject `{rule.subject_kind}` · default severity **{rule.severity}** · "
+        f"Subject `{_subject(rule)}` · default severity **{rule.severity}** · "
         f"for {_duration(rule.for_s)} · keep firing for {_duration(rule.keep_firing_for_s)}",
         "",
         "### What it detects",
@@ -69,7 +73,7 @@ def render_rule(rule: Rule) -> str:
 
 def render_rules_markdown(rules: Mapping[str, Rule]) -> str:
     table = "".join(
-        f"| [`{r.id}`](#{r.id}) | {r.title} | `{r.subject_kind}` | {r.severity} |\n"
+        f"| [`{r.id}`](#{r.id}) | {r.title} | `{_subject(r)}` | {r.severity} |\n"
         for r in rules.values()
     )
     sections = "\n".join(render_rule(rule) for rule in rules.values())
