@@ -15,7 +15,12 @@ from diagnosis.simulate.jobs import DATA_STARVED, IDLE, LOW_MFU, JobSpec
 from diagnosis.simulate.placement import choose_gpus, choose_node
 from diagnosis.simulate.policy import Policy, drain_node, set_placement, set_queue_weight
 from diagnosis.simulate.replay import replay, simulator_from_snapshot
-from diagnosis.simulate.scenarios import rule_showcase_scenario, small_scenario, week_scenario
+from diagnosis.simulate.scenarios import (
+    rule_showcase_scenario,
+    seed_scenario,
+    small_scenario,
+    week_scenario,
+)
 from diagnosis.simulate.simulator import Simulator
 
 HOUR = 3600.0
@@ -414,6 +419,18 @@ def test_every_rule_fires_on_the_showcase_scenario(showcase_diagnosis, rule_id):
     assert not diagnosis.errors
     expected_subject = notes[rule_id].split(" ")[0]
     assert expected_subject in {f.subject for f in diagnosis.by_rule(rule_id)}
+
+
+def test_seed_scenario_fires_every_rule_within_its_first_hours():
+    scenario = seed_scenario(0)
+    sim = scenario.build()
+    fired: set[str] = set()
+    for hours in (0.75, 2.0, 3.0, 4.5):
+        diagnosis = run_rules(snapshot_format.load(sim.snapshot(hours * HOUR)))
+        assert not diagnosis.errors
+        fired |= {f.rule for f in diagnosis.findings}
+    expected = {rule_id for rule_id in RULE_IDS if rule_id in all_rules()}
+    assert expected <= fired
 
 
 # -- replay ----------------------------------------------------------------------------------
