@@ -403,7 +403,7 @@ class Simulator:
                     self._schedule()
                 elif not self._tick_scheduled:
                     tick_s = self.policy.tick_s
-                    self._push(math.ceil(moment / tick_s + 1e-9) * tick_s, _TICK, "tick", None)
+                    self._push(math.ceil(moment / tick_s - 1e-9) * tick_s, _TICK, "tick", None)
                     self._tick_scheduled = True
         self._advance(t)
 
