@@ -7,6 +7,7 @@ stay thin and call these.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,20 +18,109 @@ from django.utils import timezone
 
 from diagnosis import lifecycle
 from diagnosis import snapshot as snapshot_format
-from diagnosis.models import Cluster, Finding, FindingEvent, RuleOverride, Snapshot
+from diagnosis.choices import DataSourceStatus
+from diagnosis.models import (
+    Cluster,
+    ClusterCycle,
+    Finding,
+    FindingEvent,
+    RuleOverride,
+    Snapshot,
+)
 from diagnosis.rules.base import Rule, ThresholdError
 from diagnosis.rules.engine import Diagnosis, run_rules
 from diagnosis.rules.registry import all_rules
 
 
-def run_cluster_cycle(cluster: Cluster) -> None:
-    """Run one diagnosis cycle of a cluster (DESIGN.md section 3).
+def run_cluster_cycle(cluster: Cluster) -> ClusterCycle:
+    """Run one diagnosis cycle of a cluster (DESIGN.md section 3): collect, then record.
 
-    The caller (``diagnosis.tasks.run_cycle``) holds the cluster's cycle lock. For now this only
-    records that a cycle ran; collect, diagnose, account, recommend and notify come here.
+    The caller (``diagnosis.tasks.run_cycle``) holds the cluster's cycle lock. A source that
+    fails leaves a failed ClusterCycle row and the cluster's status saying why; the last good
+    snapshot, findings and rollups stay as they were (nothing is resolved for lack of data).
     """
-    cluster.last_cycle_at = timezone.now()
-    cluster.save(update_fields=["last_cycle_at"])
+    from diagnosis.sources import CollectError, collector_for
+
+    started = time.perf_counter()
+    try:
+        document = collector_for(cluster)(cluster)
+        snap = snapshot_format.load(document)
+    except (CollectError, snapshot_format.SnapshotError) as exc:
+        message = f"{type(exc).__name__}: {exc}"
+        return _record_failed_cycle(cluster, message, time.perf_counter() - started)
+    return record_cycle(cluster, snap, started=started)
+
+
+def _record_failed_cycle(cluster: Cluster, message: str, seconds: float) -> ClusterCycle:
+    with transaction.atomic():
+        now = timezone.now()
+        _set_status(cluster, DataSourceStatus.ERROR, message, now)
+        cluster.last_cycle_at = now
+        cluster.save(
+            update_fields=["status", "status_message", "status_changed_at", "last_cycle_at"]
+        )
+        last = ClusterCycle.objects.filter(cluster=cluster, ok=True).order_by("-as_of").first()
+        return ClusterCycle.objects.create(
+            cluster=cluster,
+            as_of=last.as_of if last else now,
+            ok=False,
+            error=message,
+            seconds=seconds,
+        )
+
+
+def _set_status(cluster: Cluster, status: str, message: str, now: datetime) -> None:
+    if cluster.status != status:
+        cluster.status_changed_at = now
+    cluster.status = status
+    cluster.status_message = message
+
+
+def record_cycle(
+    cluster: Cluster, snap: snapshot_format.ClusterSnapshot, *, started: float | None = None
+) -> ClusterCycle:
+    """Store a collected snapshot, diagnose it, record the findings and the GPU-hour rollup."""
+    from diagnosis.diagnose import diagnose
+
+    started = time.perf_counter() if started is None else started
+    diagnosis, accounting = diagnose(snap, cluster_overrides(cluster))
+    report = accounting.as_dict()["cluster"]
+    counts: dict[str, dict[str, int]] = {}
+    for finding in diagnosis.findings:
+        by_severity = counts.setdefault(finding.rule, {})
+        by_severity[finding.severity] = by_severity.get(finding.severity, 0) + 1
+    with transaction.atomic():
+        now = timezone.now()
+        Snapshot.store(cluster, snapshot_format.dump(snap))
+        record_findings(cluster, diagnosis)
+        as_of = snap.as_of.to_pydatetime()
+        cycle = ClusterCycle.objects.create(
+            cluster=cluster,
+            as_of=as_of,
+            ran_at=now,
+            seconds=time.perf_counter() - started,
+            gpus=report["gpus"],
+            allocated_gpus=report["allocated_gpus"],
+            allocation_utilization=report["allocation_utilization"],
+            activity_utilization=report["activity_utilization"],
+            accounting=accounting.as_dict(),
+            findings=counts,
+            rule_errors=[e.as_dict() for e in diagnosis.errors],
+            not_judged={k: dict(v) for k, v in diagnosis.not_judged.items()},
+            data_age_s=(now - as_of).total_seconds(),
+        )
+        problems = [f"rule {e.rule} failed: {e.message}" for e in diagnosis.errors]
+        _set_status(
+            cluster,
+            DataSourceStatus.DEGRADED if problems else DataSourceStatus.OK,
+            "; ".join(problems),
+            now,
+        )
+        cluster.last_cycle_at = now
+        cluster.save(
+            update_fields=["status", "status_message", "status_changed_at", "last_cycle_at"]
+        )
+    return cycle
 
 
 # -- thresholds ----------------------------------------------------------------------------------

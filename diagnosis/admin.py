@@ -6,6 +6,7 @@ from django.http import HttpRequest
 from diagnosis.models import (
     AuditEntry,
     Cluster,
+    ClusterCycle,
     Finding,
     FindingEvent,
     Gpu,
@@ -139,3 +140,10 @@ class IncidentAdmin(admin.ModelAdmin):
     list_display = ["opened_at", "cluster", "node", "gpu_index", "xid_code", "state"]
     list_filter = ["cluster", "state", "xid_code"]
     search_fields = ["node", "summary", "fingerprint"]
+
+
+@admin.register(ClusterCycle)
+class ClusterCycleAdmin(admin.ModelAdmin):
+    list_display = ["cluster", "as_of", "ok", "gpus", "allocation_utilization", "seconds"]
+    list_filter = ["cluster", "ok"]
+    readonly_fields = [f.name for f in ClusterCycle._meta.fields]

@@ -257,6 +257,41 @@ class Snapshot(models.Model):
         return json.loads(zlib.decompress(bytes(self.document)))
 
 
+class ClusterCycle(models.Model):
+    """One diagnosis cycle of a cluster: the pre-computed rollup that pages and reports read.
+
+    ``accounting`` is the GPU-hour breakdown (``diagnosis.accounting.Accounting.as_dict()``) of
+    the cycle's snapshot; the utilization columns repeat its cluster figures for cheap trends.
+    A cycle whose collection failed has ``ok=False`` and an ``error``; the last good one stays.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="cycles")
+    as_of = models.DateTimeField(help_text="Snapshot time the cycle judged (null if none).")
+    ran_at = models.DateTimeField(default=timezone.now)
+    seconds = models.FloatField(default=0, help_text="Wall time of the whole cycle.")
+    ok = models.BooleanField(default=True)
+    error = models.TextField(blank=True)
+    gpus = models.PositiveIntegerField(default=0)
+    allocated_gpus = models.PositiveIntegerField(default=0)
+    allocation_utilization = models.FloatField(null=True, blank=True)
+    activity_utilization = models.FloatField(null=True, blank=True)
+    accounting = models.JSONField(default=dict, blank=True)
+    findings = models.JSONField(
+        default=dict, blank=True, help_text="Counts of this cycle's hits: rule -> severity -> n."
+    )
+    rule_errors = models.JSONField(default=list, blank=True)
+    not_judged = models.JSONField(default=dict, blank=True)
+    data_age_s = models.FloatField(null=True, blank=True, help_text="ran_at - as_of, seconds.")
+
+    class Meta:
+        ordering = ["cluster", "-as_of"]
+        get_latest_by = "as_of"
+        indexes = [models.Index(fields=["cluster", "-as_of"], name="cycle_cluster_as_of")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster} cycle as of {self.as_of:%Y-%m-%dT%H:%M:%SZ}"
+
+
 class Finding(models.Model):
     """What a rule reported about one subject, kept across cycles (pending → firing → resolved)."""
 
