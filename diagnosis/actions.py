@@ -20,6 +20,7 @@ from diagnosis import lifecycle
 from diagnosis import snapshot as snapshot_format
 from diagnosis.choices import DataSourceStatus
 from diagnosis.models import (
+    AuditEntry,
     Cluster,
     ClusterCycle,
     Finding,
@@ -42,8 +43,11 @@ def run_cluster_cycle(cluster: Cluster) -> ClusterCycle:
     from diagnosis.sources import CollectError, collector_for
 
     started = time.perf_counter()
+    previous = ClusterCycle.objects.filter(cluster=cluster, ok=True).order_by("-as_of").first()
     try:
-        document = collector_for(cluster)(cluster)
+        document = collector_for(cluster)(
+            cluster, previous_as_of=previous.as_of if previous else None
+        )
         snap = snapshot_format.load(document)
     except (CollectError, snapshot_format.SnapshotError) as exc:
         message = f"{type(exc).__name__}: {exc}"
@@ -315,3 +319,38 @@ def import_snapshot(
             diagnosis = run_rules(snap, cluster_overrides(cluster))
             findings = record_findings(cluster, diagnosis)
     return ImportedSnapshot(cluster, stored, created, findings)
+
+
+# -- changes to the simulated scheduler -----------------------------------------------------------
+
+
+@transaction.atomic
+def apply_sim_change(cluster: Cluster, change: dict[str, Any], *, actor: str) -> AuditEntry:
+    """Apply a placement-policy, queue-weight or drain change to a simulated cluster, effective
+    from its next scheduling pass, and record it (the cluster's replayable change log and an
+    audit row with the value before and after). A change the simulator refuses raises
+    :class:`diagnosis.schedulers.sim.ChangeError` and records nothing.
+
+    (The approval workflow for real schedulers builds on the recommendation model; this is the
+    demo cluster's direct path.)
+    """
+    from diagnosis.schedulers import sim as sim_scheduler
+
+    if cluster.scheduler_kind != "sim":
+        raise sim_scheduler.ChangeError(f"cluster {cluster.name} is not a simulated cluster")
+    cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+    before = sim_scheduler.current_value(cluster, change)
+    sim_scheduler.apply(cluster, change, dry_run=True)
+    record = sim_scheduler.apply(cluster, change, dry_run=False)
+    config = dict(cluster.scheduler_config)
+    config["changes"] = [*config.get("changes", []), record]
+    cluster.scheduler_config = config
+    cluster.save(update_fields=["scheduler_config"])
+    return AuditEntry.objects.create(
+        actor=actor,
+        action=f"sim:{change['kind']}",
+        target=str(change.get("target", "")),
+        before={"value": before},
+        after={"value": change.get("to", "drained" if change["kind"] == "drain-node" else None)},
+        cluster=cluster,
+    )

@@ -60,11 +60,14 @@ def current_value(cluster: ClusterLike, change: Mapping[str, Any]) -> Any:
     """What the change's target is set to now (for the diff shown before applying)."""
     simulator = runtime_for(cluster).simulator
     parsed = change_from_dict(change)
+    try:
+        simulator.validate_change(parsed)
+    except (KeyError, ValueError) as exc:
+        raise ChangeError(f"{change.get('kind')}: {exc.args[0] if exc.args else exc}") from None
     if isinstance(parsed, SetPlacement):
         return simulator.placement.get(parsed.pool)
     if isinstance(parsed, SetQueueWeight):
-        queue = simulator.queue_number.get(parsed.queue)
-        return None if queue is None else simulator.queues[queue].weight
+        return simulator.queues[simulator.queue_number[parsed.queue]].weight
     return simulator.node_state_of(parsed.node)
 
 
@@ -78,9 +81,9 @@ def apply(cluster: ClusterLike, change: Mapping[str, Any], *, dry_run: bool) -> 
     with runtime.lock:
         simulator = runtime.simulator
         try:
-            simulator._validate_change(parsed)
+            simulator.validate_change(parsed)
         except (KeyError, ValueError) as exc:
-            raise ChangeError(f"{change.get('kind')}: {exc}") from None
+            raise ChangeError(f"{change.get('kind')}: {exc.args[0] if exc.args else exc}") from None
         record = {"at": simulator.now, "change": dict(change)}
         if not dry_run:
             simulator.apply(parsed)

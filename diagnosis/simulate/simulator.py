@@ -372,7 +372,7 @@ class Simulator:
     def apply(self, change: Change | Iterable[Change]) -> None:
         """Apply changes from the next scheduling pass on (the next event batch, or now)."""
         for one in [change] if not isinstance(change, Iterable) else change:
-            self._validate_change(one)
+            self.validate_change(one)
             self._pending_changes.append(one)
         self._push(self._now, _CHANGE, "change", None)
 
@@ -748,7 +748,8 @@ class Simulator:
 
     # -- changes ---------------------------------------------------------------------------------
 
-    def _validate_change(self, change: Change) -> None:
+    def validate_change(self, change: Change) -> None:
+        """Raise KeyError/ValueError for a change this cluster cannot take (unknown target)."""
         if isinstance(change, SetPlacement):
             if change.pool not in self.pool_number:
                 raise KeyError(f"no pool {change.pool!r}")

@@ -1,9 +1,10 @@
 """Collectors: integrations that produce a cluster's snapshot for one cycle (the edge).
 
-A collector is keyed by the cluster's ``metrics_kind``/``scheduler_kind`` pair it serves (the
-built-in simulator serves both as ``sim``). It returns a ``gpuobs.snapshot/v1`` document or
-raises :class:`CollectError`. Collectors are imported lazily, so a missing optional dependency of
-one integration never breaks the others.
+A collector is keyed by the cluster's ``metrics_kind`` (the built-in simulator serves as both
+metrics source and scheduler, ``sim``). ``collector(cluster, previous_as_of=...)`` returns a
+``gpuobs.snapshot/v1`` document or raises :class:`CollectError`; ``previous_as_of`` is the time
+of the cluster's last good snapshot (None for the first). Collectors are imported lazily, so a
+missing optional dependency of one integration never breaks the others.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class ClusterLike(Protocol):
     metrics_config: Mapping[str, Any]
 
 
-Collector = Callable[[ClusterLike], dict[str, Any]]
+Collector = Callable[..., dict[str, Any]]
 
 COLLECTORS: dict[str, str] = {
     "sim": "diagnosis.sources.sim:collect",

@@ -7,10 +7,11 @@ A sim cluster's ``scheduler_config``::
      "changes": [{"at": 5400.0, "change": {"kind": "placement-policy", ...}}]}
 
 ``clock: "wall"``: simulated time is the wall time since ``started_at`` (default: when this
-process first collected) times ``speed`` (a simulated hour per wall minute at 60). ``clock: "step"``: every collection advances ``step_s``
-simulated seconds (scripts and tests). Each process keeps its simulator in memory; a process that
-has none (a new worker) rebuilds it from the scenario, the seed and the recorded ``changes``,
-which the simulator replays at their simulated times, so every process sees the same cluster.
+process first collected) times ``speed`` (a simulated hour per wall minute at 60).
+``clock: "step"``: every collection advances ``step_s`` simulated seconds (scripts, tests).
+Each process keeps its simulator in memory; a process that has none (a new worker) rebuilds it
+from the scenario, the seed and the recorded ``changes``, which it replays at their simulated
+times, so every process sees the same cluster.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ def runtime_for(cluster: ClusterLike) -> SimRuntime:
     factory = SCENARIOS.get(scenario_name)
     if factory is None:
         known = ", ".join(SCENARIOS)
-        raise CollectError(f"unknown sim scenario {scenario_name!r} (known: {known})", True)
+        raise CollectError(
+            f"unknown sim scenario {scenario_name!r} (known: {known})", permanent=True
+        )
     started_at = parse_time(config["started_at"]) if config.get("started_at") else None
     key = (scenario_name, int(config.get("seed", 0)), config.get("started_at"))
     with _RUNTIMES_LOCK:
@@ -79,10 +82,20 @@ def forget(cluster_name: str) -> None:
         _RUNTIMES.pop(cluster_name, None)
 
 
-def target_time(cluster: ClusterLike, runtime: SimRuntime, now: datetime | None = None) -> float:
+def target_time(
+    cluster: ClusterLike,
+    runtime: SimRuntime,
+    now: datetime | None = None,
+    previous_as_of: datetime | None = None,
+) -> float:
+    """The simulated second to collect at. In ``step`` mode: one step past the previous
+    snapshot (so a rebuilt simulator resumes where the cluster was, not at zero)."""
     config = cluster.scheduler_config or {}
     if config.get("clock", "wall") == "step":
-        return runtime.simulator.now + float(config.get("step_s", 60))
+        position = runtime.simulator.now
+        if previous_as_of is not None:
+            position = max(position, (previous_as_of - runtime.started_at).total_seconds())
+        return position + float(config.get("step_s", 60))
     now = now or datetime.now(UTC)
     elapsed = max(0.0, (now - runtime.started_at).total_seconds())
     return max(runtime.simulator.now, elapsed * float(config.get("speed", DEFAULT_SPEED)))
@@ -101,11 +114,13 @@ def catch_up_changes(cluster: ClusterLike, runtime: SimRuntime, until: float) ->
         runtime.applied_changes += 1
 
 
-def collect(cluster: ClusterLike, now: datetime | None = None) -> dict[str, Any]:
+def collect(
+    cluster: ClusterLike, *, now: datetime | None = None, previous_as_of: datetime | None = None
+) -> dict[str, Any]:
     """The cluster's snapshot document at its current simulated time."""
     runtime = runtime_for(cluster)
     with runtime.lock:
-        until = target_time(cluster, runtime, now)
+        until = target_time(cluster, runtime, now, previous_as_of)
         try:
             catch_up_changes(cluster, runtime, until)
             return runtime.simulator.snapshot(at=until)
