@@ -51,9 +51,11 @@ demo-prepare: install
 	$(MANAGE) migrate --noinput
 	$(MANAGE) ensure_admin
 
+# The demo cluster (128 simulated A100 nodes) runs cycles in this process while a child serves
+# the UI; with REDIS_URL set, Celery worker and beat children run the cycles instead.
 demo-serve: install
 	@echo "gpuobs: serving on http://$(DEMO_ADDRESS)/ (Ctrl-C stops it)"
-	$(MANAGE) runserver $(DEMO_ADDRESS) --noreload
+	$(MANAGE) demo --serve $(DEMO_ADDRESS)
 
 # --- checks --------------------------------------------------------------------------------------
 
