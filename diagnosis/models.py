@@ -63,6 +63,9 @@ class Cluster(models.Model):
     # lives in Redis and these stay empty.
     cycle_lease_until = models.DateTimeField(null=True, blank=True, editable=False)
     cycle_lease_holder = models.CharField(max_length=32, blank=True, editable=False)
+    event_cursor = models.TextField(
+        blank=True, editable=False, help_text="The scheduler adapter's cursor for read_events."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -192,10 +195,22 @@ class SchedulerEvent(models.Model):
     node = models.CharField(max_length=253, blank=True)
     reason = models.CharField(max_length=255, blank=True, help_text="The scheduler's own reason.")
     message = models.TextField(blank=True)
+    dedup_key = models.CharField(
+        max_length=255,
+        blank=True,
+        help_text="Object uid + resourceVersion, or the scheduler's own event id: one row each.",
+    )
 
     class Meta:
         ordering = ["-time", "-id"]
         indexes = [models.Index(fields=["cluster", "time"], name="event_cluster_time")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "dedup_key"],
+                condition=~models.Q(dedup_key=""),
+                name="event_unique_dedup_key",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.cluster} {self.time:%Y-%m-%dT%H:%M:%SZ} {self.kind}"
@@ -282,6 +297,12 @@ class ClusterCycle(models.Model):
     rule_errors = models.JSONField(default=list, blank=True)
     not_judged = models.JSONField(default=dict, blank=True)
     data_age_s = models.FloatField(null=True, blank=True, help_text="ran_at - as_of, seconds.")
+    coverage = models.FloatField(
+        null=True, blank=True, help_text="GPUs the metrics source answered for ÷ GPUs expected."
+    )
+    source = models.JSONField(
+        default=dict, blank=True, help_text="What the sources reported: queries, bytes, warnings."
+    )
 
     class Meta:
         ordering = ["cluster", "-as_of"]
@@ -495,6 +516,12 @@ class Incident(models.Model):
     )
     fingerprint = models.CharField(max_length=128, unique=True)
     summary = models.TextField(blank=True)
+    details = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Catalog meaning and action, jobs and tenants hit, the source alert's labels.",
+    )
+    source = models.CharField(max_length=32, blank=True, help_text="alertmanager, rule:xid, ...")
     opened_at = models.DateTimeField(default=timezone.now)
     acknowledged_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
