@@ -326,12 +326,15 @@ def replay(
     arrivals: str = "resample",
     lookback_s: float = DEFAULT_LOOKBACK_S,
     remaining: Callable[[float], float] = remaining_from_age,
+    observe: Callable[[Simulator], None] | None = None,
 ) -> list[Summary]:
     """Summaries of ``horizon_s`` seconds after the snapshot under ``policy`` (None: the
     snapshot's own) with ``changes`` applied at the start, one per seed.
 
     ``arrivals``: ``"resample"`` (see :func:`resampled_arrivals`) or ``"none"`` (only the jobs
     the snapshot shows). ``remaining`` maps a running job's age to its remaining work.
+    ``observe``, when given, is called with each seed's simulator at the end of its run, before
+    its summary is taken (to read what a summary does not hold, e.g. one job's wait).
     """
     if arrivals not in ("resample", "none"):
         raise ValueError("arrivals must be 'resample' or 'none'")
@@ -346,5 +349,7 @@ def replay(
             new_jobs = resampled_arrivals(snap, horizon_s, seed, lookback_s=lookback_s)
             sim.submit(job for job in new_jobs if job.pool is None or job.pool in sim.pool_number)
         sim.run_until(horizon_s)
+        if observe is not None:
+            observe(sim)
         summaries.append(sim.summary())
     return summaries
