@@ -1,9 +1,17 @@
+"""Pages of gpuobs; each needs a login (LoginRequiredMiddleware). See docs/ui.md."""
+
 from django.urls import path
+from django.views.generic import RedirectView
 
 from diagnosis import views
 
 app_name = "diagnosis"
 
 urlpatterns = [
-    path("", views.overview, name="overview"),
+    path("", views.cluster_list, name="cluster_list"),
+    path("clusters/", RedirectView.as_view(pattern_name="diagnosis:cluster_list")),
+    path("clusters/<slug:name>/", views.cluster_overview, name="cluster"),
+    path("clusters/<slug:name>/findings/", views.finding_list, name="findings"),
+    path("clusters/<slug:name>/findings/<int:finding_id>/", views.finding_detail, name="finding"),
+    path("clusters/<slug:name>/incidents/", views.incident_list, name="incidents"),
 ]

@@ -1,0 +1,371 @@
+"""Charts of the pages: chart data from the stored rollups, plotly figures, and plotly.js itself.
+
+Pages never recompute rules or accounting: they read ``ClusterCycle`` rollups (one per diagnosis
+cycle) and hand the rows to the functions here, which
+
+- sum the GPU-hour buckets of the cycles in a period (:func:`gpu_hours_breakdown`),
+- build plotly figures (:func:`gpu_hours_waterfall`, :func:`utilization_trend`),
+- embed a figure as JSON that ``static/js/gpuobs-charts.js`` draws (:func:`embed`): no inline
+  script, so a strict Content-Security-Policy (``script-src 'self'``) can stay on.
+
+plotly.js is served from our own static files (``vendor/plotly.min.js``), never a CDN: the
+:class:`PlotlyJsFinder` finds the copy the installed ``plotly`` package ships, so the figures
+and the library that draws them always come from the same pinned release.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+from django.contrib.staticfiles.finders import BaseFinder
+from django.core import checks
+from django.core.files.storage import FileSystemStorage
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
+
+from diagnosis.accounting import BUCKET_RULES, BUCKETS
+
+# -- plotly.js as a static file ------------------------------------------------------------------
+
+PLOTLY_JS_STATIC_PATH = "vendor/plotly.min.js"
+
+
+def plotly_js_path() -> Path:
+    """Where the installed plotly package keeps its plotly.min.js."""
+    spec = importlib.util.find_spec("plotly")
+    if spec is None or spec.origin is None:
+        return Path("plotly-is-not-installed/package_data/plotly.min.js")
+    return Path(spec.origin).parent / "package_data" / "plotly.min.js"
+
+
+class PlotlyJsFinder(BaseFinder):
+    """A static-files finder for exactly one file: ``vendor/plotly.min.js``, taken from the
+    installed plotly package (``plotly/package_data/plotly.min.js``).
+
+    ``collectstatic`` copies it (whitenoise then hashes and compresses it) and the embedded mode
+    serves it through the finders, so the repository holds no copy of a 4.6 MB minified file and
+    nothing else of ``package_data`` (datasets, widget bundle) ends up in the static files.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.path = plotly_js_path()
+        prefix, _, self.name = PLOTLY_JS_STATIC_PATH.rpartition("/")
+        self.storage = FileSystemStorage(location=str(self.path.parent))
+        self.storage.prefix = prefix
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        if self.path.is_file():
+            return []
+        return [
+            checks.Error(
+                f"plotly.min.js not found at {self.path}",
+                hint="Install the pinned requirements (pip install -r requirements.txt).",
+                id="gpuobs.E001",
+            )
+        ]
+
+    def find(self, path: str, find_all: bool = False, **kwargs: Any) -> str | list[str]:
+        find_all = kwargs.get("all", find_all)  # the name Django < 5.2 used
+        match = str(self.path) if path == PLOTLY_JS_STATIC_PATH and self.path.is_file() else ""
+        if find_all:
+            return [match] if match else []
+        return match
+
+    def list(self, ignore_patterns: Iterable[str] | None):
+        if self.path.is_file():
+            yield self.name, self.storage
+
+
+# -- the GPU-hour breakdown over a period --------------------------------------------------------
+
+BUCKET_LABELS: dict[str, str] = {
+    "unavailable": "Unavailable",
+    "held-by-partial-gang": "Held by partial gang",
+    "allocated-idle": "Allocated, idle",
+    "allocated-data-starved": "Allocated, data-starved",
+    "allocated-busy": "Allocated, busy",
+    "free-fragmented": "Free, fragmented",
+    "free-demand": "Free, jobs waiting",
+    "free-no-demand": "Free, no demand",
+}
+BUCKET_HELP: dict[str, str] = {
+    "unavailable": "node not ready or GPU unhealthy",
+    "held-by-partial-gang": "held by a gang job still waiting for the rest of its pods",
+    "allocated-idle": "held by a job whose GPUs are under 5% busy",
+    "allocated-data-starved": "held by a job whose GPUs wait for input (data-starvation)",
+    "allocated-busy": "held by a job doing work",
+    "free-fragmented": "free, but scattered so that waiting jobs cannot be placed",
+    "free-demand": "free while placeable jobs wait (scheduler lag)",
+    "free-no-demand": "free with nothing waiting for it",
+}
+
+
+@dataclass(frozen=True)
+class BucketHours:
+    bucket: str
+    gpu_hours: float
+    share: float | None  # of the period's capacity
+    findings: tuple[str, ...]  # "rule subject" of the findings behind it in the period
+    rules: tuple[str, ...]  # the rules whose findings explain this bucket
+
+    @property
+    def label(self) -> str:
+        return BUCKET_LABELS[self.bucket]
+
+    @property
+    def help(self) -> str:
+        return BUCKET_HELP[self.bucket]
+
+
+@dataclass(frozen=True)
+class GpuHoursBreakdown:
+    """Where the GPU-hours of a period went: the buckets of every cycle in it, summed."""
+
+    start: datetime
+    end: datetime
+    covered_s: float  # seconds of the period some cycle accounts for
+    cycles: int
+    capacity_gpu_hours: float
+    productive_gpu_hours: float | None  # MFU-weighted allocated-busy GPU-hours, where known
+    buckets: tuple[BucketHours, ...]
+
+    @property
+    def period_s(self) -> float:
+        return (self.end - self.start).total_seconds()
+
+    @property
+    def complete(self) -> bool:
+        return self.covered_s >= self.period_s - 1
+
+    @property
+    def productive_share(self) -> float | None:
+        if self.productive_gpu_hours is None or not self.capacity_gpu_hours:
+            return None
+        return self.productive_gpu_hours / self.capacity_gpu_hours
+
+    def bucket(self, name: str) -> BucketHours:
+        return next(b for b in self.buckets if b.bucket == name)
+
+
+def gpu_hours_breakdown(
+    rows: Iterable[Mapping[str, Any]], *, end: datetime, period_s: float = 3600
+) -> GpuHoursBreakdown:
+    """Sum the GPU-hour buckets of the cycles whose snapshot time is in ``(end - period, end]``.
+
+    ``rows`` are good cycles: ``as_of``, and of the accounting rollup ``window_s``, ``buckets``
+    (bucket -> ``{"gpus": n}``), ``bucket_findings`` (bucket -> ``["rule subject", ...]``) and
+    ``productive_gpus``. A cycle's snapshot is one moment; it stands for the time since the
+    previous cycle's snapshot, at most its own window and never before the period starts. So
+    cycles every 60 s with a 15-minute window count 60 s each, a lone cycle counts its window,
+    and a gap in the cycles is left uncounted (``covered_s`` says how much of the period is
+    known) rather than filled in.
+    """
+    start = end - timedelta(seconds=period_s)
+    hours = dict.fromkeys(BUCKETS, 0.0)
+    refs: dict[str, dict[str, None]] = {bucket: {} for bucket in BUCKETS}
+    covered = capacity = productive = 0.0
+    productive_known = False
+    cycles = 0
+    previous: datetime | None = None
+    for row in sorted(rows, key=lambda r: r["as_of"]):
+        as_of = row["as_of"]
+        if not start < as_of <= end:
+            previous = as_of
+            continue
+        window = float(row.get("window_s") or period_s)
+        since = max(start, as_of - timedelta(seconds=window))
+        if previous is not None:
+            since = max(since, previous)
+        previous = as_of
+        seconds = (as_of - since).total_seconds()
+        if seconds <= 0:
+            continue
+        cycles += 1
+        covered += seconds
+        for bucket, value in (row.get("buckets") or {}).items():
+            if bucket in hours:
+                gpus = float((value or {}).get("gpus") or 0)
+                hours[bucket] += gpus * seconds / 3600
+                capacity += gpus * seconds / 3600
+        if row.get("productive_gpus") is not None:
+            productive_known = True
+            productive += float(row["productive_gpus"]) * seconds / 3600
+        for bucket, found in (row.get("bucket_findings") or {}).items():
+            if bucket in refs:
+                refs[bucket].update(dict.fromkeys(found))
+    buckets = tuple(
+        BucketHours(
+            bucket=bucket,
+            gpu_hours=hours[bucket],
+            share=hours[bucket] / capacity if capacity else None,
+            findings=tuple(refs[bucket]),
+            rules=BUCKET_RULES.get(bucket, ()),
+        )
+        for bucket in BUCKETS
+    )
+    return GpuHoursBreakdown(
+        start=start,
+        end=end,
+        covered_s=covered,
+        cycles=cycles,
+        capacity_gpu_hours=capacity,
+        productive_gpu_hours=productive if productive_known else None,
+        buckets=buckets,
+    )
+
+
+# -- figures -------------------------------------------------------------------------------------
+
+FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif"
+INK = "#1d2430"
+MUTED = "#5f6b7a"
+GRID = "#e6e9ee"
+ACCENT = "#2f5ddc"
+ACTIVITY = "#1a7f37"
+
+
+def _layout(**overrides: Any) -> dict[str, Any]:
+    # template "none": plotly's default template would add ~7 kB of JSON to every figure.
+    layout: dict[str, Any] = {
+        "template": "none",
+        "font": {"family": FONT, "size": 13, "color": INK},
+        "paper_bgcolor": "rgba(0,0,0,0)",
+        "plot_bgcolor": "rgba(0,0,0,0)",
+        "margin": {"l": 64, "r": 16, "t": 16, "b": 56},
+        "hoverlabel": {"font": {"family": FONT}},
+    }
+    layout.update(overrides)
+    return layout
+
+
+def _axis(**overrides: Any) -> dict[str, Any]:
+    axis = {"gridcolor": GRID, "zerolinecolor": GRID, "linecolor": GRID, "automargin": True}
+    axis.update(overrides)
+    return axis
+
+
+def _gpu_hours_text(value: float) -> str:
+    return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
+
+
+def gpu_hours_waterfall(
+    breakdown: GpuHoursBreakdown, links: Mapping[str, str] | None = None
+) -> go.Figure:
+    """The buckets in DESIGN.md section 6 order, each adding its GPU-hours, up to the capacity.
+
+    ``links`` maps a bucket to the URL of the findings behind it; a click on its bar goes there.
+    """
+    links = links or {}
+    names = [b.bucket for b in breakdown.buckets]
+    labels = [BUCKET_LABELS[name].replace(", ", ",<br>") for name in names] + ["Capacity"]
+    values = [b.gpu_hours for b in breakdown.buckets] + [breakdown.capacity_gpu_hours]
+    shares = [b.share for b in breakdown.buckets] + [1.0 if breakdown.capacity_gpu_hours else None]
+    text = [
+        _gpu_hours_text(v) + (f" ({s:.0%})" if s is not None and v else "")
+        for v, s in zip(values, shares, strict=True)
+    ]
+    helps = [BUCKET_HELP[name] for name in names] + ["every GPU of the cluster"]
+    customdata = [
+        [links.get(name, ""), help_text]
+        for name, help_text in zip([*names, "capacity"], helps, strict=True)
+    ]
+    figure = go.Figure(
+        go.Waterfall(
+            x=labels,
+            y=values,
+            measure=["relative"] * len(names) + ["total"],
+            text=text,
+            textposition="outside",
+            cliponaxis=False,
+            customdata=customdata,
+            hovertemplate="<b>%{x}</b><br>%{y:,.1f} GPU-hours<br>%{customdata[1]}<extra></extra>",
+            increasing={"marker": {"color": ACCENT}},
+            decreasing={"marker": {"color": ACCENT}},
+            totals={"marker": {"color": INK}},
+            connector={"line": {"color": "#9aa4b2", "width": 1, "dash": "dot"}},
+        )
+    )
+    top = max(breakdown.capacity_gpu_hours, 1.0)
+    figure.update_layout(
+        _layout(
+            height=380,
+            showlegend=False,
+            xaxis=_axis(type="category", tickfont={"size": 12}),
+            yaxis=_axis(title={"text": "GPU-hours"}, rangemode="tozero", range=[0, top * 1.12]),
+        )
+    )
+    return figure
+
+
+def utilization_trend(cycles: pd.DataFrame) -> go.Figure:
+    """Allocation and activity utilization over time, from columns ``as_of``,
+    ``allocation_utilization`` and ``activity_utilization`` (fractions; NaN where unknown).
+
+    A gap of more than three typical cycle intervals breaks the lines instead of drawing a
+    straight line over time for which there is no data.
+    """
+    frame = cycles.sort_values("as_of").reset_index(drop=True)
+    if len(frame) > 2:
+        steps = frame["as_of"].diff()
+        typical = steps.median()
+        gaps = frame.loc[steps > typical * 3, "as_of"] - typical
+        if len(gaps):
+            breaks = pd.DataFrame({"as_of": gaps.to_numpy()})
+            frame = pd.concat([frame, breaks], ignore_index=True).sort_values("as_of")
+    figure = go.Figure()
+    for column, name, color in (
+        ("allocation_utilization", "Allocation (GPUs held ÷ GPUs)", ACCENT),
+        ("activity_utilization", "Activity (mean GPU util)", ACTIVITY),
+    ):
+        figure.add_trace(
+            go.Scatter(
+                x=frame["as_of"],
+                y=frame[column].astype(float),
+                name=name,
+                mode="lines",
+                line={"color": color, "width": 2},
+                connectgaps=False,
+                hovertemplate="%{y:.1%}<extra>" + name.split(" ")[0] + "</extra>",
+            )
+        )
+    figure.update_layout(
+        _layout(
+            height=300,
+            hovermode="x unified",
+            legend={"orientation": "h", "x": 0, "y": 1.12},
+            margin={"l": 64, "r": 16, "t": 40, "b": 40},
+            xaxis=_axis(type="date"),
+            yaxis=_axis(tickformat=".0%", range=[0, 1.02], title={"text": "utilization"}),
+        )
+    )
+    return figure
+
+
+# -- embedding -----------------------------------------------------------------------------------
+
+# Escapes that keep a JSON text inert inside <script type="application/json"> (as json_script).
+_JSON_SCRIPT_ESCAPES = {ord(">"): "\\u003E", ord("<"): "\\u003C", ord("&"): "\\u0026"}
+
+
+def embed(figure: go.Figure, element_id: str, *, label: str) -> SafeString:
+    """The figure as a container div plus its JSON; ``gpuobs-charts.js`` draws it on load.
+
+    ``label`` names the chart for screen readers (the pages repeat its figures as a table).
+    """
+    payload = figure.to_json(validate=False).translate(_JSON_SCRIPT_ESCAPES)
+    return format_html(
+        '<div class="chart" id="{id}" data-figure="{id}-figure" role="img" aria-label="{label}">'
+        "</div>"
+        '<script id="{id}-figure" type="application/json">{payload}</script>',
+        id=element_id,
+        label=label,
+        payload=mark_safe(payload),  # noqa: S308 - plotly's JSON, with <, > and & escaped
+    )

@@ -1,0 +1,193 @@
+"""Template filters and tags of the pages: numbers, durations, evidence tables, rule doc text.
+
+``{% load gpuobs %}`` in a template. Everything here escapes what it is given; only the markup
+it builds itself is marked safe.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from django import template
+from django.utils.html import escape, format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+register = template.Library()
+
+EMPTY = mark_safe('<span class="none">—</span>')
+MAX_ROWS = 50  # rows of a sub-table, items of a list, before "… and N more"
+MAX_DEPTH = 4  # deeper structures are shown as JSON text
+
+
+# -- numbers and durations -----------------------------------------------------------------------
+
+
+@register.filter
+def percent(value: Any, digits: int = 0) -> str:
+    """``0.5283|percent`` → ``53%``; ``|percent:1`` → ``52.8%``; unknown → ``—``."""
+    number = _finite(value)
+    if number is None:
+        return "—"
+    return f"{number * 100:.{int(digits)}f}%"
+
+
+@register.filter
+def number(value: Any) -> str:
+    """A readable number: thousands separated, at most 4 significant digits for fractions."""
+    if isinstance(value, bool) or value is None:
+        return "—" if value is None else ("yes" if value else "no")
+    if isinstance(value, int):
+        return f"{value:,}"
+    numeric = _finite(value)
+    if numeric is None:
+        return "—" if isinstance(value, float) else str(value)
+    if numeric.is_integer() and abs(numeric) < 1e15:
+        return f"{int(numeric):,}"
+    if abs(numeric) >= 1e6:
+        return f"{numeric:.3g}"
+    if abs(numeric) >= 100:
+        return f"{numeric:,.1f}"
+    return f"{numeric:.4g}"
+
+
+@register.filter
+def duration(seconds: Any) -> str:
+    """Seconds as ``45 s``, ``12 min``, ``3.5 h``, ``2.1 d``; negative: ``-12 min``."""
+    value = _finite(seconds)
+    if value is None:
+        return "—"
+    sign, value = ("-" if value < 0 else ""), abs(value)
+    if value < 90:
+        text = f"{value:.0f} s"
+    elif value < 90 * 60:
+        text = f"{value / 60:.0f} min"
+    elif value < 36 * 3600:
+        text = f"{value / 3600:.1f} h"
+    else:
+        text = f"{value / 86400:.1f} d"
+    return sign + text
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+# -- text ----------------------------------------------------------------------------------------
+
+_CODE_SPANS = re.compile(r"`([^`]+)`")
+_EMPHASIS = re.compile(r"\*([^*\s][^*]*?)\*")
+
+
+@register.filter
+def inline_code(text: Any) -> SafeString:
+    """Rule doc text: escaped, with Markdown's `code` spans as <code> and *emphasis* as <em>."""
+    parts = _CODE_SPANS.split(str(text))
+    html = [
+        format_html("<code>{}</code>", part)
+        if i % 2
+        else mark_safe(_EMPHASIS.sub(r"<em>\1</em>", str(escape(part))))  # noqa: S308
+        for i, part in enumerate(parts)
+    ]
+    return mark_safe("".join(html))  # noqa: S308 - every part is escaped above
+
+
+# -- evidence ------------------------------------------------------------------------------------
+
+
+@register.simple_tag
+def evidence_table(evidence: Any) -> SafeString:
+    """A finding's evidence as a table: one row per key; nested dicts as key/value tables,
+    lists of dicts as sub-tables with a column per key, other lists as comma lists."""
+    if isinstance(evidence, Mapping) and evidence:
+        return _mapping_table(evidence, depth=0, css="evidence")
+    return _value(evidence, depth=0)
+
+
+def _mapping_table(mapping: Mapping[str, Any], *, depth: int, css: str) -> SafeString:
+    rows = format_html_join(
+        "",
+        '<tr><th scope="row">{}</th><td>{}</td></tr>',
+        ((key, _value(value, depth + 1, key)) for key, value in mapping.items()),
+    )
+    return format_html('<table class="{}"><tbody>{}</tbody></table>', css, rows)
+
+
+def _value(value: Any, depth: int, key: Any = None) -> SafeString:
+    if value is None or value == "" or value == [] or value == {}:
+        return EMPTY
+    if isinstance(value, bool):
+        return escape("yes" if value else "no")
+    if isinstance(value, int | float):
+        if isinstance(key, str) and key.endswith("_s") and abs(value) >= 90:
+            # seconds (wait_s, hold_s, runtime_s): the number as stored, and readable
+            return format_html(
+                '<span class="num">{}</span> <span class="hint">({})</span>',
+                number(value),
+                duration(value),
+            )
+        return format_html('<span class="num">{}</span>', number(value))
+    if isinstance(value, str):
+        return escape(value)
+    if depth > MAX_DEPTH:
+        return format_html("<code>{}</code>", json.dumps(value, default=str))
+    if isinstance(value, Mapping):
+        return _mapping_table(value, depth=depth, css="kv")
+    if isinstance(value, list | tuple):
+        if all(isinstance(item, Mapping) for item in value):
+            return _records_table(value, depth=depth)
+        if all(not isinstance(item, Mapping | list | tuple) for item in value):
+            shown = format_html_join(
+                ", ", "{}", ((_value(v, depth + 1),) for v in value[:MAX_ROWS])
+            )
+            return format_html("{}{}", shown, _more(len(value)))
+        items = format_html_join("", "<li>{}</li>", ((_value(v, depth + 1),) for v in value))
+        return format_html('<ol class="items">{}</ol>', items)
+    return escape(str(value))
+
+
+def _records_table(records: list[Mapping[str, Any]] | tuple, depth: int) -> SafeString:
+    columns: dict[str, None] = {}
+    for record in records:
+        columns.update(dict.fromkeys(record))
+    head = format_html_join("", '<th scope="col">{}</th>', ((c,) for c in columns))
+    body = format_html_join(
+        "",
+        "<tr>{}</tr>",
+        (
+            (
+                format_html_join(
+                    "", "<td>{}</td>", ((_value(r.get(c), depth + 1, c),) for c in columns)
+                ),
+            )
+            for r in records[:MAX_ROWS]
+        ),
+    )
+    more = _more(len(records))
+    return format_html(
+        '<table class="sub"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>{}', head, body, more
+    )
+
+
+def _more(count: int) -> SafeString:
+    if count <= MAX_ROWS:
+        return mark_safe("")
+    return format_html(' <span class="more">… and {} more</span>', count - MAX_ROWS)
+
+
+# -- links ---------------------------------------------------------------------------------------
+
+
+@register.simple_tag
+def page_query(query: str, page: int) -> str:
+    """The query string of page ``page`` that keeps the other parameters (``query``)."""
+    return f"?{query}&page={page}" if query else f"?page={page}"
