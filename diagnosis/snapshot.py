@@ -164,7 +164,10 @@ class _Checker:
         return obj[key]
 
     def string(self, obj: Mapping[str, Any], key: str, path: str, *, required: bool = False):
-        value = self.required(obj, key, path) if required else obj.get(key)
+        value = obj.get(key)
+        if type(value) is str and value:  # fast path for the common case, same result
+            return value
+        value = self.required(obj, key, path) if required else value
         if value is None:
             return None
         if not isinstance(value, str) or (required and not value):
@@ -182,7 +185,10 @@ class _Checker:
         minimum: int | None = None,
         default: int | None = None,
     ) -> int | None:
-        value = self.required(obj, key, path) if required else obj.get(key)
+        value = obj.get(key)
+        if type(value) is int and (minimum is None or value >= minimum):  # fast path
+            return value
+        value = self.required(obj, key, path) if required else value
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
@@ -203,6 +209,12 @@ class _Checker:
         minimum: float | None = None,
     ) -> float:
         value = obj.get(key)
+        if (  # fast path for the common case (a float in range), same result
+            type(value) is float
+            and (0.0 <= value <= 1.0 if fraction else value == value)
+            and (minimum is None or value >= minimum)
+        ):
+            return value
         if value is None:
             return math.nan
         if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
@@ -531,9 +543,9 @@ class _Loader:
             {f"{m}_{s}" for m, stats in GPU_METRICS.items() for s in stats} | extra_columns
         )
         if reported:
-            detail = pd.DataFrame.from_dict(reported, orient="index")
-            detail.index = pd.MultiIndex.from_tuples(detail.index, names=["node", "index"])
-            detail = detail.reset_index()
+            detail = pd.DataFrame(list(reported.values()))
+            detail.insert(0, "node", np.array([key[0] for key in reported], dtype=object))
+            detail.insert(1, "index", np.array([key[1] for key in reported], dtype=np.int64))
             frame = frame.merge(detail, on=["node", "index"], how="left", indicator="_merge")
             frame["reported"] = frame.pop("_merge").eq("both").to_numpy()
         else:

@@ -218,13 +218,10 @@ class SnapshotFacts:
         """Free GPUs over the nodes each job may use (every node for a null pool)."""
         values = np.asarray(pools, dtype=object)
         by_pool = self.pool_free
-        total = int(self.free_per_node.sum())
-        missing = pd.isna(values)
-        out = np.full(len(values), total, dtype=np.int64)
-        if (~missing).any():
-            out[~missing] = (
-                pd.Series(values[~missing]).map(by_pool).fillna(0).to_numpy().astype(np.int64)
-            )
+        position = by_pool.index.get_indexer(values)
+        free = np.append(by_pool.to_numpy(dtype=np.int64), 0)  # position -1: unknown pool
+        out = free[position]
+        out[pd.isna(values)] = int(self.free_per_node.sum())
         return out
 
     @cached_property

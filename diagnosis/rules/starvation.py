@@ -29,6 +29,7 @@ from diagnosis.snapshot import ClusterSnapshot
 MAX_LISTED_OVERTAKERS = 20
 MAX_DISTINCT = 64
 SIZE_FACTOR = 4
+_NO_POOL = "\0no pool"  # groups the jobs whose pool is null
 
 
 def _epoch_ns(values: pd.Series) -> np.ndarray:
@@ -66,19 +67,16 @@ def _median_request(requests: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.array([float(np.median(requests[s:])) for s in starts])
 
 
-def _tenant_share(snapshot: ClusterSnapshot, facts: SnapshotFacts) -> pd.DataFrame:
-    """Per tenant: GPUs allocated to its jobs now and the sum of its queues' deserved GPUs
-    (NaN when none of its queues sets one)."""
+def _tenant_share(snapshot: ClusterSnapshot, facts: SnapshotFacts) -> tuple[dict, dict]:
+    """Per tenant: GPUs allocated to its jobs now, and the sum of its queues' deserved GPUs
+    (tenants none of whose queues sets one are left out)."""
     jobs = snapshot.jobs
     held = facts.job_held_gpus.groupby(jobs["tenant"].to_numpy(), sort=False).sum()
     queues = snapshot.queues
-    deserved = queues.groupby("tenant", sort=False)["deserved_gpus"].sum(min_count=1)
-    tenants = held.index.union(deserved.index)
-    return pd.DataFrame(
-        {
-            "held": held.reindex(tenants, fill_value=0).astype(np.int64),
-            "deserved": deserved.reindex(tenants),
-        }
+    deserved = queues.groupby("tenant", sort=False)["deserved_gpus"].sum(min_count=1).dropna()
+    return (
+        {str(k): int(v) for k, v in held.items()},
+        {str(k): float(v) for k, v in deserved.items()},
     )
 
 
@@ -91,21 +89,23 @@ def evaluate(
         return Judgement()
     jobs = snapshot.jobs
     started = jobs[jobs["started"].notna()]
-    requests = facts.job_requests
     submitted_ns = _epoch_ns(started["submitted"])
     started_ns = _epoch_ns(started["started"])
     u = np.where(started_ns >= submitted_ns, submitted_ns - 1, started_ns)
-    started_pool = started["pool"].astype(object).fillna("\0null").to_numpy()
-    waiting_pool = waiting["pool"].astype(object).fillna("\0null").to_numpy()
-    waiting_t = _epoch_ns(waiting["submitted"])
+    started_pool = started["pool"].astype(object).fillna(_NO_POOL).to_numpy()
     started_ids = started.index.to_numpy()
     started_priority = started["priority"].to_numpy()
-    started_request = requests.reindex(started.index).to_numpy()
+    started_request = facts.job_requests.reindex(started.index).to_numpy()
 
-    shares = _tenant_share(snapshot, facts)
+    waiting_pool = waiting["pool"].astype(object).fillna(_NO_POOL).to_numpy()
+    waiting_t = _epoch_ns(waiting["submitted"])
     tenant = waiting["tenant"].astype(object)
     queue_tenant = waiting["queue"].map(snapshot.queues["tenant"]).astype(object)
     tenant = tenant.where(tenant.notna(), queue_tenant)
+    tenant = np.array([t if isinstance(t, str) else None for t in tenant], dtype=object)
+    held_by, deserved_by = _tenant_share(snapshot, facts)
+    held = np.array([held_by.get(t, 0) if t is not None else 0 for t in tenant], dtype=float)
+    deserved = np.array([deserved_by.get(t, np.nan) if t is not None else np.nan for t in tenant])
 
     findings = []
     for pool in np.unique(waiting_pool):
@@ -122,41 +122,51 @@ def evaluate(
         own_request = waiting["request"].to_numpy()[rows]
         higher = _higher_priority(started_priority[order], starts, own_priority)
         median = _median_request(started_request[order], starts)
-        for k, row in enumerate(rows):
-            job_id = str(waiting.index[row])
-            who = tenant.iat[row]
-            held = deserved = None
-            if not pd.isna(who) and who in shares.index:
-                held = int(shares.at[who, "held"])
-                value = shares.at[who, "deserved"]
-                deserved = None if pd.isna(value) else float(value)
-            if 2 * higher[k] >= overtaken[k]:
-                cause = "priority"
-            elif own_request[k] >= SIZE_FACTOR * median[k]:
-                cause = "size"
-            elif deserved is not None and held < deserved:
-                cause = "share"
-            else:
-                cause = "order"
-            listed = order[starts[k] : starts[k] + MAX_LISTED_OVERTAKERS]
-            wait_s = float(waiting["wait_s"].iat[row])
+        short = ~np.isnan(deserved[rows]) & (held[rows] < deserved[rows])
+        cause = np.select(
+            [
+                (overtaken > 0) & (2 * higher >= overtaken),
+                (overtaken > 0) & (own_request >= SIZE_FACTOR * median),
+                short,
+            ],
+            ["priority", "size", "share"],
+            default="order",
+        )
+        ordered_ids = started_ids[order]
+        columns = zip(
+            waiting.index.to_numpy()[rows].tolist(),
+            waiting["wait_s"].to_numpy()[rows].tolist(),
+            own_priority.tolist(),
+            own_request.tolist(),
+            overtaken.tolist(),
+            starts.tolist(),
+            higher.tolist(),
+            median.tolist(),
+            tenant[rows].tolist(),
+            held[rows].tolist(),
+            deserved[rows].tolist(),
+            cause.tolist(),
+            strict=True,
+        )
+        pool_name = None if pool == _NO_POOL else str(pool)
+        for job_id, wait_s, prio, request, count, start, high, med, who, got, due, why in columns:
             evidence = {
                 "wait_s": round(wait_s, 1),
-                "pool": None if pool == "\0null" else str(pool),
-                "priority": int(own_priority[k]),
-                "request_gpus": int(own_request[k]),
-                "overtaken_by": int(overtaken[k]),
-                "overtakers": [str(i) for i in started_ids[listed]],
-                "overtakers_higher_priority": int(higher[k]),
-                "overtakers_median_request_gpus": float(median[k]),
-                "tenant": None if pd.isna(who) else str(who),
-                "tenant_held_gpus": held,
-                "tenant_deserved_gpus": deserved,
-                "cause": cause,
+                "pool": pool_name,
+                "priority": int(prio),
+                "request_gpus": int(request),
+                "overtaken_by": int(count),
+                "overtakers": ordered_ids[start : start + MAX_LISTED_OVERTAKERS].tolist(),
+                "overtakers_higher_priority": int(high),
+                "overtakers_median_request_gpus": float(med),
+                "tenant": who,
+                "tenant_held_gpus": None if who is None else int(got),
+                "tenant_deserved_gpus": None if due != due else due,  # NaN: not set
+                "cause": why,
             }
             summary = (
-                f"Job {job_id} has waited {_hours(wait_s)} while {int(overtaken[k])} later "
-                f"job(s) of its pool started (cause: {cause})."
+                f"Job {job_id} has waited {_hours(wait_s)} while {count} later job(s) of its "
+                f"pool started (cause: {why})."
             )
             findings.append(RULE.finding(f"job:{job_id}", summary, evidence))
     return Judgement(findings=tuple(findings))
