@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
 import pytest
 
 from diagnosis.rules.engine import run_rules
@@ -244,3 +247,73 @@ def test_non_gang_job_is_not_a_partial_gang():
                 node="a100-000", partial_since="1h")  # fmt: skip
 
     assert judge(builder.build()) == ()
+
+
+# -- the sets against the definition, on small random pools ---------------------------------------
+
+
+def _fits(job, helpers, snap, facts) -> bool:
+    """The definition, directly: the job's missing pods placeable on free GPUs plus the GPUs
+    held by ``helpers`` (node by node)."""
+    alloc = snap.allocations
+    extra = alloc[alloc["job"].isin(helpers)].groupby("node").size()
+    room = facts.free_per_node.add(extra, fill_value=0)
+    room = room[snap.nodes["pool"] == snap.jobs.at[job, "pool"]]
+    size = int(snap.jobs.at[job, "gpus_per_pod"])
+    missing = int(snap.jobs.at[job, "min_member"] - snap.jobs.at[job, "bound_pods"])
+    return int((room // size).sum()) >= missing
+
+
+def random_pool(seed: int):
+    rng = np.random.default_rng(seed)
+    builder = SnapshotBuilder().pool("a100", nodes=int(rng.integers(2, 5)))
+    nodes = [n["name"] for n in builder.doc["nodes"]]
+    free = dict.fromkeys(nodes, 8)
+    for i in range(int(rng.integers(2, 7))):
+        size = int(rng.choice([2, 4, 8]))
+        pods = int(rng.integers(2, 5))
+        roomy = [n for n in nodes if free[n] >= size]
+        if not roomy:
+            break
+        bound = int(rng.integers(1, pods))
+        allocation = []
+        for _ in range(bound):
+            roomy = [n for n in nodes if free[n] >= size]
+            if not roomy:
+                break
+            node = roomy[int(rng.integers(len(roomy)))]
+            allocation.append((node, list(range(8 - free[node], 8 - free[node] + size))))
+            free[node] -= size
+        builder.job(f"g{i}", state="pending", pods=pods, gpus_per_pod=size,
+                    allocation=allocation, partial_since="1h")  # fmt: skip
+    for node in nodes:  # fill some of what is left with running jobs
+        take = int(rng.integers(0, free[node] + 1))
+        if take:
+            first = 8 - free[node]
+            builder.job(
+                f"r-{node}", gpus_per_pod=take, allocation=[(node, [*range(first, first + take)])]
+            )
+            free[node] -= take
+    return builder.build()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_deadlock_sets_meet_the_definition_and_miss_no_gang(seed):
+    snap = random_pool(seed)
+    facts = SnapshotFacts(snap)
+    partial = facts.partial_gang_placement
+    stuck = [j for j in partial.index if not partial.at[j, "can_complete"]]
+
+    sets = facts.deadlock_sets(600)
+
+    for members in sets:
+        assert len(members) >= 2
+        for job in members:
+            assert job in stuck
+            assert _fits(job, [m for m in members if m != job], snap, facts)
+    # maximality: a stuck gang in some valid set D (searched by brute force) is reported
+    reported = {job for members in sets for job in members}
+    for size in range(2, len(stuck) + 1):
+        for group in itertools.combinations(stuck, size):
+            if all(_fits(j, [m for m in group if m != j], snap, facts) for j in group):
+                assert set(group) <= reported
