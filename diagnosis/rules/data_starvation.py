@@ -61,9 +61,9 @@ def evaluate(
             ),
         }[trigger]
         summary = (
-            f"Job {job_id} ({job['tenant']}) keeps {job['fb_used_frac_mean']:.0%} of GPU "
-            f"memory but averages {job['util_mean']:.0%} utilisation, {why}: its GPUs wait "
-            f"for input."
+            f"Job {job_id} ({job['tenant'] or 'no tenant'}) keeps "
+            f"{job['fb_used_frac_mean']:.0%} of GPU memory but averages "
+            f"{job['util_mean']:.0%} utilisation, {why}: its GPUs wait for input."
         )
         evidence = {
             "job": job_id,
@@ -99,7 +99,7 @@ RULE = Rule(
     id="data-starvation",
     title="GPUs starved of input data",
     severity="warning",
-    subject_kind="job",
+    subject_kind="job:",
     thresholds=(
         Threshold(
             "min_runtime", 900, "only jobs started at least this long ago are judged", unit="s"

@@ -27,6 +27,15 @@ JOB_COLUMNS = [
     "achieved_tflops_per_gpu",
 ]
 
+TEXT_COLUMNS = ["tenant", "queue", "pool", "kind"]
+
+
+def text(values: pd.Series) -> pd.Series:
+    """A text column as Python objects with None (never NaN) where a value is missing, so that
+    evidence built from it is plain JSON."""
+    return values.astype(object).where(values.notna(), None)
+
+
 # Fractions are compared with this tolerance, so that a value equal to a threshold up to float
 # rounding (a mean of 0.05s, a p90 - p10 of 0.7 - 0.2) counts as equal to it.
 EPS = 1e-9
@@ -63,7 +72,7 @@ def evaluate(
         not_ready = sorted({g["gpu"].split("/")[0] for g in gpus if g["node_state"] != "ready"})
         hours = job["runtime_s"] / 3600
         summary = (
-            f"Job {job_id} ({job['tenant']}) holds {int(job['gpus'])} GPU(s) at "
+            f"Job {job_id} ({job['tenant'] or 'no tenant'}) holds {int(job['gpus'])} GPU(s) at "
             f"{job['util_mean']:.1%} mean utilisation (< {max_util:.0%}) after {hours:.1f} h."
         )
         if unhealthy or not_ready:
@@ -105,7 +114,9 @@ def running_jobs_with_stats(
     mask = jobs["state"] == "running"
     if kind is not None:
         mask &= jobs["kind"] == kind
-    running = jobs.loc[mask, JOB_COLUMNS]
+    running = jobs.loc[mask, JOB_COLUMNS].copy()
+    for column in TEXT_COLUMNS:
+        running[column] = text(running[column])
     no_start = running["started"].isna()
     runtime = (snapshot.as_of - running["started"]).dt.total_seconds()
     old_enough = running[~no_start & (runtime >= min_runtime)]
@@ -167,7 +178,7 @@ RULE = Rule(
     id="idle-allocation",
     title="GPUs allocated but idle",
     severity="warning",
-    subject_kind="job",
+    subject_kind="job:",
     thresholds=(
         Threshold(
             "min_runtime",

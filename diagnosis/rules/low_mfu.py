@@ -61,9 +61,9 @@ def evaluate(
             )
         how = "reported TFLOP/s" if method == REPORTED else "tensor-core activity, a proxy"
         summary = (
-            f"Training job {job_id} ({job['tenant']}) keeps its {int(job['gpus'])} GPU(s) "
-            f"{job['util_mean']:.0%} busy but reaches an MFU of {job['mfu']:.0%} "
-            f"(< {thresholds['min_mfu']:.0%}, from {how})."
+            f"Training job {job_id} ({job['tenant'] or 'no tenant'}) keeps its "
+            f"{int(job['gpus'])} GPU(s) {job['util_mean']:.0%} busy but reaches an MFU of "
+            f"{job['mfu']:.0%} (< {thresholds['min_mfu']:.0%}, from {how})."
         )
         evidence = {
             "job": job_id,
@@ -126,7 +126,7 @@ RULE = Rule(
     id="low-mfu",
     title="Busy training job with low model FLOPs utilisation",
     severity="info",
-    subject_kind="job",
+    subject_kind="job:",
     thresholds=(
         Threshold(
             "min_runtime", 900, "only jobs started at least this long ago are judged", unit="s"

@@ -12,6 +12,7 @@ import pandas as pd
 
 from diagnosis.rules.base import Finding, Judgement, Rule, RuleDoc, Severity
 from diagnosis.rules.facts import SnapshotFacts
+from diagnosis.rules.idle_allocation import text
 from diagnosis.snapshot import ClusterSnapshot
 
 TP_CROSS_NODE = "tp-cross-node"
@@ -300,8 +301,8 @@ def _findings(
 
     table = snapshot.jobs
     ids = table.index.to_numpy()
-    tenant = table["tenant"].to_numpy()
-    pool = table["pool"].to_numpy()
+    tenant = text(table["tenant"]).tolist()
+    pool = text(table["pool"]).tolist()
     per_pod = table["gpus_per_pod"].to_numpy()
     tp_of = table["tp"].to_numpy(dtype="float64")
     fits: dict[int, np.ndarray] = {}
@@ -428,7 +429,7 @@ def _finding(
         "pods_crossing_numa": numa_pods[:EXAMPLES],
         "better_placement": " ".join(better),
     }
-    summary = f"Job {job['id']} ({job['tenant']}): " + "; ".join(phrases) + "."
+    summary = f"Job {job['id']} ({job['tenant'] or 'no tenant'}): " + "; ".join(phrases) + "."
     return RULE.finding(f"job:{job['id']}", summary, evidence, severity=severity)
 
 
@@ -436,7 +437,7 @@ RULE = Rule(
     id="topology-misplacement",
     title="Job placed across NVLink, NUMA or node boundaries",
     severity="warning",
-    subject_kind="job",
+    subject_kind="job:",
     thresholds=(),
     doc=RuleDoc(
         detects=(

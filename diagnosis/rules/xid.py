@@ -10,6 +10,7 @@ import pandas as pd
 from diagnosis import xid_catalog
 from diagnosis.rules.base import Judgement, Rule, RuleDoc
 from diagnosis.rules.facts import SnapshotFacts
+from diagnosis.rules.idle_allocation import text
 from diagnosis.snapshot import ClusterSnapshot, format_time
 
 
@@ -77,7 +78,7 @@ def evaluate(
         )
         worst = min(codes, key=_urgency)
         who = (
-            f"job {job_list[0]['id']} ({job_list[0]['tenant']}) is on it"
+            f"job {job_list[0]['id']} ({job_list[0]['tenant'] or 'no tenant'}) is on it"
             if job_list
             else "no job holds it now"
         )
@@ -141,14 +142,13 @@ def _duration(seconds: int) -> str:
 
 def _holders(jobs: pd.DataFrame, job_ids: pd.Series) -> dict[str, dict[str, Any]]:
     """``job id -> {id, tenant, queue, state, kind}`` for the jobs holding the given GPUs."""
-    held = jobs[jobs.index.isin(job_ids.dropna().unique())]
+    held = jobs.loc[
+        jobs.index.isin(job_ids.dropna().unique()), ["tenant", "queue", "state", "kind"]
+    ]
+    columns = {name: text(held[name]).tolist() for name in held.columns}
     return {
-        job_id: {"id": job_id, **row}
-        for job_id, row in zip(
-            held.index.tolist(),
-            held[["tenant", "queue", "state", "kind"]].to_dict("records"),
-            strict=True,
-        )
+        job_id: {"id": job_id, **{name: values[i] for name, values in columns.items()}}
+        for i, job_id in enumerate(held.index.tolist())
     }
 
 
@@ -156,7 +156,7 @@ RULE = Rule(
     id="xid",
     title="GPU reported an Xid error",
     severity="warning",
-    subject_kind="gpu",
+    subject_kind="gpu:",
     thresholds=(),
     doc=RuleDoc(
         detects=(

@@ -172,3 +172,16 @@ def test_each_idle_job_gets_its_own_finding():
         .build()
     )
     assert sorted(f.subject for f in judge(snap).findings) == ["job:j1", "job:j2"]
+
+
+def test_job_without_tenant_or_kind_stays_plain_json():
+    snap = (
+        SnapshotBuilder()
+        .pool("a100", nodes=1)
+        .job("j1", node="a100-000", ran="2h", util=0.0, tenant=None, kind=None, pool=None)
+        .build()
+    )
+    (finding,) = judge(snap).findings  # judge() dumps the evidence with allow_nan=False
+    assert finding.evidence["tenant"] is None
+    assert finding.evidence["kind"] is None
+    assert "no tenant" in finding.summary

@@ -154,3 +154,16 @@ def test_unhealthy_gpu_on_a_drained_node_keeps_its_xid_finding():
 def test_no_xids_no_findings():
     snap = SnapshotBuilder().pool("a100", nodes=1).job("j1", node="a100-000").build()
     assert judge(snap).findings == ()
+
+
+def test_holder_without_kind_or_tenant_stays_plain_json():
+    snap = (
+        SnapshotBuilder()
+        .pool("a100", nodes=1)
+        .job("j1", node="a100-000", tenant=None, kind=None)
+        .gpu("a100-000", 0, xid=[(79, "1m")])
+        .build()
+    )
+    (finding,) = judge(snap).findings  # judge() dumps the evidence with allow_nan=False
+    assert finding.evidence["jobs"][0]["kind"] is None
+    assert finding.evidence["tenants"] == []
