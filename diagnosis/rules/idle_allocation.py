@@ -145,15 +145,9 @@ def gpu_rows(
     ]
     rows = alloc.merge(state, on=["node", "index"], how="left")
     out: dict[str, list[dict[str, Any]]] = {}
+    columns = ("job", "node", "index", "util_mean", "fb_used_frac_mean", "health", "node_state")
     for job, node, index, util, fb, health, node_state in zip(
-        rows["job"],
-        rows["node"],
-        rows["index"],
-        rows["util_mean"],
-        rows["fb_used_frac_mean"],
-        rows["health"],
-        rows["node_state"],
-        strict=True,
+        *(rows[c].tolist() for c in columns), strict=True
     ):
         out.setdefault(job, []).append(
             {

@@ -40,8 +40,8 @@ _PCIE_BASE = 1 << 20
 def evaluate(
     snapshot: ClusterSnapshot, thresholds: Mapping[str, Any], facts: SnapshotFacts
 ) -> Judgement:
-    layout = _Layout.of(snapshot)
-    placed = _Placement.of(snapshot, layout)
+    layout = _Layout(snapshot)
+    placed = _Placement(snapshot, layout)
     if placed.rows == 0:
         return Judgement()
     tp = _tp_groups(placed, snapshot.jobs)
@@ -97,10 +97,6 @@ class _Layout:
         self.max_numa = np.zeros(count, dtype=np.int64)
         np.maximum.at(self.max_numa, numa_keys // _NODE_STRIDE, numa_sizes)
         self.numa_known = np.bincount(self.node[self.numa < 0], minlength=count) == 0
-
-    @classmethod
-    def of(cls, snapshot: ClusterSnapshot) -> _Layout:
-        return cls(snapshot)
 
     def rows_of(self, node: np.ndarray, index: np.ndarray) -> np.ndarray:
         """Row positions in ``snapshot.gpus`` of the GPUs (node code, index)."""
@@ -159,10 +155,6 @@ class _Placement:
         self.dom_id = self.node * _NODE_STRIDE + own
         self.rows = len(self.job)
 
-    @classmethod
-    def of(cls, snapshot: ClusterSnapshot, layout: _Layout) -> _Placement:
-        return cls(snapshot, layout)
-
 
 def _run_starts(*keys: np.ndarray) -> np.ndarray:
     """Where each run of equal consecutive keys starts (rows sorted by the keys)."""
@@ -175,7 +167,9 @@ def _run_starts(*keys: np.ndarray) -> np.ndarray:
 
 
 class _Runs:
-    """Runs of rows (TP groups, pods, jobs): per run its ``job``, ``first`` and ``end`` row."""
+    """Runs of rows (TP groups, pods, jobs): per run its ``job``, ``first`` and ``end`` row
+    and ``size``. The functions that build runs add their own per-run arrays (``kind``,
+    ``cross_nvlink``, ``min_nodes``...)."""
 
     def __init__(self, starts: np.ndarray, rows: np.ndarray, job: np.ndarray) -> None:
         self.first = rows[starts]
