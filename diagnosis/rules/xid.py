@@ -43,12 +43,7 @@ def evaluate(
 
     codes_by_gpu: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for node, index, code, count, first, last in zip(
-        per_code["node"],
-        per_code["index"],
-        per_code["code"],
-        per_code["size"],
-        per_code["min"],
-        per_code["max"],
+        *(per_code[c].tolist() for c in ("node", "index", "code", "size", "min", "max")),
         strict=True,
     ):
         info = xid_catalog.lookup(int(code))
@@ -90,11 +85,14 @@ def evaluate(
             "node": node,
             "index": int(index),
             "codes": codes,
+            "names": [c["name"] for c in codes],
             "critical_codes": critical,
             "xid_count": sum(c["count"] for c in codes),
             "action": worst["action"],
             "action_text": worst["action_text"],
+            "meaning": worst["meaning"],
             "jobs": job_list,
+            "job_ids": [j["id"] for j in job_list],
             "tenants": tenants,
             "gpu_free": not job_list,
             "gpu_health": health,
@@ -182,10 +180,11 @@ RULE = Rule(
             "hardware and run DCGM diagnostics (`dcgmi diag -r 3`). See docs/xid.md."
         ),
         evidence=(
-            "`codes` (per code: `count`, `first`, `last`, `name`, `meaning`, `action`, "
-            "`action_text`, NVIDIA's `nvidia_immediate` / `nvidia_investigatory` buckets, "
-            "`app_level`, `severity`, `known`), `critical_codes`, `action` / `action_text` of "
-            "the most severe code, `jobs` (id, tenant, queue, state, kind) and `tenants` on "
+            "`codes` (per code seen, ascending: `code`, `count`, `first`, `last`, `name`, "
+            "`meaning`, `action`, `action_text`, NVIDIA's `nvidia_immediate` / "
+            "`nvidia_investigatory` buckets, `app_level`, `severity`, `known`), `names`, "
+            "`critical_codes`, `xid_count`; `action`, `action_text` and `meaning` of the most "
+            "urgent code; `jobs` (id, tenant, queue, state, kind), `job_ids` and `tenants` on "
             "that GPU, `gpu_free` when no job holds it now, `gpu_health`, `node_state`, and "
             "the window."
         ),

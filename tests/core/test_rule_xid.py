@@ -39,6 +39,9 @@ def test_critical_xid_on_a_busy_gpu():
     assert code["nvidia_immediate"] == "RESTART_BM"
     assert code["count"] == 1
     assert evidence["jobs"][0]["id"] == "j1"
+    assert evidence["job_ids"] == ["j1"]
+    assert evidence["names"] == ["ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS"]
+    assert evidence["meaning"] == code["meaning"]
     assert evidence["tenants"] == ["team-a"]
     assert evidence["gpu_free"] is False
     assert "j1" in finding.summary
