@@ -7,7 +7,8 @@
 
 Budget (DESIGN.md section 12): all rules on a 16,384-GPU snapshot (2,048 nodes, 20,000 jobs)
 <= 1 s, growing linearly to 131,072 GPUs. The process is pinned to one CPU (where the OS allows
-it) so the figures are single-core figures.
+it) so the figures are single-core figures; CPU seconds are printed beside wall seconds because
+they do not count time lost to other processes on a busy machine.
 
 Each snapshot: nodes of 8 GPUs in three pools, 1% of them not ready; every node's free GPUs
 below 4 (fragmentation for 4- and 8-GPU requests); running multi-node gangs on whole nodes,
@@ -343,10 +344,12 @@ def measure(total_gpus: int, runs: int, diagnose: bool) -> dict[str, Any]:
     load_s = time.perf_counter() - started
 
     best = None
+    rules_cpu_s = float("inf")
     for _ in range(runs):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         diagnosis = run_rules(snapshot)
-        total = time.perf_counter() - started
+        total, cpu = time.perf_counter() - started, time.process_time() - cpu
+        rules_cpu_s = min(rules_cpu_s, cpu)
         if best is None or total < best[0]:
             best = (total, diagnosis)
     rules_s, diagnosis = best
@@ -354,9 +357,9 @@ def measure(total_gpus: int, runs: int, diagnose: bool) -> dict[str, Any]:
         for error in diagnosis.errors:
             print(f"  rule error: {error.rule}: {error.error}: {error.message}")
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     accounting = account(diagnosis)
-    account_s = time.perf_counter() - started
+    account_s, account_cpu_s = time.perf_counter() - started, time.process_time() - cpu
     json.dumps(accounting.as_dict(), allow_nan=False)
 
     diagnose_s = None
@@ -375,8 +378,10 @@ def measure(total_gpus: int, runs: int, diagnose: bool) -> dict[str, Any]:
         "generate_s": generate_s,
         "load_s": load_s,
         "rules_s": rules_s,
+        "rules_cpu_s": rules_cpu_s,
         "per_rule_s": dict(diagnosis.seconds),
         "account_s": account_s,
+        "account_cpu_s": account_cpu_s,
         "diagnose_s": diagnose_s,
         "findings": by_rule,
         "errors": len(diagnosis.errors),
@@ -427,6 +432,7 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 def report(results: list[dict[str, Any]]) -> bool:
     rules = list(all_rules())
     print()
+    print("Wall seconds (rules: best of the runs), CPU seconds in brackets:")
     print(
         "| GPUs | nodes | jobs | pending | doc MB | load s | rules s | accounting s | diagnose s |"
     )
@@ -434,8 +440,9 @@ def report(results: list[dict[str, Any]]) -> bool:
     for r in results:
         print(
             f"| {r['gpus']:,} | {r['nodes']:,} | {r['jobs']:,} | {r['pending']:,} | "
-            f"{r['doc_mb']:.1f} | {_fmt(r['load_s'])} | {_fmt(r['rules_s'], 3)} | "
-            f"{_fmt(r['account_s'], 3)} | {_fmt(r['diagnose_s'])} |"
+            f"{r['doc_mb']:.1f} | {_fmt(r['load_s'])} | {_fmt(r['rules_s'], 3)} "
+            f"({_fmt(r['rules_cpu_s'], 3)}) | {_fmt(r['account_s'], 3)} "
+            f"({_fmt(r['account_cpu_s'], 3)}) | {_fmt(r['diagnose_s'])} |"
         )
     print()
     print("Per rule, seconds (shared facts are paid by the first rule that reads them):")
@@ -452,8 +459,8 @@ def report(results: list[dict[str, Any]]) -> bool:
     if len(results) > 1:
         print()
         print(f"Growth relative to {base['gpus']:,} GPUs (linear = the GPU ratio):")
-        print("| GPUs | × GPUs | × load | × rules | × accounting | × diagnose |")
-        print("|---:|---:|---:|---:|---:|---:|")
+        print("| GPUs | × GPUs | × load | × rules | × rules CPU | × accounting CPU | × diagnose |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
         for r in results:
 
             def ratio(key: str, r: dict[str, Any] = r) -> str:
@@ -463,7 +470,8 @@ def report(results: list[dict[str, Any]]) -> bool:
 
             print(
                 f"| {r['gpus']:,} | {r['gpus'] / base['gpus']:.0f} | {ratio('load_s')} | "
-                f"{ratio('rules_s')} | {ratio('account_s')} | {ratio('diagnose_s')} |"
+                f"{ratio('rules_s')} | {ratio('rules_cpu_s')} | {ratio('account_cpu_s')} | "
+                f"{ratio('diagnose_s')} |"
             )
     ok = True
     for r in results:
