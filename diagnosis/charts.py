@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from django.contrib.staticfiles.finders import BaseFinder
@@ -277,30 +278,30 @@ def gpu_hours_waterfall(
         [links.get(name, ""), help_text]
         for name, help_text in zip([*names, "capacity"], helps, strict=True)
     ]
-    figure = go.Figure(
-        go.Waterfall(
-            x=labels,
-            y=values,
-            measure=["relative"] * len(names) + ["total"],
-            text=text,
-            textposition="outside",
-            cliponaxis=False,
-            customdata=customdata,
-            hovertemplate="<b>%{x}</b><br>%{y:,.1f} GPU-hours<br>%{customdata[1]}<extra></extra>",
-            increasing={"marker": {"color": ACCENT}},
-            decreasing={"marker": {"color": ACCENT}},
-            totals={"marker": {"color": INK}},
-            connector={"line": {"color": "#9aa4b2", "width": 1, "dash": "dot"}},
-        )
+    waterfall = go.Waterfall(
+        x=labels,
+        y=values,
+        measure=["relative"] * len(names) + ["total"],
+        text=text,
+        textposition="outside",
+        cliponaxis=False,
+        customdata=customdata,
+        hovertemplate="<b>%{x}</b><br>%{y:,.1f} GPU-hours<br>%{customdata[1]}<extra></extra>",
+        increasing={"marker": {"color": ACCENT}},
+        decreasing={"marker": {"color": ACCENT}},
+        totals={"marker": {"color": INK}},
+        connector={"line": {"color": "#9aa4b2", "width": 1, "dash": "dot"}},
     )
     top = max(breakdown.capacity_gpu_hours, 1.0)
-    figure.update_layout(
-        _layout(
+    # The layout goes to the constructor: update_layout() costs four times as much (a deep copy).
+    figure = go.Figure(
+        data=[waterfall],
+        layout=_layout(
             height=380,
             showlegend=False,
             xaxis=_axis(type="category", tickfont={"size": 12}),
             yaxis=_axis(title={"text": "GPU-hours"}, rangemode="tozero", range=[0, top * 1.12]),
-        )
+        ),
     )
     return figure
 
@@ -320,31 +321,35 @@ def utilization_trend(cycles: pd.DataFrame) -> go.Figure:
         if len(gaps):
             breaks = pd.DataFrame({"as_of": gaps.to_numpy()})
             frame = pd.concat([frame, breaks], ignore_index=True).sort_values("as_of")
-    figure = go.Figure()
-    for column, name, color in (
-        ("allocation_utilization", "Allocation (GPUs held ÷ GPUs)", ACCENT),
-        ("activity_utilization", "Activity (mean GPU util)", ACTIVITY),
-    ):
-        figure.add_trace(
-            go.Scatter(
-                x=frame["as_of"],
-                y=frame[column].astype(float),
-                name=name,
-                mode="lines",
-                line={"color": color, "width": 2},
-                connectgaps=False,
-                hovertemplate="%{y:.1%}<extra>" + name.split(" ")[0] + "</extra>",
-            )
+    # Plain float arrays, sent as binary typed arrays: times as milliseconds since the epoch,
+    # which a date axis reads as UTC (as the pages show time). Datetimes cost ~10 ms of JSON.
+    as_of = pd.to_datetime(frame["as_of"], utc=True).dt.tz_localize(None)
+    times = (as_of.to_numpy(dtype="datetime64[ms]").astype(np.int64)).astype(float)
+    traces = [
+        go.Scatter(
+            x=times,
+            y=frame[column].to_numpy(dtype=float, na_value=np.nan),
+            name=name,
+            mode="lines",
+            line={"color": color, "width": 2},
+            connectgaps=False,
+            hovertemplate="%{y:.1%}<extra>" + name.split(" ")[0] + "</extra>",
         )
-    figure.update_layout(
-        _layout(
+        for column, name, color in (
+            ("allocation_utilization", "Allocation (GPUs held ÷ GPUs)", ACCENT),
+            ("activity_utilization", "Activity (mean GPU util)", ACTIVITY),
+        )
+    ]
+    figure = go.Figure(
+        data=traces,
+        layout=_layout(
             height=300,
             hovermode="x unified",
             legend={"orientation": "h", "x": 0, "y": 1.12},
             margin={"l": 64, "r": 16, "t": 40, "b": 40},
             xaxis=_axis(type="date"),
             yaxis=_axis(tickformat=".0%", range=[0, 1.02], title={"text": "utilization"}),
-        )
+        ),
     )
     return figure
 
