@@ -17,7 +17,7 @@ from diagnosis.rules.idle_allocation import (
 from diagnosis.snapshot import ClusterSnapshot
 
 NO_FB = "no framebuffer-used metric on any of its GPUs"
-NO_TRIGGER_METRICS = "not bursty, and host CPU unknown (or bursty unknown and host CPU low)"
+NO_TRIGGER_METRICS = "burst (p10/p90) or host-CPU metric missing, and the other does not fire"
 
 
 def evaluate(
