@@ -108,6 +108,7 @@ def evaluate(
             "blocked_jobs": [
                 {
                     "id": str(job_id),
+                    "shape": f"{int(row.pods)}x{int(row.gpus_per_pod)}",
                     "pods": int(row.pods),
                     "gpus_per_pod": int(row.gpus_per_pod),
                     "request_gpus": int(row.request),
@@ -190,7 +191,8 @@ RULE = Rule(
         ),
         evidence=(
             "`free_gpus`, `pool_gpus`; `free_per_node_histogram` (free GPUs on a node → number "
-            "of nodes); `blocked_jobs` (id, pods, gpus_per_pod, request_gpus, wait_s, queue; "
+            "of nodes); `blocked_jobs` (id, shape `<pods>x<gpus_per_pod>`, pods, gpus_per_pod, "
+            "request_gpus, wait_s, queue; "
             "longest wait first, at most 50) with `blocked_job_count`, `blocked_gpus` and "
             "`blocked_share_of_pool`; `frag_ratio` for the largest blocked pod size s: "
             "`1 - sum_n s*floor(free(n)/s) / sum_n free(n)`; `fgd_fragment_gpus` and "

@@ -36,6 +36,7 @@ def test_fires_when_free_gpus_suffice_but_no_node_has_room():
     assert finding.evidence["blocked_jobs"] == [
         {
             "id": "big",
+            "shape": "1x8",
             "pods": 1,
             "gpus_per_pod": 8,
             "request_gpus": 8,
