@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import json
+import os
 import threading
 import time
 import uuid
@@ -36,7 +38,11 @@ import jsonschema
 import yaml
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kubernetes"
-CRD_ROOT = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "crds"
+SHARED_DATA = Path(
+    os.environ.get("GPUOBS_SHARED_DATA")
+    or Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+)
+CRD_ROOT = SHARED_DATA / "crds"
 
 
 @dataclass(frozen=True)
@@ -101,9 +107,17 @@ def strict(schema: Any) -> Any:
     return out
 
 
+@functools.cache
+def _crd_document(path: Path) -> dict[str, Any]:
+    # The Workload CRD is 1.4 MB of YAML: read it once per process, with libyaml when present.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # noqa: S506 (a safe loader)
+
+
+@functools.cache
 def crd_schema(kind: str, version: str, root: Path = CRD_ROOT) -> dict[str, Any]:
     """The strict JSON schema of a custom kind at a served version, from its CRD file."""
-    document = yaml.safe_load((root / CRD_FILES[kind]).read_text(encoding="utf-8"))
+    document = _crd_document(root / CRD_FILES[kind])
     for served in document["spec"]["versions"]:
         if served["name"] == version:
             return strict(served["schema"]["openAPIV3Schema"])
@@ -210,7 +224,9 @@ class KubeApiServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self._thread.start()
         return self
 
