@@ -93,7 +93,6 @@ CYCLE_FIELDS = (
     "allocated_gpus",
     "allocation_utilization",
     "activity_utilization",
-    "findings",
     "rule_errors",
     "not_judged",
     "data_age_s",
@@ -151,7 +150,11 @@ class Freshness:
 
     @property
     def age_s(self) -> float | None:
-        ages = [a for a in (_seconds(self.now, self.good_cycle_at), self.snapshot_age_s) if a]
+        ages = [
+            age
+            for age in (_seconds(self.now, self.good_cycle_at), self.snapshot_age_s)
+            if age is not None
+        ]
         return max(ages) if ages else None
 
     @property
