@@ -16,6 +16,7 @@ class SchedulerKind(models.TextChoices):
 class MetricsKind(models.TextChoices):
     SIM = "sim", "Built-in simulator"
     PROMETHEUS = "prometheus", "Prometheus"
+    NONE = "none", "None (scheduler only)"
 
 
 class DataSourceStatus(models.TextChoices):
