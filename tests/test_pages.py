@@ -316,12 +316,17 @@ def test_stale_data_is_labelled_stale_never_healthy(bob_client: Client, sim_clus
     sim_clusters.append("old")
     make_sim_cluster("old", 2, ended_ago=timedelta(hours=3))  # snapshots of 3 hours ago
 
-    text = text_of(bob_client.get("/clusters/old/"))
+    response = bob_client.get("/clusters/old/")
 
+    text = text_of(response)
     assert "Stale data." in text
     assert "Data age Stale" in text
     assert "Fresh" not in text
-    assert "stale" in text_of(bob_client.get("/")).lower()
+    assert "stale (last known: OK)" in text
+    assert "status-ok" not in response.content.decode()  # no green "OK" on old data
+    listing = bob_client.get("/")
+    assert "STALE" in text_of(listing).upper()
+    assert "last known: OK" in text_of(listing)
 
 
 def test_freshness_judges_the_newer_of_cycle_and_snapshot_age() -> None:
