@@ -8,7 +8,7 @@ from typing import Any
 
 from diagnosis.rules.base import Judgement, Rule, RuleDoc, Threshold
 from diagnosis.rules.facts import SnapshotFacts
-from diagnosis.rules.idle_allocation import (
+from diagnosis.rules.running_jobs import (
     NO_UTIL,
     at_least,
     below,

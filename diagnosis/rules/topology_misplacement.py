@@ -12,7 +12,7 @@ import pandas as pd
 
 from diagnosis.rules.base import Finding, Judgement, Rule, RuleDoc, Severity
 from diagnosis.rules.facts import SnapshotFacts
-from diagnosis.rules.idle_allocation import text
+from diagnosis.rules.running_jobs import text
 from diagnosis.snapshot import ClusterSnapshot
 
 TP_CROSS_NODE = "tp-cross-node"

@@ -10,7 +10,7 @@ import pandas as pd
 from diagnosis import xid_catalog
 from diagnosis.rules.base import Judgement, Rule, RuleDoc
 from diagnosis.rules.facts import SnapshotFacts
-from diagnosis.rules.idle_allocation import text
+from diagnosis.rules.running_jobs import text
 from diagnosis.snapshot import ClusterSnapshot, format_time
 
 

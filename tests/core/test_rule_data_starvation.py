@@ -8,7 +8,7 @@ import pytest
 
 from diagnosis.rules.data_starvation import NO_FB, NO_TRIGGER_METRICS, RULE
 from diagnosis.rules.facts import SnapshotFacts
-from diagnosis.rules.idle_allocation import NO_UTIL
+from diagnosis.rules.running_jobs import NO_UTIL
 from tests.builders import SnapshotBuilder
 
 

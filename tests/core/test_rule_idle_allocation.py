@@ -8,7 +8,8 @@ import pytest
 
 from diagnosis import snapshot as snapshot_format
 from diagnosis.rules.facts import SnapshotFacts
-from diagnosis.rules.idle_allocation import NO_GPUS, NO_START, NO_UTIL, RULE
+from diagnosis.rules.idle_allocation import RULE
+from diagnosis.rules.running_jobs import NO_GPUS, NO_START, NO_UTIL
 from tests.builders import SnapshotBuilder
 
 

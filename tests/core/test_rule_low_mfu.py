@@ -7,8 +7,8 @@ import json
 import pytest
 
 from diagnosis.rules.facts import SnapshotFacts
-from diagnosis.rules.idle_allocation import NO_UTIL
 from diagnosis.rules.low_mfu import NO_MFU, NO_PEAK, PROXY, REPORTED, RULE
+from diagnosis.rules.running_jobs import NO_UTIL
 from tests.builders import SnapshotBuilder
 
 
