@@ -6,11 +6,12 @@ or when its fairness ratio (GPUs held / fair GPUs, see ``fair_share.py``) is bel
 ``fairness_min_wait_s``. It must be a queue the snapshot lists (a weight to change), and at least
 two queues must have demand (a weight only matters against another queue's).
 
-The new weight is ``current × clamp(fair GPUs / held GPUs, 0.5, 2)`` (2 when it holds nothing),
+The new weight is ``current × clamp(target / held GPUs, 0.5, 2)`` (2 when it holds nothing),
+where the target is its fair GPUs -- for a queue with a ``share`` starvation at least its
+``deserved_gpus`` (capped at its demand), the rule's own measure --
 rounded to the scheduler's integer domain (Volcano ``Queue.spec.weight`` 1..65535) and at least
-one step above the current weight, but never above twice it. Only raises are proposed: a queue at
-or above its fair share by this computation gets nothing, even with a ``share`` starvation (that
-cause compares with ``deserved_gpus`` alone). The other queues' weights are unchanged.
+one step above the current weight, but never above twice it. Only raises are proposed: a queue
+that holds its target already gets nothing. The other queues' weights are unchanged.
 
 The impact replays the queue order by weighted fair share (usage / weight, as Volcano's
 proportion plugin and Kueue's fair sharing do) unless the snapshot reports its scheduler's queue
@@ -82,14 +83,25 @@ def generate(context: RecommendContext) -> list[Draft]:
     drafts = []
     for queue in sorted(set(starved) | unfair):
         entry = shares.queues.get(queue)
-        if entry is None or not entry.listed or entry.fair_gpus <= 0:
+        if entry is None or not entry.listed:
             continue
-        factor = entry.fair_gpus / entry.held_gpus if entry.held_gpus else MAX_FACTOR
+        aim = target_gpus(entry, starved=queue in starved)
+        if aim <= 0:
+            continue
+        factor = aim / entry.held_gpus if entry.held_gpus else MAX_FACTOR
         proposed = raised_weight(entry.weight, factor)
         if proposed is None:
             continue
-        drafts.append(_draft(context, shares, entry, proposed, factor, starved.get(queue, [])))
+        drafts.append(_draft(context, shares, entry, proposed, factor, aim, starved.get(queue, [])))
     return drafts
+
+
+def target_gpus(entry: QueueShare, *, starved: bool) -> float:
+    """The GPUs the queue should hold: its fair GPUs; for a queue with a ``share`` starvation at
+    least its ``deserved_gpus`` (capped at its demand), the rule's own measure of its due."""
+    if starved and entry.deserved_gpus:
+        return max(entry.fair_gpus, min(entry.deserved_gpus, float(entry.demand_gpus)))
+    return entry.fair_gpus
 
 
 def _draft(
@@ -98,6 +110,7 @@ def _draft(
     entry: QueueShare,
     proposed: int,
     factor: float,
+    aim: float,
     starved: list[Finding],
 ) -> Draft:
     snapshot = context.snapshot
@@ -126,9 +139,13 @@ def _draft(
         + ("" if reported_order == "fair-share" else "; under it a weight changes nothing")
     )
     ratio = entry.ratio
+    due = f"a fair share of {entry.fair_gpus:.0f}"
+    if aim > entry.fair_gpus:
+        due += f" and {aim:.0f} deserved"
     why = (
-        f"it holds {entry.held_gpus} GPUs against a fair share of {entry.fair_gpus:.0f} of "
-        f"{shares.capacity_gpus} (ratio {ratio:.2f}) with {entry.pending_gpus} GPUs pending"
+        f"it holds {entry.held_gpus} of {shares.capacity_gpus} GPUs against {due}"
+        + ("" if ratio is None else f" (ratio {ratio:.2f})")
+        + f", with {entry.pending_gpus} GPUs pending"
     )
     if starved:
         why += f"; {len(starved)} of its jobs starve for share"
@@ -157,6 +174,7 @@ def _draft(
             "pending_gpus": entry.pending_gpus,
             "demand_gpus": entry.demand_gpus,
             "fair_gpus": round(entry.fair_gpus, 2),
+            "target_gpus": round(aim, 2),
             "fairness_ratio": None if ratio is None else round(ratio, 4),
             "factor": round(min(max(factor, MIN_FACTOR), MAX_FACTOR), 4),
             "other_weights_unchanged": {q.queue: whole(q.weight) for q in others},

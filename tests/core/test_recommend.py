@@ -281,6 +281,23 @@ def test_a_higher_weight_is_predicted_to_move_the_share_toward_fair(starved_run)
     assert weight.preselect
 
 
+def test_a_share_starvation_is_judged_against_deserved_gpus_when_weights_say_otherwise():
+    """team-a (weight 10, nothing deserved) holds 56 GPUs; team-b (weight 1, deserves 32) holds
+    8: above its weighted fair share (64 / 11), below what it deserves."""
+    builder = SnapshotBuilder().pool("a100", nodes=8)
+    builder.queue("team-a", weight=10).queue("team-b", weight=1, deserved_gpus=32)
+    for i in range(7):
+        builder.job(f"a{i}", tenant="team-a", node=f"a100-{i:03d}", waited=f"{60 - i}m")
+    builder.job("b-run", tenant="team-b", node="a100-007", waited="6h")
+    for i in range(3):
+        builder.job(f"b{i}", state="pending", tenant="team-b", waited=f"{300 - i}m")
+    run = recommend(builder.build(), settings=RecommendSettings(simulate=False))
+    assert {f.evidence["cause"] for f in run.diagnosis.by_rule("starvation")} == {"share"}
+    [weight] = of_kind(run, QUEUE_WEIGHT)
+    assert dict(weight.change) == {"from": 1, "to": 2}
+    assert weight.basis["target_gpus"] == 32
+
+
 def test_fairness_ratio_below_threshold_with_waiting_demand_raises_the_weight():
     run = recommend(
         starved_tenant(waited_h=1, stream=False).build(), settings=RecommendSettings(simulate=False)
