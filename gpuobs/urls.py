@@ -12,6 +12,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
+    path("api/v1/", include("diagnosis.api.urls")),
     path("api/", include(router.urls)),
     path("", include("diagnosis.urls")),
 ]

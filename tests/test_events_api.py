@@ -1,0 +1,123 @@
+"""POST /api/v1/clusters/{cluster}/events: token auth, permissions, idempotent storage, out-of-order
+events at their own time, and 400 naming every bad field of a malformed batch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from diagnosis.models import Cluster, SchedulerEvent
+
+pytestmark = pytest.mark.django_db
+
+EVENT = {
+    "time": "2026-11-29T07:59:00Z",
+    "kind": "failed_scheduling",
+    "job": "job-9",
+    "reason": "Unschedulable",
+    "message": "0/128 nodes are available: 128 Insufficient nvidia.com/gpu.",
+    "id": "sched-4711",
+}
+
+
+@pytest.fixture
+def cluster(make_cluster) -> Cluster:
+    return make_cluster("lsf-1", scheduler_kind="slurm")
+
+
+@pytest.fixture
+def sender(make_user) -> User:
+    """A machine user with only the permission to record scheduler events."""
+    user = make_user("event-sender")
+    user.user_permissions.add(Permission.objects.get(codename="add_schedulerevent"))
+    return user
+
+
+def client_for(user: User, keyword: str = "Token") -> APIClient:
+    client = APIClient()
+    token, _ = Token.objects.get_or_create(user=user)
+    client.credentials(HTTP_AUTHORIZATION=f"{keyword} {token.key}")
+    return client
+
+
+def post(client: APIClient, events: Any, cluster: str = "lsf-1"):
+    return client.post(f"/api/v1/clusters/{cluster}/events", {"events": events}, format="json")
+
+
+def test_a_batch_is_stored_with_its_own_times(cluster, sender) -> None:
+    late = {**EVENT, "time": "2026-11-29T07:00:00Z", "kind": "submitted", "id": "sched-4700"}
+    response = post(client_for(sender), [EVENT, late])
+    assert response.status_code == 200
+    assert response.json() == {"received": 2, "stored": 2, "duplicates": 0}
+    rows = list(SchedulerEvent.objects.filter(cluster=cluster).order_by("time"))
+    assert [(r.kind, r.time.isoformat()) for r in rows] == [
+        ("submitted", "2026-11-29T07:00:00+00:00"),
+        ("failed_scheduling", "2026-11-29T07:59:00+00:00"),
+    ]
+    assert rows[1].dedup_key == "api:sched-4711"
+
+
+def test_posting_the_same_batch_again_changes_nothing(cluster, sender) -> None:
+    client = client_for(sender)
+    post(client, [EVENT])
+    before = list(SchedulerEvent.objects.values_list("id", "time", "kind", "dedup_key"))
+    response = post(client, [EVENT])
+    assert response.json() == {"received": 1, "stored": 0, "duplicates": 1}
+    assert list(SchedulerEvent.objects.values_list("id", "time", "kind", "dedup_key")) == before
+
+
+def test_events_without_an_id_are_deduplicated_by_content(cluster, sender) -> None:
+    anonymous = {k: v for k, v in EVENT.items() if k != "id"}
+    client = client_for(sender)
+    post(client, [anonymous])
+    assert post(client, [anonymous]).json()["duplicates"] == 1
+    assert SchedulerEvent.objects.count() == 1
+
+
+def test_a_malformed_batch_names_every_bad_field_and_stores_nothing(cluster, sender) -> None:
+    bad = [
+        EVENT,
+        {**EVENT, "id": "b", "time": "yesterday", "kind": "exploded"},
+        {**EVENT, "id": "c", "time": "2026-11-29T08:00:00", "nodes": "gpu-1"},
+    ]
+    response = post(client_for(sender), bad)
+    assert response.status_code == 400
+    errors = response.json()["events"]
+    assert set(errors) == {"1", "2"}
+    assert set(errors["1"]) == {"time", "kind"}
+    assert set(errors["2"]) == {"time", "nodes"}
+    assert errors["2"]["nodes"] == ["unknown field"]
+    assert SchedulerEvent.objects.count() == 0
+
+
+def test_an_empty_or_missing_batch_is_refused(cluster, sender) -> None:
+    client = client_for(sender)
+    assert post(client, []).status_code == 400
+    response = client.post("/api/v1/clusters/lsf-1/events", {}, format="json")
+    assert response.status_code == 400
+    assert "events" in response.json()
+
+
+def test_bearer_keyword_is_accepted(cluster, sender) -> None:
+    assert post(client_for(sender, "Bearer"), [EVENT]).status_code == 200
+
+
+def test_anonymous_callers_get_401(cluster) -> None:
+    assert post(APIClient(), [EVENT]).status_code == 401
+    assert SchedulerEvent.objects.count() == 0
+
+
+def test_a_user_without_the_permission_gets_403(cluster, bob) -> None:
+    assert post(client_for(bob), [EVENT]).status_code == 403
+
+
+def test_staff_may_post(cluster, alice) -> None:
+    assert post(client_for(alice), [EVENT]).status_code == 200
+
+
+def test_an_unknown_cluster_is_404(cluster, sender) -> None:
+    assert post(client_for(sender), [EVENT], cluster="nope").status_code == 404
