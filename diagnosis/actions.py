@@ -48,14 +48,25 @@ def run_cluster_cycle(cluster: Cluster) -> ClusterCycle:
     started = time.perf_counter()
     previous = ClusterCycle.objects.filter(cluster=cluster, ok=True).order_by("-as_of").first()
     try:
-        document = collector_for(cluster)(
-            cluster, previous_as_of=previous.as_of if previous else None
+        collector = collector_for(cluster)
+        options: dict[str, Any] = {}
+        if getattr(collector, "shards", False):  # the collector can fan out (Celery group)
+            from diagnosis.tasks import run_collect_shards
+
+            options["shard_runner"] = run_collect_shards
+        document = collector(
+            cluster, previous_as_of=previous.as_of if previous else None, **options
         )
         snap = snapshot_format.load(document)
     except (CollectError, snapshot_format.SnapshotError) as exc:
         message = f"{type(exc).__name__}: {exc}"
         return _record_failed_cycle(cluster, message, time.perf_counter() - started)
-    return record_cycle(cluster, snap, started=started)
+    collection = document.get("collection")
+    if isinstance(collection, Mapping) and "event_cursor" in collection:
+        record_scheduler_events(
+            cluster, EventBatch(list(document.get("events") or []), collection["event_cursor"])
+        )
+    return record_cycle(cluster, snap, started=started, collection=collection)
 
 
 def _record_failed_cycle(cluster: Cluster, message: str, seconds: float) -> ClusterCycle:
@@ -84,13 +95,29 @@ def _set_status(cluster: Cluster, status: str, message: str, now: datetime) -> N
 
 
 def record_cycle(
-    cluster: Cluster, snap: snapshot_format.ClusterSnapshot, *, started: float | None = None
+    cluster: Cluster,
+    snap: snapshot_format.ClusterSnapshot,
+    *,
+    started: float | None = None,
+    collection: Mapping[str, Any] | None = None,
 ) -> ClusterCycle:
-    """Store a collected snapshot, diagnose it, record the findings and the GPU-hour rollup."""
+    """Store a collected snapshot, diagnose it, record the findings and the GPU-hour rollup.
+
+    ``collection`` is the metrics source's report (coverage, data age, queries, warnings): it is
+    kept on the cycle, and when the GPU metrics are too incomplete or too old the rules that read
+    them are not judged (:func:`metrics_not_judged`): they do not run, so their findings stay as
+    they were, and the cycle and the cluster's status say why.
+    """
     from diagnosis.diagnose import diagnose
 
     started = time.perf_counter() if started is None else started
-    diagnosis, accounting = diagnose(snap, cluster_overrides(cluster))
+    skipped = metrics_not_judged(collection)
+    only = None
+    if skipped:
+        only = [
+            r for r, rule in all_rules().items() if rule.enabled_by_default and r not in skipped
+        ]
+    diagnosis, accounting = diagnose(snap, cluster_overrides(cluster), only=only)
     report = accounting.as_dict()["cluster"]
     counts: dict[str, dict[str, int]] = {}
     for finding in diagnosis.findings:
@@ -113,10 +140,16 @@ def record_cycle(
             accounting=accounting.as_dict(),
             findings=counts,
             rule_errors=[e.as_dict() for e in diagnosis.errors],
-            not_judged={k: dict(v) for k, v in diagnosis.not_judged.items()},
-            data_age_s=(now - as_of).total_seconds(),
+            not_judged={
+                **{k: dict(v) for k, v in diagnosis.not_judged.items()},
+                **_skipped_counts(snap, skipped),
+            },
+            data_age_s=(now - as_of).total_seconds() + _metrics_age(collection),
+            coverage=(collection or {}).get("coverage"),
+            source=dict(collection or {}),
         )
         problems = [f"rule {e.rule} failed: {e.message}" for e in diagnosis.errors]
+        problems += _collection_problems(collection, skipped)
         _set_status(
             cluster,
             DataSourceStatus.DEGRADED if problems else DataSourceStatus.OK,
@@ -456,6 +489,84 @@ def record_scheduler_events(cluster: Cluster, batch: EventBatch) -> RecordedEven
         stored=len(new),
         duplicates=len(batch.events) - len(new),
         cursor=locked.event_cursor,
+    )
+
+
+# -- metrics coverage and freshness (the Prometheus source's report) ---------------------------
+
+# Rules whose verdicts rest on the GPUs' metrics (util, memory, tensor activity, Xids). When the
+# metrics cover too few GPUs or are too old, these are "not judged" -- never "healthy".
+GPU_METRIC_RULES = ("idle-allocation", "data-starvation", "low-mfu", "xid")
+
+
+def metrics_not_judged(collection: Mapping[str, Any] | None) -> dict[str, str]:
+    """Rule id -> why it is not judged this cycle (empty when the metrics can be judged by)."""
+    if not isinstance(collection, Mapping) or collection.get("judgeable", True):
+        return {}
+    reason = "; ".join(collection.get("problems") or []) or "GPU metrics incomplete"
+    rules = all_rules()
+    return {rule_id: reason for rule_id in GPU_METRIC_RULES if rule_id in rules}
+
+
+def _skipped_counts(
+    snap: snapshot_format.ClusterSnapshot, skipped: Mapping[str, str]
+) -> dict[str, dict[str, int]]:
+    """The subjects each skipped rule would have judged: running jobs for job rules, GPUs for
+    GPU rules."""
+    if not skipped:
+        return {}
+    rules = all_rules()
+    running = int((snap.jobs["state"] == "running").sum())
+    counts = {"job": running, "gpu": len(snap.gpus)}
+    return {
+        rule_id: {reason: counts.get(rules[rule_id].subject_kind.rstrip(":"), 1)}
+        for rule_id, reason in skipped.items()
+    }
+
+
+def _metrics_age(collection: Mapping[str, Any] | None) -> float:
+    """How much older than the snapshot's time its newest metrics are."""
+    age = (collection or {}).get("data_age_s") if isinstance(collection, Mapping) else None
+    return float(age) if isinstance(age, int | float) else 0.0
+
+
+def _collection_problems(
+    collection: Mapping[str, Any] | None, skipped: Mapping[str, str]
+) -> list[str]:
+    if not isinstance(collection, Mapping):
+        return []
+    problems = []
+    if skipped:
+        reason = next(iter(skipped.values()))
+        problems.append(f"{reason}: {', '.join(skipped)} not judged")
+    problems += [f"Prometheus warned: {w}" for w in collection.get("warnings") or []]
+    return problems
+
+
+def create_prometheus_demo_cluster(
+    name: str, *, prometheus_url: str, scenario: str = "seed", seed: int = 0
+) -> Cluster:
+    """A simulated cluster whose GPU metrics come from Prometheus (the demo with
+    ``serve_exporter``): the scenario in real time (``speed`` 1, so the simulator's clock is
+    Prometheus's), enabled for cycles, in dry-run."""
+    from diagnosis.sources.prometheus import PrometheusConfig
+
+    metrics_config = {"url": prometheus_url, "scrape_interval_s": 15}
+    PrometheusConfig.parse(metrics_config)
+    return Cluster.objects.create(
+        name=name,
+        scheduler_kind="sim",
+        scheduler_config={
+            "scenario": scenario,
+            "seed": seed,
+            "speed": 1,
+            "clock": "wall",
+            "started_at": timezone.now().replace(microsecond=0).isoformat(),
+            "changes": [],
+        },
+        metrics_kind="prometheus",
+        metrics_config=metrics_config,
+        dry_run=True,
     )
 
 

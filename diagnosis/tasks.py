@@ -119,3 +119,45 @@ def run_cycle(cluster_id: int) -> dict[str, int | str]:
 def ping() -> str:
     """Answers "pong": shows that a worker takes tasks and returns results."""
     return "pong"
+
+
+# -- sharded collection (the Prometheus source of a large cluster) -------------------------------
+
+SHARD_WAIT_S = 120.0
+
+
+@shared_task(name="diagnosis.tasks.collect_metrics_shard")
+def collect_metrics_shard(payload: dict) -> dict:
+    """One node pool's GPU metrics for a cycle's collection (the ``collect`` queue). A source
+    failure comes back as ``{"error", "permanent"}``, never as an exception."""
+    from diagnosis.sources.prometheus import collect_shard
+
+    return collect_shard(payload)
+
+
+def run_collect_shards(payloads: list[dict]) -> list[dict]:
+    """Run a collection's shards as a Celery group and wait for them (in the embedded mode the
+    group runs in-process, one shard after another). Shards not finished within
+    ``SHARD_WAIT_S`` (no free worker on the ``collect`` queue) are revoked and run here instead,
+    so a busy pool slows a cycle down but never deadlocks it."""
+    from celery import group
+    from celery.exceptions import TimeoutError as CeleryTimeoutError
+
+    from diagnosis.sources.prometheus import collect_shard
+
+    result = group(collect_metrics_shard.s(payload) for payload in payloads).apply_async()
+    wait = min(SHARD_WAIT_S, settings.CELERY_TASK_SOFT_TIME_LIMIT / 2)
+    try:
+        outcomes = result.get(timeout=wait, propagate=False, disable_sync_subtasks=False)
+    except CeleryTimeoutError:
+        outcomes = [r.result if r.ready() else None for r in result.results]
+        result.revoke()
+        logger.warning("collect shards unfinished after %.0f s: running them in the cycle", wait)
+    merged = []
+    for payload, outcome in zip(payloads, outcomes, strict=True):
+        if outcome is None:
+            outcome = collect_shard(payload)
+        elif isinstance(outcome, BaseException):
+            outcome = {"error": f"collect shard failed: {outcome!r}", "permanent": False}
+        merged.append(outcome)
+    return merged

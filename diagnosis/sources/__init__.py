@@ -35,6 +35,7 @@ Collector = Callable[..., dict[str, Any]]
 COLLECTORS: dict[str, str] = {
     "sim": "diagnosis.sources.sim:collect",
     "none": "diagnosis.sources.scheduler_only:collect",
+    "prometheus": "diagnosis.sources.prometheus:collect",
 }
 
 

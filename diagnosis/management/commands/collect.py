@@ -1,0 +1,166 @@
+"""``manage.py collect``: collection from Prometheus, one-shot or as a cluster's cycles.
+
+One-shot, before any scheduler adapter is set up::
+
+    manage.py collect --prometheus URL --scheduler-snapshot FILE [--window SECONDS]
+                      [--as-of RFC3339] [--match NAME=VALUE ...] --out FILE
+
+takes nodes, jobs and queues from a ``gpuobs.snapshot/v1`` file (its ``gpus[]``, when present,
+give UUIDs and health) and fills every GPU's statistics from Prometheus for the window ending at
+``--as-of`` (default now); the result is a snapshot document (with a ``collection`` section:
+coverage, data age, queries, bytes, warnings) that ``manage.py diagnose`` reads.
+
+A configured cluster's cycles, through the same path Celery beat uses::
+
+    manage.py collect --cluster NAME [--cycles N] [--interval SECONDS]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from diagnosis import snapshot as snapshot_format
+from diagnosis.sources import CollectError
+from diagnosis.sources.prometheus import PrometheusConfig, collect_document
+from diagnosis.sources.promql import PromQLError
+
+
+class Command(BaseCommand):
+    help = "Collect GPU metrics from Prometheus into a snapshot, or run a cluster's cycles."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--prometheus", metavar="URL", help="Prometheus base URL")
+        parser.add_argument("--scheduler-snapshot", metavar="FILE", type=Path)
+        parser.add_argument("--window", type=int, help="window in seconds (default 900)")
+        parser.add_argument("--as-of", help="RFC 3339 end of the window (default now)")
+        parser.add_argument(
+            "--out", metavar="FILE", help="where to write the snapshot ('-': stdout)"
+        )
+        parser.add_argument(
+            "--match",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="extra label matcher on every series, e.g. cluster=a100-east",
+        )
+        parser.add_argument("--host-label", choices=["auto", "Hostname", "hostname"])
+        parser.add_argument("--scrape-interval", type=float, help="seconds (default: estimated)")
+        parser.add_argument("--timeout", type=float, help="seconds per query (default 30)")
+        parser.add_argument("--cluster", help="run this configured cluster's cycles instead")
+        parser.add_argument("--cycles", type=int, default=1, help="with --cluster (0: forever)")
+        parser.add_argument("--interval", type=float, default=60.0, help="with --cluster")
+
+    def handle(self, *args, **options):
+        if options["cluster"]:
+            self._cycles(options)
+            return
+        missing = [f"--{n}" for n in ("prometheus", "scheduler_snapshot", "out") if not options[n]]
+        if missing:
+            names = ", ".join(m.replace("_", "-") for m in missing)
+            raise CommandError(f"{names} required (or --cluster NAME)")
+        config = self._config(options)
+        scheduler = self._scheduler(options["scheduler_snapshot"])
+        as_of = self._as_of(options["as_of"])
+        try:
+            document = collect_document(config, scheduler, as_of=as_of, window_s=options["window"])
+        except (CollectError, PromQLError) as exc:
+            raise CommandError(str(exc)) from exc
+        snapshot_format.load(document)  # what we write must load
+        text = json.dumps(document, indent=1, allow_nan=False)
+        if options["out"] == "-":
+            sys.stdout.write(text + "\n")
+        else:
+            Path(options["out"]).write_text(text + "\n", encoding="utf-8")
+        report = document["collection"]
+        coverage = report["coverage"]
+        self.stderr.write(
+            f"collected {len(document['gpus'])} GPUs as of {document['as_of']}: coverage "
+            f"{'n/a' if coverage is None else f'{coverage:.1%}'}, data age "
+            f"{report['data_age_s']} s, {report['queries']} queries, {report['bytes']} bytes "
+            f"({report['wire_bytes']} on the wire) in {report['seconds']:.2f} s"
+        )
+        for problem in report["problems"]:
+            self.stderr.write(f"not judged: {problem}")
+        for warning in report["warnings"]:
+            self.stderr.write(f"Prometheus warned: {warning}")
+
+    def _config(self, options) -> PrometheusConfig:
+        raw: dict = {"url": options["prometheus"]}
+        matchers = {}
+        for text in options["match"]:
+            name, sep, value = text.partition("=")
+            if not sep:
+                raise CommandError(f"--match: expected NAME=VALUE, got {text!r}")
+            matchers[name] = value
+        if matchers:
+            raw["matchers"] = matchers
+        for option, key in (
+            ("host_label", "host_label"),
+            ("scrape_interval", "scrape_interval_s"),
+            ("timeout", "timeout_s"),
+            ("window", "window_s"),
+        ):
+            if options[option] is not None:
+                raw[key] = options[option]
+        try:
+            return PrometheusConfig.parse(raw, prefix="options")
+        except CollectError as exc:
+            raise CommandError(str(exc)) from exc
+
+    @staticmethod
+    def _scheduler(path: Path) -> dict:
+        try:
+            document = json.loads(path.read_bytes())
+        except OSError as exc:
+            raise CommandError(
+                f"--scheduler-snapshot: cannot read {path}: {exc.strerror}"
+            ) from None
+        except ValueError as exc:
+            raise CommandError(f"--scheduler-snapshot: {path} is not JSON: {exc}") from None
+        errors = snapshot_format.validate(document)
+        if errors:
+            shown = "\n  ".join(errors[:20])
+            raise CommandError(f"--scheduler-snapshot: {path} is not a valid snapshot:\n  {shown}")
+        return document
+
+    @staticmethod
+    def _as_of(text: str | None) -> datetime:
+        if not text:
+            return datetime.now(UTC).replace(microsecond=0)
+        moment = snapshot_format.parse_time(text)
+        if moment is None:
+            raise CommandError(f"--as-of: {text!r} is not an RFC 3339 time with a zone")
+        return moment.to_pydatetime()
+
+    def _cycles(self, options) -> None:
+        from diagnosis.actions import run_cluster_cycle
+        from diagnosis.models import Cluster
+
+        cluster = Cluster.objects.filter(name=options["cluster"]).first()
+        if cluster is None:
+            raise CommandError(f"no cluster {options['cluster']!r}")
+        number = 0
+        while options["cycles"] <= 0 or number < options["cycles"]:
+            started = time.monotonic()
+            number += 1
+            cluster.refresh_from_db()
+            cycle = run_cluster_cycle(cluster)
+            if not cycle.ok:
+                self.stdout.write(f"cycle {number}: FAILED: {cycle.error}")
+            else:
+                coverage = "n/a" if cycle.coverage is None else f"{cycle.coverage:.1%}"
+                cluster.refresh_from_db(fields=["status", "status_message"])
+                self.stdout.write(
+                    f"cycle {number}: as of {cycle.as_of:%Y-%m-%d %H:%M:%S} UTC, {cycle.gpus} "
+                    f"GPUs, coverage {coverage}, status {cluster.status}"
+                    + (f" ({cluster.status_message})" if cluster.status_message else "")
+                )
+            self.stdout.flush()
+            if options["cycles"] <= 0 or number < options["cycles"]:
+                time.sleep(max(0.0, options["interval"] - (time.monotonic() - started)))

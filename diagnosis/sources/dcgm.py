@@ -1,0 +1,225 @@
+"""dcgm-exporter's vocabulary: field names, label normalisation, and how its fields become the
+snapshot's per-GPU statistics (DESIGN.md sections 4 and 9). No I/O.
+
+Label normalisation lives here and only here (:func:`normalize`): the host from ``Hostname``
+(older releases, most dashboards) or ``hostname`` (the 2026 rename); the GPU's ``UUID`` or
+``uuid``; the workload from ``exported_pod``/``exported_namespace``/``exported_container`` (what
+Prometheus writes when a ServiceMonitor scrapes the exporter: ``pod`` then names the exporter's
+own pod), else ``pod``/``namespace``/``container``, else Slurm's ``hpc_job``; and MIG instances
+(``GPU_I_PROFILE``, ``GPU_I_ID``) kept apart from each other and from their physical GPU.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# -- fields --------------------------------------------------------------------------------------
+
+GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"  # ratio 0..1
+GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent
+TENSOR_ACTIVE = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"  # ratio
+FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
+FB_FREE = "DCGM_FI_DEV_FB_FREE"  # MiB
+FB_RESERVED = "DCGM_FI_DEV_FB_RESERVED"  # MiB
+POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"  # W
+GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"  # C
+PCIE_RX_BYTES = "DCGM_FI_PROF_PCIE_RX_BYTES"  # B/s (a gauge, whatever older docs say)
+PCIE_TX_BYTES = "DCGM_FI_PROF_PCIE_TX_BYTES"  # B/s
+NVLINK_RX_BYTES = "DCGM_FI_PROF_NVLINK_RX_BYTES"  # B/s
+NVLINK_TX_BYTES = "DCGM_FI_PROF_NVLINK_TX_BYTES"  # B/s
+# An instantaneous rate despite "# TYPE counter"; its unit is disputed (NVIDIA/dcgm-exporter#472
+# says KB/s, KempnerInstitute/kempnerpulse#11 measured MB/s against nvidia-smi on H200), so the
+# factor to bytes/s is a setting (``nvlink_total_unit_Bps``, default 1e6).
+NVLINK_BANDWIDTH_TOTAL = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"
+XID_ERRORS = "DCGM_FI_DEV_XID_ERRORS"  # gauge: the last Xid seen (labels err_code/err_msg lately)
+XID_ERRORS_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"  # per ``xid`` label: Xids in the exporter's window
+
+# HELP and TYPE as dcgm-exporter writes them (etc/default-counters.csv, dcp-metrics-included.csv).
+FIELD_HELP: dict[str, tuple[str, str]] = {
+    GR_ENGINE_ACTIVE: ("gauge", "Ratio of time the graphics engine is active."),
+    GPU_UTIL: ("gauge", "GPU utilization (in %)."),
+    TENSOR_ACTIVE: ("gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
+    FB_USED: ("gauge", "Framebuffer memory used (in MiB)."),
+    FB_FREE: ("gauge", "Framebuffer memory free (in MiB)."),
+    FB_RESERVED: ("gauge", "Framebuffer memory reserved (in MiB)."),
+    POWER_USAGE: ("gauge", "Power draw (in W)."),
+    GPU_TEMP: ("gauge", "GPU temperature (in C)."),
+    PCIE_RX_BYTES: (
+        "gauge",
+        "The rate of data received over the PCIe bus - including both protocol headers and "
+        "data payloads - in bytes per second.",
+    ),
+    PCIE_TX_BYTES: (
+        "gauge",
+        "The rate of data transmitted over the PCIe bus - including both protocol headers and "
+        "data payloads - in bytes per second.",
+    ),
+    NVLINK_RX_BYTES: (
+        "gauge",
+        "The rate of data received over NVLink, not including protocol headers, in bytes per "
+        "second.",
+    ),
+    NVLINK_TX_BYTES: (
+        "gauge",
+        "The rate of data transmitted over NVLink, not including protocol headers, in bytes per "
+        "second.",
+    ),
+    NVLINK_BANDWIDTH_TOTAL: (
+        "counter",
+        "Total number of NVLink bandwidth counters for all lanes.",
+    ),
+    XID_ERRORS: ("gauge", "Value of the last XID error encountered."),
+    XID_ERRORS_COUNT: ("counter", "reported XIDs during last window"),
+}
+
+# -- labels --------------------------------------------------------------------------------------
+
+HOST_LABELS = ("Hostname", "hostname")
+UUID_LABELS = ("UUID", "uuid")
+MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")
+WORKLOAD_LABELS = (
+    "exported_namespace",
+    "exported_pod",
+    "exported_container",
+    "namespace",
+    "pod",
+    "container",
+    "hpc_job",
+)
+# What the statistics queries group by: the GPU (either UUID spelling) and its MIG instance.
+KEY_LABELS = ("UUID", "uuid", "GPU_I_ID")
+# What the inventory query keeps: the key plus where the GPU is and who uses it.
+INVENTORY_LABELS = (
+    *KEY_LABELS,
+    *HOST_LABELS,
+    "gpu",
+    "modelName",
+    "GPU_I_PROFILE",
+    *WORKLOAD_LABELS,
+)
+
+
+def first_of(labels: Mapping[str, str], names: tuple[str, ...]) -> str:
+    for name in names:
+        value = labels.get(name)
+        if value:
+            return value
+    return ""
+
+
+def uuid_of(labels: Mapping[str, str]) -> str:
+    return first_of(labels, UUID_LABELS)
+
+
+def host_of(labels: Mapping[str, str]) -> str:
+    return first_of(labels, HOST_LABELS)
+
+
+def instance_of(labels: Mapping[str, str]) -> str:
+    """The MIG GPU instance id, "" for a whole GPU."""
+    return labels.get("GPU_I_ID") or ""
+
+
+@dataclass(frozen=True)
+class Workload:
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+    hpc_job: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.pod or self.hpc_job)
+
+    def as_text(self) -> str:
+        """``namespace/pod`` (``/container`` when known), or ``hpc_job:<id>``."""
+        if self.pod:
+            text = f"{self.namespace}/{self.pod}" if self.namespace else self.pod
+            return f"{text}/{self.container}" if self.container else text
+        return f"hpc_job:{self.hpc_job}" if self.hpc_job else ""
+
+
+def workload_of(labels: Mapping[str, str]) -> Workload:
+    """Who uses the GPU. ``exported_*`` wins: when Prometheus scraped the exporter through a
+    ServiceMonitor, ``pod``/``namespace``/``container`` name the exporter's own pod."""
+    if labels.get("exported_pod"):
+        return Workload(
+            namespace=labels.get("exported_namespace", ""),
+            pod=labels["exported_pod"],
+            container=labels.get("exported_container", ""),
+            hpc_job=labels.get("hpc_job", ""),
+        )
+    return Workload(
+        namespace=labels.get("namespace", ""),
+        pod=labels.get("pod", ""),
+        container=labels.get("container", ""),
+        hpc_job=labels.get("hpc_job", ""),
+    )
+
+
+@dataclass(frozen=True)
+class GpuLabels:
+    """A dcgm-exporter series' identity, normalised."""
+
+    uuid: str
+    instance: str  # MIG GPU instance id, "" for a whole GPU
+    host: str
+    gpu: int | None
+    model: str
+    mig_profile: str
+    workload: Workload
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.uuid, self.instance)
+
+
+def normalize(labels: Mapping[str, str]) -> GpuLabels:
+    gpu = labels.get("gpu", "")
+    return GpuLabels(
+        uuid=uuid_of(labels),
+        instance=instance_of(labels),
+        host=host_of(labels),
+        gpu=int(gpu) if gpu.isdigit() else None,
+        model=labels.get("modelName", ""),
+        mig_profile=labels.get("GPU_I_PROFILE", ""),
+        workload=workload_of(labels),
+    )
+
+
+# -- MIG -----------------------------------------------------------------------------------------
+
+_PROFILE_SLICES = re.compile(r"^(\d+)g\.")
+
+
+def mig_share(profile: str, model: str) -> float:
+    """The share of a physical GPU's compute a MIG profile holds: ``3g.40gb`` on an A100 is 3/7
+    (A30: slices of 4). Unknown profiles count as 0 (their activity cannot be placed)."""
+    match = _PROFILE_SLICES.match(profile or "")
+    if not match:
+        return 0.0
+    slices = 4 if "A30" in (model or "") else 7
+    return min(1.0, int(match.group(1)) / slices)
+
+
+# -- hosts ---------------------------------------------------------------------------------------
+
+
+def host_index(node_names: list[str]) -> dict[str, str]:
+    """Host label value -> node name: exact names, and short names (before the first dot) when
+    they are unambiguous, so ``gpu-001.example.org`` and ``gpu-001`` find each other."""
+    index = {name: name for name in node_names}
+    short: dict[str, list[str]] = {}
+    for name in node_names:
+        short.setdefault(name.split(".", 1)[0], []).append(name)
+    for short_name, names in short.items():
+        if len(names) == 1 and short_name not in index:
+            index[short_name] = names[0]
+    return index
+
+
+def node_for_host(host: str, index: Mapping[str, str]) -> str | None:
+    if not host:
+        return None
+    return index.get(host) or index.get(host.split(".", 1)[0])
