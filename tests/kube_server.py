@@ -19,14 +19,16 @@ Objects are plain dicts shaped exactly like the API's; tests load them from
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import functools
 import json
 import os
+import secrets
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -136,6 +138,32 @@ def schema_errors(obj: Mapping[str, Any], check: jsonschema.Draft7Validator) -> 
 
 
 # -- fixtures ------------------------------------------------------------------------------------
+
+KUBECONFIG_ENV = "GPUOBS_TEST_KUBECONFIG"
+
+
+@contextlib.contextmanager
+def serving(workdir: Path, monkeypatch: Any) -> Iterator[KubeApiServer]:
+    """A fresh loopback API server (validating custom objects against the shared CRDs when they
+    are present) and a kubeconfig pointing at it, named by $GPUOBS_TEST_KUBECONFIG; the
+    adapters' per-process mirrors are dropped before and after."""
+    from diagnosis.schedulers import kube_client
+
+    kube_client.forget_mirrors()
+    server = KubeApiServer(
+        token=secrets.token_hex(16), crd_root=CRD_ROOT if CRD_ROOT.is_dir() else None
+    ).start()
+    monkeypatch.setenv(KUBECONFIG_ENV, str(server.kubeconfig(workdir / "kubeconfig")))
+    try:
+        yield server
+    finally:
+        server.stop()
+        kube_client.forget_mirrors()
+
+
+def adapter_config(**extra: Any) -> dict[str, Any]:
+    """A Volcano or Kueue ``scheduler_config`` for the loopback server (short watches)."""
+    return {"kubeconfig_env": KUBECONFIG_ENV, "watch_timeout_s": 1, **extra}
 
 
 def load_fixture(name: str) -> list[dict[str, Any]]:

@@ -4,7 +4,6 @@ events, and writes (dry run and real, optimistic concurrency)."""
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,29 +17,18 @@ from diagnosis.schedulers import kube_client
 from diagnosis.schedulers.base import SchedulerError, adapter_for
 from diagnosis.schedulers.kueue import KueueAdapter
 from diagnosis.schedulers.volcano import VolcanoAdapter, placement_of
-from tests.kube_server import CRD_ROOT, KubeApiServer, load_fixture
+from tests.kube_server import KubeApiServer, adapter_config, load_fixture, serving
 
 pytestmark = pytest.mark.kubernetes
-
-KUBECONFIG_ENV = "GPUOBS_TEST_KUBECONFIG"
 
 
 @pytest.fixture
 def kube_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiServer]:
-    """A fresh loopback API server (validating custom objects against the shared CRDs when they
-    are present) and a kubeconfig pointing at it, named by $GPUOBS_TEST_KUBECONFIG."""
-    kube_client.forget_mirrors()
-    server = KubeApiServer(
-        token=secrets.token_hex(16), crd_root=CRD_ROOT if CRD_ROOT.is_dir() else None
-    ).start()
-    monkeypatch.setenv(KUBECONFIG_ENV, str(server.kubeconfig(tmp_path / "kubeconfig")))
-    yield server
-    server.stop()
-    kube_client.forget_mirrors()
+    with serving(tmp_path, monkeypatch) as server:
+        yield server
 
 
-def config(**extra: Any) -> dict[str, Any]:
-    return {"kubeconfig_env": KUBECONFIG_ENV, "watch_timeout_s": 1, **extra}
+config = adapter_config
 
 
 @pytest.fixture
