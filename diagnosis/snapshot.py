@@ -191,7 +191,12 @@ class _Checker:
         value = self.required(obj, key, path) if required else value
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value != int(value)
+        ):
             self.error(_join(path, key), f"expected an integer, got {value!r}")
             return default
         if minimum is not None and value < minimum:
@@ -211,13 +216,17 @@ class _Checker:
         value = obj.get(key)
         if (  # fast path for the common case (a float in range), same result
             type(value) is float
-            and (0.0 <= value <= 1.0 if fraction else value == value)
+            and (0.0 <= value <= 1.0 if fraction else math.isfinite(value))
             and (minimum is None or value >= minimum)
         ):
             return value
         if value is None:
             return math.nan
-        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
             self.error(_join(path, key), f"expected a number, got {value!r}")
             return math.nan
         if fraction and not 0.0 <= value <= 1.0:

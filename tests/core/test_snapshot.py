@@ -228,6 +228,18 @@ def test_wrong_type():
     assert "nodes[0].gpus: expected an integer, got 'eight'" in errors_of(document)
 
 
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), float("-inf")])
+def test_non_finite_numbers_are_errors_not_crashes(value):
+    document = design_document()
+    document["window_s"] = value
+    document["gpus"][0]["power_w"]["mean"] = value
+    errors = errors_of(json.loads(json.dumps(document)))
+    assert errors == [
+        f"window_s: expected an integer, got {value!r}",
+        f"gpus[0].power_w.mean: expected a number, got {value!r}",
+    ]
+
+
 def test_pod_with_the_wrong_number_of_gpus():
     builder = SnapshotBuilder().pool("a100", nodes=1)
     builder.job("a", gpus_per_pod=4, allocation=[("a100-000", [0, 1])])
