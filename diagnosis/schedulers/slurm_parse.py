@@ -540,6 +540,7 @@ def _jobs_of(
     reason = _text(record.get("state_reason"))
     pending_reason = reason if state == "pending" and reason not in {"", "None"} else None
     submitted = epoch_time(record.get("submit_time"))
+    ran = state != "pending" and bool(_text(record.get("nodes")) or allocation)
     job: dict[str, Any] = {
         "id": job_id(record),
         "name": _text(record.get("name")) or None,
@@ -550,7 +551,8 @@ def _jobs_of(
         "priority": _int(record.get("priority")) or 0,
         "state": state,
         "submitted": submitted,
-        "started": epoch_time(record.get("start_time")) if state != "pending" else None,
+        # A job cancelled while pending gets start = end = the cancel time, but no nodes.
+        "started": epoch_time(record.get("start_time")) if ran else None,
         "ended": epoch_time(record.get("end_time")) if state in ENDED else None,
         "pods": pods,
         "gpus_per_pod": per_pod,
@@ -565,7 +567,7 @@ def _jobs_of(
         "reason": reason,
         "description": _text(record.get("state_description")),
         "submit_epoch": _int(record.get("submit_time")) or 0,
-        "start_epoch": _int(record.get("start_time")) or 0,
+        "start_epoch": (_int(record.get("start_time")) or 0) if ran else 0,
         "end_epoch": _int(record.get("end_time")) or 0,
         "nodes": _text(record.get("nodes")),
         "exit_code": _int(record.get("exit_code")),
@@ -679,7 +681,7 @@ def derive_events(
                     message=f"job {ident} submitted to partition {job['pool']}",
                 )
             )
-        if job["state"] != "pending" and recent(facts["start_epoch"]):
+        if recent(facts["start_epoch"]):
             events.append(
                 _event(
                     facts["start_epoch"],
