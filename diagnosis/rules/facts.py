@@ -176,7 +176,8 @@ class SnapshotFacts:
 
     def peak_tflops_per_node(self, table: dict[str, float] | None = None) -> pd.Series:
         models = self.snapshot.nodes["gpu_model"]
-        return models.map(lambda m: peak_tflops(m, table)).astype("float64")
+        peaks = {model: peak_tflops(model, table) for model in models.dropna().unique()}
+        return models.map(peaks).astype("float64")
 
     # -- placement: requests, fragmentation, gangs -------------------------------------------------
     #
