@@ -113,6 +113,12 @@ class Gpu(models.Model):
 class Tenant(models.Model):
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="tenants")
     name = models.CharField(max_length=128)
+    managers = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="managed_tenants",
+        help_text="Users with the manager role who see this tenant's reports, jobs and findings.",
+    )
 
     class Meta:
         ordering = ["cluster", "name"]

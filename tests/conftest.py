@@ -1,6 +1,8 @@
 """Shared fixtures: the named world of users, builders, real services, and `require_binary`.
 
-The world: ``alice`` is staff and superuser (an admin), ``bob`` a plain viewer. Build more with
+The world: ``alice`` is staff and superuser (an admin), ``bob`` a viewer, ``carol`` and ``dave``
+SREs, ``erin`` on-call, ``mallory`` a manager (of no tenant until a test says so), ``nobody`` a
+user with no role. Build more with
 ``make_user``; build clusters with ``make_cluster``. Tests run against real PostgreSQL
 (DATABASE_URL) and real Redis (REDIS_URL, db 15); ``make test`` sets both.
 """
@@ -88,14 +90,25 @@ def celery_eager() -> Iterator[None]:
 
 @pytest.fixture
 def make_user(db: None) -> Callable[..., User]:
-    def build(username: str, *, staff: bool = False, superuser: bool = False) -> User:
-        return User.objects.create_user(
+    from django.contrib.auth.models import Group
+
+    def build(
+        username: str,
+        *,
+        staff: bool = False,
+        superuser: bool = False,
+        roles: tuple[str, ...] = (),
+    ) -> User:
+        user = User.objects.create_user(
             username=username,
             email=f"{username}@example.org",
             password=DEFAULT_PASSWORD,
             is_staff=staff or superuser,
             is_superuser=superuser,
         )
+        for role in roles:
+            user.groups.add(Group.objects.get(name=role))
+        return user
 
     return build
 
@@ -109,7 +122,37 @@ def alice(make_user: Callable[..., User]) -> User:
 @pytest.fixture
 def bob(make_user: Callable[..., User]) -> User:
     """A plain viewer: can log in and read, nothing more."""
-    return make_user("bob")
+    return make_user("bob", roles=("viewer",))
+
+
+@pytest.fixture
+def carol(make_user: Callable[..., User]) -> User:
+    """An SRE: proposes, approves (others' requests) and applies recommendations."""
+    return make_user("carol", roles=("sre",))
+
+
+@pytest.fixture
+def dave(make_user: Callable[..., User]) -> User:
+    """A second SRE, to approve what carol asked for."""
+    return make_user("dave", roles=("sre",))
+
+
+@pytest.fixture
+def erin(make_user: Callable[..., User]) -> User:
+    """On-call: incidents, and node drains (even her own)."""
+    return make_user("erin", roles=("oncall",))
+
+
+@pytest.fixture
+def mallory(make_user: Callable[..., User]) -> User:
+    """A manager: sees only the tenants she manages (none until a test gives her some)."""
+    return make_user("mallory", roles=("manager",))
+
+
+@pytest.fixture
+def nobody(make_user: Callable[..., User]) -> User:
+    """Can log in but has no role: reads nothing."""
+    return make_user("nobody")
 
 
 def logged_in_client(user: User) -> Client:

@@ -1,0 +1,95 @@
+"""Roles (DESIGN.md section 10) as Django groups, and the questions access checks ask of them.
+
+- ``viewer``: reads everything of every cluster.
+- ``sre``: findings and recommendations: propose, approve (someone else's), apply.
+- ``oncall``: incidents: acknowledge, resolve; may approve and apply a node drain, even their own.
+- ``manager``: reads the fairness reports, jobs and findings of their own tenants only
+  (``Tenant.managers``).
+- ``admin``: everything, including data sources, thresholds, users and the write switch.
+  Superusers are admins.
+
+A user in no group reads nothing. A user who is only a ``manager`` is tenant-scoped; any other
+role lifts the scope.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
+
+User = AbstractBaseUser | AnonymousUser
+
+
+class Role(StrEnum):
+    VIEWER = "viewer"
+    SRE = "sre"
+    ONCALL = "oncall"
+    MANAGER = "manager"
+    ADMIN = "admin"
+
+
+def roles_of(user: User) -> frozenset[Role]:
+    """The user's roles (cached on the user object for the request)."""
+    if not user.is_authenticated or not user.is_active:
+        return frozenset()
+    cached = getattr(user, "_gpuobs_roles", None)
+    if cached is None:
+        names = set(user.groups.values_list("name", flat=True))
+        cached = frozenset(role for role in Role if role.value in names)
+        if user.is_superuser:
+            cached = cached | {Role.ADMIN}
+        user._gpuobs_roles = cached
+    return cached
+
+
+def has_role(user: User, *roles: Role) -> bool:
+    """Whether the user has any of ``roles`` (admins have every role)."""
+    mine = roles_of(user)
+    return Role.ADMIN in mine or any(role in mine for role in roles)
+
+
+def is_tenant_scoped(user: User) -> bool:
+    """A manager and nothing more: sees only their own tenants' rows."""
+    mine = roles_of(user)
+    return Role.MANAGER in mine and not (mine & {Role.VIEWER, Role.SRE, Role.ONCALL, Role.ADMIN})
+
+
+def can_read(user: User) -> bool:
+    return bool(roles_of(user))
+
+
+def can_propose(user: User) -> bool:
+    return has_role(user, Role.SRE)
+
+
+def can_approve(user: User, kind: str, requested_by: User | None) -> tuple[bool, str]:
+    """Whether the user may approve a recommendation of ``kind``, and why not.
+
+    An SRE may approve any kind, but not a recommendation they asked for themselves; on-call may
+    approve a ``drain-node``, even their own (an on-call drain cannot wait for a second person).
+    """
+    oncall_drain = kind == "drain-node" and has_role(user, Role.ONCALL)
+    if not (has_role(user, Role.SRE) or oncall_drain):
+        return False, "approving needs the sre role (or oncall, for a node drain)"
+    if (
+        requested_by is not None
+        and requested_by.pk == user.pk
+        and not (oncall_drain or Role.ADMIN in roles_of(user))
+    ):
+        return False, "a change must be approved by someone other than the person who asked"
+    return True, ""
+
+
+def can_apply(user: User, kind: str) -> bool:
+    return has_role(user, Role.SRE) or (kind == "drain-node" and has_role(user, Role.ONCALL))
+
+
+def can_handle_incidents(user: User) -> bool:
+    return has_role(user, Role.ONCALL, Role.SRE)
+
+
+def can_administer(user: User) -> bool:
+    """Data sources, thresholds, users and the per-cluster write switch."""
+    return Role.ADMIN in roles_of(user)
