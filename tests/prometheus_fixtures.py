@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -489,10 +490,14 @@ def make_prometheus(
     """A Prometheus of the test's own (to stop, pause or misconfigure), with the same history."""
     servers: list[PrometheusServer] = []
 
-    def build(*, config: str | None = None, args: Sequence[str] = ()) -> PrometheusServer:
+    def build(
+        *, config: str | None = None, args: Sequence[str] = (), history: Path | None = None
+    ) -> PrometheusServer:
         base = tmp_path_factory.mktemp("prometheus-own")
         options = {"config": config} if config is not None else {}
-        server = start_prometheus(base, history=planted_history.path, args=args, **options)
+        server = start_prometheus(
+            base, history=history or planted_history.path, args=args, **options
+        )
         servers.append(server)
         return server
 
@@ -500,3 +505,78 @@ def make_prometheus(
     for server in servers:
         server.stop()
         shutil.rmtree(server.base, ignore_errors=True)
+
+
+# -- a proxy that fails on purpose ---------------------------------------------------------------
+
+
+class FaultyProxy:
+    """An HTTP proxy in front of a real Prometheus that answers the first ``failures`` requests
+    (all of them when None) with ``status`` and a Prometheus-style error body, and forwards the
+    rest unchanged (gzip included)."""
+
+    def __init__(self, target: str, *, status: int = 503, failures: int | None = None) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        proxy = self
+        self.target = target
+        self.status = status
+        self.failures = failures
+        self.requests = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                proxy.requests += 1
+                if proxy.failures is None or proxy.requests <= proxy.failures:
+                    payload = b'{"status":"error","errorType":"unavailable","error":"injected"}'
+                    self.send_response(proxy.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                upstream = requests.post(
+                    proxy.target + self.path,
+                    data=body,
+                    headers={
+                        "Content-Type": self.headers.get("Content-Type", ""),
+                        "Accept-Encoding": self.headers.get("Accept-Encoding", ""),
+                    },
+                    stream=True,
+                    timeout=30,
+                )
+                raw = upstream.raw.read(decode_content=False)
+                self.send_response(upstream.status_code)
+                for name in ("Content-Type", "Content-Encoding"):
+                    if upstream.headers.get(name):
+                        self.send_header(name, upstream.headers[name])
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def faulty_proxy(prometheus: PrometheusServer) -> Iterator[Callable[..., FaultyProxy]]:
+    proxies: list[FaultyProxy] = []
+
+    def build(**options: Any) -> FaultyProxy:
+        proxy = FaultyProxy(prometheus.url, **options)
+        proxies.append(proxy)
+        return proxy
+
+    yield build
+    for proxy in proxies:
+        proxy.close()

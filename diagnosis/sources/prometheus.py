@@ -1390,6 +1390,13 @@ def collect_shard(payload: Mapping[str, Any]) -> dict[str, Any]:
             uuids={u: (w[0], int(w[1])) for u, w in (payload.get("uuids") or {}).items()},
             hosts=payload.get("hosts"),
         )
+    except PrometheusError as exc:
+        return {
+            "error": str(exc),
+            "permanent": exc.permanent,
+            "status": exc.status,
+            "error_type": exc.error_type,
+        }
     except CollectError as exc:
         return {"error": str(exc), "permanent": exc.permanent}
     except PromQLError as exc:
@@ -1401,7 +1408,12 @@ def merge_shards(results: Sequence[Mapping[str, Any]]) -> GpuMetrics:
     """The shards' results as one; the first failed shard fails the collection."""
     for result in results:
         if "error" in result:
-            raise PrometheusError(result["error"], permanent=bool(result.get("permanent")))
+            raise PrometheusError(
+                result["error"],
+                permanent=bool(result.get("permanent")),
+                status=result.get("status"),
+                error_type=result.get("error_type"),
+            )
     parts = [GpuMetrics.from_dict(r) for r in results]
     newest = [p.newest_sample for p in parts if p.expected]
     report: dict[str, Any] = {"warnings": [], "families": {}}

@@ -1,0 +1,217 @@
+"""The periodic cycle of clusters whose metrics come from Prometheus: a real Prometheus, the real
+cycle path (``run_cluster_cycle`` / ``record_cycle``), PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from diagnosis import snapshot as snapshot_format
+from diagnosis.actions import record_cycle, run_cluster_cycle
+from diagnosis.choices import DataSourceStatus
+from diagnosis.models import ClusterCycle, Finding, Snapshot
+from diagnosis.sources import sim as sim_source
+from diagnosis.sources.prometheus import PrometheusConfig, collect_document
+from diagnosis.tasks import run_collect_shards
+from tests.prometheus_fixtures import sim_cluster
+from tests.test_prometheus import scheduler_doc
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.django_db]
+
+
+@pytest.fixture
+def make_sim_cluster(make_cluster, planted_history):
+    """A simulated scheduler (the ``small`` scenario, first cycle at t0) whose GPU metrics come
+    from the given Prometheus."""
+    names = []
+
+    def build(url: str, name: str = "simprom", **metrics):
+        spec = sim_cluster(planted_history.t0, name=name, url=url)
+        names.append(name)
+        return make_cluster(
+            name,
+            scheduler_kind="sim",
+            scheduler_config=spec.scheduler_config,
+            metrics_kind="prometheus",
+            metrics_config={**spec.metrics_config, **metrics},
+        )
+
+    yield build
+    for name in names:
+        sim_source.forget(name)
+
+
+def test_a_cycle_reads_the_simulated_cluster_through_prometheus(
+    make_sim_cluster, prometheus, planted_history
+):
+    cluster = make_sim_cluster(prometheus.url)
+    cycle = run_cluster_cycle(cluster)
+    assert cycle.ok, cycle.error
+    assert cycle.as_of == planted_history.as_of
+    assert (cycle.gpus, cycle.coverage) == (32, 1.0)
+    assert cycle.source["queries"] == 10
+    assert cycle.source["data_age_s"] == 0
+    cluster.refresh_from_db()
+    assert cluster.status == DataSourceStatus.OK
+    stored = Snapshot.objects.get(cluster=cluster).load_document()
+    assert all("util" in gpu for gpu in stored["gpus"])
+
+
+def test_prometheus_down_fails_the_cycle_and_keeps_the_last_good_data(
+    make_sim_cluster, make_prometheus
+):
+    server = make_prometheus()
+    cluster = make_sim_cluster(server.url, retries=1, backoff_s=0)
+    good = run_cluster_cycle(cluster)
+    findings = list(Finding.objects.filter(cluster=cluster).values_list("id", "state", "last_seen"))
+    server.stop()
+
+    failed = run_cluster_cycle(cluster)
+
+    assert good.ok
+    assert not failed.ok
+    assert failed.error.startswith("PrometheusError: Prometheus at ")
+    assert "is unreachable" in failed.error
+    cluster.refresh_from_db()
+    assert cluster.status == DataSourceStatus.ERROR
+    assert "unreachable" in cluster.status_message
+    assert list(Snapshot.objects.filter(cluster=cluster).values_list("as_of", flat=True)) == [
+        good.as_of
+    ]
+    assert (
+        list(Finding.objects.filter(cluster=cluster).values_list("id", "state", "last_seen"))
+        == findings
+    )
+
+
+def test_the_page_and_the_api_say_the_collection_failed(
+    make_sim_cluster, make_prometheus, alice_client
+):
+    server = make_prometheus()
+    cluster = make_sim_cluster(server.url, retries=0)
+    run_cluster_cycle(cluster)
+    server.stop()
+    run_cluster_cycle(cluster)
+
+    page = alice_client.get(f"/clusters/{cluster.name}/").content.decode()
+    api = alice_client.get("/api/clusters/").json()
+
+    assert "The last collection failed" in page
+    assert "is unreachable" in page
+    entry = next(c for c in api["results"] if c["name"] == cluster.name)
+    assert entry["status"] == "error"
+    assert "is unreachable" in entry["status_message"]
+
+
+def test_prometheus_warnings_degrade_the_status(make_sim_cluster, make_prometheus):
+    server = make_prometheus(
+        config="global:\n  scrape_interval: 15s\nremote_read:\n"
+        "  - url: http://127.0.0.1:1/api/v1/read\n    read_recent: true\n"
+    )
+    cluster = make_sim_cluster(server.url)
+    cycle = run_cluster_cycle(cluster)
+    assert cycle.ok
+    assert cycle.source["warnings"]
+    cluster.refresh_from_db()
+    assert cluster.status == DataSourceStatus.DEGRADED
+    assert "Prometheus warned: remote_read" in cluster.status_message
+
+
+def idle_job_scheduler(planted) -> dict:
+    """The steady node with a job on its idle GPU 2 for two hours."""
+    document = scheduler_doc([("st-0", 4)])
+    started = (planted.as_of - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    document["jobs"] = [
+        {
+            "id": "idle-job",
+            "tenant": "team",
+            "queue": "team",
+            "pool": "a100",
+            "kind": "training",
+            "state": "running",
+            "submitted": started,
+            "started": started,
+            "pods": 1,
+            "gpus_per_pod": 1,
+            "allocation": [{"node": "st-0", "gpus": [2]}],
+        }
+    ]
+    return document
+
+
+def record(cluster, config, scheduler, as_of):
+    document = collect_document(config, scheduler, as_of=as_of)
+    return record_cycle(cluster, snapshot_format.load(document), collection=document["collection"])
+
+
+def test_a_finding_is_not_resolved_when_the_metrics_go_missing(
+    make_cluster, prometheus, planted_history
+):
+    cluster = make_cluster("idle", metrics_kind="prometheus")
+    config = PrometheusConfig.parse({"url": prometheus.url, "matchers": {"cluster": "steady"}})
+    scheduler = idle_job_scheduler(planted_history)
+    record(cluster, config, scheduler, planted_history.as_of)
+    before = Finding.objects.get(cluster=cluster, rule_id="idle-allocation")
+
+    later = planted_history.as_of + timedelta(minutes=20)  # the history ends at t0: stale
+    cycle = record(cluster, config, scheduler, later)
+
+    after = Finding.objects.get(pk=before.pk)
+    assert (after.state, after.last_seen, after.resolved_at) == (
+        before.state,
+        before.last_seen,
+        None,
+    )
+    assert "idle-allocation" in cycle.not_judged
+    assert cycle.source["judgeable"] is False
+
+
+def test_missing_metrics_are_named_on_the_page_not_shown_as_healthy(
+    make_cluster, prometheus, planted_history, alice_client
+):
+    cluster = make_cluster("gappy", metrics_kind="prometheus")
+    config = PrometheusConfig.parse({"url": prometheus.url, "matchers": {"cluster": "gap"}})
+    record(cluster, config, scheduler_doc([("ga-0", 8), ("ga-1", 2)]), planted_history.as_of)
+
+    cluster.refresh_from_db()
+    page = alice_client.get(f"/clusters/{cluster.name}/").content.decode()
+
+    assert cluster.status == DataSourceStatus.DEGRADED
+    assert "GPU metrics cover 9 of 10 GPUs (90.0%), below 95%" in cluster.status_message
+    assert "cover 9 of 10 GPUs" in page
+    assert "xid: 10 GPUs not judged" in page
+
+
+def test_pools_are_collected_as_shards_of_a_celery_group(prometheus, planted_history, celery_eager):
+    document = scheduler_doc([("mx-prof", 2), ("mx-dev", 2)])
+    document["nodes"][1]["pool"] = "old"
+    settings = {"url": prometheus.url, "matchers": {"cluster": "mixed"}}
+    whole = collect_document(
+        PrometheusConfig.parse(settings), document, as_of=planted_history.as_of
+    )
+    sharded = collect_document(
+        PrometheusConfig.parse({**settings, "shard_min_gpus": 1}),
+        document,
+        as_of=planted_history.as_of,
+        shard_runner=run_collect_shards,
+    )
+    assert sharded["collection"]["shards"] == 2
+    assert sharded["collection"]["queries"] == 2 * whole["collection"]["queries"]
+    assert sharded["gpus"] == whole["gpus"]
+    assert sharded["collection"]["coverage"] == whole["collection"]["coverage"] == 1.0
+
+
+def test_cycles_keep_the_source_report(make_sim_cluster, prometheus):
+    cluster = make_sim_cluster(prometheus.url)
+    run_cluster_cycle(cluster)
+    cycle = ClusterCycle.objects.get(cluster=cluster)
+    assert set(cycle.source) >= {
+        "coverage",
+        "data_age_s",
+        "queries",
+        "bytes",
+        "wire_bytes",
+        "warnings",
+        "judgeable",
+    }
