@@ -143,7 +143,9 @@ KUBECONFIG_ENV = "GPUOBS_TEST_KUBECONFIG"
 
 
 @contextlib.contextmanager
-def serving(workdir: Path, monkeypatch: Any) -> Iterator[KubeApiServer]:
+def serving(
+    workdir: Path, monkeypatch: Any, versions: Iterable[str] = ()
+) -> Iterator[KubeApiServer]:
     """A fresh loopback API server (validating custom objects against the shared CRDs when they
     are present) and a kubeconfig pointing at it, named by $GPUOBS_TEST_KUBECONFIG; the
     adapters' per-process mirrors are dropped before and after."""
@@ -151,7 +153,9 @@ def serving(workdir: Path, monkeypatch: Any) -> Iterator[KubeApiServer]:
 
     kube_client.forget_mirrors()
     server = KubeApiServer(
-        token=secrets.token_hex(16), crd_root=CRD_ROOT if CRD_ROOT.is_dir() else None
+        token=secrets.token_hex(16),
+        crd_root=CRD_ROOT if CRD_ROOT.is_dir() else None,
+        versions=versions,
     ).start()
     monkeypatch.setenv(KUBECONFIG_ENV, str(server.kubeconfig(workdir / "kubeconfig")))
     try:

@@ -453,3 +453,26 @@ def test_kueue_does_not_place_pods(kueue, kube_api) -> None:
             {"kind": "placement-policy", "target": "pool:x", "to": "binpack"}, dry_run=True
         )
     assert caught.value.permanent
+
+
+def as_v1beta2(obj: dict[str, Any]) -> dict[str, Any]:
+    """A v1beta1 fixture object as Kueue's v1beta2 (``cohort`` was renamed ``cohortName``)."""
+    if not obj["apiVersion"].startswith("kueue.x-k8s.io/"):
+        return obj
+    spec = dict(obj.get("spec") or {})
+    if "cohort" in spec:
+        spec["cohortName"] = spec.pop("cohort")
+    return {**obj, "apiVersion": "kueue.x-k8s.io/v1beta2", "spec": spec}
+
+
+def test_kueue_v1beta2_reads_cohort_name_and_writes_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with serving(tmp_path, monkeypatch, versions=("v1beta2",)) as server:
+        server.load(load_fixture("nodes"))
+        server.load(as_v1beta2(obj) for obj in load_fixture("kueue"))
+        adapter = KueueAdapter(config(api_version="v1beta2"))
+        assert by_name(adapter.read_state().queues)["cq-prod"]["cohort"] == "org"
+        adapter.apply({"kind": "queue-weight", "target": "queue:cq-prod", "to": 2}, dry_run=False)
+        assert server.requests_to("PATCH", "/kueue.x-k8s.io/v1beta2/clusterqueues/cq-prod")
+        assert server.get("ClusterQueue", "cq-prod")["spec"]["fairSharing"] == {"weight": "2"}
