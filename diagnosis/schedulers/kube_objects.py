@@ -413,11 +413,11 @@ def read_events(
 # -- draining a node -----------------------------------------------------------------------------
 
 
-def _dry(dry_run: bool) -> dict[str, str]:
+def dry_run_args(dry_run: bool) -> dict[str, str]:
     return {"dry_run": "All"} if dry_run else {}
 
 
-def _json(value: Any) -> str:
+def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
@@ -463,9 +463,9 @@ def drain_node(
         "metadata": {"resourceVersion": version, "annotations": {DRAIN_REASON_ANNOTATION: reason}},
         "spec": {"unschedulable": True},
     }
-    lines = [f"PATCH /api/v1/nodes/{node_name} (strategic-merge-patch+json) {_json(patch)}"]
+    lines = [f"PATCH /api/v1/nodes/{node_name} (strategic-merge-patch+json) {compact_json(patch)}"]
     try:
-        core.patch_node(node_name, patch, _request_timeout=timeout, **_dry(dry_run))
+        core.patch_node(node_name, patch, _request_timeout=timeout, **dry_run_args(dry_run))
     except ApiException as exc:
         if exc.status == HTTP_CONFLICT:
             raise SchedulerError(
@@ -489,10 +489,12 @@ def drain_node(
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
         }
-        lines.append(f"POST /api/v1/namespaces/{namespace}/pods/{name}/eviction {_json(body)}")
+        lines.append(
+            f"POST /api/v1/namespaces/{namespace}/pods/{name}/eviction {compact_json(body)}"
+        )
         try:
             core.create_namespaced_pod_eviction(
-                name, namespace, body, _request_timeout=timeout, **_dry(dry_run)
+                name, namespace, body, _request_timeout=timeout, **dry_run_args(dry_run)
             )
             evicted.append(f"{namespace}/{name}")
         except ApiException as exc:

@@ -59,7 +59,7 @@ from diagnosis.schedulers.kube_client import (
     scheduler_error,
     sync_all,
 )
-from diagnosis.schedulers.volcano import _target, check_unchanged, write_error
+from diagnosis.schedulers.volcano import check_unchanged, target_name, write_error
 
 GROUP = "kueue.x-k8s.io"
 API_VERSIONS = ("v1beta1", "v1beta2")
@@ -124,10 +124,10 @@ class KueueAdapter:
         kind = change.get("kind")
         target = str(change.get("target") or "")
         if kind == "queue-weight":
-            return self._set_weight(_target(target, "queue:"), change, dry_run=dry_run)
+            return self._set_weight(target_name(target, "queue:"), change, dry_run=dry_run)
         if kind == "drain-node":
             return objects.drain_node(
-                self.api, self.settings, change, _target(target, "node:"), dry_run=dry_run
+                self.api, self.settings, change, target_name(target, "node:"), dry_run=dry_run
             )
         if kind == "placement-policy":
             raise SchedulerError(
@@ -153,7 +153,7 @@ class KueueAdapter:
         patch = weight_patch(queue, weight)
         command = (
             f"kubectl patch clusterqueues.{GROUP} {name} --type=merge "
-            f"-p '{objects._json(patch)}'" + (" --dry-run=server" if dry_run else "")
+            f"-p '{objects.compact_json(patch)}'" + (" --dry-run=server" if dry_run else "")
         )
         try:
             custom.patch_cluster_custom_object(
@@ -163,7 +163,7 @@ class KueueAdapter:
                 name,
                 patch,
                 _request_timeout=timeout,
-                **objects._dry(dry_run),
+                **objects.dry_run_args(dry_run),
             )
         except ApiException as exc:
             raise write_error(exc, f"ClusterQueue {name}") from exc

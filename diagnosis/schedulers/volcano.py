@@ -139,12 +139,12 @@ class VolcanoAdapter:
         kind = change.get("kind")
         target = str(change.get("target") or "")
         if kind == "queue-weight":
-            return self._set_queue_weight(_target(target, "queue:"), change, dry_run=dry_run)
+            return self._set_queue_weight(target_name(target, "queue:"), change, dry_run=dry_run)
         if kind == "placement-policy":
             return self._set_placement(change, dry_run=dry_run)
         if kind == "drain-node":
             return objects.drain_node(
-                self.api, self.settings, change, _target(target, "node:"), dry_run=dry_run
+                self.api, self.settings, change, target_name(target, "node:"), dry_run=dry_run
             )
         known = ", ".join(sorted(self.capabilities.change_kinds))
         raise SchedulerError(f"volcano cannot apply {kind!r} (it takes: {known})", permanent=True)
@@ -165,7 +165,7 @@ class VolcanoAdapter:
         check_unchanged(change, queue, before, f"queue {name}")
         patch = queue_weight_patch(queue, weight)
         command = (
-            f"kubectl patch queues.{GROUP} {name} --type=merge -p '{objects._json(patch)}'"
+            f"kubectl patch queues.{GROUP} {name} --type=merge -p '{objects.compact_json(patch)}'"
             + (" --dry-run=server" if dry_run else "")
         )
         try:
@@ -176,7 +176,7 @@ class VolcanoAdapter:
                 name,
                 patch,
                 _request_timeout=timeout,
-                **objects._dry(dry_run),
+                **objects.dry_run_args(dry_run),
             )
         except ApiException as exc:
             raise write_error(exc, f"queue {name}") from exc
@@ -221,7 +221,7 @@ class VolcanoAdapter:
         return conf, configmap
 
     def _set_placement(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
-        _target(str(change.get("target") or ""), "pool:")
+        target_name(str(change.get("target") or ""), "pool:")
         policy = change.get("to")
         if policy not in ("binpack", "spread"):
             raise SchedulerError(
@@ -241,7 +241,7 @@ class VolcanoAdapter:
         namespace, name = self.configmap
         command = (
             f"kubectl -n {namespace} patch configmap {name} --type=merge "
-            f"-p '{objects._json(patch)}'" + (" --dry-run=server" if dry_run else "")
+            f"-p '{objects.compact_json(patch)}'" + (" --dry-run=server" if dry_run else "")
         )
         try:
             k8s.CoreV1Api(self.api).patch_namespaced_config_map(
@@ -249,7 +249,7 @@ class VolcanoAdapter:
                 namespace,
                 patch,
                 _request_timeout=self.settings.request_timeout_s,
-                **objects._dry(dry_run),
+                **objects.dry_run_args(dry_run),
             )
         except ApiException as exc:
             raise write_error(exc, f"ConfigMap {namespace}/{name}") from exc
@@ -528,7 +528,7 @@ def with_placement(
 # -- writes: shared checks -----------------------------------------------------------------------
 
 
-def _target(target: str, prefix: str) -> str:
+def target_name(target: str, prefix: str) -> str:
     if not target.startswith(prefix) or len(target) == len(prefix):
         raise SchedulerError(f"target must look like {prefix}NAME, got {target!r}", permanent=True)
     return target[len(prefix) :]
