@@ -12,7 +12,12 @@ import pytest
 
 from diagnosis import snapshot as snapshot_format
 from diagnosis.sources import sim as sim_source
-from diagnosis.sources.prometheus import PrometheusConfig, collect, collect_document
+from diagnosis.sources.prometheus import (
+    PrometheusClient,
+    PrometheusConfig,
+    collect,
+    collect_document,
+)
 from tests.prometheus_fixtures import (
     LOWER_UTIL,
     MIG_INSTANCES,
@@ -253,3 +258,16 @@ def test_real_h100_excerpt_names_the_pods_of_its_mig_instances(prometheus, plant
         "kserve-container",
         "model-playground-stg/tts-predictor-00011-deployment-5554f75554-8j8pl/kserve-container",
     ]
+
+
+def test_a_range_read_split_by_the_guards_equals_one_read(prometheus, planted_history):
+    t0 = planted_history.t0
+    selector = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{cluster="bursty"}'
+    with PrometheusClient(PrometheusConfig.parse({"url": prometheus.url})) as client:
+        whole = client.range(selector, t0 - 3600, t0, 15, "test")
+        split = client.range(selector, t0 - 3600, t0, 15, "test", max_points=50)
+        queries = len(client.report.queries)
+    assert queries == 1 + 5  # 241 points in chunks of at most 50
+    assert np.array_equal(split.timestamps, whole.timestamps)
+    assert np.array_equal(split.values, whole.values)
+    assert np.allclose(whole.values[0], bursty_util())
