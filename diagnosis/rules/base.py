@@ -7,6 +7,7 @@ A rule module defines one module-level ``RULE = Rule(...)``; the registry finds 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -17,6 +18,14 @@ if TYPE_CHECKING:
 
 Severity = Literal["info", "warning", "critical"]
 SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")
+
+
+def evidence_number(value: Any) -> float | None:
+    """A number as evidence carries it: a plain float, or None for a missing one (never NaN)."""
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
 
 
 class ThresholdError(ValueError):

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from diagnosis.rules.base import Judgement, Rule, RuleDoc, Threshold
+from diagnosis.rules.base import Judgement, Rule, RuleDoc, Threshold, evidence_number
 from diagnosis.rules.facts import SnapshotFacts
 from diagnosis.rules.running_jobs import (
     NO_UTIL,
@@ -75,24 +74,17 @@ def evaluate(
             "gpus": int(job["gpus"]),
             "nodes": int(job["nodes"]),
             "trigger": trigger,
-            "util_mean": _num(job["util_mean"]),
-            "util_p10": _num(job["util_p10"]),
-            "util_p90": _num(job["util_p90"]),
-            "util_spread": _num(job["util_spread"]),
-            "fb_used_frac_mean": _num(job["fb_used_frac_mean"]),
-            "host_cpu_max": _num(job["host_cpu_max"]),
-            "pcie_rx_Bps_mean": _num(job["pcie_rx_Bps_mean"]),
+            "util_mean": evidence_number(job["util_mean"]),
+            "util_p10": evidence_number(job["util_p10"]),
+            "util_p90": evidence_number(job["util_p90"]),
+            "util_spread": evidence_number(job["util_spread"]),
+            "fb_used_frac_mean": evidence_number(job["fb_used_frac_mean"]),
+            "host_cpu_max": evidence_number(job["host_cpu_max"]),
+            "pcie_rx_Bps_mean": evidence_number(job["pcie_rx_Bps_mean"]),
             "thresholds": dict(thresholds),
         }
         findings.append(RULE.finding(f"job:{job_id}", summary, evidence))
     return Judgement(tuple(findings), not_judged)
-
-
-def _num(value: Any) -> float | None:
-    if value is None:
-        return None
-    value = float(value)
-    return None if math.isnan(value) else value
 
 
 RULE = Rule(

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
-from diagnosis.rules.base import Judgement, Rule, RuleDoc, Threshold
+from diagnosis.rules.base import Judgement, Rule, RuleDoc, Threshold, evidence_number
 from diagnosis.rules.facts import SnapshotFacts
 from diagnosis.rules.running_jobs import NO_UTIL, below, running_jobs_with_stats
 from diagnosis.snapshot import ClusterSnapshot
@@ -49,8 +48,8 @@ def evaluate(
             "runtime_s": int(job["runtime_s"]),
             "gpus": int(job["gpus"]),
             "gpus_with_util": with_util,
-            "util_mean": _num(job["util_mean"]),
-            "fb_used_frac_mean": _num(job["fb_used_frac_mean"]),
+            "util_mean": evidence_number(job["util_mean"]),
+            "fb_used_frac_mean": evidence_number(job["fb_used_frac_mean"]),
             "max_util": max_util,
             "per_gpu": [
                 {"gpu": g["gpu"], "util": g["util"], "fb_used_frac": g["fb_used_frac"]}
@@ -82,20 +81,13 @@ def gpu_rows(
         out.setdefault(job, []).append(
             {
                 "gpu": f"{node}/{int(index)}",
-                "util": _num(util),
-                "fb_used_frac": _num(fb),
+                "util": evidence_number(util),
+                "fb_used_frac": evidence_number(fb),
                 "health": health,
                 "node_state": node_state,
             }
         )
     return out
-
-
-def _num(value: Any) -> float | None:
-    if value is None:
-        return None
-    value = float(value)
-    return None if math.isnan(value) else value
 
 
 RULE = Rule(

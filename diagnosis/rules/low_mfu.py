@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from diagnosis.rules.base import Judgement, Rule, RuleDoc, Threshold
+from diagnosis.rules.base import Judgement, Rule, RuleDoc, Threshold, evidence_number
 from diagnosis.rules.facts import SnapshotFacts
 from diagnosis.rules.running_jobs import (
     NO_UTIL,
@@ -74,11 +74,11 @@ def evaluate(
             "gpus": int(job["gpus"]),
             "mfu": float(job["mfu"]),
             "method": method,
-            "util_mean": _num(job["util_mean"]),
-            "tensor_active_mean": _num(job["tensor_active_mean"]),
-            "achieved_tflops_per_gpu": _num(job["achieved_tflops_per_gpu"]),
+            "util_mean": evidence_number(job["util_mean"]),
+            "tensor_active_mean": evidence_number(job["tensor_active_mean"]),
+            "achieved_tflops_per_gpu": evidence_number(job["achieved_tflops_per_gpu"]),
             "gpu_model": ", ".join(model_names) or None,
-            "peak_tflops": _num(job["peak_tflops"]),
+            "peak_tflops": evidence_number(job["peak_tflops"]),
             "min_mfu": thresholds["min_mfu"],
             "note": note,
         }
@@ -113,13 +113,6 @@ def _models_per_job(snapshot: ClusterSnapshot, job_ids: pd.Index) -> dict[str, l
         if isinstance(model, str):
             models.setdefault(job, []).append(model)
     return {job: sorted(names) for job, names in models.items()}
-
-
-def _num(value: Any) -> float | None:
-    if value is None:
-        return None
-    value = float(value)
-    return None if math.isnan(value) else value
 
 
 RULE = Rule(
