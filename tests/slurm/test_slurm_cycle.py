@@ -37,6 +37,8 @@ def test_a_slurm_cluster_runs_the_full_cycle(slurm, cluster) -> None:
     event = SchedulerEvent.objects.get(cluster=cluster, kind="failed_scheduling")
     assert (event.job_external_id, event.reason) == (waiting, "AssocGrpGRES")
     assert Cluster.objects.get(pk=cluster.pk).event_cursor
+    commands = [c["command"] for c in cycle.source["commands"]]
+    assert commands[:3] == ["sinfo --json", "squeue --json", "scontrol show partition -o"]
 
 
 def test_a_second_cycle_stores_no_event_twice(slurm, cluster) -> None:
