@@ -15,6 +15,7 @@ Run as root (slurmd starts jobs as their owner). Can also be started by hand::
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -286,6 +287,7 @@ class SlurmCluster:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
                 **kwargs,
             )
         daemon = Daemon(name, process, log)
@@ -489,6 +491,13 @@ class SlurmCluster:
 def missing_binaries(accounting: bool) -> list[str]:
     wanted = BINARIES + (ACCOUNTING_BINARIES if accounting else ())
     return [name for name in wanted if shutil.which(name) is None]
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: be killed if the test process dies without stopping us."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _port_open(port: int) -> bool:
