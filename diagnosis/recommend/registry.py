@@ -3,34 +3,22 @@ recommendation generator, keyed by its stable id."""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+from collections.abc import Iterable
 from functools import cache
 
+from diagnosis import plugins
 from diagnosis.recommend.base import Generator
 
 
-class DuplicateGeneratorError(RuntimeError):
+class DuplicateGeneratorError(plugins.DuplicatePluginError):
     """Two generator modules claim the same id: a start-up error."""
 
 
-def collect(generators: list[Generator]) -> dict[str, Generator]:
-    registry: dict[str, Generator] = {}
-    for generator in generators:
-        if generator.id in registry:
-            raise DuplicateGeneratorError(f"generator id {generator.id!r} is defined twice")
-        registry[generator.id] = generator
-    return registry
+def collect(generators: Iterable[Generator]) -> dict[str, Generator]:
+    return plugins.collect(generators, what="generator", error=DuplicateGeneratorError)
 
 
 @cache
 def all_generators() -> dict[str, Generator]:
     """Every generator, keyed by its stable id, in module-name order."""
-    package = importlib.import_module("diagnosis.recommend")
-    found: list[Generator] = []
-    for module_info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"diagnosis.recommend.{module_info.name}")
-        generator = getattr(module, "GENERATOR", None)
-        if isinstance(generator, Generator):
-            found.append(generator)
-    return collect(found)
+    return collect(plugins.discover("diagnosis.recommend", "GENERATOR", Generator))

@@ -2,37 +2,25 @@
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+from collections.abc import Iterable
 from functools import cache
 
+from diagnosis import plugins
 from diagnosis.rules.base import Rule
 
 
-class DuplicateRuleError(RuntimeError):
+class DuplicateRuleError(plugins.DuplicatePluginError):
     """Two rule modules claim the same id: a start-up error."""
 
 
-def collect(rules: list[Rule]) -> dict[str, Rule]:
-    registry: dict[str, Rule] = {}
-    for rule in rules:
-        if rule.id in registry:
-            raise DuplicateRuleError(f"rule id {rule.id!r} is defined twice")
-        registry[rule.id] = rule
-    return registry
+def collect(rules: Iterable[Rule]) -> dict[str, Rule]:
+    return plugins.collect(rules, what="rule", error=DuplicateRuleError)
 
 
 @cache
 def all_rules() -> dict[str, Rule]:
     """Every rule, keyed by its stable id, in module-name order."""
-    package = importlib.import_module("diagnosis.rules")
-    found: list[Rule] = []
-    for module_info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"diagnosis.rules.{module_info.name}")
-        rule = getattr(module, "RULE", None)
-        if isinstance(rule, Rule):
-            found.append(rule)
-    return collect(found)
+    return collect(plugins.discover("diagnosis.rules", "RULE", Rule))
 
 
 def get_rule(rule_id: str) -> Rule:

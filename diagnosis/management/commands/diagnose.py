@@ -1,10 +1,9 @@
 import json
-import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from diagnosis import snapshot as snapshot_format
 from diagnosis.diagnose import diagnose_snapshot, parse_threshold_settings, render_table
+from diagnosis.management.snapshot_input import load_snapshot_argument
 from diagnosis.rules.base import ThresholdError
 
 
@@ -33,17 +32,7 @@ class Command(BaseCommand):
             overrides = parse_threshold_settings(options["set"], only=options["rule"])
         except ThresholdError as exc:
             raise CommandError(str(exc), returncode=2) from exc
-        try:
-            if options["snapshot"] == "-":
-                snapshot = snapshot_format.load(sys.stdin.buffer.read())
-            else:
-                snapshot = snapshot_format.load_file(options["snapshot"])
-        except snapshot_format.SnapshotError as exc:
-            for line in exc.errors:
-                self.stderr.write(line)
-            raise CommandError(
-                f"{options['snapshot']}: {len(exc.errors)} validation error(s)", returncode=2
-            ) from exc
+        snapshot = load_snapshot_argument(self, options["snapshot"])
 
         report = diagnose_snapshot(snapshot, overrides, only=options["rule"])
         if options["json"]:

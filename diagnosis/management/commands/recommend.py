@@ -1,10 +1,9 @@
 import json
 import re
-import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from diagnosis import snapshot as snapshot_format
+from diagnosis.management.snapshot_input import load_snapshot_argument
 from diagnosis.recommend.base import DEFAULT_HORIZON_S, DEFAULT_SEEDS, RecommendSettings
 from diagnosis.recommend.engine import recommend, render_table
 
@@ -62,17 +61,7 @@ class Command(BaseCommand):
             horizon_s=parse_duration(options["horizon"]),
             simulate=not options["no_impact"],
         )
-        try:
-            if options["snapshot"] == "-":
-                snapshot = snapshot_format.load(sys.stdin.buffer.read())
-            else:
-                snapshot = snapshot_format.load_file(options["snapshot"])
-        except snapshot_format.SnapshotError as exc:
-            for line in exc.errors:
-                self.stderr.write(line)
-            raise CommandError(
-                f"{options['snapshot']}: {len(exc.errors)} validation error(s)", returncode=2
-            ) from exc
+        snapshot = load_snapshot_argument(self, options["snapshot"])
 
         report = recommend(snapshot, settings=settings).as_dict()
         if options["json"]:

@@ -1,10 +1,10 @@
 import json
-import sys
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
 from diagnosis import snapshot as snapshot_format
+from diagnosis.management.snapshot_input import load_snapshot_argument
 
 
 class Command(BaseCommand):
@@ -38,16 +38,7 @@ class Command(BaseCommand):
             self._import(options["file"], options.get("cluster"), options["diagnose"])
 
     def _load(self, path: str) -> snapshot_format.ClusterSnapshot:
-        try:
-            if path == "-":
-                return snapshot_format.load(sys.stdin.buffer.read())
-            return snapshot_format.load_file(path)
-        except snapshot_format.SnapshotError as exc:
-            for line in exc.errors:
-                self.stderr.write(line)
-            raise CommandError(
-                f"{path}: {len(exc.errors)} validation error(s)", returncode=2
-            ) from exc
+        return load_snapshot_argument(self, path)
 
     def _export(self, cluster_name: str, out: str | None) -> None:
         from diagnosis.models import Cluster, Snapshot
