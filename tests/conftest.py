@@ -107,7 +107,8 @@ def make_user(db: None) -> Callable[..., User]:
             is_superuser=superuser,
         )
         for role in roles:
-            user.groups.add(Group.objects.get(name=role))
+            # get_or_create: transactional tests flush the groups the migration made
+            user.groups.add(Group.objects.get_or_create(name=role)[0])
         return user
 
     return build
