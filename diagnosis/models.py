@@ -171,6 +171,12 @@ class Job(models.Model):
     gpus_per_pod = models.PositiveIntegerField(default=1)
     gang = models.BooleanField(default=False)
     min_member = models.PositiveIntegerField(default=1)
+    preemptions = models.PositiveIntegerField(default=0)
+    unlisted_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Snapshot time from which the scheduler no longer listed this unfinished job.",
+    )
 
     class Meta:
         ordering = ["cluster", "-submitted_at"]
@@ -182,6 +188,7 @@ class Job(models.Model):
         indexes = [
             models.Index(fields=["cluster", "state"], name="job_cluster_state"),
             models.Index(fields=["cluster", "tenant", "state"], name="job_cluster_tenant_state"),
+            models.Index(fields=["cluster", "started_at"], name="job_cluster_started"),
         ]
 
     def __str__(self) -> str:
@@ -344,6 +351,15 @@ class Finding(models.Model):
     )
     firing_since = models.DateTimeField(null=True, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
+    tenant = models.ForeignKey(
+        Tenant,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="findings",
+        help_text="The one tenant the finding concerns (its job's, its jobs', its GPU's jobs'); "
+        "empty when it concerns none or several. Managers see their tenants' findings only.",
+    )
 
     class Meta:
         ordering = ["-first_seen", "-id"]
@@ -547,3 +563,104 @@ class Incident(models.Model):
         where = self.node if self.gpu_index is None else f"{self.node}/{self.gpu_index}"
         xid = f"Xid {self.xid_code} " if self.xid_code is not None else ""
         return f"{xid}{where} ({self.state})"
+
+
+# -- fairness rollups and report subscriptions (DESIGN.md section 7; docs/fairness.md) ----------
+
+
+class RollupFigures(models.Model):
+    """GPU-seconds of one scope over the interval one diagnosis cycle stands for (the time since
+    the previous good cycle's snapshot, at most the snapshot's window). Reports over any period
+    sum these; they never read raw metrics. Columns: ``diagnosis.fairness.HeldFigures``."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    cycle = models.ForeignKey(ClusterCycle, on_delete=models.CASCADE, related_name="+")
+    as_of = models.DateTimeField()
+    interval_s = models.FloatField()
+    allocated_gpu_s = models.FloatField(default=0)
+    demanded_gpu_s = models.FloatField(default=0)
+    used_gpu_s = models.FloatField(default=0, help_text="util-weighted GPU-seconds")
+    util_known_gpu_s = models.FloatField(default=0)
+    unavailable_gpu_s = models.FloatField(default=0)
+    partial_gang_gpu_s = models.FloatField(default=0)
+    idle_gpu_s = models.FloatField(default=0)
+    data_starved_gpu_s = models.FloatField(default=0)
+    busy_gpu_s = models.FloatField(default=0)
+    productive_gpu_s = models.FloatField(default=0, help_text="MFU-weighted busy GPU-seconds")
+    mfu_known_gpu_s = models.FloatField(default=0)
+    starving_job_s = models.FloatField(default=0, help_text="starving jobs × seconds")
+    preemptions = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class TenantRollup(RollupFigures):
+    """One tenant's figures in one cycle (``tenant`` empty for jobs of no known tenant)."""
+
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.SET_NULL, null=True, blank=True, related_name="rollups"
+    )
+    tenant_name = models.CharField(max_length=128)
+    entitlement_s = models.FloatField(default=0, help_text="entitlement share × seconds")
+    fair_gpu_s = models.FloatField(default=0, help_text="water-filled fair GPUs × seconds")
+
+    class Meta:
+        ordering = ["cluster", "as_of", "tenant_name"]
+        indexes = [models.Index(fields=["cluster", "as_of"], name="tenantrollup_cluster_as_of")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}/{self.tenant_name} as of {self.as_of:%Y-%m-%dT%H:%M:%SZ}"
+
+
+class PoolRollup(RollupFigures):
+    """One pool's figures in one cycle; ``pool`` "" is the whole cluster."""
+
+    pool = models.CharField(max_length=128, blank=True)
+    gpu_s = models.FloatField(default=0, help_text="every GPU × seconds")
+    free_fragmented_gpu_s = models.FloatField(default=0)
+    free_demand_gpu_s = models.FloatField(default=0)
+    free_no_demand_gpu_s = models.FloatField(default=0)
+    entitlement_basis = models.CharField(
+        max_length=16, blank=True, help_text="deserved or weight (the whole-cluster row)"
+    )
+
+    class Meta:
+        ordering = ["cluster", "as_of", "pool"]
+        indexes = [
+            models.Index(fields=["cluster", "pool", "as_of"], name="poolrollup_cluster_pool_as_of")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}/{self.pool or '(cluster)'} as of {self.as_of:%Y-%m-%dT%H:%M:%SZ}"
+
+
+class ReportFrequency(models.TextChoices):
+    WEEKLY = "weekly", "Weekly (the last 7 days)"
+    MONTHLY = "monthly", "Monthly (the last 30 days)"
+
+
+class ReportSubscription(models.Model):
+    """A user's standing order for a cluster's fairness report as a PDF by email."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="report_subscriptions"
+    )
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.CASCADE, related_name="report_subscriptions"
+    )
+    frequency = models.CharField(max_length=16, choices=ReportFrequency.choices)
+    last_sent_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["cluster", "user"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "cluster"], name="report_subscription_unique_per_user_cluster"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} · {self.cluster} · {self.frequency}"
