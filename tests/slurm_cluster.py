@@ -413,6 +413,8 @@ class SlurmCluster:
             self.run(*sacctmgr, "add", "account", account, f"fairshare={share}")
         self.run(*sacctmgr, "add", "user", "root", "account=team-a,team-b", "defaultaccount=team-a")
         self.run(*sacctmgr, "modify", "account", "team-b", "set", "GrpTRES=gres/gpu=4")
+        self.run(*sacctmgr, "add", "qos", "gpu2", "set", "MaxTRESPerUser=gres/gpu=2")
+        self.run(*sacctmgr, "modify", "user", "root", "set", "qos+=gpu2")
 
     # -- configuration -----------------------------------------------------------------------
 

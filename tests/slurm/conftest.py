@@ -1,11 +1,11 @@
 """Fixtures of the tests against a real Slurm (``@pytest.mark.slurm``).
 
-``slurm_cluster`` starts one cluster per test session (munge, slurmctld, three slurmd — n1 and
-n2 in partition ``gpu`` with 8 fake H100s each, s1 in ``small`` with 4 fake A100s — and
-slurmdbd on its own MariaDB, accounts ``team-a`` (fairshare 4) and ``team-b`` (fairshare 1, at
-most 4 GPUs)); ``slurm`` hands it to one test and afterwards cancels its jobs, resumes its nodes
-and waits until the cluster is idle again. Without the programs, or not as root, the tests
-fail under CI=true and skip elsewhere.
+``slurm_cluster`` starts one cluster per test session: munge, slurmctld, three slurmd (n1 and
+n2 in partition ``gpu`` with 8 fake H100s each, s1 in ``small`` with 4 fake A100s) and slurmdbd
+on its own MariaDB, with accounts ``team-a`` (fairshare 4) and ``team-b`` (fairshare 1, at most
+4 GPUs) and QOS ``gpu2`` (at most 2 GPUs per user). ``slurm`` hands it to one test and
+afterwards cancels its jobs, resumes its nodes and waits until the cluster is idle again.
+Without the programs, or not as root, the tests fail under CI=true and skip elsewhere.
 """
 
 from __future__ import annotations

@@ -29,6 +29,18 @@ def test_a_pending_reason_becomes_a_failed_scheduling_event_with_the_original_re
     assert event["message"] == f"job {waiting} pending: Dependency"
 
 
+def test_a_qos_gpu_limit_per_user_pends_with_qos_max_gres_per_user(slurm, adapter) -> None:
+    first = slurm.submit("-A", "team-a", "--qos=gpu2", "--gres=gpu:2")
+    slurm.wait_job(first, "RUNNING")
+    over = slurm.submit("-A", "team-a", "--qos=gpu2", "--gres=gpu:1")
+    slurm.wait_job(over, "PENDING", reason="QOSMaxGRESPerUser")
+
+    batch = adapter().read_events(None)
+
+    [event] = [e for e in events_of(batch, "failed_scheduling") if e["job"] == over]
+    assert event["reason"] == "QOSMaxGRESPerUser"
+
+
 def test_req_node_not_avail_keeps_slurms_description(slurm, adapter) -> None:
     slurm.run("scontrol", "update", "NodeName=s1", "State=DRAIN", "Reason=gpuobs test")
     pinned = slurm.submit("-A", "team-a", "-p", "small", "-w", "s1", "--gres=gpu:1")
