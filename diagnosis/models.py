@@ -53,6 +53,11 @@ class Cluster(models.Model):
     dry_run = models.BooleanField(
         default=True, help_text="Approved changes are shown and audited but never written."
     )
+    auto_rollback = models.BooleanField(
+        default=False,
+        help_text="When an applied change makes its target metric worse, roll it back at once "
+        "(otherwise a rollback is proposed for approval).",
+    )
     last_cycle_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(
         max_length=16, choices=DataSourceStatus.choices, default=DataSourceStatus.UNKNOWN
@@ -316,6 +321,11 @@ class ClusterCycle(models.Model):
     source = models.JSONField(
         default=dict, blank=True, help_text="What the sources reported: queries, bytes, warnings."
     )
+    recommendations = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What the recommend step did: proposed, kept, superseded, verified, seconds.",
+    )
 
     class Meta:
         ordering = ["cluster", "-as_of"]
@@ -465,10 +475,75 @@ class Recommendation(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # The workflow (DESIGN.md section 8.2; diagnosis/workflow.py, docs/recommendations.md).
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Who asked for the change to be made; the approver must be someone else.",
+    )
+    requested_at = models.DateTimeField(null=True, blank=True)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the approval lapses if the change is not applied."
+    )
+    applied_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Who asked for the approved change to be applied.",
+    )
+    applied_at = models.DateTimeField(null=True, blank=True)
+    apply_key = models.CharField(
+        max_length=64,
+        blank=True,
+        editable=False,
+        help_text="Idempotency key of the pending apply: a redelivered task applies nothing.",
+    )
+    apply_claimed_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="When a worker took the apply."
+    )
+    dry_run_result = models.JSONField(
+        default=dict, blank=True, help_text="The latest dry run: command, before, after, message."
+    )
+    apply_result = models.JSONField(
+        default=dict, blank=True, help_text="The write: command, before, after, scheduler's answer."
+    )
+    verification = models.JSONField(
+        default=dict, blank=True, help_text="Baseline and the cycles observed since applying."
+    )
+    rollback_of = models.ForeignKey(
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="rollbacks",
+        help_text="The applied recommendation this one undoes.",
+    )
+    status_message = models.TextField(
+        blank=True, help_text="Why it is in its state (a changed target, an error, a dry run)."
+    )
+    proposed_as_of = models.DateTimeField(
+        null=True, blank=True, help_text="Snapshot time of the cycle that proposed it."
+    )
+    last_proposed_as_of = models.DateTimeField(
+        null=True, blank=True, help_text="Snapshot time of the latest cycle that proposed it."
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["cluster", "state"], name="recommendation_cluster_state")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "kind", "target"],
+                condition=models.Q(state__in=["proposed", "approved", "applying"]),
+                name="recommendation_one_open_per_target",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.target} ({self.state})"
