@@ -7,7 +7,7 @@ leaves its recommendation with an impact that says so (and not preselected).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,9 +72,14 @@ def recommend(
     settings: RecommendSettings | None = None,
     *,
     generators: Mapping[str, Generator] | None = None,
+    skip_impact: Callable[[Draft], str | None] | None = None,
 ) -> RecommendationRun:
     """The recommendations for ``snapshot`` (diagnosed here unless ``diagnosis`` is given), each
-    with its impact, ordered drains first, then placement, queue weights and advice."""
+    with its impact, ordered drains first, then placement, queue weights and advice.
+
+    ``skip_impact`` may name, for a draft, why its replay is not needed (the cycle keeps the
+    impact of an open recommendation with the same change); such a draft's impact then says
+    ``not simulated`` with that reason and it is not preselected."""
     settings = settings or RecommendSettings()
     seconds: dict[str, float] = {}
     started = time.perf_counter()
@@ -97,7 +102,7 @@ def recommend(
     started = time.perf_counter()
     baselines: dict[str | None, list[SeedOutcome]] = {}
     recommendations = [
-        _finish(snapshot, generator_id, draft, settings, baselines)
+        _finish(snapshot, generator_id, draft, settings, baselines, skip_impact)
         for generator_id, draft in drafts
     ]
     seconds["impact"] = time.perf_counter() - started
@@ -113,10 +118,15 @@ def _finish(
     draft: Draft,
     settings: RecommendSettings,
     baselines: dict[str | None, list[SeedOutcome]],
+    skip_impact: Callable[[Draft], str | None] | None = None,
 ) -> Recommendation:
     harm: tuple[str, ...] = ()
     tradeoffs = tuple(draft.tradeoffs)
-    if draft.plan is not None and settings.simulate:
+    skipped = skip_impact(draft) if skip_impact is not None and draft.plan is not None else None
+    if skipped:
+        impact = _unknown_impact(skipped)
+        preselect = False
+    elif draft.plan is not None and settings.simulate:
         try:
             impact, assessment = simulated_impact(snapshot, draft.plan, settings, baselines)
         except Exception as exc:  # the recommendation stands; its impact is unknown
