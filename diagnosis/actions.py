@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import pandas as pd
 from django.db import transaction
 from django.utils import timezone
 
@@ -26,12 +27,16 @@ from diagnosis.models import (
     ClusterCycle,
     Finding,
     FindingEvent,
+    Job,
+    Queue,
     RuleOverride,
     SchedulerEvent,
     Snapshot,
+    Tenant,
 )
 from diagnosis.rules.base import Rule, ThresholdError
 from diagnosis.rules.engine import Diagnosis, run_rules
+from diagnosis.rules.facts import SnapshotFacts
 from diagnosis.rules.registry import all_rules
 from diagnosis.schedulers.base import EventBatch
 
@@ -58,14 +63,13 @@ def run_cluster_cycle(cluster: Cluster) -> ClusterCycle:
             cluster, previous_as_of=previous.as_of if previous else None, **options
         )
         snap = snapshot_format.load(document)
-    except (CollectError, snapshot_format.SnapshotError) as exc:
+        collection = document.get("collection")
+        if isinstance(collection, Mapping) and "event_cursor" in collection:
+            events = EventBatch(list(document.get("events") or []), collection["event_cursor"])
+            record_scheduler_events(cluster, events)
+    except (CollectError, SchedulerEventError, snapshot_format.SnapshotError) as exc:
         message = f"{type(exc).__name__}: {exc}"
         return _record_failed_cycle(cluster, message, time.perf_counter() - started)
-    collection = document.get("collection")
-    if isinstance(collection, Mapping) and "event_cursor" in collection:
-        record_scheduler_events(
-            cluster, EventBatch(list(document.get("events") or []), collection["event_cursor"])
-        )
     return record_cycle(cluster, snap, started=started, collection=collection)
 
 
@@ -148,6 +152,7 @@ def record_cycle(
             coverage=(collection or {}).get("coverage"),
             source=dict(collection or {}),
         )
+        record_tenancy(cluster, snap, diagnosis, accounting, cycle)
         problems = [f"rule {e.rule} failed: {e.message}" for e in diagnosis.errors]
         problems += _collection_problems(collection, skipped)
         _set_status(
@@ -740,3 +745,306 @@ def resolve_incident_from_alert(
     if incident.state == IncidentState.RESOLVED:
         return AlertOutcome("already-resolved", incident)
     return AlertOutcome("resolved", resolve_incident(incident, at=ended, note="alert resolved"))
+
+
+# -- tenants, jobs and fairness rollups (DESIGN.md section 7; docs/fairness.md) -----------------
+
+# The Job columns a snapshot sets, compared to decide whether a stored job changed.
+JOB_SYNC_FIELDS = (
+    "name",
+    "tenant_id",
+    "queue_id",
+    "pool",
+    "kind",
+    "priority",
+    "state",
+    "submitted_at",
+    "started_at",
+    "ended_at",
+    "pods",
+    "gpus_per_pod",
+    "gang",
+    "min_member",
+    "preemptions",
+)
+LIVE_JOB_STATES = ("pending", "running")
+
+
+@dataclass(frozen=True)
+class RecordedTenancy:
+    """What :func:`record_tenancy` wrote for one cycle."""
+
+    tenants_created: int
+    jobs_written: int
+    jobs_unlisted: int
+    findings_tagged: int
+    interval_s: float
+    tenant_rows: int
+    pool_rows: int
+
+
+def record_tenancy(
+    cluster: Cluster,
+    snap: snapshot_format.ClusterSnapshot,
+    diagnosis: Diagnosis,
+    accounting: Any,
+    cycle: ClusterCycle,
+) -> RecordedTenancy:
+    """The tenant side of a cycle, inside its transaction: sync Tenant and Queue rows from the
+    snapshot's queues (so managers can be assigned in the admin), sync Job rows (only the jobs
+    that changed), tag the cycle's findings with their tenant, and store the cycle's per-tenant
+    and per-pool rollups (:func:`diagnosis.fairness.cycle_rollup`).
+
+    The rollups stand for the time since the previous good cycle's snapshot, at most the
+    snapshot's window; a snapshot already rolled up (the same ``as_of`` again) adds nothing.
+    """
+    from diagnosis import fairness
+    from diagnosis.models import PoolRollup, TenantRollup
+
+    as_of = snap.as_of.to_pydatetime()
+    tenant_of_job = fairness.job_tenants(snap)
+    tenant_ids, created = sync_tenants_and_queues(cluster, snap)
+    queue_ids = dict(Queue.objects.filter(cluster=cluster).values_list("name", "pk"))
+    previous = (
+        ClusterCycle.objects.filter(cluster=cluster, ok=True, as_of__lt=as_of)
+        .exclude(pk=cycle.pk)
+        .order_by("-as_of")
+        .values_list("as_of", flat=True)
+        .first()
+    )
+    synced = sync_jobs(cluster, snap, tenant_of_job, tenant_ids, queue_ids, previous)
+    tagged = tag_finding_tenants(cluster, diagnosis, tenant_of_job, tenant_ids)
+    if PoolRollup.objects.filter(cluster=cluster, pool="", as_of=as_of).exists():
+        return RecordedTenancy(created, synced.written, synced.unlisted, tagged, 0.0, 0, 0)
+    interval = float(snap.window_s)
+    if previous is not None:
+        interval = min(interval, (as_of - previous).total_seconds())
+    rollup = fairness.cycle_rollup(
+        snap,
+        accounting,
+        diagnosis.facts or SnapshotFacts(snap),
+        diagnosis.findings,
+        interval_s=interval,
+        preemptions=synced.preemptions,
+    )
+    common = {"cluster": cluster, "cycle": cycle, "as_of": as_of, "interval_s": interval}
+    tenant_rows = [
+        TenantRollup(
+            **common,
+            **figures.held_figures(),
+            tenant_id=tenant_ids.get(name),
+            tenant_name=name[:128],
+            entitlement_s=figures.entitlement * interval,
+            fair_gpu_s=figures.fair_gpu_s,
+        )
+        for name, figures in rollup.tenants.items()
+    ]
+    pool_rows = [
+        PoolRollup(
+            **common,
+            **figures.held_figures(),
+            pool=pool,
+            gpu_s=figures.gpu_s,
+            free_fragmented_gpu_s=figures.free_fragmented_gpu_s,
+            free_demand_gpu_s=figures.free_demand_gpu_s,
+            free_no_demand_gpu_s=figures.free_no_demand_gpu_s,
+            entitlement_basis=rollup.entitlement_basis if pool == "" else "",
+        )
+        for pool, figures in rollup.pools.items()
+    ]
+    TenantRollup.objects.bulk_create(tenant_rows, batch_size=500)
+    PoolRollup.objects.bulk_create(pool_rows, batch_size=500)
+    return RecordedTenancy(
+        created,
+        synced.written,
+        synced.unlisted,
+        tagged,
+        interval,
+        len(tenant_rows),
+        len(pool_rows),
+    )
+
+
+def sync_tenants_and_queues(
+    cluster: Cluster, snap: snapshot_format.ClusterSnapshot
+) -> tuple[dict[str, int], int]:
+    """Create the Tenant rows of the snapshot's queues and jobs, and create or update its Queue
+    rows; nothing is deleted (a queue that disappears keeps its history). Returns tenant name ->
+    id and how many tenants were created. Costs two reads when nothing changed."""
+    from diagnosis import fairness
+
+    queues = snap.queues
+    names = set(queues["tenant"].astype(str)) | set(fairness.job_tenants(snap).astype(str))
+    # A name longer than the column is left without a Tenant row (its jobs show no tenant).
+    names = {n for n in names if n != fairness.NO_TENANT and len(n) <= 128}
+    tenant_ids = dict(Tenant.objects.filter(cluster=cluster).values_list("name", "pk"))
+    missing = sorted(names - set(tenant_ids))
+    if missing:
+        Tenant.objects.bulk_create(
+            [Tenant(cluster=cluster, name=name) for name in missing], ignore_conflicts=True
+        )
+        tenant_ids = dict(Tenant.objects.filter(cluster=cluster).values_list("name", "pk"))
+    stored = {
+        row[0]: row[1:]
+        for row in Queue.objects.filter(cluster=cluster).values_list(
+            "name", "pk", "tenant_id", "weight", "deserved_gpus", "capability_gpus"
+        )
+    }
+    create, update = [], []
+    for name, row in queues.iterrows():
+        if len(name) > 128:
+            continue
+        wanted = (
+            tenant_ids.get(str(row["tenant"])),
+            _whole(row["weight"]) if _whole(row["weight"]) is not None else 1,
+            _whole(row["deserved_gpus"]),
+            _whole(row["capability_gpus"]),
+        )
+        known = stored.get(name)
+        if known is not None and tuple(known[1:]) == wanted:
+            continue
+        queue = Queue(
+            pk=known[0] if known else None,
+            cluster=cluster,
+            name=name,
+            tenant_id=wanted[0],
+            weight=wanted[1],
+            deserved_gpus=wanted[2],
+            capability_gpus=wanted[3],
+        )
+        (update if known else create).append(queue)
+    Queue.objects.bulk_create(create, ignore_conflicts=True)
+    Queue.objects.bulk_update(update, ["tenant_id", "weight", "deserved_gpus", "capability_gpus"])
+    return tenant_ids, len(missing)
+
+
+def _whole(value: Any) -> int | None:
+    return None if value is None or value != value else max(0, round(float(value)))
+
+
+def _moment(value: Any) -> datetime | None:
+    return None if value is None or value is pd.NaT or value != value else value.to_pydatetime()
+
+
+@dataclass(frozen=True)
+class SyncedJobs:
+    written: int
+    unlisted: int
+    preemptions: dict[str, int]  # job id -> preemptions since the previous cycle
+
+
+def sync_jobs(
+    cluster: Cluster,
+    snap: snapshot_format.ClusterSnapshot,
+    tenant_of_job: pd.Series,
+    tenant_ids: Mapping[str, int],
+    queue_ids: Mapping[str, int],
+    previous_as_of: datetime | None,
+) -> SyncedJobs:
+    """Bring the cluster's Job rows up to date with a snapshot, writing only what changed.
+
+    Reads the stored unfinished jobs (one query); writes the jobs that are new or changed, the
+    jobs that ended since the previous cycle, and marks unfinished jobs the scheduler no longer
+    lists as ``unlisted_since`` this snapshot. Ended jobs that ended before the previous cycle
+    were written then and are skipped, so the cost follows the churn, not the cluster's size.
+    """
+    jobs = snap.jobs
+    as_of = snap.as_of.to_pydatetime()
+    live = {
+        row[0]: row[1:]
+        for row in Job.objects.filter(
+            cluster=cluster, state__in=LIVE_JOB_STATES, unlisted_since__isnull=True
+        ).values_list("external_id", "pk", *JOB_SYNC_FIELDS)
+    }
+    columns = {
+        "name": [str(n)[:255] if isinstance(n, str) else "" for n in jobs["name"]],
+        "tenant_id": [tenant_ids.get(t) for t in tenant_of_job.reindex(jobs.index).tolist()],
+        "queue_id": [queue_ids.get(q) if isinstance(q, str) else None for q in jobs["queue"]],
+        "pool": [p[:128] if isinstance(p, str) else "" for p in jobs["pool"]],
+        "kind": [k[:32] if isinstance(k, str) else "" for k in jobs["kind"]],
+        "priority": jobs["priority"].astype(int).tolist(),
+        "state": jobs["state"].astype(object).where(jobs["state"].notna(), "pending").tolist(),
+        "submitted_at": [_moment(t) for t in jobs["submitted"]],
+        "started_at": [_moment(t) for t in jobs["started"]],
+        "ended_at": [_moment(t) for t in jobs["ended"]],
+        "pods": jobs["pods"].astype(int).tolist(),
+        "gpus_per_pod": jobs["gpus_per_pod"].astype(int).tolist(),
+        "gang": jobs["gang"].astype(bool).tolist(),
+        "min_member": jobs["min_member"].astype(int).tolist(),
+        "preemptions": jobs["preemptions"].astype(int).tolist(),
+    }
+    changed: list[Job] = []
+    upsert: list[Job] = []
+    preemptions: dict[str, int] = {}
+    for i, job_id in enumerate(jobs.index.tolist()):
+        values = tuple(columns[f][i] for f in JOB_SYNC_FIELDS)
+        known = live.pop(job_id, None)
+        if known is not None:
+            if tuple(known[1:]) != values:
+                changed.append(Job(pk=known[0], **dict(zip(JOB_SYNC_FIELDS, values, strict=True))))
+                gained = values[-1] - known[-1]
+                if gained > 0:
+                    preemptions[job_id] = gained
+            continue
+        ended = columns["ended_at"][i]
+        if (
+            values[6] not in LIVE_JOB_STATES
+            and previous_as_of is not None
+            and ended is not None
+            and ended <= previous_as_of
+        ):
+            continue  # written when it ended (or before gpuobs knew the cluster)
+        upsert.append(
+            Job(
+                cluster=cluster,
+                external_id=job_id,
+                unlisted_since=None,
+                **dict(zip(JOB_SYNC_FIELDS, values, strict=True)),
+            )
+        )
+    if upsert:
+        before = dict(
+            Job.objects.filter(
+                cluster=cluster, external_id__in=[j.external_id for j in upsert]
+            ).values_list("external_id", "preemptions")
+        )
+        for job in upsert:
+            gained = job.preemptions - before.get(job.external_id, 0)
+            if gained > 0:
+                preemptions[job.external_id] = gained
+        Job.objects.bulk_create(
+            upsert,
+            batch_size=1000,
+            update_conflicts=True,
+            unique_fields=["cluster", "external_id"],
+            update_fields=[*JOB_SYNC_FIELDS, "unlisted_since"],
+        )
+    Job.objects.bulk_update(changed, list(JOB_SYNC_FIELDS), batch_size=1000)
+    unlisted = 0
+    if live:
+        unlisted = Job.objects.filter(pk__in=[row[0] for row in live.values()]).update(
+            unlisted_since=as_of
+        )
+    return SyncedJobs(len(changed) + len(upsert), unlisted, preemptions)
+
+
+def tag_finding_tenants(
+    cluster: Cluster,
+    diagnosis: Diagnosis,
+    tenant_of_job: pd.Series,
+    tenant_ids: Mapping[str, int],
+) -> int:
+    """Set ``Finding.tenant`` on this cycle's findings that concern exactly one tenant
+    (:func:`diagnosis.fairness.finding_tenant`) and have none yet; one UPDATE per tenant."""
+    from diagnosis import fairness
+
+    by_tenant: dict[int, list[str]] = {}
+    for hit in diagnosis.findings:
+        name = fairness.finding_tenant(hit, tenant_of_job)
+        if name is not None and name in tenant_ids:
+            fingerprint = Finding.fingerprint_of(cluster.pk, hit.rule, hit.subject)
+            by_tenant.setdefault(tenant_ids[name], []).append(fingerprint)
+    return sum(
+        Finding.objects.filter(fingerprint__in=prints, tenant__isnull=True).update(tenant_id=tid)
+        for tid, prints in by_tenant.items()
+    )
