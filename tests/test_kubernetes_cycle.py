@@ -50,6 +50,27 @@ def test_a_volcano_cluster_runs_the_full_cycle(volcano_cluster: Cluster) -> None
     ).exists()
 
 
+def test_cycles_store_the_clusters_events_once_and_keep_the_cursor(
+    volcano_cluster: Cluster, kube_api: KubeApiServer
+) -> None:
+    actions.run_cluster_cycle(volcano_cluster)
+    repeated = kube_api.get("Event", "finetune.181c0d2f3a4b5c6e", "team-b")
+    kube_api.put({**repeated, "count": 13, "lastTimestamp": "2026-11-29T07:58:00Z"})
+
+    actions.run_cluster_cycle(volcano_cluster)
+
+    volcano_cluster.refresh_from_db()
+    events = SchedulerEvent.objects.filter(cluster=volcano_cluster)
+    assert events.count() == 5  # the 4 listed, then the repeated one as a new version
+    assert events.filter(reason="Unschedulable").count() == 2
+    assert (
+        volcano_cluster.event_cursor
+        == kube_api.get("Event", repeated["metadata"]["name"], "team-b")["metadata"][
+            "resourceVersion"
+        ]
+    )
+
+
 def test_a_kueue_cluster_runs_the_full_cycle(kube_api: KubeApiServer, make_cluster) -> None:
     kube_api.load(load_fixture("nodes"))
     kube_api.load(load_fixture("kueue"))
