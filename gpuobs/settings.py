@@ -267,3 +267,11 @@ GPUOBS_ADMIN_PASSWORD = os.environ.get("GPUOBS_ADMIN_PASSWORD") or None
 GPUOBS_ALERTMANAGER_XID_ALERTS = env_list("GPUOBS_ALERTMANAGER_XID_ALERTS")
 GPUOBS_ALERTMANAGER_HEALTH_ALERTS = env_list("GPUOBS_ALERTMANAGER_HEALTH_ALERTS")
 GPUOBS_ALERTMANAGER_CLUSTER_LABEL = os.environ.get("GPUOBS_ALERTMANAGER_CLUSTER_LABEL", "cluster")
+# Recommendation workflow (docs/recommendations.md, "Workflow"): an approval lapses after
+# GPUOBS_APPROVAL_TTL_SECONDS unless applied; an applied change is judged over the next
+# GPUOBS_VERIFY_CYCLES cycles (worse by more than GPUOBS_VERIFY_TOLERANCE_PCT percent of its
+# baseline, at least one unit: a rollback is due) and watched for at most GPUOBS_VERIFY_MAX_CYCLES.
+GPUOBS_APPROVAL_TTL_SECONDS = env_int("GPUOBS_APPROVAL_TTL_SECONDS", 4 * 3600)
+GPUOBS_VERIFY_CYCLES = env_int("GPUOBS_VERIFY_CYCLES", 3)
+GPUOBS_VERIFY_MAX_CYCLES = env_int("GPUOBS_VERIFY_MAX_CYCLES", 12)
+GPUOBS_VERIFY_TOLERANCE_PCT = env_int("GPUOBS_VERIFY_TOLERANCE_PCT", 10)
