@@ -973,27 +973,27 @@ def sync_jobs(
         "min_member": jobs["min_member"].astype(int).tolist(),
         "preemptions": jobs["preemptions"].astype(int).tolist(),
     }
-    changed: list[Job] = []
     upsert: list[Job] = []
+    unknown: list[str] = []  # upserted jobs that were not among the stored unfinished ones
     preemptions: dict[str, int] = {}
     for i, job_id in enumerate(jobs.index.tolist()):
         values = tuple(columns[f][i] for f in JOB_SYNC_FIELDS)
         known = live.pop(job_id, None)
         if known is not None:
-            if tuple(known[1:]) != values:
-                changed.append(Job(pk=known[0], **dict(zip(JOB_SYNC_FIELDS, values, strict=True))))
-                gained = values[-1] - known[-1]
-                if gained > 0:
-                    preemptions[job_id] = gained
-            continue
-        ended = columns["ended_at"][i]
-        if (
-            values[6] not in LIVE_JOB_STATES
-            and previous_as_of is not None
-            and ended is not None
-            and ended <= previous_as_of
-        ):
-            continue  # written when it ended (or before gpuobs knew the cluster)
+            if tuple(known[1:]) == values:
+                continue
+            if values[-1] > known[-1]:
+                preemptions[job_id] = values[-1] - known[-1]
+        else:
+            ended = columns["ended_at"][i]
+            if (
+                values[6] not in LIVE_JOB_STATES
+                and previous_as_of is not None
+                and ended is not None
+                and ended <= previous_as_of
+            ):
+                continue  # written when it ended (or before gpuobs knew the cluster)
+            unknown.append(job_id)
         upsert.append(
             Job(
                 cluster=cluster,
@@ -1002,30 +1002,30 @@ def sync_jobs(
                 **dict(zip(JOB_SYNC_FIELDS, values, strict=True)),
             )
         )
-    if upsert:
+    if unknown:
+        unknown_set = set(unknown)
         before = dict(
-            Job.objects.filter(
-                cluster=cluster, external_id__in=[j.external_id for j in upsert]
-            ).values_list("external_id", "preemptions")
+            Job.objects.filter(cluster=cluster, external_id__in=unknown).values_list(
+                "external_id", "preemptions"
+            )
         )
         for job in upsert:
-            gained = job.preemptions - before.get(job.external_id, 0)
-            if gained > 0:
-                preemptions[job.external_id] = gained
-        Job.objects.bulk_create(
-            upsert,
-            batch_size=1000,
-            update_conflicts=True,
-            unique_fields=["cluster", "external_id"],
-            update_fields=[*JOB_SYNC_FIELDS, "unlisted_since"],
-        )
-    Job.objects.bulk_update(changed, list(JOB_SYNC_FIELDS), batch_size=1000)
+            if job.external_id in unknown_set and job.preemptions > before.get(job.external_id, 0):
+                preemptions[job.external_id] = job.preemptions - before.get(job.external_id, 0)
+    # INSERT ... ON CONFLICT DO UPDATE: one statement for new and changed jobs alike.
+    Job.objects.bulk_create(
+        upsert,
+        batch_size=1000,
+        update_conflicts=True,
+        unique_fields=["cluster", "external_id"],
+        update_fields=[*JOB_SYNC_FIELDS, "unlisted_since"],
+    )
     unlisted = 0
     if live:
         unlisted = Job.objects.filter(pk__in=[row[0] for row in live.values()]).update(
             unlisted_since=as_of
         )
-    return SyncedJobs(len(changed) + len(upsert), unlisted, preemptions)
+    return SyncedJobs(len(upsert), unlisted, preemptions)
 
 
 def tag_finding_tenants(
