@@ -1,10 +1,20 @@
-"""Access-checked reads: the only way pages (and later the API) reach cluster-scoped rows.
+"""Access-checked reads: the only way pages, the API and exports reach cluster-scoped rows.
 
 A view never calls ``Model.objects.get`` on a cluster-scoped model itself (STYLE.md habit 6); it
 asks one of these helpers, which answer 404 for what does not exist *or* may not be seen, so a
-URL never tells an outsider which clusters exist. For now every logged-in user may read every
-cluster; the roles of DESIGN.md section 10 (viewer, sre, oncall, manager, admin) will narrow
-these helpers, and only these helpers.
+URL never tells an outsider which clusters, tenants or jobs exist.
+
+Who reads what (the roles of DESIGN.md section 10, ``diagnosis.roles``; docs/fairness.md):
+
+- no role: nothing (no cluster, so every cluster page is a 404 and every list is empty);
+- ``viewer``, ``sre``, ``oncall``, ``admin``: every cluster and everything in it;
+- a ``manager`` and nothing more (:func:`~diagnosis.roles.is_tenant_scoped`): the clusters where
+  they manage a tenant, and there only the rows of their tenants (``Tenant.managers``):
+  the tenants themselves, their jobs, the findings whose ``tenant`` is theirs (a job's, a set of
+  jobs all of theirs, an Xid on a GPU only their jobs hold, ``tenant:``), the incidents whose
+  jobs are all theirs, and their rows of the fairness report. Findings about a pool, node or the
+  whole cluster concern every tenant there and are not shown to a manager; the cluster-wide
+  figures (capacity, utilization, the GPU-hour breakdown of the cluster) are.
 """
 
 from __future__ import annotations
@@ -15,9 +25,13 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404
 
-from diagnosis.models import Cluster, ClusterCycle, Finding
+from diagnosis.models import Cluster, ClusterCycle, Finding, Incident, Job, Tenant
+from diagnosis.roles import can_read, is_tenant_scoped
 
 User = AbstractBaseUser | AnonymousUser
+
+# Permissions that let a machine user post to any cluster's endpoints (diagnosis/api/auth.py).
+SENDER_PERMISSIONS = ("diagnosis.add_schedulerevent", "diagnosis.add_incident")
 
 
 def _require_login(user: User) -> None:
@@ -27,9 +41,18 @@ def _require_login(user: User) -> None:
         raise PermissionDenied("log in to read clusters")
 
 
+def _managed_tenants(user: User) -> QuerySet[Tenant]:
+    return Tenant.objects.filter(managers=user)
+
+
 def clusters_for_user(user: User) -> QuerySet[Cluster]:
-    """The clusters a user may read (every cluster, for any logged-in user, for now)."""
+    """The clusters a user may read: every cluster for a reading role, the clusters of their
+    tenants for a tenant-scoped manager, none without a role."""
     _require_login(user)
+    if not can_read(user):
+        return Cluster.objects.none()
+    if is_tenant_scoped(user):
+        return Cluster.objects.filter(pk__in=_managed_tenants(user).values("cluster_id"))
     return Cluster.objects.all()
 
 
@@ -41,24 +64,116 @@ def get_cluster_for_user(user: User, name: str) -> Cluster:
         raise Http404("no such cluster") from None
 
 
+def clusters_for_sender(user: User) -> QuerySet[Cluster]:
+    """The clusters a machine user may post events or alerts to: every cluster for staff and for
+    a user holding one of :data:`SENDER_PERMISSIONS` (the endpoint's permission class decides
+    which); otherwise those it may read."""
+    _require_login(user)
+    if user.is_staff or any(user.has_perm(p) for p in SENDER_PERMISSIONS):
+        return Cluster.objects.all()
+    return clusters_for_user(user)
+
+
+def get_cluster_for_sender(user: User, name: str) -> Cluster:
+    """The cluster called ``name`` for a machine sender, or 404."""
+    try:
+        return clusters_for_sender(user).get(name=name)
+    except Cluster.DoesNotExist:
+        raise Http404("no such cluster") from None
+
+
 def cycles_for_user(user: User, cluster: Cluster | None = None) -> QuerySet[ClusterCycle]:
-    """The stored diagnosis cycles (rollups) of one cluster, or of every cluster the user may
-    read (``cluster=None``)."""
+    """The stored diagnosis cycles (cluster-wide rollups) of one cluster, or of every cluster the
+    user may read (``cluster=None``). ``cluster`` must come from :func:`get_cluster_for_user`."""
     if cluster is None:
         return ClusterCycle.objects.filter(cluster__in=clusters_for_user(user))
     _require_login(user)
+    if not can_read(user):
+        return ClusterCycle.objects.none()
     return ClusterCycle.objects.filter(cluster=cluster)
 
 
-def findings_for_user(user: User, cluster: Cluster) -> QuerySet[Finding]:
-    """Every finding of a cluster the user may read, in any state."""
+def tenants_for_user(user: User, cluster: Cluster) -> QuerySet[Tenant]:
+    """The tenants of a cluster the user may see: all for a reading role, their own for a
+    tenant-scoped manager."""
     _require_login(user)
-    return Finding.objects.filter(cluster=cluster)
+    if not can_read(user):
+        return Tenant.objects.none()
+    tenants = Tenant.objects.filter(cluster=cluster)
+    if is_tenant_scoped(user):
+        tenants = tenants.filter(managers=user)
+    return tenants
+
+
+def get_tenant_for_user(user: User, cluster: Cluster, name: str) -> Tenant:
+    """One tenant of the cluster by name, or 404 (also when it is someone else's)."""
+    try:
+        return tenants_for_user(user, cluster).get(name=name)
+    except Tenant.DoesNotExist:
+        raise Http404("no such tenant") from None
+
+
+def jobs_for_user(user: User, cluster: Cluster) -> QuerySet[Job]:
+    """The job records of a cluster the user may see (a manager: their tenants' jobs)."""
+    _require_login(user)
+    if not can_read(user):
+        return Job.objects.none()
+    jobs = Job.objects.filter(cluster=cluster)
+    if is_tenant_scoped(user):
+        jobs = jobs.filter(tenant__managers=user)
+    return jobs
+
+
+def get_job_for_user(user: User, cluster: Cluster, external_id: str) -> Job:
+    """One job of the cluster by the scheduler's id, or 404 (also another tenant's job)."""
+    try:
+        return jobs_for_user(user, cluster).get(external_id=external_id)
+    except Job.DoesNotExist:
+        raise Http404("no such job") from None
+
+
+def findings_for_user(user: User, cluster: Cluster) -> QuerySet[Finding]:
+    """Every finding of a cluster the user may read, in any state (a manager: those whose
+    ``tenant`` is one of theirs)."""
+    _require_login(user)
+    if not can_read(user):
+        return Finding.objects.none()
+    findings = Finding.objects.filter(cluster=cluster)
+    if is_tenant_scoped(user):
+        findings = findings.filter(tenant__managers=user)
+    return findings
 
 
 def get_finding_for_user(user: User, cluster: Cluster, finding_id: int) -> Finding:
-    """One finding of the cluster, or 404 (also when the id belongs to another cluster)."""
+    """One finding of the cluster, or 404 (also when the id belongs to another cluster or to a
+    tenant the user may not see)."""
     try:
         return findings_for_user(user, cluster).get(pk=finding_id)
     except Finding.DoesNotExist:
         raise Http404("no such finding") from None
+
+
+def incidents_for_user(user: User, cluster: Cluster) -> QuerySet[Incident]:
+    """The incidents of a cluster the user may read (a manager: those whose jobs are all of their
+    tenants, as ``details.tenants`` lists them)."""
+    _require_login(user)
+    if not can_read(user):
+        return Incident.objects.none()
+    incidents = Incident.objects.filter(cluster=cluster)
+    if is_tenant_scoped(user):
+        mine = set(tenants_for_user(user, cluster).values_list("name", flat=True))
+        visible = [
+            pk
+            for pk, tenants in incidents.values_list("pk", "details__tenants")
+            if isinstance(tenants, list) and tenants and set(tenants) <= mine
+        ]
+        incidents = incidents.filter(pk__in=visible)
+    return incidents
+
+
+def get_incident_for_user(user: User, cluster: Cluster, incident_id: int) -> Incident:
+    """One incident of the cluster, or 404."""
+    try:
+        return incidents_for_user(user, cluster).get(pk=incident_id)
+    except Incident.DoesNotExist:
+        raise Http404("no such incident") from None

@@ -53,6 +53,7 @@ from diagnosis.access import (
 )
 from diagnosis.choices import FindingState, Severity
 from diagnosis.models import Cluster, ClusterCycle, Finding
+from diagnosis.roles import is_tenant_scoped
 from diagnosis.rules.base import SEVERITIES, Rule
 from diagnosis.rules.registry import all_rules
 
@@ -241,6 +242,8 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
     cycles = cycles_for_user(request.user)
     latest = cycles.filter(cluster=OuterRef("pk")).order_by("-as_of", "-id").values("pk")
     open_q = Q(findings__state__in=OPEN_STATES)
+    if is_tenant_scoped(request.user):  # count only the findings a manager may see
+        open_q &= Q(findings__tenant__managers=request.user)
     rows = list(
         clusters.annotate(
             latest_cycle_id=Subquery(latest[:1]),
@@ -303,8 +306,12 @@ class RuleCountRow:
 def _bucket_rows(
     request: HttpRequest, cluster: Cluster, breakdown: charts.GpuHoursBreakdown
 ) -> list[BucketRow]:
-    """Each bucket with the findings behind it (a few, linked) and a link to all of them."""
-    shown = {b.bucket: b.findings[:FINDINGS_SHOWN_PER_BUCKET] for b in breakdown.buckets}
+    """Each bucket with the findings behind it (a few, linked) and a link to all of them.
+
+    A tenant-scoped manager gets no finding references here (they name other tenants' jobs);
+    the link to the findings list shows them theirs."""
+    per_bucket = 0 if is_tenant_scoped(request.user) else FINDINGS_SHOWN_PER_BUCKET
+    shown = {b.bucket: b.findings[:per_bucket] for b in breakdown.buckets}
     refs = [_split_ref(ref) for refs in shown.values() for ref in refs]
     found: dict[tuple[str, str], dict[str, Any]] = {}
     if refs:
@@ -326,7 +333,8 @@ def _bucket_rows(
             if bucket.rules
             else None
         )
-        table.append(BucketRow(bucket, list_url, links, max(0, len(bucket.findings) - len(links))))
+        more = max(0, len(bucket.findings) - len(links)) if per_bucket else 0
+        table.append(BucketRow(bucket, list_url, links, more))
     return table
 
 
@@ -652,5 +660,8 @@ class ClusterSerializer(serializers.ModelSerializer):
 
 
 class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
-    queryset = Cluster.objects.all()
     serializer_class = ClusterSerializer
+    lookup_field = "pk"
+
+    def get_queryset(self) -> QuerySet[Cluster]:
+        return clusters_for_user(self.request.user).order_by("name")

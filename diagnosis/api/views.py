@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from diagnosis import actions
-from diagnosis.access import clusters_for_user, get_cluster_for_user
+from diagnosis.access import clusters_for_sender, get_cluster_for_sender
 from diagnosis.api.auth import AUTHENTICATION, CanRecordSchedulerEvents, CanReportIncidents
 from diagnosis.api.serializers import EventBatchSerializer
 from diagnosis.models import Snapshot
@@ -28,7 +28,7 @@ class SchedulerEventsView(APIView):
     permission_classes = [CanRecordSchedulerEvents]
 
     def post(self, request: Request, cluster: str) -> Response:
-        target = get_cluster_for_user(request.user, cluster)
+        target = get_cluster_for_sender(request.user, cluster)
         batch = EventBatchSerializer(data=request.data)
         batch.is_valid(raise_exception=True)
         events = batch.normalized()
@@ -63,7 +63,7 @@ class AlertmanagerWebhookView(APIView):
             return Response({"errors": exc.errors}, status=status.HTTP_400_BAD_REQUEST)
         rules = alert_rules()
         default_cluster = request.query_params.get("cluster") or None
-        clusters = clusters_for_user(request.user)
+        clusters = clusters_for_sender(request.user)
         documents: dict[int, dict[str, Any] | None] = {}
         results = []
         for alert in message.alerts:
