@@ -8,8 +8,9 @@ stay thin and call these.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -39,6 +40,8 @@ from diagnosis.rules.engine import Diagnosis, run_rules
 from diagnosis.rules.facts import SnapshotFacts
 from diagnosis.rules.registry import all_rules
 from diagnosis.schedulers.base import EventBatch
+
+logger = logging.getLogger(__name__)
 
 
 def run_cluster_cycle(cluster: Cluster) -> ClusterCycle:
@@ -165,6 +168,7 @@ def record_cycle(
         cluster.save(
             update_fields=["status", "status_message", "status_changed_at", "last_cycle_at"]
         )
+    record_recommendation_step(cluster, snap, diagnosis, cycle)
     return cycle
 
 
@@ -372,21 +376,10 @@ def apply_sim_change(cluster: Cluster, change: dict[str, Any], *, actor: str) ->
     audit row with the value before and after). A change the simulator refuses raises
     :class:`diagnosis.schedulers.sim.ChangeError` and records nothing.
 
-    (The approval workflow for real schedulers builds on the recommendation model; this is the
-    demo cluster's direct path.)
+    (The approval workflow, ``diagnosis.workflow``, writes through :func:`write_sim_change`;
+    this is the demo cluster's direct path.)
     """
-    from diagnosis.schedulers import sim as sim_scheduler
-
-    if cluster.scheduler_kind != "sim":
-        raise sim_scheduler.ChangeError(f"cluster {cluster.name} is not a simulated cluster")
-    cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
-    before = sim_scheduler.current_value(cluster, change)
-    sim_scheduler.apply(cluster, change, dry_run=True)
-    record = sim_scheduler.apply(cluster, change, dry_run=False)
-    config = dict(cluster.scheduler_config)
-    config["changes"] = [*config.get("changes", []), record]
-    cluster.scheduler_config = config
-    cluster.save(update_fields=["scheduler_config"])
+    cluster, before = write_sim_change(cluster, change)
     return AuditEntry.objects.create(
         actor=actor,
         action=f"sim:{change['kind']}",
@@ -395,6 +388,69 @@ def apply_sim_change(cluster: Cluster, change: dict[str, Any], *, actor: str) ->
         after={"value": change.get("to", "drained" if change["kind"] == "drain-node" else None)},
         cluster=cluster,
     )
+
+
+def current_sim_value(cluster: Cluster, change: Mapping[str, Any]) -> Any:
+    """The value a change's target has in a simulated cluster now: this process's simulator,
+    brought up to the cluster's recorded changes first (another process may have written them)."""
+    from diagnosis.schedulers import sim as sim_scheduler
+    from diagnosis.sources import sim as sim_source
+
+    runtime = sim_source.runtime_for(cluster)
+    with runtime.lock:
+        now = runtime.simulator.now
+        sim_source.catch_up_changes(cluster, runtime, now)
+        runtime.simulator.run_until(now)  # the caught-up changes take effect (a pass at now)
+    return sim_scheduler.current_value(cluster, change)
+
+
+@transaction.atomic
+def write_sim_change(
+    cluster: Cluster, change: Mapping[str, Any], *, check: Callable[[Any], None] | None = None
+) -> tuple[Cluster, Any]:
+    """Apply a change to a simulated cluster and append it to its replayable change log, under
+    the cluster's row lock; ``check(value before)`` may refuse it by raising. Records no audit
+    row (the caller does). Returns the locked cluster and the value before."""
+    from diagnosis.schedulers import sim as sim_scheduler
+
+    if cluster.scheduler_kind != "sim":
+        raise sim_scheduler.ChangeError(f"cluster {cluster.name} is not a simulated cluster")
+    cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+    before = current_sim_value(cluster, change)
+    if check is not None:
+        check(before)
+    sim_scheduler.apply(cluster, change, dry_run=True)
+    record = sim_scheduler.apply(cluster, change, dry_run=False)
+    config = dict(cluster.scheduler_config)
+    config["changes"] = [*config.get("changes", []), record]
+    cluster.scheduler_config = config
+    cluster.save(update_fields=["scheduler_config"])
+    return cluster, before
+
+
+# -- recommendations: the cycle's recommend step (the workflow: diagnosis/workflow.py) ----------
+
+
+def record_recommendation_step(
+    cluster: Cluster,
+    snap: snapshot_format.ClusterSnapshot,
+    diagnosis: Diagnosis,
+    cycle: ClusterCycle,
+) -> None:
+    """DESIGN.md section 3, step 4: propose, verify and expire recommendations from the cycle's
+    diagnosis (:func:`diagnosis.workflow.record_recommendations`), and keep what it did and how
+    long it took on the cycle. A failure here is recorded on the cycle and never fails it."""
+    from diagnosis.workflow import record_recommendations
+
+    started = time.perf_counter()
+    try:
+        stats = record_recommendations(cluster, snap, diagnosis, cycle.accounting)
+    except Exception as exc:  # the cycle's findings and rollups stand without recommendations
+        logger.exception("recommend step of cluster %s failed", cluster.name)
+        stats = {"error": f"{type(exc).__name__}: {exc}"}
+    cycle.recommendations = stats
+    cycle.seconds += time.perf_counter() - started
+    cycle.save(update_fields=["recommendations", "seconds"])
 
 
 # -- scheduler events ----------------------------------------------------------------------------

@@ -161,3 +161,35 @@ def run_collect_shards(payloads: list[dict]) -> list[dict]:
             outcome = {"error": f"collect shard failed: {outcome!r}", "permanent": False}
         merged.append(outcome)
     return merged
+
+
+# -- the recommendation workflow (the ``actuate`` queue; diagnosis/workflow.py) ------------------
+
+APPLY_RETRIES = 3
+APPLY_RETRY_BACKOFF_S = 30
+
+
+@shared_task(bind=True, name="diagnosis.tasks.actuate_recommendation", max_retries=APPLY_RETRIES)
+def actuate_recommendation(self, recommendation_id: int, key: str) -> dict[str, str]:
+    """Apply an approved recommendation once: ``key`` is the idempotency key that
+    ``workflow.request_apply`` stored, so a redelivered message applies nothing. A scheduler
+    that cannot be reached is retried (with backoff) before the recommendation fails."""
+    from diagnosis import workflow
+
+    final = self.request.retries >= self.max_retries
+    try:
+        outcome = workflow.perform_apply(recommendation_id, key, final_attempt=final)
+    except workflow.TransientApplyError as exc:
+        countdown = APPLY_RETRY_BACKOFF_S * 2**self.request.retries
+        raise self.retry(exc=exc, countdown=countdown) from exc
+    logger.info("apply of recommendation %s: %s", recommendation_id, outcome.outcome)
+    return {"recommendation": str(recommendation_id), "outcome": outcome.outcome}
+
+
+@shared_task(name="diagnosis.tasks.actuate_dry_run")
+def actuate_dry_run(recommendation_id: int) -> dict[str, str]:
+    """Ask the scheduler what a recommendation's change would do, writing nothing (the diff a
+    recommendation's page shows)."""
+    from diagnosis import workflow
+
+    return {"recommendation": str(recommendation_id), **workflow.run_dry_run(recommendation_id)}
