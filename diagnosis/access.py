@@ -25,7 +25,15 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404
 
-from diagnosis.models import Cluster, ClusterCycle, Finding, Incident, Job, Tenant
+from diagnosis.models import (
+    Cluster,
+    ClusterCycle,
+    Finding,
+    Incident,
+    Job,
+    Recommendation,
+    Tenant,
+)
 from diagnosis.roles import can_read, is_tenant_scoped
 
 User = AbstractBaseUser | AnonymousUser
@@ -177,3 +185,31 @@ def get_incident_for_user(user: User, cluster: Cluster, incident_id: int) -> Inc
         return incidents_for_user(user, cluster).get(pk=incident_id)
     except Incident.DoesNotExist:
         raise Http404("no such incident") from None
+
+
+def recommendations_for_user(
+    user: User, cluster: Cluster | None = None
+) -> QuerySet[Recommendation]:
+    """The recommendations of one cluster, or of every cluster the user may read
+    (``cluster=None``). They change cluster-wide settings (placement, queue weights, drains), so
+    a tenant-scoped manager sees none. ``cluster`` must come from :func:`get_cluster_for_user`."""
+    _require_login(user)
+    if not can_read(user) or is_tenant_scoped(user):
+        return Recommendation.objects.none()
+    if cluster is None:
+        return Recommendation.objects.filter(cluster__in=clusters_for_user(user))
+    return Recommendation.objects.filter(cluster=cluster)
+
+
+def get_recommendation_for_user(
+    user: User, cluster: Cluster | None, recommendation_id: int
+) -> Recommendation:
+    """One recommendation (of ``cluster``, when given), or 404."""
+    try:
+        return (
+            recommendations_for_user(user, cluster)
+            .select_related("cluster")
+            .get(pk=recommendation_id)
+        )
+    except Recommendation.DoesNotExist:
+        raise Http404("no such recommendation") from None
