@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from diagnosis.api import views
+from diagnosis.api import recommendations, views
 
 app_name = "api-v1"
 
@@ -13,4 +13,9 @@ urlpatterns = [
         name="cluster-events",
     ),
     path("alertmanager", views.AlertmanagerWebhookView.as_view(), name="alertmanager"),
+    path(
+        "clusters/<slug:cluster>/writes",
+        recommendations.ClusterWritesView.as_view(),
+        name="cluster-writes",
+    ),
 ]
