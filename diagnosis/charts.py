@@ -354,6 +354,71 @@ def utilization_trend(cycles: pd.DataFrame) -> go.Figure:
     return figure
 
 
+# -- recommendation impact -----------------------------------------------------------------------
+
+HARM = "#c62828"
+IMPACT_UNITS = {"fraction": (100.0, "%"), "s": (1 / 60, "min"), "GPUs": (1.0, "GPUs")}
+
+
+def recommendation_impact(impact: Mapping[str, Any]) -> go.Figure | None:
+    """A recommendation's simulated impact: per metric (``impact["metrics"]`` rows of
+    ``diagnosis.recommend.impact``), the mean of the current and of the proposed replays over
+    the seeds, the seeds' range as error bars, the proposed bar coloured by the row's verdict.
+    None when nothing was simulated."""
+    from plotly.subplots import make_subplots
+
+    rows = [r for r in impact.get("metrics") or () if isinstance(r, Mapping) and "current" in r]
+    if not rows:
+        return None
+    titles = []
+    for row in rows:
+        subject = "" if row.get("subject") == "cluster" else f"<br>{row.get('subject')}"
+        titles.append(f"{row.get('label', row.get('metric'))}{subject}")
+    figure = make_subplots(rows=1, cols=len(rows), subplot_titles=titles, horizontal_spacing=0.06)
+    for number, row in enumerate(rows, start=1):
+        scale, unit = IMPACT_UNITS.get(str(row.get("unit")), (1.0, ""))
+        colour = {"improves": ACTIVITY, "harms": HARM}.get(str(row.get("verdict")), ACCENT)
+        for name, key, bar_colour in (
+            ("current", "current", MUTED),
+            ("proposed", "proposed", colour),
+        ):
+            stats = row.get(key) or {}
+            mean = _scaled(stats.get("mean"), scale)
+            low, high = _scaled(stats.get("min"), scale), _scaled(stats.get("max"), scale)
+            figure.add_trace(
+                go.Bar(
+                    x=[name],
+                    y=[mean],
+                    marker={"color": bar_colour},
+                    error_y={
+                        "type": "data",
+                        "symmetric": False,
+                        "array": [None if high is None or mean is None else high - mean],
+                        "arrayminus": [None if low is None or mean is None else mean - low],
+                        "color": INK,
+                        "thickness": 1,
+                    },
+                    hovertemplate=f"{name}: %{{y:.3g}} {unit}<extra>{row.get('verdict')}</extra>",
+                    showlegend=False,
+                ),
+                row=1,
+                col=number,
+            )
+        figure.update_yaxes(title_text=unit, row=1, col=number, **_axis(rangemode="tozero"))
+    figure.update_xaxes(**_axis())
+    figure.update_layout(
+        **_layout(height=320, margin={"l": 56, "r": 16, "t": 64, "b": 40}, bargap=0.35)
+    )
+    figure.update_annotations(font={"size": 12})
+    return figure
+
+
+def _scaled(value: Any, scale: float) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
+        return None
+    return float(value) * scale
+
+
 # -- embedding -----------------------------------------------------------------------------------
 
 # Escapes that keep a JSON text inert inside <script type="application/json"> (as json_script).
