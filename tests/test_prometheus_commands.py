@@ -196,7 +196,7 @@ def serve_exporter(exporter_port):
                 process.wait()
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_real_prometheus_scrapes_serve_exporter_and_a_cycle_reads_it(
     make_cluster, scraping_prometheus, serve_exporter
 ):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from diagnosis.sources import dcgm
+from diagnosis.sources.dcgm_stats import xid_events
 from diagnosis.sources.exporter import MetricFamily, Series, exposition, write_openmetrics
 from diagnosis.sources.prometheus import (
     ConfigError,
@@ -19,7 +20,6 @@ from diagnosis.sources.prometheus import (
     parse_matrix,
     parse_vector,
     plan_range,
-    xid_events,
 )
 from diagnosis.sources.promql import Matcher, PromQLError, Selection, quote, regex_alternatives
 
@@ -213,6 +213,7 @@ def test_instant_results_parse_column_wise():
 
 
 def xid_matrix(rows: dict[tuple[str, ...], list[float]]) -> Matrix:
+    """Xid series on a 15 s grid from t=100: (src, uuid[, err_code or xid]) -> values."""
     labels = []
     for key in rows:
         src, uuid, *rest = key
@@ -224,13 +225,17 @@ def xid_matrix(rows: dict[tuple[str, ...], list[float]]) -> Matrix:
     return Matrix(labels, 100 + 15 * np.arange(values.shape[1], dtype=float), values)
 
 
+def events_of(matrix: Matrix, window_start: float):
+    return xid_events(matrix.labels, matrix.timestamps, matrix.values, window_start)
+
+
 def test_a_gauge_that_turns_to_an_xid_in_the_window_is_one_event():
-    events = xid_events(xid_matrix({("gauge", "g"): [0, 0, 79, 79]}), window_start=115)
+    events = events_of(xid_matrix({("gauge", "g"): [0, 0, 79, 79]}), 115)
     assert [(e.code, e.time) for e in events] == [(79, 130)]
 
 
 def test_a_gauge_holding_an_old_xid_is_no_event():
-    assert xid_events(xid_matrix({("gauge", "g"): [13, 13, 13, 13]}), window_start=115) == []
+    assert events_of(xid_matrix({("gauge", "g"): [13, 13, 13, 13]}), 115) == []
 
 
 def test_a_new_err_code_series_is_an_event_with_its_code():
@@ -238,12 +243,12 @@ def test_a_new_err_code_series_is_an_event_with_its_code():
         ("gauge", "g", "0"): [0, 0, np.nan, np.nan],
         ("gauge", "g", "48"): [np.nan] * 2 + [48, 48],
     }
-    events = xid_events(xid_matrix(rows), window_start=115)
+    events = events_of(xid_matrix(rows), 115)
     assert [(e.code, e.time) for e in events] == [(48, 130)]
 
 
 def test_the_exporters_xid_counter_counts_when_it_grows():
-    events = xid_events(xid_matrix({("count", "g", "94"): [0, 1, 1, 0]}), window_start=100)
+    events = events_of(xid_matrix({("count", "g", "94"): [0, 1, 1, 0]}), 100)
     assert [(e.code, e.time) for e in events] == [(94, 115)]
 
 

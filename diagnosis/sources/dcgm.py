@@ -122,6 +122,14 @@ def instance_of(labels: Mapping[str, str]) -> str:
     return labels.get("GPU_I_ID") or ""
 
 
+def keys_of(series: list[Mapping[str, str]]) -> tuple[list[str], list[str]]:
+    """:func:`uuid_of` and :func:`instance_of` of many series at once (the same rules, inlined
+    for speed: this runs once per series and statistic)."""
+    uuids = [s.get("UUID") or s.get("uuid") or "" for s in series]
+    instances = [s.get("GPU_I_ID") or "" for s in series]
+    return uuids, instances
+
+
 @dataclass(frozen=True)
 class Workload:
     namespace: str = ""

@@ -26,6 +26,7 @@ Secrets never sit in the config: it names the environment variable (or file) hol
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import math
 import os
@@ -45,7 +46,7 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
-from diagnosis.sources import ClusterLike, CollectError, dcgm
+from diagnosis.sources import ClusterLike, CollectError, dcgm, dcgm_stats
 from diagnosis.sources.promql import (
     ALLOWED_LABELS,
     LABEL_NAME,
@@ -380,10 +381,11 @@ _WARNINGS = b'"warnings":['
 def parse_matrix(body: bytes, start: float, step: float, points: int) -> tuple[Matrix, list[str]]:
     """A range-query response parsed column-wise onto the grid ``start + k * step``.
 
-    Series labels are decoded as JSON one series at a time; the samples of a series are turned
-    into numbers in one pass (``[t,"v"],...`` stripped of brackets and quotes, read by numpy), so
-    no Python object is made per sample. The byte patterns searched for cannot occur inside JSON
-    strings (their quotes would be escaped there).
+    No Python object is made per sample: the series' labels are decoded in one ``json.loads``;
+    their samples (``[t,"v"],...``) are cut out of the body, stripped of quotes, and read as one
+    two-column CSV by pandas' C parser; each value lands in its grid cell by one vectorised
+    assignment. The byte patterns searched for cannot occur inside JSON strings (their quotes
+    would be escaped there).
     """
     if not body.startswith(b'{"status":"success"'):
         if body.lstrip().startswith(b"{"):
@@ -394,31 +396,42 @@ def parse_matrix(body: bytes, start: float, step: float, points: int) -> tuple[M
         raise PrometheusError("Prometheus answered something that is not JSON")
     if b'"resultType":"matrix"' not in body[:80]:
         raise PrometheusError("expected a range result (matrix)")
-    labels: list[dict[str, str]] = []
-    rows: list[np.ndarray] = []
-    position = 0
-    end_of_data = 0
+    metrics: list[bytes] = []
+    chunks: list[bytes] = []
+    position = end_of_data = 0
     while True:
         begin = body.find(_SERIES, position)
         if begin < 0:
             break
         values_at = body.find(_VALUES, begin)
-        labels.append(json.loads(body[begin + len(_SERIES) : values_at - 1]))
+        metrics.append(body[begin + len(_SERIES) : values_at - 1])
         first = values_at + len(_VALUES)
         if body[first : first + 1] == b"]":
-            rows.append(np.empty((0, 2)))
+            chunks.append(b"")
             position = first
             continue
         last = body.find(b"]]", first)
-        numbers = np.fromstring(body[first:last].translate(None, b'[]"').decode(), sep=",")
-        rows.append(numbers.reshape(-1, 2))
+        chunks.append(body[first + 1 : last])
         position = end_of_data = last + 2
+    labels = json.loads(b"[" + b",".join(metrics) + b"]") if metrics else []
+    values = np.full((len(chunks), points), np.nan)
+    text = b"\n".join(c for c in chunks if c).translate(None, b'"').replace(b"],[", b"\n")
+    if text:
+        counts = np.array([c.count(b"],[") + 1 if c else 0 for c in chunks], dtype=np.int64)
+        rows = np.repeat(np.arange(len(chunks)), counts)
+        samples = pd.read_csv(
+            io.BytesIO(text), header=None, names=["t", "v"], dtype=np.float64, engine="c"
+        )
+        column = np.rint((samples["t"].to_numpy() - start) / step).astype(np.int64)
+        keep = (column >= 0) & (column < points)
+        values[rows[keep], column[keep]] = samples["v"].to_numpy()[keep]
     warnings: list[str] = []
     at = body.find(_WARNINGS, end_of_data)
     if at >= 0:
-        text = body[at + len(_WARNINGS) - 1 :].decode("utf-8", "replace")
-        warnings = json.JSONDecoder().raw_decode(text)[0]
-    return _grid(labels, rows, start, step, points), warnings
+        text_tail = body[at + len(_WARNINGS) - 1 :].decode("utf-8", "replace")
+        warnings = json.JSONDecoder().raw_decode(text_tail)[0]
+    timestamps = start + step * np.arange(points, dtype=np.float64)
+    return Matrix(labels, timestamps, values), warnings
 
 
 def _matrix_from_payload(payload: Mapping[str, Any], start: float, step: float, points: int):
@@ -692,124 +705,93 @@ def _join(parts: list[Matrix], offsets: list[int], start: float, step: float, po
 
 # -- the metric families -------------------------------------------------------------------------
 
-K = dcgm.KEY_LABELS
+K = dcgm.KEY_LABELS  # a GPU or one of its MIG instances
+U = dcgm.UUID_LABELS  # a physical GPU
 # The time of a series' latest sample in the window: the instant selector finds it within the
 # lookback (5 min); the subquery, older ones (``timestamp(last_over_time(...))`` would give the
 # evaluation time instead).
 LAST_SAMPLE = "timestamp({s}) or max_over_time(timestamp({s})[{w}:])"
 
 
-def _stat(template: str, selection: Selection, metric: str, window: str, group: str) -> str:
-    inner = selection.over(template.replace("{w}", window), metric)
-    return f"{group} {by(K)} ({inner})"
-
-
-def _means(selection: Selection, metric: str, window: str, **tags: str) -> list[str]:
-    return [
-        tagged(
-            _stat("sum_over_time({s}[{w}])", selection, metric, window, "sum"), stat="sum", **tags
-        ),
-        tagged(
-            _stat("count_over_time({s}[{w}])", selection, metric, window, "sum"),
-            stat="count",
-            **tags,
-        ),
-    ]
-
-
 def family_queries(
     selection: Selection, node_selection: Selection, window_s: float
 ) -> dict[str, str]:
-    """The instant queries of one collection, one per metric family (DESIGN.md section 3)."""
+    """The instant queries of one collection, one per metric family (DESIGN.md section 3).
+
+    Aggregation happens in Prometheus: a GPU's series split by changing pod labels are summed
+    back together (means as sum over count, so they stay exact), and each answer carries one
+    value per GPU (or MIG instance) and statistic, told apart by the ``stat`` and ``src`` labels.
+    """
     w = duration(window_s)
-    key_match = f"on ({', '.join(K)})"
 
     def over(template: str, metric: str) -> str:
         return selection.over(template.replace("{w}", w), metric)
 
-    inventory = union(
-        [
-            tagged(
-                f"sum {by(dcgm.INVENTORY_LABELS)} ("
-                f"{over('count_over_time({s}[{w}])', dcgm.GR_ENGINE_ACTIVE)} or "
-                f"{over('count_over_time({s}[{w}])', dcgm.GPU_UTIL)})",
-                stat="count",
-            ),
-            tagged(
-                f"max {by(dcgm.INVENTORY_LABELS)} ("
-                f"{over(LAST_SAMPLE, dcgm.GR_ENGINE_ACTIVE)} or "
-                f"{over(LAST_SAMPLE, dcgm.GPU_UTIL)})",
-                stat="last",
-            ),
-        ]
-    )
+    def total(metric: str, group: Sequence[str]) -> str:
+        return f"sum {by(group)} ({over('sum_over_time({s}[{w}])', metric)})"
 
-    def util_parts(metric: str, src: str) -> str:
+    def samples(metric: str, group: Sequence[str]) -> str:
+        return f"sum {by(group)} ({over('count_over_time({s}[{w}])', metric)})"
+
+    def mean(metric: str, group: Sequence[str]) -> str:
+        return f"{total(metric, group)} / {samples(metric, group)}"
+
+    def either(first: str, second: str, group: Sequence[str]) -> str:
+        return f"({first}) or on ({', '.join(group)}) ({second})"
+
+    def util(metric: str, src: str) -> str:
         return union(
             [
-                *_means(selection, metric, w, src=src),
+                tagged(mean(metric, K), stat="mean", src=src),
                 tagged(
-                    _stat("quantile_over_time(0.1, {s}[{w}])", selection, metric, w, "min"),
+                    f"min {by(K)} ({over('quantile_over_time(0.1, {s}[{w}])', metric)})",
                     stat="p10",
                     src=src,
                 ),
                 tagged(
-                    _stat("quantile_over_time(0.9, {s}[{w}])", selection, metric, w, "max"),
+                    f"max {by(K)} ({over('quantile_over_time(0.9, {s}[{w}])', metric)})",
                     stat="p90",
                     src=src,
                 ),
             ]
         )
 
-    def fallback(primary: str, secondary: str) -> str:
-        return f"({primary}) or {key_match} ({secondary})"
-
-    queries = {
-        "inventory": inventory,
-        "util": fallback(
-            util_parts(dcgm.GR_ENGINE_ACTIVE, "prof"), util_parts(dcgm.GPU_UTIL, "dev")
-        ),
-        "tensor": union(_means(selection, dcgm.TENSOR_ACTIVE, w)),
-        "memory": union(
+    used, free = total(dcgm.FB_USED, U), total(dcgm.FB_FREE, U)
+    reserved = f"({total(dcgm.FB_RESERVED, U)} or {free} * 0)"
+    nvlink_rx = total(dcgm.NVLINK_RX_BYTES, U)
+    nvlink_bytes = f"({nvlink_rx} + ({total(dcgm.NVLINK_TX_BYTES, U)} or {nvlink_rx} * 0))"
+    return {
+        "inventory": union(
             [
                 tagged(
-                    _stat("sum_over_time({s}[{w}])", selection, metric, w, "sum"),
-                    stat="sum",
-                    src=src,
-                )
-                for metric, src in (
-                    (dcgm.FB_USED, "used"),
-                    (dcgm.FB_FREE, "free"),
-                    (dcgm.FB_RESERVED, "reserved"),
-                )
-            ]
-        ),
-        "power": union(_means(selection, dcgm.POWER_USAGE, w)),
-        "temperature": tagged(
-            _stat("max_over_time({s}[{w}])", selection, dcgm.GPU_TEMP, w, "max"), stat="max"
-        ),
-        "pcie": union(
-            [
-                *_means(selection, dcgm.PCIE_RX_BYTES, w, src="rx"),
+                    f"max {by(dcgm.INVENTORY_LABELS)} ({over(LAST_SAMPLE, dcgm.GR_ENGINE_ACTIVE)}"
+                    f" or {over(LAST_SAMPLE, dcgm.GPU_UTIL)})",
+                    stat="last",
+                ),
                 tagged(
-                    _stat("sum_over_time({s}[{w}])", selection, dcgm.PCIE_TX_BYTES, w, "sum"),
-                    stat="sum",
-                    src="tx",
+                    f"max ({over('count_over_time({s}[{w}])', dcgm.GR_ENGINE_ACTIVE)} or "
+                    f"{over('count_over_time({s}[{w}])', dcgm.GPU_UTIL)})",
+                    stat="samples",
                 ),
             ]
         ),
-        "nvlink": fallback(
-            union(
-                [
-                    *_means(selection, dcgm.NVLINK_RX_BYTES, w, src="rx"),
-                    tagged(
-                        _stat("sum_over_time({s}[{w}])", selection, dcgm.NVLINK_TX_BYTES, w, "sum"),
-                        stat="sum",
-                        src="tx",
-                    ),
-                ]
-            ),
-            union(_means(selection, dcgm.NVLINK_BANDWIDTH_TOTAL, w, src="total")),
+        "util": either(util(dcgm.GR_ENGINE_ACTIVE, "prof"), util(dcgm.GPU_UTIL, "dev"), K),
+        "tensor": tagged(mean(dcgm.TENSOR_ACTIVE, K), stat="mean"),
+        "memory": tagged(f"{used} / ({used} + {free} + {reserved})", stat="frac"),
+        "power": tagged(mean(dcgm.POWER_USAGE, U), stat="mean"),
+        "temperature": tagged(
+            f"max {by(U)} ({over('max_over_time({s}[{w}])', dcgm.GPU_TEMP)})", stat="max"
+        ),
+        "pcie": union(
+            [
+                tagged(mean(dcgm.PCIE_RX_BYTES, U), stat="mean", src="rx"),
+                tagged(mean(dcgm.PCIE_TX_BYTES, U), stat="mean", src="tx"),
+            ]
+        ),
+        "nvlink": either(
+            tagged(f"{nvlink_bytes} / {samples(dcgm.NVLINK_RX_BYTES, U)}", stat="mean", src="prof"),
+            tagged(mean(dcgm.NVLINK_BANDWIDTH_TOTAL, U), stat="mean", src="total"),
+            U,
         ),
         "xid": union(
             [
@@ -834,7 +816,6 @@ def family_queries(
             f"{node_selection.over('{s}', 'node_uname_info')})"
         ),
     }
-    return queries
 
 
 def _node_over(selection: Selection, template: str) -> str:
@@ -863,229 +844,6 @@ def xid_range_query(selection: Selection, uuids: Sequence[str]) -> str:
             ),
         ]
     )
-
-
-# -- from responses to per-GPU statistics --------------------------------------------------------
-
-
-def _frame(vector: Vector, extra: Sequence[str] = ()) -> pd.DataFrame:
-    """A stats response as columns uuid, instance, stat, src (and ``extra`` labels), value."""
-    frame = pd.DataFrame(
-        {
-            "uuid": [dcgm.uuid_of(m) for m in vector.labels],
-            "instance": [dcgm.instance_of(m) for m in vector.labels],
-            "stat": vector.column("stat"),
-            "src": vector.column("src"),
-            **{name: vector.column(name) for name in extra},
-            "value": vector.values,
-        }
-    )
-    return frame[frame["uuid"] != ""]
-
-
-def _wide(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per (uuid, instance), one column per ``<src>_<stat>``."""
-    if frame.empty:
-        return pd.DataFrame(index=pd.MultiIndex.from_tuples([], names=["uuid", "instance"]))
-    frame = frame.assign(column=frame["src"].where(frame["src"] != "", "v") + "_" + frame["stat"])
-    return frame.pivot_table(
-        index=["uuid", "instance"], columns="column", values="value", aggfunc="max"
-    )
-
-
-def _col(frame: pd.DataFrame, name: str) -> pd.Series:
-    if name in frame:
-        return frame[name].astype("float64")
-    return pd.Series(np.nan, index=frame.index, dtype="float64")
-
-
-def _ratio(numerator: pd.Series, denominator: pd.Series) -> pd.Series:
-    return numerator / denominator.where(denominator > 0)
-
-
-def instance_statistics(
-    vectors: Mapping[str, Vector], nvlink_total_unit_Bps: float = 1e6
-) -> pd.DataFrame:
-    """Per (uuid, MIG instance): the snapshot's statistics and where util came from."""
-    util = _wide(_frame(vectors["util"]))
-    stats = pd.DataFrame(index=util.index)
-    has_prof = _col(util, "prof_count").notna()
-    scale = pd.Series(np.where(has_prof, 1.0, 0.01), index=util.index)
-    pick = {
-        stat: _col(util, f"prof_{stat}").where(has_prof, _col(util, f"dev_{stat}"))
-        for stat in ("sum", "count", "p10", "p90")
-    }
-    stats["util_mean"] = _ratio(pick["sum"], pick["count"]) * scale
-    stats["util_p10"] = pick["p10"] * scale
-    stats["util_p90"] = pick["p90"] * scale
-    stats["util_src"] = np.where(has_prof, "prof", np.where(pick["count"].notna(), "dev", ""))
-
-    def join(name: str, frame: pd.DataFrame) -> None:
-        nonlocal stats
-        stats = stats.join(frame.rename(columns=lambda c: f"{name}:{c}"), how="outer")
-
-    for family in ("tensor", "memory", "power", "temperature", "pcie", "nvlink"):
-        join(family, _wide(_frame(vectors[family])))
-    stats["tensor_active_mean"] = _ratio(_col(stats, "tensor:v_sum"), _col(stats, "tensor:v_count"))
-    used = _col(stats, "memory:used_sum")
-    total = used + _col(stats, "memory:free_sum") + _col(stats, "memory:reserved_sum").fillna(0)
-    stats["fb_used"] = used
-    stats["fb_total"] = total
-    stats["fb_used_frac_mean"] = _ratio(used, total)
-    stats["power_w_mean"] = _ratio(_col(stats, "power:v_sum"), _col(stats, "power:v_count"))
-    stats["temp_c_max"] = _col(stats, "temperature:v_max")
-    pcie_count = _col(stats, "pcie:rx_count")
-    stats["pcie_rx_Bps_mean"] = _ratio(_col(stats, "pcie:rx_sum"), pcie_count)
-    stats["pcie_tx_Bps_mean"] = _ratio(_col(stats, "pcie:tx_sum"), pcie_count)
-    prof_nvlink = _ratio(
-        _col(stats, "nvlink:rx_sum") + _col(stats, "nvlink:tx_sum").fillna(0),
-        _col(stats, "nvlink:rx_count"),
-    )
-    total_nvlink = (
-        _ratio(_col(stats, "nvlink:total_sum"), _col(stats, "nvlink:total_count"))
-        * nvlink_total_unit_Bps
-    )
-    stats["nvlink_Bps_mean"] = prof_nvlink.where(prof_nvlink.notna(), total_nvlink)
-    keep = [c for c in stats.columns if ":" not in c]
-    stats = stats[keep]
-    stats["util_src"] = stats["util_src"].fillna("")
-    return stats
-
-
-FRACTIONS = ("util_mean", "util_p10", "util_p90", "tensor_active_mean", "fb_used_frac_mean")
-WEIGHTED = ("util_mean", "util_p10", "util_p90", "tensor_active_mean")
-PHYSICAL = ("power_w_mean", "temp_c_max", "pcie_rx_Bps_mean", "pcie_tx_Bps_mean", "nvlink_Bps_mean")
-
-
-def physical_statistics(stats: pd.DataFrame, identity: pd.DataFrame) -> pd.DataFrame:
-    """Per physical GPU (uuid): whole-GPU series as they are; MIG instances combined — activity
-    weighted by each instance's share of the GPU (``3g.40gb`` = 3/7), memory summed, device-wide
-    quantities (power, temperature, PCIe, NVLink) taken once (their max)."""
-    stats = stats.join(identity[["mig_profile", "model"]], how="left")
-    instance = stats.index.get_level_values("instance")
-    whole = stats[instance == ""].droplevel("instance")
-    mig = stats[instance != ""]
-    if mig.empty:
-        return whole.drop(columns=["mig_profile", "model", "fb_used", "fb_total"])
-    share = np.array(
-        [
-            dcgm.mig_share(p or "", m or "")
-            for p, m in zip(mig["mig_profile"], mig["model"], strict=True)
-        ]
-    )
-    uuids = mig.index.get_level_values("uuid")
-    combined = pd.DataFrame(index=pd.Index(sorted(set(uuids)), name="uuid"))
-    for column in WEIGHTED:
-        weighted = (mig[column] * share).groupby(uuids).sum(min_count=1)
-        combined[column] = weighted.clip(upper=1.0)
-    used = mig["fb_used"].groupby(uuids).sum(min_count=1)
-    total = mig["fb_total"].groupby(uuids).sum(min_count=1)
-    combined["fb_used_frac_mean"] = _ratio(used, total)
-    for column in PHYSICAL:
-        combined[column] = mig[column].groupby(uuids).max()
-    sources = mig["util_src"].groupby(uuids).agg(lambda s: "prof" if "prof" in set(s) else max(s))
-    combined["util_src"] = sources
-    whole = whole.drop(columns=["mig_profile", "model", "fb_used", "fb_total"])
-    return whole.combine_first(combined)
-
-
-def inventory_identity(vector: Vector) -> pd.DataFrame:
-    """Per (uuid, instance): host, gpu index, model, MIG profile, workload, samples in the window
-    and the time of the latest sample, from the inventory response. When a GPU's series split
-    (its pod labels changed), counts add up and the latest series names the workload."""
-    rows = []
-    for labels, stat, value in zip(
-        vector.labels, vector.column("stat"), vector.values, strict=True
-    ):
-        ident = dcgm.normalize(labels)
-        if not ident.uuid:
-            continue
-        rows.append(
-            (
-                ident.uuid,
-                ident.instance,
-                ident.host,
-                ident.gpu,
-                ident.model,
-                ident.mig_profile,
-                ident.workload.as_text(),
-                ident.workload.hpc_job,
-                stat,
-                value,
-            )
-        )
-    columns = [
-        "uuid",
-        "instance",
-        "host",
-        "gpu",
-        "model",
-        "mig_profile",
-        "workload",
-        "hpc_job",
-        "stat",
-        "value",
-    ]
-    frame = pd.DataFrame(rows, columns=columns)
-    if frame.empty:
-        empty = pd.DataFrame(columns=[*columns[2:8], "count", "last"])
-        empty.index = pd.MultiIndex.from_tuples([], names=["uuid", "instance"])
-        return empty
-    series = frame.pivot_table(
-        index=columns[:8], columns="stat", values="value", aggfunc="max", dropna=False
-    ).reset_index()
-    series.columns.name = None
-    for stat in ("count", "last"):
-        if stat not in series:
-            series[stat] = np.nan
-    series = series[series["count"].notna() | series["last"].notna()]
-    series = series.sort_values("last", na_position="first")
-    grouped = series.groupby(["uuid", "instance"], sort=False)
-    identity = grouped[columns[2:8]].last()
-    identity["count"] = grouped["count"].sum(min_count=1)
-    identity["last"] = grouped["last"].max()
-    return identity
-
-
-@dataclass(frozen=True)
-class XidEvent:
-    uuid: str
-    code: int
-    time: float
-
-
-def xid_events(matrix: Matrix, window_start: float) -> list[XidEvent]:
-    """Xids that appeared in the window: the gauge changed to a non-zero value (or a non-zero
-    series began) inside it; the exporter's counter grew (or began above zero) inside it. The
-    code is the ``err_code`` (gauge) or ``xid`` (counter) label when present, else the value."""
-    events: dict[tuple[str, int], float] = {}
-    inside = matrix.timestamps >= window_start - 1e-6
-    for labels, row in zip(matrix.labels, matrix.values, strict=True):
-        uuid = dcgm.uuid_of(labels)
-        seen = ~np.isnan(row)
-        if not uuid or not seen.any():
-            continue
-        values = row[seen]
-        times = matrix.timestamps[seen]
-        in_window = inside[seen]
-        previous = np.concatenate([[np.nan], values[:-1]])
-        if labels.get("src") == "count":
-            started = np.isnan(previous) & (values > 0)
-            grew = values > previous
-            hits = in_window & (started | grew)
-            label = labels.get("xid", "")
-        else:
-            started = np.isnan(previous) & (values != 0)
-            changed = (values != previous) & (values != 0) & ~np.isnan(previous)
-            hits = in_window & (started | changed)
-            label = labels.get("err_code", "")
-        for value, moment in zip(values[hits], times[hits], strict=True):
-            code = int(label) if label.isdigit() and int(label) > 0 else int(value)
-            if code <= 0 or (labels.get("src") == "count" and not label.isdigit()):
-                continue
-            key = (uuid, code)
-            events[key] = min(events.get(key, math.inf), float(moment))
-    return [XidEvent(u, c, t) for (u, c), t in sorted(events.items(), key=lambda kv: kv[1])]
 
 
 # -- one collection ------------------------------------------------------------------------------
@@ -1171,24 +929,41 @@ class PrometheusSource:
                     for name, text in queries.items()
                 }
                 vectors = {name: future.result() for name, future in futures.items()}
-            identity = inventory_identity(vectors["inventory"])
-            interval = config.scrape_interval_s or _estimate_interval(identity, window_s)
-            xid_matrix = self._xid_matrix(
-                client, selection, vectors["xid"], as_of, window_s, interval
-            )
-        stats = instance_statistics(vectors, config.nvlink_total_unit_Bps)
-        physical = physical_statistics(stats, identity) if len(stats) else stats
+            answers = {name: (vector.labels, vector.values) for name, vector in vectors.items()}
+            inventory = dcgm_stats.inventory(answers["inventory"])
+            interval = config.scrape_interval_s or _estimate_interval(inventory.samples, window_s)
+            matrix = self._xid_matrix(client, selection, vectors["xid"], as_of, window_s, interval)
+        events = (
+            dcgm_stats.xid_events(matrix.labels, matrix.timestamps, matrix.values, as_of - window_s)
+            if matrix is not None
+            else []
+        )
+        frame = dcgm_stats.statistics(answers, inventory, config.nvlink_total_unit_Bps)
+        node_gpus = {n.name: n.gpus for n in nodes}
+        placement = dcgm_stats.place(frame, inventory, events, node_gpus, uuids or {})
         stale_limit = config.max_data_age_s or (2 * interval if interval else None)
-        return _assemble(
-            nodes,
-            identity,
-            physical,
-            xid_events(xid_matrix, as_of - window_s) if xid_matrix is not None else [],
-            _cpu(vectors["cpu"]),
-            uuids=uuids or {},
-            as_of=as_of,
-            interval=interval,
-            stale_limit=stale_limit,
+        down = {n.name for n in nodes if n.state == "down"}
+        answered = sum(
+            1
+            for (node, _), seen in placement.last_seen.items()
+            if node not in down and stale_limit is not None and as_of - seen <= stale_limit
+        )
+        hosts_of = dcgm.host_index(list(node_gpus))
+        cpu = {
+            node: value
+            for host, value in _cpu(vectors["cpu"]).items()
+            if (node := dcgm.node_for_host(host, hosts_of))
+        }
+        return GpuMetrics(
+            gpus=[placement.gpus[key] for key in sorted(placement.gpus)],
+            cpu_util=cpu,
+            expected=sum(n.gpus for n in nodes if n.state != "down"),
+            answered=answered,
+            newest_sample=placement.newest,
+            scrape_interval_s=interval,
+            max_data_age_s=stale_limit,
+            unmatched_gpus=placement.unmatched,
+            util_sources=placement.util_sources,
             report=report.as_dict(),
         )
 
@@ -1209,12 +984,11 @@ class PrometheusSource:
         )
 
 
-def _estimate_interval(identity: pd.DataFrame, window_s: float) -> float | None:
+def _estimate_interval(samples: float | None, window_s: float) -> float | None:
     """The scrape interval, from the most samples any GPU has in the window."""
-    if identity.empty or identity["count"].isna().all():
+    if not samples:
         return None
-    most = float(identity["count"].max())
-    return max(1.0, window_s / max(1.0, most - 1.0))
+    return max(1.0, window_s / max(1.0, samples - 1.0))
 
 
 def _cpu(vector: Vector) -> dict[str, float]:
@@ -1223,112 +997,6 @@ def _cpu(vector: Vector) -> dict[str, float]:
         if name and not math.isnan(value):
             out[name] = float(min(1.0, max(0.0, value)))
     return out
-
-
-def _round(metric: str, value: float) -> float | int:
-    if metric in ("pcie_rx_Bps", "pcie_tx_Bps", "nvlink_Bps"):
-        return round(value)
-    if metric in ("power_w", "temp_c"):
-        return round(value, 3)
-    return round(min(1.0, max(0.0, value)), 6)
-
-
-def _assemble(
-    nodes: Sequence[NodeInventory],
-    identity: pd.DataFrame,
-    physical: pd.DataFrame,
-    xids: list[XidEvent],
-    cpu: dict[str, float],
-    *,
-    uuids: Mapping[str, tuple[str, int]],
-    as_of: float,
-    interval: float | None,
-    stale_limit: float | None,
-    report: dict[str, Any],
-) -> GpuMetrics:
-    gpu_counts = {n.name: n.gpus for n in nodes}
-    hosts = dcgm.host_index(list(gpu_counts))
-    whole = identity.sort_values("last", na_position="first").groupby(level="uuid").last()
-    last = identity.groupby(level="uuid")["last"].max()
-    # A MIG GPU's instances may each serve a workload: name them all.
-    named = identity.groupby(level="uuid")[["workload", "hpc_job"]].agg(
-        lambda values: ", ".join(sorted({v for v in values if v}))
-    )
-    by_uuid_xids: dict[str, list[dict[str, Any]]] = {}
-    for event in xids:
-        by_uuid_xids.setdefault(event.uuid, []).append(
-            {"code": event.code, "time": _iso(event.time)}
-        )
-    metric_columns = [c for c in physical.columns if c != "util_src"]
-    placed: dict[tuple[str, int], dict[str, Any]] = {}
-    last_seen: dict[tuple[str, int], float] = {}
-    unmatched = 0
-    sources: dict[str, int] = {}
-    newest: float | None = None
-    all_uuids = sorted(set(whole.index) | set(physical.index))
-    for uuid in all_uuids:
-        where = uuids.get(uuid)
-        info = whole.loc[uuid] if uuid in whole.index else None
-        if where is None and info is not None:
-            node = dcgm.node_for_host(info["host"], hosts)
-            gpu = info["gpu"]
-            if node is not None and gpu is not None and not pd.isna(gpu):
-                where = (node, int(gpu))
-        if where is None or where[1] >= gpu_counts.get(where[0], 0) or where in placed:
-            unmatched += 1
-            continue
-        entry: dict[str, Any] = {"node": where[0], "index": where[1], "uuid": uuid}
-        if uuid in physical.index:
-            row = physical.loc[uuid]
-            for column in metric_columns:
-                value = row[column]
-                if value is None or pd.isna(value):
-                    continue
-                metric, stat = column.rsplit("_", 1)
-                entry.setdefault(metric, {})[stat] = _round(metric, float(value))
-            source = row.get("util_src") or ""
-            if source:
-                sources[source] = sources.get(source, 0) + 1
-        if uuid in by_uuid_xids:
-            entry["xid"] = by_uuid_xids[uuid]
-        if uuid in named.index:
-            for key in ("workload", "hpc_job"):
-                if named.at[uuid, key]:
-                    entry[key] = named.at[uuid, key]
-        seen = last.get(uuid)
-        if seen is not None and not pd.isna(seen):
-            last_seen[where] = float(seen)
-            newest = float(seen) if newest is None else max(newest, float(seen))
-        placed[where] = entry
-    expected = sum(n.gpus for n in nodes if n.state != "down")
-    down = {n.name for n in nodes if n.state == "down"}
-    answered = sum(
-        1
-        for (node, _), seen in last_seen.items()
-        if node not in down and (stale_limit is None or as_of - seen <= stale_limit)
-    )
-    return GpuMetrics(
-        gpus=[placed[key] for key in sorted(placed)],
-        cpu_util={
-            n: v for n, v in ((dcgm.node_for_host(h, hosts), v) for h, v in cpu.items()) if n
-        },
-        expected=expected,
-        answered=answered,
-        newest_sample=newest,
-        scrape_interval_s=interval,
-        max_data_age_s=stale_limit,
-        unmatched_gpus=unmatched,
-        util_sources=sources,
-        report=report,
-    )
-
-
-def _iso(seconds: float) -> str:
-    moment = datetime.fromtimestamp(round(seconds, 3), UTC)
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    if moment.microsecond:
-        text += f".{moment.microsecond // 1000:03d}".rstrip("0")
-    return text + "Z"
 
 
 # -- shards --------------------------------------------------------------------------------------
@@ -1499,7 +1167,7 @@ def collect_document(
     document: dict[str, Any] = {
         "format": SNAPSHOT_FORMAT,
         "cluster": scheduler.get("cluster") or "cluster",
-        "as_of": _iso(at),
+        "as_of": dcgm_stats.iso(at),
         "window_s": window_s,
         **{
             section: scheduler.get(section) or ([] if section != "scheduler" else {})
@@ -1540,7 +1208,7 @@ def collection_report(
             f"GPU metrics cover {metrics.answered} of {metrics.expected} GPUs "
             f"({coverage:.1%}), below {config.min_coverage:.0%}"
         )
-    if metrics.expected and age is None:
+    if metrics.expected and (age is None or metrics.max_data_age_s is None):
         problems.append("no GPU metrics at all in the window")
     elif age is not None and metrics.max_data_age_s is not None and age > metrics.max_data_age_s:
         problems.append(
