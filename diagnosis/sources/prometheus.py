@@ -36,7 +36,7 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlparse
 
@@ -1254,28 +1254,15 @@ def scheduler_part(
     now: datetime | None = None,
 ) -> tuple[dict[str, Any], datetime, dict[str, Any]]:
     """The cluster's scheduler state as a snapshot-shaped dict without GPU metrics, the time to
-    collect at, and what to remember (the event cursor)."""
+    collect at, and what the adapter reported (its event cursor, the commands it ran)."""
     if cluster.scheduler_kind == "sim":
         return _sim_scheduler_part(cluster, previous_as_of=previous_as_of, now=now)
-    from diagnosis.schedulers.base import SchedulerError, adapter_for
+    from diagnosis.sources import scheduler_only
 
-    at = (now or datetime.now(UTC)).replace(microsecond=0)
-    cursor = getattr(cluster, "event_cursor", "") or None
-    try:
-        adapter = adapter_for(cluster.scheduler_kind, cluster.scheduler_config or {})
-        state = adapter.read_state()
-        batch = adapter.read_events(cursor)
-    except SchedulerError as exc:
-        raise CollectError(f"scheduler: {exc}", permanent=exc.permanent) from exc
-    part = {
-        "cluster": cluster.name,
-        "scheduler": dict(state.scheduler),
-        "nodes": list(state.nodes),
-        "queues": list(state.queues),
-        "jobs": list(state.jobs),
-        "events": list(batch.events),
-    }
-    return part, at, {"event_cursor": batch.cursor}
+    document = scheduler_only.collect(cluster, previous_as_of=previous_as_of, now=now)
+    reported = document.pop("collection", {})
+    as_of = datetime.fromisoformat(document["as_of"].replace("Z", "+00:00"))
+    return document, as_of, {k: v for k, v in reported.items() if k != "source"}
 
 
 def _sim_scheduler_part(cluster, *, previous_as_of, now):
