@@ -3,7 +3,7 @@
 from django.urls import path
 from django.views.generic import RedirectView
 
-from diagnosis import views
+from diagnosis import recommendation_views, views
 
 app_name = "diagnosis"
 
@@ -14,4 +14,24 @@ urlpatterns = [
     path("clusters/<slug:name>/findings/", views.finding_list, name="findings"),
     path("clusters/<slug:name>/findings/<int:finding_id>/", views.finding_detail, name="finding"),
     path("clusters/<slug:name>/incidents/", views.incident_list, name="incidents"),
+    path(
+        "clusters/<slug:name>/recommendations/",
+        recommendation_views.recommendation_list,
+        name="recommendations",
+    ),
+    path(
+        "clusters/<slug:name>/recommendations/<int:recommendation_id>/",
+        recommendation_views.recommendation_detail,
+        name="recommendation",
+    ),
+    path(
+        "clusters/<slug:name>/recommendations/<int:recommendation_id>/<slug:action>/",
+        recommendation_views.recommendation_action,
+        name="recommendation_action",
+    ),
+    path(
+        "clusters/<slug:name>/writes/",
+        recommendation_views.cluster_writes,
+        name="cluster_writes",
+    ),
 ]
