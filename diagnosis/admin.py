@@ -1,5 +1,7 @@
 """Django admin for every diagnosis model; the audit trail is read-only here as everywhere."""
 
+from typing import Any
+
 from django.contrib import admin
 from django.http import HttpRequest
 
@@ -20,6 +22,8 @@ from diagnosis.models import (
     Snapshot,
     Tenant,
 )
+from diagnosis.roles import can_administer
+from diagnosis.workflow import set_cluster_writes
 
 
 @admin.register(Cluster)
@@ -36,6 +40,24 @@ class ClusterAdmin(admin.ModelAdmin):
     list_filter = ["enabled", "dry_run", "scheduler_kind", "metrics_kind", "status"]
     search_fields = ["name"]
     readonly_fields = ["last_cycle_at", "status_changed_at", "created_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Cluster | None = None) -> list[str]:
+        """The write switch (``dry_run``) and auto-rollback are an admin's (role) to change."""
+        fields = list(super().get_readonly_fields(request, obj))
+        if not can_administer(request.user):
+            fields += ["dry_run", "auto_rollback"]
+        return fields
+
+    def save_model(self, request: HttpRequest, obj: Cluster, form: Any, change: bool) -> None:
+        """A change of the write switch goes through the audited action."""
+        wanted_dry_run = obj.dry_run
+        switched = change and "dry_run" in form.changed_data
+        if switched:
+            obj.dry_run = not wanted_dry_run  # saved as it was: the action flips it, audited
+        super().save_model(request, obj, form, change)
+        if switched:
+            set_cluster_writes(obj, request.user, enabled=not wanted_dry_run)
+            obj.refresh_from_db()
 
 
 @admin.register(Node)
@@ -113,10 +135,25 @@ class RuleOverrideAdmin(admin.ModelAdmin):
 
 @admin.register(Recommendation)
 class RecommendationAdmin(admin.ModelAdmin):
+    """Read-only: a recommendation moves only through the audited workflow (the pages, the API)."""
+
     list_display = ["kind", "target", "cluster", "state", "created_by", "approved_by", "created_at"]
     list_filter = ["cluster", "state", "kind"]
     search_fields = ["target"]
     raw_id_fields = ["motivating_findings"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(
+        self, request: HttpRequest, obj: Recommendation | None = None
+    ) -> bool:
+        return False
+
+    def has_delete_permission(
+        self, request: HttpRequest, obj: Recommendation | None = None
+    ) -> bool:
+        return False
 
 
 @admin.register(AuditEntry)
