@@ -159,7 +159,7 @@ class WaitStats:
     p95_s: float | None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"jobs": self.jobs, "p50_s": _round(self.p50_s), "p95_s": _round(self.p95_s)}
+        return {"jobs": self.jobs, "p50_s": json_number(self.p50_s), "p95_s": json_number(self.p95_s)}
 
 
 def percentiles(values: Sequence[float] | np.ndarray) -> tuple[float | None, float | None]:
@@ -447,27 +447,27 @@ class TenantRow:
     def as_dict(self) -> dict[str, Any]:
         return {
             "tenant": self.tenant,
-            "entitlement": _round(self.entitlement),
-            "fair_share": _round(self.fair_share),
-            "usage": _round(self.usage),
-            "ratio": _round(self.ratio),
-            "demand": _round(self.demand_gpu_hours),
-            "demand_share": _round(self.demand_share),
-            "allocated_gpu_hours": _round(self.allocated_gpu_hours),
-            "fair_gpu_hours": _round(self.fair_gpu_hours),
+            "entitlement": json_number(self.entitlement),
+            "fair_share": json_number(self.fair_share),
+            "usage": json_number(self.usage),
+            "ratio": json_number(self.ratio),
+            "demand": json_number(self.demand_gpu_hours),
+            "demand_share": json_number(self.demand_share),
+            "allocated_gpu_hours": json_number(self.allocated_gpu_hours),
+            "fair_gpu_hours": json_number(self.fair_gpu_hours),
             "jobs_started": self.wait.jobs,
-            "wait_p50_s": _round(self.wait.p50_s),
-            "wait_p95_s": _round(self.wait.p95_s),
+            "wait_p50_s": json_number(self.wait.p50_s),
+            "wait_p95_s": json_number(self.wait.p95_s),
             "waits": {name: stats.as_dict() for name, stats in self.waits.items()},
             "starvation_findings": self.starvation_findings,
-            "starving_job_hours": _round(self.starving_job_hours),
+            "starving_job_hours": json_number(self.starving_job_hours),
             "preemptions": self.preemptions,
-            "util": _round(self.util),
-            "mfu": _round(self.mfu),
-            "productive_gpu_hours": _round(self.productive_gpu_hours),
-            "idle_gpu_hours": _round(self.idle_gpu_hours),
-            "gpu_hours": {name: _round(v) for name, v in self.buckets.items()},
-            "dominant_share": _round(self.dominant_share),
+            "util": json_number(self.util),
+            "mfu": json_number(self.mfu),
+            "productive_gpu_hours": json_number(self.productive_gpu_hours),
+            "idle_gpu_hours": json_number(self.idle_gpu_hours),
+            "gpu_hours": {name: json_number(v) for name, v in self.buckets.items()},
+            "dominant_share": json_number(self.dominant_share),
             "dominant_resource": self.dominant_resource,
         }
 
@@ -583,7 +583,7 @@ def fairness_report(
     )
 
 
-def _round(value: float | None, digits: int = 6) -> float | None:
+def json_number(value: float | None, digits: int = 6) -> float | None:
     if value is None:
         return None
     value = float(value)

@@ -193,3 +193,9 @@ def actuate_dry_run(recommendation_id: int) -> dict[str, str]:
     from diagnosis import workflow
 
     return {"recommendation": str(recommendation_id), **workflow.run_dry_run(recommendation_id)}
+
+
+@shared_task(name="diagnosis.tasks.send_report_subscriptions")
+def send_report_subscriptions() -> int:
+    """Beat, hourly: email the fairness reports whose weekly or monthly turn has come."""
+    return actions.send_due_report_subscriptions()

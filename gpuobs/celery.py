@@ -60,3 +60,14 @@ def schedule_diagnosis_cycles(sender: Celery, **kwargs) -> None:
         name="diagnosis cycles",
         expires=seconds,  # a fan-out that waited a whole period is stale: the next one replaces it
     )
+
+
+@app.on_after_configure.connect
+def schedule_report_subscriptions(sender: Celery, **kwargs) -> None:
+    """Beat checks hourly for fairness reports due by email (weekly or monthly subscriptions)."""
+    sender.add_periodic_task(
+        3600,
+        sender.signature("diagnosis.tasks.send_report_subscriptions"),
+        name="fairness report subscriptions",
+        expires=3600,
+    )

@@ -42,7 +42,7 @@ def test_tasks_are_routed_by_the_start_of_their_name(task_name: str, queue: str)
 
 
 def test_beat_runs_the_cycle_fan_out_every_cycle_period(settings) -> None:
-    [entry] = celery_app.conf.beat_schedule.values()
+    entry = celery_app.conf.beat_schedule["diagnosis cycles"]
 
     assert entry["task"] == "diagnosis.tasks.run_cycles"
     assert entry["schedule"] == settings.GPUOBS_CYCLE_SECONDS

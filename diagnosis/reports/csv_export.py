@@ -1,0 +1,124 @@
+"""The fairness report as CSV: one row per tenant, the columns of :data:`CSV_COLUMNS` in that
+order (documented in docs/fairness.md; a test keeps the two in step).
+
+Numbers are the JSON report's, so CSV, API, page and PDF agree; an unknown value is an empty
+cell. Shares are fractions (0..1), durations seconds, GPU-hours hours of one GPU.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping
+from typing import Any
+
+from diagnosis.fairness import SIZE_CLASSES, TENANT_BUCKETS
+from diagnosis.reports.fairness import FairnessReportData
+
+
+def _class_token(name: str) -> str:
+    return {"1": "1", "2-8": "2_8", "9-64": "9_64", ">64": "gt64"}[name]
+
+
+def _bucket_token(name: str) -> str:
+    return name.replace("-", "_")
+
+
+# column -> what it holds (docs/fairness.md repeats this list)
+CSV_COLUMNS: dict[str, str] = {
+    "cluster": "cluster name",
+    "from": "start of the period (exclusive), RFC 3339 UTC",
+    "to": "end of the period (inclusive), RFC 3339 UTC",
+    "tenant": "tenant name",
+    "entitlement": "time-averaged share of the entitlement (deserved GPUs, else weights), 0..1",
+    "fair_share": "water-filled fair GPU-seconds ÷ usable GPU-seconds, 0..1",
+    "usage": "allocated GPU-seconds ÷ usable GPU-seconds, 0..1",
+    "ratio": "usage ÷ fair_share (empty when the fair share is 0)",
+    "demand_gpu_hours": "GPU-hours its running and pending jobs asked for",
+    "demand_share": "demand ÷ usable GPU-hours",
+    "allocated_gpu_hours": "GPU-hours its jobs held",
+    "fair_gpu_hours": "GPU-hours water-filling would have given it",
+    "jobs_started": "jobs that started in the period",
+    "wait_p50_s": "median wait (start - submission) of those jobs, seconds",
+    "wait_p95_s": "95th percentile wait of those jobs, seconds",
+    **{
+        column: text
+        for name in SIZE_CLASSES
+        for column, text in (
+            (f"jobs_started_{_class_token(name)}", f"jobs of {name} GPU(s) that started"),
+            (f"wait_p50_s_{_class_token(name)}", f"median wait of jobs of {name} GPU(s)"),
+            (f"wait_p95_s_{_class_token(name)}", f"95th percentile wait of jobs of {name} GPU(s)"),
+        )
+    },
+    "starvation_findings": "distinct starvation findings of its jobs in the period",
+    "starving_job_hours": "hours its jobs spent with a starvation finding, summed over jobs",
+    "preemptions": "preemptions its jobs suffered",
+    "util": "mean GPU utilization of its GPU-seconds with a reading, 0..1",
+    "mfu": "model FLOPs utilization of its busy GPU-seconds where known, 0..1",
+    "productive_gpu_hours": "MFU-weighted busy GPU-hours",
+    "idle_gpu_hours": "GPU-hours it held idle (allocated-idle + held-by-partial-gang)",
+    **{
+        f"gpu_hours_{_bucket_token(bucket)}": f"GPU-hours of its jobs in the {bucket} bucket"
+        for bucket in TENANT_BUCKETS
+    },
+    "dominant_share": "DRF dominant share (empty: CPU and memory not known)",
+    "dominant_resource": "the resource of the dominant share",
+    "jain_index": "Jain's index of the ratios of every tenant with demand (the cluster's)",
+}
+
+
+def csv_rows(data: FairnessReportData) -> list[dict[str, Any]]:
+    """One dict per tenant with exactly the :data:`CSV_COLUMNS`."""
+    document = data.as_dict()
+    rows = []
+    for tenant in document["tenants"]:
+        row: dict[str, Any] = {
+            "cluster": document["cluster"],
+            "from": document["from"],
+            "to": document["to"],
+            "tenant": tenant["tenant"],
+            "entitlement": tenant["entitlement"],
+            "fair_share": tenant["fair_share"],
+            "usage": tenant["usage"],
+            "ratio": tenant["ratio"],
+            "demand_gpu_hours": tenant["demand"],
+            "demand_share": tenant["demand_share"],
+            "allocated_gpu_hours": tenant["allocated_gpu_hours"],
+            "fair_gpu_hours": tenant["fair_gpu_hours"],
+            "jobs_started": tenant["jobs_started"],
+            "wait_p50_s": tenant["wait_p50_s"],
+            "wait_p95_s": tenant["wait_p95_s"],
+        }
+        waits: Mapping[str, Mapping[str, Any]] = tenant["waits"]
+        for name in SIZE_CLASSES:
+            token = _class_token(name)
+            row[f"jobs_started_{token}"] = waits[name]["jobs"]
+            row[f"wait_p50_s_{token}"] = waits[name]["p50_s"]
+            row[f"wait_p95_s_{token}"] = waits[name]["p95_s"]
+        for column in (
+            "starvation_findings",
+            "starving_job_hours",
+            "preemptions",
+            "util",
+            "mfu",
+            "productive_gpu_hours",
+            "idle_gpu_hours",
+        ):
+            row[column] = tenant[column]
+        for bucket in TENANT_BUCKETS:
+            row[f"gpu_hours_{_bucket_token(bucket)}"] = tenant["gpu_hours"][bucket]
+        row["dominant_share"] = tenant["dominant_share"]
+        row["dominant_resource"] = tenant["dominant_resource"]
+        row["jain_index"] = document["jain_index"]
+        rows.append(row)
+    return rows
+
+
+def render_csv(data: FairnessReportData) -> str:
+    """The CSV text (header row first; ``None`` as an empty cell)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(CSV_COLUMNS), lineterminator="\n")
+    writer.writeheader()
+    for row in csv_rows(data):
+        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    return out.getvalue()

@@ -1,0 +1,462 @@
+"""The fairness report as a PDF: the page's content (summary, tenant table, the three charts,
+waits by size class, definitions) drawn with ReportLab, in this process.
+
+Why ReportLab (docs/fairness.md): it is a pip package with no browser and nothing downloaded at
+run time, writes vector charts of its own (``reportlab.graphics``) so the PDF needs neither
+matplotlib nor plotly's kaleido + Chromium, embeds the Bitstream Vera font it ships (so any
+machine renders the same file and text extraction works), and lays out tables that repeat their
+header across pages. A 50-tenant report renders in well under a second (bench/reports.py).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from functools import lru_cache
+
+import reportlab
+from reportlab.graphics.charts.barcharts import HorizontalBarChart, VerticalBarChart
+from reportlab.graphics.charts.legends import Legend
+from reportlab.graphics.charts.lineplots import LinePlot
+from reportlab.graphics.shapes import Drawing, String
+from reportlab.lib import colors
+from reportlab.lib.pagesizes import A4, landscape
+from reportlab.lib.styles import ParagraphStyle
+from reportlab.lib.units import mm
+from reportlab.pdfbase import pdfmetrics
+from reportlab.pdfbase.ttfonts import TTFont
+from reportlab.platypus import (
+    CondPageBreak,
+    KeepTogether,
+    PageBreak,
+    Paragraph,
+    SimpleDocTemplate,
+    Spacer,
+    Table,
+    TableStyle,
+)
+from reportlab.platypus.flowables import Flowable
+
+from diagnosis.charts import ACCENT, ACTIVITY, BUCKET_LABELS, INK, MUTED
+from diagnosis.fairness import SIZE_CLASSES, TENANT_BUCKETS, TenantRow
+from diagnosis.reports.fairness import FairnessReportData
+
+FONT = "GpuobsVera"
+FONT_BOLD = "GpuobsVera-Bold"
+PAGE = landscape(A4)
+MARGIN = 14 * mm
+WIDTH = PAGE[0] - 2 * MARGIN
+SMALL_MULTIPLES_PER_ROW = 3
+TENANTS_PER_BAR_CHART = 25
+BUCKET_COLOURS = {
+    "unavailable": colors.HexColor("#9aa4b2"),
+    "held-by-partial-gang": colors.HexColor("#d08c2e"),
+    "allocated-idle": colors.HexColor("#c0392b"),
+    "allocated-data-starved": colors.HexColor("#8e44ad"),
+    "allocated-busy": colors.HexColor(ACCENT),
+}
+
+
+@lru_cache(maxsize=1)
+def _register_fonts() -> None:
+    folder = os.path.join(os.path.dirname(reportlab.__file__), "fonts")
+    pdfmetrics.registerFont(TTFont(FONT, os.path.join(folder, "Vera.ttf")))
+    pdfmetrics.registerFont(TTFont(FONT_BOLD, os.path.join(folder, "VeraBd.ttf")))
+
+
+def _styles() -> dict[str, ParagraphStyle]:
+    base = ParagraphStyle("body", fontName=FONT, fontSize=9, leading=12, textColor=INK)
+    return {
+        "body": base,
+        "muted": ParagraphStyle("muted", parent=base, textColor=MUTED, fontSize=8, leading=10),
+        "title": ParagraphStyle("title", parent=base, fontName=FONT_BOLD, fontSize=18, leading=22),
+        "h2": ParagraphStyle(
+            "h2", parent=base, fontName=FONT_BOLD, fontSize=12, leading=16, spaceBefore=8
+        ),
+        "cell": ParagraphStyle("cell", parent=base, fontSize=7.5, leading=9),
+        "head": ParagraphStyle(
+            "head", parent=base, fontName=FONT_BOLD, fontSize=7.5, leading=9, alignment=2
+        ),
+    }
+
+
+def _fmt_share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}"
+
+
+def _fmt_ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def _fmt_hours(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.1f}" if abs(value) < 100 else f"{value:,.0f}"
+
+
+def _fmt_wait(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _esc(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _grid(rows: list[list[object]], widths: Sequence[float], numeric_from: int = 1) -> Table:
+    table = Table(rows, colWidths=widths, repeatRows=1)
+    table.setStyle(
+        TableStyle(
+            [
+                ("FONT", (0, 0), (-1, -1), FONT, 7.5),
+                ("FONT", (0, 0), (-1, 0), FONT_BOLD, 7.5),
+                ("TEXTCOLOR", (0, 0), (-1, -1), colors.HexColor(INK)),
+                ("LINEBELOW", (0, 0), (-1, 0), 0.6, colors.HexColor(INK)),
+                ("LINEBELOW", (0, 1), (-1, -1), 0.25, colors.HexColor("#e6e9ee")),
+                ("ALIGN", (numeric_from, 0), (-1, -1), "RIGHT"),
+                ("VALIGN", (0, 0), (-1, -1), "BOTTOM"),
+                ("TOPPADDING", (0, 0), (-1, -1), 2),
+                ("LEFTPADDING", (0, 0), (-1, -1), 3),
+                ("RIGHTPADDING", (0, 0), (-1, -1), 3),
+                ("BOTTOMPADDING", (0, 0), (-1, -1), 2),
+            ]
+        )
+    )
+    return table
+
+
+def tenant_table_rows(rows: Sequence[TenantRow]) -> list[list[str]]:
+    """Header and one line per tenant, as the page's table shows them."""
+    header = [
+        "Tenant",
+        "Entitled",
+        "Fair share",
+        "Usage",
+        "Ratio",
+        "Demand GPU-h",
+        "Wait p50",
+        "Wait p95",
+        "Jobs started",
+        "Starv. findings",
+        "Pre-empted",
+        "Util",
+        "MFU",
+        "Idle GPU-h",
+    ]
+    body = [
+        [
+            row.tenant,
+            _fmt_share(row.entitlement),
+            _fmt_share(row.fair_share),
+            _fmt_share(row.usage),
+            _fmt_ratio(row.ratio),
+            _fmt_hours(row.demand_gpu_hours),
+            _fmt_wait(row.wait.p50_s),
+            _fmt_wait(row.wait.p95_s),
+            str(row.wait.jobs),
+            str(row.starvation_findings),
+            str(row.preemptions),
+            _fmt_share(row.util),
+            _fmt_share(row.mfu),
+            _fmt_hours(row.idle_gpu_hours),
+        ]
+        for row in rows
+    ]
+    return [header, *body]
+
+
+def _tenant_cell(name: str, style: ParagraphStyle) -> Paragraph:
+    return Paragraph(_esc(name), style)
+
+
+def _share_chart(data: FairnessReportData, tenant: str, width: float, height: float) -> Drawing:
+    """Usage, fair share and entitlement of one tenant over the period (fractions)."""
+    frame = data.series[data.series["tenant"] == tenant]
+    start = data.period.start.timestamp()
+    span_h = max(data.period.seconds / 3600, 1e-9)
+    drawing = Drawing(width, height)
+    drawing.add(
+        String(
+            4,
+            height - 11,
+            tenant[:60],
+            fontName=FONT_BOLD,
+            fontSize=8,
+            fillColor=colors.HexColor(INK),
+        )
+    )
+    plot = LinePlot()
+    plot.x, plot.y = 30, 18
+    plot.width, plot.height = width - 40, height - 38
+    lines = []
+    for column in ("usage", "fair_share", "entitlement"):
+        points = [
+            ((moment.timestamp() - start) / 3600, float(value))
+            for moment, value in zip(frame["bin"], frame[column], strict=True)
+            if value == value  # not NaN
+        ]
+        lines.append(points or [(0.0, 0.0)])
+    plot.data = lines
+    top = max([p[1] for line in lines for p in line] + [0.05])
+    plot.yValueAxis.valueMin = 0
+    plot.yValueAxis.valueMax = min(1.0, top * 1.15) if top <= 1 else top * 1.15
+    plot.yValueAxis.labelTextFormat = lambda v: f"{v:.0%}"
+    plot.yValueAxis.labels.fontName = FONT
+    plot.yValueAxis.labels.fontSize = 6
+    plot.xValueAxis.valueMin = 0
+    plot.xValueAxis.valueMax = span_h
+    plot.xValueAxis.labels.fontName = FONT
+    plot.xValueAxis.labels.fontSize = 6
+    unit = 24 if span_h > 72 else 1
+    plot.xValueAxis.labelTextFormat = lambda v: f"{v / unit:.0f}{'d' if unit == 24 else 'h'}"
+    for index, (colour, dash) in enumerate(((ACCENT, None), (ACTIVITY, (3, 2)), (MUTED, (1, 2)))):
+        plot.lines[index].strokeColor = colors.HexColor(colour)
+        plot.lines[index].strokeWidth = 1.2
+        if dash:
+            plot.lines[index].strokeDashArray = dash
+    drawing.add(plot)
+    return drawing
+
+
+def _share_legend(width: float) -> Drawing:
+    drawing = Drawing(width, 14)
+    legend = Legend()
+    legend.x, legend.y = 0, 10
+    legend.alignment = "right"
+    legend.columnMaximum = 1
+    legend.fontName = FONT
+    legend.fontSize = 7
+    legend.colorNamePairs = [
+        (colors.HexColor(ACCENT), "usage (allocated ÷ usable)"),
+        (colors.HexColor(ACTIVITY), "fair share (water-filled)"),
+        (colors.HexColor(MUTED), "entitlement"),
+    ]
+    drawing.add(legend)
+    return drawing
+
+
+def _share_charts(data: FairnessReportData) -> list[Flowable]:
+    tenants = [row.tenant for row in data.tenants]
+    cell_width = WIDTH / SMALL_MULTIPLES_PER_ROW
+    rows = []
+    for first in range(0, len(tenants), SMALL_MULTIPLES_PER_ROW):
+        chunk = tenants[first : first + SMALL_MULTIPLES_PER_ROW]
+        cells = [_share_chart(data, t, cell_width - 6, 120) for t in chunk]
+        cells += [""] * (SMALL_MULTIPLES_PER_ROW - len(cells))
+        rows.append(cells)
+    if not rows:
+        return []
+    table = Table(rows, colWidths=[cell_width] * SMALL_MULTIPLES_PER_ROW)
+    table.setStyle(TableStyle([("VALIGN", (0, 0), (-1, -1), "TOP")]))
+    return [_share_legend(WIDTH), table]
+
+
+def _waits_chart(data: FairnessReportData) -> Drawing:
+    """p50 and p95 wait (hours) per size class, of the jobs of the tenants shown."""
+    drawing = Drawing(WIDTH / 2, 170)
+    chart = VerticalBarChart()
+    chart.x, chart.y = 40, 30
+    chart.width, chart.height = WIDTH / 2 - 60, 120
+    p50 = [(data.report.waits[c].p50_s or 0) / 3600 for c in SIZE_CLASSES]
+    p95 = [(data.report.waits[c].p95_s or 0) / 3600 for c in SIZE_CLASSES]
+    chart.data = [p50, p95]
+    chart.categoryAxis.categoryNames = [f"{c} GPU" for c in SIZE_CLASSES]
+    chart.categoryAxis.labels.fontName = FONT
+    chart.categoryAxis.labels.fontSize = 7
+    chart.valueAxis.valueMin = 0
+    chart.valueAxis.valueMax = max([*p50, *p95, 0.01]) * 1.15
+    chart.valueAxis.labels.fontName = FONT
+    chart.valueAxis.labels.fontSize = 7
+    chart.valueAxis.labelTextFormat = lambda v: f"{v:.1f} h"
+    chart.bars[0].fillColor = colors.HexColor(ACCENT)
+    chart.bars[1].fillColor = colors.HexColor(INK)
+    drawing.add(chart)
+    legend = Legend()
+    legend.x, legend.y = 40, 165
+    legend.alignment = "right"
+    legend.columnMaximum = 1
+    legend.fontName = FONT
+    legend.fontSize = 7
+    legend.colorNamePairs = [(colors.HexColor(ACCENT), "p50"), (colors.HexColor(INK), "p95")]
+    drawing.add(legend)
+    return drawing
+
+
+def _breakdown_charts(data: FairnessReportData) -> list[Flowable]:
+    """GPU-hours each tenant held, by accounting bucket (stacked), 25 tenants per chart."""
+    out: list[Flowable] = []
+    rows = list(data.tenants)
+    for first in range(0, len(rows), TENANTS_PER_BAR_CHART):
+        chunk = rows[first : first + TENANTS_PER_BAR_CHART]
+        height = 40 + 14 * len(chunk)
+        drawing = Drawing(WIDTH, height + 20)
+        chart = HorizontalBarChart()
+        chart.x, chart.y = 130, 20
+        chart.width, chart.height = WIDTH - 160, height - 20
+        chart.data = [[row.buckets[b] for row in chunk] for b in TENANT_BUCKETS]
+        chart.categoryAxis.style = "stacked"
+        chart.categoryAxis.categoryNames = [row.tenant[:28] for row in chunk]
+        chart.categoryAxis.reverseDirection = True
+        chart.categoryAxis.labels.fontName = FONT
+        chart.categoryAxis.labels.fontSize = 7
+        chart.valueAxis.valueMin = 0
+        top = max([sum(row.buckets.values()) for row in chunk] + [1.0])
+        chart.valueAxis.valueMax = top * 1.05
+        chart.valueAxis.labels.fontName = FONT
+        chart.valueAxis.labels.fontSize = 7
+        chart.valueAxis.labelTextFormat = lambda v: f"{v:,.0f}"
+        for index, bucket in enumerate(TENANT_BUCKETS):
+            chart.bars[index].fillColor = BUCKET_COLOURS[bucket]
+            chart.bars[index].strokeWidth = 0
+        drawing.add(chart)
+        legend = Legend()
+        legend.x, legend.y = 130, height + 16
+        legend.alignment = "right"
+        legend.columnMaximum = 1
+        legend.deltax = 110
+        legend.fontName = FONT
+        legend.fontSize = 7
+        legend.colorNamePairs = [(BUCKET_COLOURS[b], BUCKET_LABELS[b]) for b in TENANT_BUCKETS]
+        drawing.add(legend)
+        out.append(drawing)
+    return out
+
+
+def _waits_table(data: FairnessReportData) -> Table:
+    header = ["Tenant"] + [f"{c} GPU: jobs / p50 / p95" for c in SIZE_CLASSES]
+    body = [
+        [row.tenant]
+        + [
+            f"{row.waits[c].jobs} / {_fmt_wait(row.waits[c].p50_s)} / "
+            f"{_fmt_wait(row.waits[c].p95_s)}"
+            for c in SIZE_CLASSES
+        ]
+        for row in data.tenants
+    ]
+    return _grid([header, *body], [WIDTH * 0.2] + [WIDTH * 0.2] * len(SIZE_CLASSES))
+
+
+def _footer(canvas, document) -> None:
+    canvas.saveState()
+    canvas.setFont(FONT, 7)
+    canvas.setFillColor(colors.HexColor(MUTED))
+    canvas.drawString(MARGIN, 8 * mm, document.title)
+    canvas.drawRightString(PAGE[0] - MARGIN, 8 * mm, f"page {document.page}")
+    canvas.restoreState()
+
+
+def render_pdf(data: FairnessReportData) -> bytes:
+    """The PDF bytes of a report (several pages: the table, the charts, the definitions)."""
+    _register_fonts()
+    styles = _styles()
+    report = data.report
+    title = f"Tenant fairness report — {data.cluster.name}"
+    buffer = io.BytesIO()
+    document = SimpleDocTemplate(
+        buffer,
+        pagesize=PAGE,
+        leftMargin=MARGIN,
+        rightMargin=MARGIN,
+        topMargin=MARGIN,
+        bottomMargin=14 * mm,
+        title=title,
+        author="gpuobs",
+        subject=f"{data.period.as_dict()['from']} – {data.period.as_dict()['to']}",
+        invariant=True,
+    )
+    scope = (
+        "your tenants: " + ", ".join(data.visible_tenants or ())
+        if data.tenant_scoped
+        else "every tenant"
+    )
+    summary = [
+        [
+            "Period",
+            f"{_stamp(data.period.start)} – {_stamp(data.period.end)} ({data.period.label})",
+        ],
+        ["Shown", scope],
+        ["Cycles", f"{data.cycles} covering {report.covered_s / 3600:,.1f} h"],
+        [
+            "Capacity",
+            f"{_fmt_hours(report.capacity_gpu_hours)} GPU-h, "
+            f"usable {_fmt_hours(report.usable_gpu_hours)} GPU-h",
+        ],
+        ["Entitlement from", data.entitlement_basis or "—"],
+        ["Jain's index", "—" if report.jain_index is None else f"{report.jain_index:.3f}"],
+        ["Generated", _stamp(data.generated_at)],
+    ]
+    story: list[Flowable] = [
+        Paragraph(_esc(title), styles["title"]),
+        Spacer(1, 4),
+        _grid([["", ""], *summary], [40 * mm, WIDTH - 40 * mm], numeric_from=2),
+        Spacer(1, 8),
+        Paragraph("Tenants", styles["h2"]),
+    ]
+    if not data.tenants:
+        story.append(Paragraph("No tenant rows in this period.", styles["body"]))
+    else:
+        rows = tenant_table_rows(data.tenants)
+        header = [rows[0][0]] + [Paragraph(_esc(h), styles["head"]) for h in rows[0][1:]]
+        rows = [header] + [[_tenant_cell(r[0], styles["cell"]), *r[1:]] for r in rows[1:]]
+        widths = [WIDTH * 0.13] + [WIDTH * 0.87 / 13] * 13
+        story.append(_grid(rows, widths))
+    story += [
+        PageBreak(),
+        Paragraph("Share of the usable GPUs over time, per tenant", styles["h2"]),
+        Paragraph(
+            "Usage: GPU-seconds its jobs held ÷ usable GPU-seconds. Fair share: what "
+            "max-min water-filling by entitlement, capped at demand, gives it. Entitlement: "
+            "its share of the deserved GPUs (or weights).",
+            styles["muted"],
+        ),
+        *_share_charts(data),
+        CondPageBreak(220),
+        KeepTogether(
+            [
+                Paragraph(
+                    "Waits by job size class (jobs that started in the period)", styles["h2"]
+                ),
+                _waits_chart(data),
+            ]
+        ),
+        _waits_table(data),
+        CondPageBreak(200),
+        Paragraph("GPU-hours each tenant held, by accounting bucket", styles["h2"]),
+        *_breakdown_charts(data),
+        PageBreak(),
+        Paragraph("Definitions", styles["h2"]),
+        *[Paragraph(_esc(text), styles["body"]) for text in DEFINITIONS],
+    ]
+    document.build(story, onFirstPage=_footer, onLaterPages=_footer)
+    return buffer.getvalue()
+
+
+DEFINITIONS = (
+    "Usable GPU-seconds: GPUs on ready nodes with healthy GPUs, times the seconds each diagnosis "
+    "cycle stands for. Every figure is summed from the per-cycle rollups of the period.",
+    "Entitlement: the tenant's share of the deserved GPUs of all tenants (the weights of their "
+    "queues when some tenant with demand has no deserved GPUs), averaged over time.",
+    "Fair share: each cycle, the usable GPUs are water-filled over the tenants in proportion to "
+    "entitlement, each capped at its demand (GPUs held plus GPUs still asked for by pending "
+    "jobs); what a capped tenant does not take goes to the others. Summed over the period.",
+    "Ratio: usage ÷ fair share; 1 is fair, below 1 the tenant got less than its fair share.",
+    "Jain's index: (Σr)² ÷ (n·Σr²) over the ratios of every tenant with demand; 1 when all "
+    "ratios are equal.",
+    "Waits: start − submission of the jobs that started in the period, p50 and p95 by linear "
+    "interpolation, per size class of GPUs asked (1, 2–8, 9–64, more than 64).",
+    "Starvation: distinct starvation findings of the tenant's jobs reported in the period. "
+    "Util: mean GPU utilization of its held GPU-seconds with a reading. MFU: model FLOPs "
+    "utilization of its busy GPU-seconds where known. Idle GPU-hours: allocated-idle plus "
+    "held-by-partial-gang.",
+)
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
