@@ -121,7 +121,7 @@ def write_slice(args: tuple[int, int, int, float, str, str]) -> tuple[str, int, 
     samples = 0
     with open(path, "w", encoding="utf-8") as out:
         for field in FIELDS:
-            kind, text = dcgm.FIELD_HELP[field]
+            _, text = dcgm.FIELD_HELP[field]
             out.write(f"# HELP {field} {text}\n# TYPE {field} gauge\n")
             values = field_values(field, util, g)
             integer = field != dcgm.GR_ENGINE_ACTIVE and field not in (
@@ -282,7 +282,9 @@ def measure_parsing(url: str, t0: float, runs: int) -> dict:
         frame = MetricRangeDataFrame(json.loads(body)["data"]["result"])
         return len(frame)
 
-    def library_decoded(decoded=json.loads(body)["data"]["result"]) -> int:
+    decoded = json.loads(body)["data"]["result"]
+
+    def library_decoded() -> int:
         return len(MetricRangeDataFrame(decoded))
 
     def columnwise() -> int:
@@ -353,8 +355,9 @@ def main() -> int:
         )
         parsing = measure_parsing(url, t0, args.runs)
         print(
-            f"range response of {parsing['samples']:,} samples ({parsing['response_bytes'] / 1e6:.1f}"
-            f" MB): MetricRangeDataFrame {parsing['MetricRangeDataFrame_s']:.3f} s, column-wise "
+            f"range response of {parsing['samples']:,} samples "
+            f"({parsing['response_bytes'] / 1e6:.1f} MB): MetricRangeDataFrame "
+            f"{parsing['MetricRangeDataFrame_s']:.3f} s, column-wise "
             f"{parsing['columnwise_s']:.3f} s: {parsing['ratio']}x (target >= 10x; "
             f"{parsing['ratio_vs_decoded']}x against the library given decoded JSON)"
         )
