@@ -186,7 +186,8 @@ class SimulatedScheduler:
         from diagnosis import actions
         from diagnosis.schedulers import sim as sim_scheduler
 
-        command = "sim apply " + json.dumps(dict(change), sort_keys=True)
+        write = {k: v for k, v in change.items() if k != "from"}  # "from": a guard, not a write
+        command = "sim apply " + json.dumps(write, sort_keys=True)
         expected = change.get("to", "drained" if change.get("kind") == "drain-node" else None)
         try:
             if dry_run:
@@ -204,7 +205,7 @@ class SimulatedScheduler:
                 )
             with transaction.atomic():
                 _, before = actions.write_sim_change(
-                    self.cluster, change, check=lambda value: _check_from(change, value)
+                    self.cluster, write, check=lambda value: _check_from(change, value)
                 )
         except sim_scheduler.ChangeError as exc:
             raise SchedulerError(str(exc), permanent=True) from exc
