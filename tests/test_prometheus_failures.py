@@ -4,6 +4,8 @@ injects the failure where Prometheus cannot be made to fail on cue)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from diagnosis.sources.prometheus import (
@@ -96,3 +98,16 @@ def test_warnings_are_kept_in_the_report(make_prometheus, planted_history):
     assert len(warnings) == 1
     assert "remote_read" in warnings[0]
     assert document["collection"]["coverage"] == 1.0
+
+
+def test_a_collection_gives_up_at_its_deadline(make_prometheus, planted_history):
+    server = make_prometheus()
+    server.pause()
+    started = time.monotonic()
+    try:
+        with pytest.raises(PrometheusError) as raised:
+            collect(settings(server.url, timeout_s=1, retries=10, deadline_s=2), planted_history)
+    finally:
+        server.resume()
+    assert time.monotonic() - started < 4
+    assert "did not answer within" in str(raised.value)

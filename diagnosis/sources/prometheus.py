@@ -34,7 +34,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 import requests
 from prometheus_api_client import PrometheusConnect
+from urllib3 import exceptions as urllib3_exceptions
 from urllib3.util.retry import Retry
 
 from diagnosis.sources import ClusterLike, CollectError, dcgm, dcgm_stats
@@ -134,6 +135,7 @@ class PrometheusConfig:
     max_data_age_s: float | None = None
     min_coverage: float = MIN_COVERAGE
     parallel_queries: int = 4
+    deadline_s: float = 120.0
     shard_min_gpus: int = 4096
     nvlink_total_unit_Bps: float = 1e6
 
@@ -197,6 +199,7 @@ class PrometheusConfig:
             parallel_queries=int(
                 _number(raw, "parallel_queries", prefix, 4, minimum=1, maximum=16)
             ),
+            deadline_s=float(_number(raw, "deadline_s", prefix, 120.0, minimum=1, maximum=3600)),
             shard_min_gpus=int(_number(raw, "shard_min_gpus", prefix, 4096, minimum=1)),
             nvlink_total_unit_Bps=float(
                 _number(raw, "nvlink_total_unit_Bps", prefix, 1e6, minimum=0)
@@ -532,6 +535,8 @@ class PrometheusClient:
         )
         self.headers = {**headers, "Accept-Encoding": "gzip", "User-Agent": USER_AGENT}
         self.auth = auth
+        self.deadline = time.monotonic() + config.deadline_s
+        self.aborted = threading.Event()
 
     def close(self) -> None:
         self.connection.close()
@@ -614,33 +619,43 @@ class PrometheusClient:
         )
         return matrix
 
+    def abort(self) -> None:
+        """Make every request not yet answered fail at once (another query already failed)."""
+        self.aborted.set()
+
     def _post(self, path: str, data: dict[str, str], family: str) -> tuple[bytes, int, int]:
         """The decoded body of a successful answer, its size on the wire and the attempts it
-        took; or :class:`PrometheusError` once retries are spent (or at once for a 4xx)."""
+        took; or :class:`PrometheusError` once retries or the collection's deadline are spent
+        (at once for a 4xx)."""
         url = self.config.url + path
         data = {**data, "timeout": f"{self.config.timeout_s:g}s"}
         attempts = self.config.retries + 1
         problem = ""
         for attempt in range(1, attempts + 1):
+            remaining = self.deadline - time.monotonic()
+            if self.aborted.is_set() or remaining <= 0:
+                reason = "another query failed" if self.aborted.is_set() else "deadline passed"
+                raise PrometheusError(
+                    problem or f"the {family} query was not sent: {reason}",
+                    permanent=False,
+                )
+            timeout = min(self.config.timeout_s, remaining)
             try:
                 response = self.session.post(
                     url,
                     data=data,
                     headers=self.headers,
                     auth=self.auth,
-                    timeout=self.config.timeout_s,
+                    timeout=timeout,
                     stream=True,
                 )
                 try:
                     wire = response.raw.read(decode_content=False)
                 finally:
                     response.close()
-            except requests.Timeout:
-                problem = (
-                    f"Prometheus at {self.config.url} did not answer within "
-                    f"{self.config.timeout_s:g} s"
-                )
-            except requests.ConnectionError as exc:
+            except (requests.Timeout, urllib3_exceptions.TimeoutError):
+                problem = f"Prometheus at {self.config.url} did not answer within {timeout:g} s"
+            except (requests.ConnectionError, urllib3_exceptions.HTTPError) as exc:
                 problem = f"Prometheus at {self.config.url} is unreachable: {_reason(exc)}"
             else:
                 body = _decode(wire, response.headers.get("Content-Encoding", ""))
@@ -656,7 +671,8 @@ class PrometheusClient:
                         problem, permanent=True, status=response.status_code, error_type=error_type
                     )
             if attempt < attempts:
-                self.sleep(min(30.0, self.config.backoff_s * 2 ** (attempt - 1)))
+                pause = min(30.0, self.config.backoff_s * 2 ** (attempt - 1))
+                self.sleep(max(0.0, min(pause, self.deadline - time.monotonic())))
         raise PrometheusError(f"{problem} (after {attempts} attempt{'s' * (attempts > 1)})")
 
 
@@ -925,10 +941,16 @@ class PrometheusSource:
         with PrometheusClient(config, report, sleep=self.sleep) as client:
             with ThreadPoolExecutor(max_workers=config.parallel_queries) as pool:
                 futures = {
-                    name: pool.submit(client.instant, text, as_of, name)
+                    pool.submit(client.instant, text, as_of, name): name
                     for name, text in queries.items()
                 }
-                vectors = {name: future.result() for name, future in futures.items()}
+                vectors = {}
+                try:
+                    for future in as_completed(futures):
+                        vectors[futures[future]] = future.result()
+                except BaseException:
+                    client.abort()  # the first failure fails the collection: stop the rest
+                    raise
             answers = {name: (vector.labels, vector.values) for name, vector in vectors.items()}
             inventory = dcgm_stats.inventory(answers["inventory"])
             interval = config.scrape_interval_s or _estimate_interval(inventory.samples, window_s)
