@@ -246,3 +246,37 @@ def test_a_real_prometheus_scrapes_serve_exporter_and_a_cycle_reads_it(
     for pod, bound in enumerate(train["allocation"]):
         for index in bound["gpus"]:
             assert workloads[(bound["node"], index)] == f"team-a/train-16-{pod}/main"
+
+
+@pytest.mark.django_db
+def test_collect_runs_a_configured_clusters_cycles(make_cluster, prometheus, planted_history):
+    spec = sim_cluster(planted_history.t0, name="cycled", url=prometheus.url)
+    make_cluster(
+        "cycled",
+        scheduler_kind="sim",
+        scheduler_config=spec.scheduler_config,
+        metrics_kind="prometheus",
+        metrics_config=spec.metrics_config,
+    )
+    out = StringIO()
+    try:
+        call_command("collect", cluster="cycled", cycles=1, stdout=out)
+    finally:
+        sim_source.forget("cycled")
+    assert f"cycle 1: as of {planted_history.as_of:%Y-%m-%d %H:%M:%S} UTC, 32 GPUs" in (
+        out.getvalue()
+    )
+    assert "coverage 100.0%, status ok" in out.getvalue()
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_serve_exporter_creates_the_demo_cluster(serve_exporter):
+    from diagnosis.models import Cluster
+
+    exporter = serve_exporter("promdemo", "--create", "--scenario", "small")
+    first = exporter.stdout.readline().decode()
+    assert "created cluster promdemo" in first
+    cluster = Cluster.objects.get(name="promdemo")
+    assert (cluster.scheduler_kind, cluster.metrics_kind) == ("sim", "prometheus")
+    assert (cluster.scheduler_config["speed"], cluster.scheduler_config["clock"]) == (1, "wall")
+    assert cluster.metrics_config["url"] == "http://127.0.0.1:9090"
