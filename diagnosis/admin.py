@@ -17,6 +17,7 @@ from diagnosis.models import (
     Node,
     Queue,
     Recommendation,
+    ReportSubscription,
     RuleOverride,
     SchedulerEvent,
     Snapshot,
@@ -77,9 +78,19 @@ class GpuAdmin(admin.ModelAdmin):
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ["name", "cluster"]
+    list_display = ["name", "cluster", "manager_names"]
     list_filter = ["cluster"]
     search_fields = ["name"]
+    # Tenants come from the clusters' queues each cycle; an admin assigns their managers here.
+    fields = ["cluster", "name", "managers"]
+    filter_horizontal = ["managers"]
+
+    @admin.display(description="managers")
+    def manager_names(self, tenant: Tenant) -> str:
+        return ", ".join(sorted(u.get_username() for u in tenant.managers.all()))
+
+    def get_queryset(self, request: HttpRequest):
+        return super().get_queryset(request).prefetch_related("managers")
 
 
 @admin.register(Queue)
@@ -184,3 +195,10 @@ class ClusterCycleAdmin(admin.ModelAdmin):
     list_display = ["cluster", "as_of", "ok", "gpus", "allocation_utilization", "seconds"]
     list_filter = ["cluster", "ok"]
     readonly_fields = [f.name for f in ClusterCycle._meta.fields]
+
+
+@admin.register(ReportSubscription)
+class ReportSubscriptionAdmin(admin.ModelAdmin):
+    list_display = ["user", "cluster", "frequency", "last_sent_at", "last_error"]
+    list_filter = ["cluster", "frequency"]
+    raw_id_fields = ["user"]

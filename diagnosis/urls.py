@@ -3,7 +3,7 @@
 from django.urls import path
 from django.views.generic import RedirectView
 
-from diagnosis import recommendation_views, views
+from diagnosis import recommendation_views, report_views, views
 
 app_name = "diagnosis"
 
@@ -29,6 +29,20 @@ urlpatterns = [
         recommendation_views.recommendation_action,
         name="recommendation_action",
     ),
+    path("clusters/<slug:name>/fairness/", report_views.fairness_report, name="fairness"),
+    path(
+        "clusters/<slug:name>/fairness.csv", report_views.fairness_report_csv, name="fairness_csv"
+    ),
+    path(
+        "clusters/<slug:name>/fairness.pdf", report_views.fairness_report_pdf, name="fairness_pdf"
+    ),
+    path(
+        "clusters/<slug:name>/fairness/subscription/",
+        report_views.fairness_subscription,
+        name="fairness_subscription",
+    ),
+    path("clusters/<slug:name>/tenants/<str:tenant>/", report_views.tenant_detail, name="tenant"),
+    path("clusters/<slug:name>/jobs/<str:job_id>/", report_views.job_detail, name="job"),
     path(
         "clusters/<slug:name>/writes/",
         recommendation_views.cluster_writes,

@@ -1,0 +1,153 @@
+"""The fairness report and the tenant-scoped reads behind it, as JSON (docs/fairness.md, "API").
+
+- ``GET /api/v1/clusters/{cluster}/reports/fairness?period=24h|7d|30d`` or ``?from=&to=``
+  (ISO 8601), optionally ``&tenant=NAME`` (repeatable): the same document as the page's numbers
+  and ``manage.py report fairness --format json``.
+- ``GET /api/v1/clusters/{cluster}/jobs?tenant=&state=``: job records, paginated.
+- ``GET /api/v1/clusters/{cluster}/jobs/{id}``: one job record by the scheduler's id.
+- ``GET /api/v1/clusters/{cluster}/findings?tenant=&rule=&state=``: findings, paginated.
+
+Session or token authentication. Every read goes through ``diagnosis.access``: a manager gets
+only their tenants' rows, and a cluster, tenant or job they may not see is a 404, whether asked
+for by id or through a filter.
+"""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from rest_framework import generics, serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from diagnosis.access import (
+    findings_for_user,
+    get_cluster_for_user,
+    get_job_for_user,
+    get_tenant_for_user,
+    jobs_for_user,
+)
+from diagnosis.api.auth import AUTHENTICATION
+from diagnosis.models import Finding, Job
+from diagnosis.reports.fairness import build_fairness_report, default_end
+from diagnosis.reports.period import PeriodError, ReportPeriod
+
+
+class FairnessReportView(APIView):
+    """The fairness report of a cluster over a period, as JSON."""
+
+    authentication_classes = AUTHENTICATION
+
+    def get(self, request: Request, cluster: str) -> Response:
+        target = get_cluster_for_user(request.user, cluster)
+        try:
+            period = ReportPeriod.parse(request.query_params, default_end=default_end(target))
+        except PeriodError as error:
+            return Response({"errors": {error.field: str(error)}}, status=400)
+        data = build_fairness_report(
+            request.user, target, period, tenants=request.query_params.getlist("tenant")
+        )
+        return Response(data.as_dict())
+
+
+class JobSerializer(serializers.ModelSerializer):
+    id = serializers.CharField(source="external_id")
+    tenant = serializers.CharField(source="tenant.name", default=None)
+    queue = serializers.CharField(source="queue.name", default=None)
+    gpus = serializers.IntegerField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "name",
+            "tenant",
+            "queue",
+            "pool",
+            "kind",
+            "priority",
+            "state",
+            "submitted_at",
+            "started_at",
+            "ended_at",
+            "unlisted_since",
+            "pods",
+            "gpus_per_pod",
+            "gpus",
+            "gang",
+            "min_member",
+            "preemptions",
+        ]
+        read_only_fields = fields
+
+
+class FindingSerializer(serializers.ModelSerializer):
+    tenant = serializers.CharField(source="tenant.name", default=None)
+
+    class Meta:
+        model = Finding
+        fields = [
+            "id",
+            "rule_id",
+            "subject",
+            "tenant",
+            "state",
+            "severity",
+            "summary",
+            "evidence",
+            "first_seen",
+            "last_seen",
+            "last_hit_at",
+            "firing_since",
+            "resolved_at",
+        ]
+        read_only_fields = fields
+
+
+class _ClusterScopedList(generics.ListAPIView):
+    """A list of one cluster's rows the caller may see, narrowed by ``?tenant=`` (a tenant they
+    may not see is a 404) and ``?state=``."""
+
+    authentication_classes = AUTHENTICATION
+
+    def scoped(self) -> QuerySet:
+        raise NotImplementedError
+
+    def get_queryset(self) -> QuerySet:
+        params = self.request.query_params
+        self.cluster = get_cluster_for_user(self.request.user, self.kwargs["cluster"])
+        rows = self.scoped()
+        for name in sorted(set(params.getlist("tenant")) - {""}):
+            rows = rows.filter(tenant=get_tenant_for_user(self.request.user, self.cluster, name))
+        if params.get("state"):
+            rows = rows.filter(state=params["state"])
+        return rows
+
+
+class JobListView(_ClusterScopedList):
+    serializer_class = JobSerializer
+
+    def scoped(self) -> QuerySet[Job]:
+        return (
+            jobs_for_user(self.request.user, self.cluster)
+            .select_related("tenant", "queue")
+            .order_by("-submitted_at", "-id")
+        )
+
+
+class JobDetailView(APIView):
+    authentication_classes = AUTHENTICATION
+
+    def get(self, request: Request, cluster: str, job_id: str) -> Response:
+        target = get_cluster_for_user(request.user, cluster)
+        return Response(JobSerializer(get_job_for_user(request.user, target, job_id)).data)
+
+
+class FindingListView(_ClusterScopedList):
+    serializer_class = FindingSerializer
+
+    def scoped(self) -> QuerySet[Finding]:
+        rows = findings_for_user(self.request.user, self.cluster).select_related("tenant")
+        if self.request.query_params.get("rule"):
+            rows = rows.filter(rule_id=self.request.query_params["rule"])
+        return rows.order_by("-last_seen", "-id")
