@@ -11,8 +11,9 @@ applied to queues, whose weight is what a scheduler lets us change).
   shared out again among the others);
 - **held**: GPUs its jobs hold now; **ratio** = held / fair GPUs (None when its fair share is 0).
 
-A small pure helper with a narrow interface (:func:`queue_shares`), so that the fuller
-fairness maths for the manager's report can replace it.
+A small pure helper with a narrow interface (:func:`queue_shares`); the water-filling itself is
+the fairness report's (:func:`diagnosis.fairness.water_fill`), so recommendations and the
+manager's report divide capacity the same way.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from diagnosis.fairness import water_fill
 from diagnosis.rules.facts import SnapshotFacts
 from diagnosis.snapshot import ClusterSnapshot
 
@@ -66,36 +68,6 @@ class FairShares:
 
     def with_demand(self) -> list[QueueShare]:
         return [q for q in self.queues.values() if q.demand_gpus > 0]
-
-
-def water_fill(
-    capacity: float, entitlement: Mapping[str, float], demand: Mapping[str, float]
-) -> dict[str, float]:
-    """Max-min fair division of ``capacity`` in proportion to ``entitlement``, each share capped
-    at its ``demand``. Queues with demand but no entitlement share what the others leave, equally.
-    """
-    fair = dict.fromkeys(demand, 0.0)
-    left = float(max(capacity, 0.0))
-    for weights in (
-        {n: float(entitlement.get(n, 0.0)) for n in demand if entitlement.get(n, 0.0) > 0},
-        {n: 1.0 for n in demand if not entitlement.get(n, 0.0) > 0},
-    ):
-        active = {n: w for n, w in weights.items() if demand[n] > _EPS}
-        while active and left > _EPS:
-            total = sum(active.values())
-            offer = {n: left * w / total for n, w in active.items()}
-            capped = [n for n in active if demand[n] - fair[n] <= offer[n] + _EPS]
-            if not capped:
-                for n in active:
-                    fair[n] += offer[n]
-                left = 0.0
-                break
-            for n in capped:
-                give = demand[n] - fair[n]
-                fair[n] += give
-                left -= give
-                del active[n]
-    return fair
 
 
 def queue_shares(snapshot: ClusterSnapshot, facts: SnapshotFacts | None = None) -> FairShares:
