@@ -28,6 +28,7 @@ waits of the jobs that started in it and the starvation findings of the period:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -73,22 +74,28 @@ def _weighted_fill(
 ) -> tuple[dict[str, float], float]:
     """Max-min fill of ``capacity`` in proportion to ``weights`` (all > 0), each capped at its
     demand: there is a level L such that each gets ``min(demand, L * weight)``. Returns the
-    shares and what is left over (0 unless every demand is met)."""
+    shares and what is left over (0 unless every demand is met).
+
+    Tenants are taken by demand per unit of weight, smallest first: while the smallest fits
+    under the level the rest would give, it takes its whole demand; the first that does not fit
+    is above the level, and so is everyone after it, so they share what is left by weight.
+    """
     order = sorted(weights, key=lambda n: (demand[n] / weights[n], n))
+    # Weight of each tenant and all after it, summed from the end (sums of positive numbers:
+    # no cancellation, however unequal the weights).
+    suffix = list(itertools.accumulate(weights[n] for n in reversed(order)))[::-1]
     share = dict.fromkeys(weights, 0.0)
     left = capacity
-    total_weight = sum(weights.values())
     for position, name in enumerate(order):
-        if left <= _EPS or total_weight <= _EPS:
+        if left <= 0:
             break
-        level = left / total_weight
-        if demand[name] <= level * weights[name] + _EPS:  # capped: it takes its whole demand
+        total = suffix[position]
+        if demand[name] <= left * weights[name] / total:  # under the level: fully served
             share[name] = float(demand[name])
             left -= share[name]
-            total_weight -= weights[name]
             continue
-        for other in order[position:]:  # nobody left is capped: all share at this level
-            share[other] = level * weights[other]
+        for other in order[position:]:
+            share[other] = min(float(demand[other]), left * weights[other] / total)
         return share, 0.0
     return share, max(left, 0.0)
 
@@ -122,12 +129,10 @@ def jain_index(values: Iterable[float | None]) -> float | None:
     """Jain's fairness index ``(sum x)^2 / (n * sum x^2)`` of the known values: 1 when all are
     equal, 1/n when one has everything; None when there is no value or all are 0."""
     xs = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
-    if len(xs) == 0:
+    if len(xs) == 0 or not np.any(xs > 0):
         return None
-    squares = float(np.sum(xs * xs))
-    if squares <= 0:
-        return None
-    return float(np.sum(xs)) ** 2 / (len(xs) * squares)
+    xs = xs / np.max(np.abs(xs))  # the index does not depend on scale; this keeps x^2 finite
+    return float(np.sum(xs)) ** 2 / (len(xs) * float(np.sum(xs * xs)))
 
 
 @dataclass(frozen=True)
@@ -159,7 +164,11 @@ class WaitStats:
     p95_s: float | None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"jobs": self.jobs, "p50_s": json_number(self.p50_s), "p95_s": json_number(self.p95_s)}
+        return {
+            "jobs": self.jobs,
+            "p50_s": json_number(self.p50_s),
+            "p95_s": json_number(self.p95_s),
+        }
 
 
 def percentiles(values: Sequence[float] | np.ndarray) -> tuple[float | None, float | None]:
