@@ -249,10 +249,10 @@ def request_recommendation(rec: Recommendation, user: AbstractBaseUser) -> Recom
     """An SRE asks for a proposed change to be made (someone else then approves it)."""
     with transaction.atomic():
         rec = _locked(rec)
-        _require_change(rec, "request")
-        _require_state(rec, State.PROPOSED, doing="request")
         if not roles.can_apply(user, rec.kind):
             raise WorkflowDenied("requesting a change needs the sre role (or oncall, for a drain)")
+        _require_change(rec, "request")
+        _require_state(rec, State.PROPOSED, doing="request")
         if rec.requested_by_id is not None:
             raise WorkflowError(f"already requested by {rec.requested_by.get_username()}")
         rec.requested_by = user
@@ -272,6 +272,9 @@ def approve_recommendation(rec: Recommendation, user: AbstractBaseUser) -> Recom
 
     with transaction.atomic():
         rec = _locked(rec)
+        allowed, why = roles.can_approve(user, rec.kind, requested_by=None)
+        if not allowed:
+            raise WorkflowDenied(why)
         _require_change(rec, "approve")
         _require_state(rec, State.PROPOSED, doing="approve")
         requester = rec.requested_by
@@ -320,9 +323,9 @@ def reject_recommendation(
     """Reject a proposed or approved recommendation (advice too: dismissed)."""
     with transaction.atomic():
         rec = _locked(rec)
-        _require_state(rec, State.PROPOSED, State.APPROVED, doing="reject")
         if not roles.can_apply(user, rec.kind):
             raise WorkflowDenied("rejecting needs the sre role (or oncall, for a drain)")
+        _require_state(rec, State.PROPOSED, State.APPROVED, doing="reject")
         before = rec.state
         rec.state = State.REJECTED
         rec.status_message = reason.strip()[:2000]
@@ -344,10 +347,10 @@ def request_dry_run(rec: Recommendation, user: AbstractBaseUser) -> Recommendati
 
     with transaction.atomic():
         rec = _locked(rec)
-        _require_change(rec, "dry-run")
-        _require_state(rec, State.PROPOSED, State.APPROVED, doing="dry-run")
         if not roles.can_apply(user, rec.kind):
             raise WorkflowDenied("a dry run needs the sre role (or oncall, for a drain)")
+        _require_change(rec, "dry-run")
+        _require_state(rec, State.PROPOSED, State.APPROVED, doing="dry-run")
         actuate_dry_run.delay_on_commit(rec.pk)
     return rec
 
@@ -374,10 +377,10 @@ def request_apply(rec: Recommendation, user: AbstractBaseUser | None) -> Recomme
     lapsed = False
     with transaction.atomic():
         rec = _locked(rec)
-        _require_change(rec, "apply")
-        _require_state(rec, State.APPROVED, doing="apply")
         if user is not None and not roles.can_apply(user, rec.kind):
             raise WorkflowDenied("applying needs the sre role (or oncall, for a drain)")
+        _require_change(rec, "apply")
+        _require_state(rec, State.APPROVED, doing="apply")
         now = timezone.now()
         if rec.expires_at is not None and rec.expires_at <= now:
             _expire(rec, _actor(user), _lapsed(rec))
