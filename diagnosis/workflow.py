@@ -235,6 +235,19 @@ def scheduler_for(cluster: Cluster) -> Any:
     return adapter_for(cluster.scheduler_kind, cluster.scheduler_config)
 
 
+def _ask(cluster: Cluster, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
+    """One call to the cluster's scheduler. Anything but a :class:`SchedulerError` escaping an
+    adapter (a connection error it did not wrap) is taken as a transient SchedulerError: the
+    outcome is unknown, so the apply is retried, and a retry re-reads the target first."""
+    try:
+        return scheduler_for(cluster).apply(change, dry_run=dry_run)
+    except SchedulerError:
+        raise
+    except Exception as exc:
+        logger.warning("scheduler of cluster %s raised", cluster.name, exc_info=True)
+        raise SchedulerError(f"{type(exc).__name__}: {exc}") from exc
+
+
 def _is_conflict(exc: SchedulerError) -> bool:
     """A write the scheduler refused because the target changed under it (the adapters' own
     ``from`` check, or Kubernetes' 409 Conflict on a stale resourceVersion)."""
@@ -505,7 +518,7 @@ def run_dry_run(recommendation_id: int) -> dict[str, Any]:
         return {"outcome": "skipped"}
     change = scheduler_change(rec)
     try:
-        result = _result_dict(scheduler_for(rec.cluster).apply(change, dry_run=True))
+        result = _result_dict(_ask(rec.cluster, change, dry_run=True))
     except SchedulerError as exc:
         result = {"error": str(exc), "permanent": exc.permanent, "at": timezone.now().isoformat()}
     result["target_changed"] = _changed_since(rec, result.get("before"))
@@ -570,8 +583,7 @@ def perform_apply(recommendation_id: int, key: str, *, final_attempt: bool = Tru
     cluster = rec.cluster
     change = scheduler_change(rec)
     try:
-        scheduler = scheduler_for(cluster)
-        dry = scheduler.apply(change, dry_run=True)
+        dry = _ask(cluster, change, dry_run=True)
     except SchedulerError as exc:
         return _apply_error(rec, key, exc, "dry run", final_attempt)
     dry_result = _result_dict(dry)
@@ -589,7 +601,7 @@ def perform_apply(recommendation_id: int, key: str, *, final_attempt: bool = Tru
     if rec.kind in (RecommendationKind.PLACEMENT_POLICY, RecommendationKind.QUEUE_WEIGHT):
         guarded["from"] = dry.before  # refused if it changed between the dry run and the write
     try:
-        result = scheduler.apply(guarded, dry_run=False)
+        result = _ask(cluster, guarded, dry_run=False)
     except SchedulerError as exc:
         if _is_conflict(exc):
             return _back_to_proposed(rec, key, str(exc), dry_result)
