@@ -357,6 +357,7 @@ def utilization_trend(cycles: pd.DataFrame) -> go.Figure:
 # -- recommendation impact -----------------------------------------------------------------------
 
 HARM = "#c62828"
+IMPACT_COLUMNS = 4
 IMPACT_UNITS = {"fraction": (100.0, "%"), "s": (1 / 60, "min"), "GPUs": (1.0, "GPUs")}
 
 
@@ -370,12 +371,21 @@ def recommendation_impact(impact: Mapping[str, Any]) -> go.Figure | None:
     rows = [r for r in impact.get("metrics") or () if isinstance(r, Mapping) and "current" in r]
     if not rows:
         return None
-    titles = []
+    titles = []  # two short lines: the metric and, unless cluster-wide, what it is of
     for row in rows:
         subject = "" if row.get("subject") == "cluster" else f"<br>{row.get('subject')}"
         titles.append(f"{row.get('label', row.get('metric'))}{subject}")
-    figure = make_subplots(rows=1, cols=len(rows), subplot_titles=titles, horizontal_spacing=0.06)
-    for number, row in enumerate(rows, start=1):
+    columns = min(IMPACT_COLUMNS, len(rows))
+    lines = -(-len(rows) // columns)
+    figure = make_subplots(
+        rows=lines,
+        cols=columns,
+        subplot_titles=titles,
+        horizontal_spacing=0.08,
+        vertical_spacing=0.5 / lines if lines > 1 else 0.0,
+    )
+    for number, row in enumerate(rows):
+        at = {"row": number // columns + 1, "col": number % columns + 1}
         scale, unit = IMPACT_UNITS.get(str(row.get("unit")), (1.0, ""))
         colour = {"improves": ACTIVITY, "harms": HARM}.get(str(row.get("verdict")), ACCENT)
         for name, key, bar_colour in (
@@ -401,13 +411,12 @@ def recommendation_impact(impact: Mapping[str, Any]) -> go.Figure | None:
                     hovertemplate=f"{name}: %{{y:.3g}} {unit}<extra>{row.get('verdict')}</extra>",
                     showlegend=False,
                 ),
-                row=1,
-                col=number,
+                **at,
             )
-        figure.update_yaxes(title_text=unit, row=1, col=number, **_axis(rangemode="tozero"))
+        figure.update_yaxes(title_text=unit, **at, **_axis(rangemode="tozero"))
     figure.update_xaxes(**_axis())
     figure.update_layout(
-        **_layout(height=320, margin={"l": 56, "r": 16, "t": 64, "b": 40}, bargap=0.35)
+        **_layout(height=60 + 270 * lines, margin={"l": 56, "r": 16, "t": 56, "b": 32}, bargap=0.35)
     )
     figure.update_annotations(font={"size": 12})
     return figure

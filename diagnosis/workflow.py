@@ -791,9 +791,14 @@ def _baseline(rec: Recommendation) -> dict[str, Any]:
     latest = Snapshot.objects.filter(cluster_id=rec.cluster_id, as_of=cycle.as_of).first()
     if latest is None:
         return out
+    from diagnosis.recommend.base import plain
+
     try:
-        snap = snapshot_format.load(latest.load_document())
-    except snapshot_format.SnapshotError:
+        # plain(): a stored document may carry NaN for absent text fields (snapshot.dump writes
+        # a missing pending_reason as NaN), which the loader rightly refuses.
+        snap = snapshot_format.load(plain(latest.load_document()))
+    except snapshot_format.SnapshotError as exc:
+        out["baseline_note"] = f"the latest snapshot could not be read: {exc}"
         return out
     out["baseline"], note = verify.measure(rec.kind, rec.target, snap, cycle.accounting)
     if note:

@@ -82,6 +82,7 @@ def test_approving_binpack_in_the_demo_makes_fragmentation_go_away(
     rec.refresh_from_db()
     assert rec.state == "applied", rec.status_message
     assert rec.apply_result["before"] == "spread"
+    assert rec.verification["baseline"] == before[-1]  # fragmented GPUs when it was applied
 
     after, verified_at, resolved_at = [], None, None
     for number in range(1, AFTER_CYCLES + 1):
