@@ -197,7 +197,9 @@ def test_pools_are_collected_as_shards_of_a_celery_group(prometheus, planted_his
         shard_runner=run_collect_shards,
     )
     assert sharded["collection"]["shards"] == 2
-    assert sharded["collection"]["queries"] == 2 * whole["collection"]["queries"]
+    # each pool asks the same families (the one without profiling also its fallbacks)
+    assert whole["collection"]["queries"] < sharded["collection"]["queries"]
+    assert sharded["collection"]["queries"] <= 2 * whole["collection"]["queries"]
     assert sharded["gpus"] == whole["gpus"]
     assert sharded["collection"]["coverage"] == whole["collection"]["coverage"] == 1.0
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # -- fields --------------------------------------------------------------------------------------
 
@@ -130,8 +130,7 @@ def keys_of(series: list[Mapping[str, str]]) -> tuple[list[str], list[str]]:
     return uuids, instances
 
 
-@dataclass(frozen=True)
-class Workload:
+class Workload(NamedTuple):
     namespace: str = ""
     pod: str = ""
     container: str = ""
@@ -166,9 +165,8 @@ def workload_of(labels: Mapping[str, str]) -> Workload:
     )
 
 
-@dataclass(frozen=True)
-class GpuLabels:
-    """A dcgm-exporter series' identity, normalised."""
+class GpuLabels(NamedTuple):
+    """A dcgm-exporter series' identity, normalised (a tuple: one is made per series)."""
 
     uuid: str
     instance: str  # MIG GPU instance id, "" for a whole GPU
@@ -186,13 +184,13 @@ class GpuLabels:
 def normalize(labels: Mapping[str, str]) -> GpuLabels:
     gpu = labels.get("gpu", "")
     return GpuLabels(
-        uuid=uuid_of(labels),
-        instance=instance_of(labels),
-        host=host_of(labels),
-        gpu=int(gpu) if gpu.isdigit() else None,
-        model=labels.get("modelName", ""),
-        mig_profile=labels.get("GPU_I_PROFILE", ""),
-        workload=workload_of(labels),
+        uuid_of(labels),
+        instance_of(labels),
+        host_of(labels),
+        int(gpu) if gpu.isdigit() else None,
+        labels.get("modelName", ""),
+        labels.get("GPU_I_PROFILE", ""),
+        workload_of(labels),
     )
 
 

@@ -90,6 +90,9 @@ class Inventory:
 
     def workloads(self, uuid: str, instances: Sequence[str]) -> tuple[str, str]:
         """The workloads (and Slurm jobs) on a GPU, each MIG instance's latest."""
+        if len(instances) == 1:
+            workload = self.rows[(uuid, instances[0])].workload
+            return workload.as_text(), workload.hpc_job
         names = {self.rows[(uuid, i)].workload.as_text() for i in instances}
         jobs = {self.rows[(uuid, i)].workload.hpc_job for i in instances}
         return ", ".join(sorted(names - {""})), ", ".join(sorted(jobs - {""}))

@@ -25,6 +25,7 @@ Secrets never sit in the config: it names the environment variable (or file) hol
 
 from __future__ import annotations
 
+import gc
 import gzip
 import io
 import json
@@ -33,14 +34,16 @@ import os
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlparse
 
 import numpy as np
+import orjson
 import pandas as pd
 import requests
 from prometheus_api_client import PrometheusConnect
@@ -319,6 +322,31 @@ class SourceReport:
 
 # -- parsed responses ----------------------------------------------------------------------------
 
+_gc_lock = threading.Lock()
+_gc_pauses = 0
+_gc_was_enabled = False
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Python's cyclic garbage collector off while answers are decoded: decoding makes 10^5
+    small dicts, none of them in a cycle, and the collector's passes over them would otherwise
+    cost more than the decoding (measured: 2.5x). Nested and concurrent uses are counted; the
+    last one out turns it back on if it was on."""
+    global _gc_pauses, _gc_was_enabled
+    with _gc_lock:
+        if _gc_pauses == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_was_enabled:
+                gc.enable()
+
 
 @dataclass(frozen=True)
 class Vector:
@@ -349,7 +377,7 @@ class Matrix:
 
 def _envelope_error(body: bytes) -> tuple[str, str]:
     try:
-        payload = json.loads(body)
+        payload = orjson.loads(body)
         return str(payload.get("errorType", "")), str(payload.get("error", ""))
     except (ValueError, AttributeError):
         return "", body[:200].decode("utf-8", "replace")
@@ -357,8 +385,13 @@ def _envelope_error(body: bytes) -> tuple[str, str]:
 
 def parse_vector(body: bytes) -> tuple[Vector, list[str]]:
     """An instant-query response as a :class:`Vector` and its warnings."""
+    with paused_gc():
+        return _parse_vector(body)
+
+
+def _parse_vector(body: bytes) -> tuple[Vector, list[str]]:
     try:
-        payload = json.loads(body)
+        payload = orjson.loads(body)
     except ValueError as exc:
         raise PrometheusError(f"Prometheus answered something that is not JSON: {exc}") from None
     if payload.get("status") != "success":
@@ -384,15 +417,20 @@ _WARNINGS = b'"warnings":['
 def parse_matrix(body: bytes, start: float, step: float, points: int) -> tuple[Matrix, list[str]]:
     """A range-query response parsed column-wise onto the grid ``start + k * step``.
 
-    No Python object is made per sample: the series' labels are decoded in one ``json.loads``;
+    No Python object is made per sample: the series' labels are decoded in one JSON decode;
     their samples (``[t,"v"],...``) are cut out of the body, stripped of quotes, and read as one
     two-column CSV by pandas' C parser; each value lands in its grid cell by one vectorised
     assignment. The byte patterns searched for cannot occur inside JSON strings (their quotes
     would be escaped there).
     """
+    with paused_gc():
+        return _parse_matrix(body, start, step, points)
+
+
+def _parse_matrix(body: bytes, start: float, step: float, points: int):
     if not body.startswith(b'{"status":"success"'):
         if body.lstrip().startswith(b"{"):
-            payload = json.loads(body)
+            payload = orjson.loads(body)
             if payload.get("status") != "success":
                 raise PrometheusError(f"Prometheus answered status {payload.get('status')!r}")
             return _matrix_from_payload(payload, start, step, points)
@@ -416,7 +454,7 @@ def parse_matrix(body: bytes, start: float, step: float, points: int) -> tuple[M
         last = body.find(b"]]", first)
         chunks.append(body[first + 1 : last])
         position = end_of_data = last + 2
-    labels = json.loads(b"[" + b",".join(metrics) + b"]") if metrics else []
+    labels = orjson.loads(b"[" + b",".join(metrics) + b"]") if metrics else []
     values = np.full((len(chunks), points), np.nan)
     text = b"\n".join(c for c in chunks if c).translate(None, b'"').replace(b"],[", b"\n")
     if text:
@@ -723,22 +761,30 @@ def _join(parts: list[Matrix], offsets: list[int], start: float, step: float, po
 
 K = dcgm.KEY_LABELS  # a GPU or one of its MIG instances
 U = dcgm.UUID_LABELS  # a physical GPU
-# The time of a series' latest sample in the window: the instant selector finds it within the
-# lookback (5 min); the subquery, older ones (``timestamp(last_over_time(...))`` would give the
-# evaluation time instead).
-LAST_SAMPLE = "timestamp({s}) or max_over_time(timestamp({s})[{w}:])"
+# The time of a series' latest sample: the instant selector finds it within the lookback
+# (5 min); when none is that recent, the subquery finds older ones in the window (it costs as
+# much as all the other families together at 16,384 GPUs, so it is the fallback;
+# ``timestamp(last_over_time(...))`` would give the evaluation time instead).
+LAST_SAMPLE = "timestamp({s})"
+LAST_SAMPLE_IN_WINDOW = "timestamp({s}) or max_over_time(timestamp({s})[{w}:])"
 
 
 def family_queries(
-    selection: Selection, node_selection: Selection, window_s: float
+    selection: Selection, node_selection: Selection, window_s: float, *, fallback: bool = False
 ) -> dict[str, str]:
     """The instant queries of one collection, one per metric family (DESIGN.md section 3).
 
     Aggregation happens in Prometheus: a GPU's series split by changing pod labels are summed
     back together (means as sum over count, so they stay exact), and each answer carries one
     value per GPU (or MIG instance) and statistic, told apart by the ``stat`` and ``src`` labels.
+
+    With ``fallback``, the ``inventory``, ``util`` and ``nvlink`` queries that are sent again
+    when the first answers leave GPUs out: latest samples older than the lookback, and the
+    fields of GPUs without profiling (``DCGM_FI_DEV_GPU_UTIL``,
+    ``DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL``) beside the profiling ones.
     """
     w = duration(window_s)
+    last = LAST_SAMPLE_IN_WINDOW if fallback else LAST_SAMPLE
 
     def over(template: str, metric: str) -> str:
         return selection.over(template.replace("{w}", w), metric)
@@ -776,12 +822,13 @@ def family_queries(
     reserved = f"({total(dcgm.FB_RESERVED, U)} or {free} * 0)"
     nvlink_rx = total(dcgm.NVLINK_RX_BYTES, U)
     nvlink_bytes = f"({nvlink_rx} + ({total(dcgm.NVLINK_TX_BYTES, U)} or {nvlink_rx} * 0))"
+    nvlink = tagged(f"{nvlink_bytes} / {samples(dcgm.NVLINK_RX_BYTES, U)}", stat="mean", src="prof")
     return {
         "inventory": union(
             [
                 tagged(
-                    f"max {by(dcgm.INVENTORY_LABELS)} ({over(LAST_SAMPLE, dcgm.GR_ENGINE_ACTIVE)}"
-                    f" or {over(LAST_SAMPLE, dcgm.GPU_UTIL)})",
+                    f"max {by(dcgm.INVENTORY_LABELS)} ({over(last, dcgm.GR_ENGINE_ACTIVE)}"
+                    f" or {over(last, dcgm.GPU_UTIL)})",
                     stat="last",
                 ),
                 tagged(
@@ -791,7 +838,11 @@ def family_queries(
                 ),
             ]
         ),
-        "util": either(util(dcgm.GR_ENGINE_ACTIVE, "prof"), util(dcgm.GPU_UTIL, "dev"), K),
+        "util": (
+            either(util(dcgm.GR_ENGINE_ACTIVE, "prof"), util(dcgm.GPU_UTIL, "dev"), K)
+            if fallback
+            else util(dcgm.GR_ENGINE_ACTIVE, "prof")
+        ),
         "tensor": tagged(mean(dcgm.TENSOR_ACTIVE, K), stat="mean"),
         "memory": tagged(f"{used} / ({used} + {free} + {reserved})", stat="frac"),
         "power": tagged(mean(dcgm.POWER_USAGE, U), stat="mean"),
@@ -804,10 +855,12 @@ def family_queries(
                 tagged(mean(dcgm.PCIE_TX_BYTES, U), stat="mean", src="tx"),
             ]
         ),
-        "nvlink": either(
-            tagged(f"{nvlink_bytes} / {samples(dcgm.NVLINK_RX_BYTES, U)}", stat="mean", src="prof"),
-            tagged(mean(dcgm.NVLINK_BANDWIDTH_TOTAL, U), stat="mean", src="total"),
-            U,
+        "nvlink": (
+            either(
+                nvlink, tagged(mean(dcgm.NVLINK_BANDWIDTH_TOTAL, U), stat="mean", src="total"), U
+            )
+            if fallback
+            else nvlink
         ),
         "xid": union(
             [
@@ -932,6 +985,10 @@ class PrometheusSource:
         exactly; otherwise the host label and the ``gpu`` index do. ``hosts`` narrows the queries
         to those hosts (a shard).
         """
+        with paused_gc():
+            return self._gpu_metrics(nodes, as_of, window_s, uuids=uuids, hosts=hosts)
+
+    def _gpu_metrics(self, nodes, as_of, window_s, *, uuids, hosts) -> GpuMetrics:
         config = self.config
         window_s = float(window_s or config.window_s)
         report = SourceReport()
@@ -952,7 +1009,7 @@ class PrometheusSource:
                     client.abort()  # the first failure fails the collection: stop the rest
                     raise
             answers = {name: (vector.labels, vector.values) for name, vector in vectors.items()}
-            inventory = dcgm_stats.inventory(answers["inventory"])
+            inventory = self._complete(client, answers, selection, node_selection, window_s, as_of)
             interval = config.scrape_interval_s or _estimate_interval(inventory.samples, window_s)
             matrix = self._xid_matrix(client, selection, vectors["xid"], as_of, window_s, interval)
         events = (
@@ -988,6 +1045,26 @@ class PrometheusSource:
             util_sources=placement.util_sources,
             report=report.as_dict(),
         )
+
+    def _complete(self, client, answers, selection, node_selection, window_s, as_of):
+        """Send the fallback queries the first answers call for (see :func:`family_queries`),
+        replace those answers, and return the inventory."""
+        fallbacks = family_queries(selection, node_selection, window_s, fallback=True)
+        inventory = dcgm_stats.inventory(answers["inventory"])
+        if not inventory.last and inventory.samples:
+            vector = client.instant(fallbacks["inventory"], as_of, "inventory-window")
+            answers["inventory"] = (vector.labels, vector.values)
+            inventory = dcgm_stats.inventory(answers["inventory"])
+        keys = set(inventory.last)
+        redo = []
+        if keys - set(zip(*dcgm.keys_of(answers["util"][0]), strict=True)):
+            redo.append("util")
+        if {u for u, _ in keys} - set(dcgm.keys_of(answers["nvlink"][0])[0]):
+            redo.append("nvlink")
+        for name in redo:
+            vector = client.instant(fallbacks[name], as_of, f"{name}-fallback")
+            answers[name] = (vector.labels, vector.values)
+        return inventory
 
     def _xid_matrix(self, client, selection, vector: Vector, as_of, window_s, interval):
         candidates = sorted({dcgm.uuid_of(labels) for labels in vector.labels} - {""})
