@@ -412,6 +412,7 @@ def _parse_vector(body: bytes) -> tuple[Vector, list[str]]:
 _SERIES = b'{"metric":'
 _VALUES = b'"values":['
 _WARNINGS = b'"warnings":['
+_SAMPLE_LINES = bytes.maketrans(b"[", b"\n")
 
 
 def parse_matrix(body: bytes, start: float, step: float, points: int) -> tuple[Matrix, list[str]]:
@@ -456,12 +457,18 @@ def _parse_matrix(body: bytes, start: float, step: float, points: int):
         position = end_of_data = last + 2
     labels = orjson.loads(b"[" + b",".join(metrics) + b"]") if metrics else []
     values = np.full((len(chunks), points), np.nan)
-    text = b"\n".join(c for c in chunks if c).translate(None, b'"').replace(b"],[", b"\n")
+    # ``t,"v"],[t,"v"`` -> lines ``t,v,``: "[" becomes a line break, "]" and quotes go.
+    text = b",[".join(c for c in chunks if c).translate(_SAMPLE_LINES, b']"')
     if text:
-        counts = np.array([c.count(b"],[") + 1 if c else 0 for c in chunks], dtype=np.int64)
+        counts = np.array([c.count(b"[") + 1 if c else 0 for c in chunks], dtype=np.int64)
         rows = np.repeat(np.arange(len(chunks)), counts)
         samples = pd.read_csv(
-            io.BytesIO(text), header=None, names=["t", "v"], dtype=np.float64, engine="c"
+            io.BytesIO(text),
+            header=None,
+            names=["t", "v", "_"],
+            usecols=[0, 1],
+            dtype=np.float64,
+            engine="c",
         )
         column = np.rint((samples["t"].to_numpy() - start) / step).astype(np.int64)
         keep = (column >= 0) & (column < points)
