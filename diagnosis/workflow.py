@@ -69,6 +69,8 @@ APPLIED_STATES = (State.APPLIED, State.VERIFIED)
 SYSTEM_CYCLE = "system:cycle"
 SYSTEM_ACTUATE = "system:actuate"
 MAX_OBSERVATIONS = 24
+# A change a person rejected is not proposed again, unchanged, for this long.
+REJECTION_QUIET = timedelta(hours=24)
 
 
 class WorkflowError(Exception):
@@ -840,11 +842,14 @@ def record_recommendations(
             "kind", "target", "change"
         )
     }
+    rejected = _recently_rejected(cluster)
 
     def keep_impact(draft: Any) -> str | None:
-        change = open_changes.get((draft.kind, draft.target))
-        if change is not None and change == _plain_change(draft.change):
+        change = _plain_change(draft.change)
+        if open_changes.get((draft.kind, draft.target)) == change:
             return "kept from the open recommendation with the same change"
+        if (draft.kind, draft.target, _change_key(change)) in rejected:
+            return "rejected recently: not proposed again"
         return None
 
     run = recommend(snap, diagnosis, skip_impact=keep_impact)
@@ -870,8 +875,12 @@ def record_recommendations(
             (f.rule_id, f.subject): f
             for f in Finding.objects.filter(cluster=cluster, fingerprint__in=keys)
         }
+        stats["quiet"] = 0
         for proposal in run.recommendations:
             fields = proposal.stored_fields()
+            if (proposal.kind, proposal.target, _change_key(fields["change"])) in rejected:
+                stats["quiet"] += 1  # someone said no to exactly this change lately
+                continue
             old = existing.get((proposal.kind, proposal.target))
             if old is not None and (old.state == State.APPLYING or old.rollback_of_id):
                 stats["kept"] += 1
@@ -902,6 +911,20 @@ def record_recommendations(
         stats["expired"] = _expire_resolved(cluster, proposed_keys, snap)
     stats["seconds"] = round(time.perf_counter() - started, 3)
     return stats
+
+
+def _change_key(change: Mapping[str, Any]) -> str:
+    return json.dumps(change, sort_keys=True, default=str)
+
+
+def _recently_rejected(cluster: Cluster) -> set[tuple[str, str, str]]:
+    """``(kind, target, change)`` of the changes people rejected in the last
+    :data:`REJECTION_QUIET`: the cycle does not propose exactly those again meanwhile."""
+    since = timezone.now() - REJECTION_QUIET
+    rows = Recommendation.objects.filter(
+        cluster=cluster, state=State.REJECTED, updated_at__gte=since
+    ).values_list("kind", "target", "change")
+    return {(kind, target, _change_key(change)) for kind, target, change in rows}
 
 
 def _describe(change: Mapping[str, Any]) -> str:

@@ -111,6 +111,20 @@ def test_a_different_change_for_the_target_supersedes_the_open_one(demo) -> None
     assert cycle.recommendations["superseded"] == 1
 
 
+def test_a_rejected_change_is_not_proposed_again_at_once(demo, carol) -> None:
+    from diagnosis import workflow
+
+    cycles(demo, FIRST_FRAGMENTATION_CYCLE)
+    workflow.reject_recommendation(binpack_proposal(demo), carol, "not during the sweep")
+
+    cycle = cycles(demo, 1)
+
+    assert not Recommendation.objects.filter(
+        cluster=demo, state="proposed", kind="placement-policy"
+    )
+    assert cycle.recommendations["quiet"] == 1
+
+
 def test_a_proposal_whose_findings_resolved_expires(lab) -> None:
     cycles(lab, 1)
     gone = Finding.objects.create(
