@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from io import StringIO
+from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from diagnosis.actions import run_cluster_cycle
@@ -131,15 +132,41 @@ def test_exported_history_backfills_a_prometheus_that_a_cycle_reads(
 
 
 # -- serve_exporter scraped by a real Prometheus --------------------------------------------------
+# The exporter runs as its own process with its own database (a SQLite file, as a separate
+# embedded install would have): rows of the test database are invisible to other processes.
 
 
-def database_url() -> str:
-    db = settings.DATABASES["default"]
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    return (
-        f"postgres://{db['USER']}{password}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/"
-        f"{db['NAME']}"
+def manage(database: Path, *arguments: str, **options) -> subprocess.Popen | None:
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env["DATABASE_URL"] = f"sqlite:///{database}"
+    env.update(options.pop("env", {}))
+    command = [sys.executable, str(REPO_ROOT / "manage.py"), *arguments]
+    if options.pop("background", False):
+        return subprocess.Popen(
+            command,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    subprocess.run(command, env=env, check=True, capture_output=True, timeout=120)
+    return None
+
+
+@pytest.fixture(scope="module")
+def exporter_database(tmp_path_factory) -> Path:
+    database = tmp_path_factory.mktemp("exporter-db") / "gpuobs.sqlite3"
+    manage(database, "migrate", "--noinput")
+    return database
+
+
+def create_in(database: Path, **cluster) -> None:
+    """A cluster row in the exporter's database."""
+    code = (
+        "import json, os; from diagnosis.models import Cluster; "
+        "Cluster.objects.create(**json.loads(os.environ['GPUOBS_TEST_CLUSTER']))"
     )
+    manage(database, "shell", "-c", code, env={"GPUOBS_TEST_CLUSTER": json.dumps(cluster)})
 
 
 @pytest.fixture
@@ -160,27 +187,19 @@ def scraping_prometheus(exporter_port, tmp_path_factory):
 
 
 @pytest.fixture
-def serve_exporter(exporter_port):
+def serve_exporter(exporter_port, exporter_database):
     processes = []
 
     def start(cluster: str, *arguments: str) -> subprocess.Popen:
-        env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-        env["DATABASE_URL"] = database_url()
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                str(REPO_ROOT / "manage.py"),
-                "serve_exporter",
-                "--cluster",
-                cluster,
-                "--port",
-                str(exporter_port),
-                *arguments,
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        process = manage(
+            exporter_database,
+            "serve_exporter",
+            "--cluster",
+            cluster,
+            "--port",
+            str(exporter_port),
+            *arguments,
+            background=True,
         )
         processes.append(process)
         return process
@@ -196,30 +215,32 @@ def serve_exporter(exporter_port):
                 process.wait()
 
 
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db
 def test_a_real_prometheus_scrapes_serve_exporter_and_a_cycle_reads_it(
-    make_cluster, scraping_prometheus, serve_exporter
+    make_cluster, scraping_prometheus, serve_exporter, exporter_database
 ):
     started = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
-    cluster = make_cluster(
-        "live",
-        scheduler_kind="sim",
-        scheduler_config={
+    spec = {
+        "name": "live",
+        "scheduler_kind": "sim",
+        "scheduler_config": {
             "scenario": "small",
             "seed": 1,
             "speed": 1,
             "clock": "wall",
             "started_at": started.isoformat(),
         },
-        metrics_kind="prometheus",
-        metrics_config={
+        "metrics_kind": "prometheus",
+        "metrics_config": {
             "url": scraping_prometheus.url,
             "matchers": {"cluster": "live"},
             "window_s": 60,
             "scrape_interval_s": 1,
             "max_data_age_s": 10,
         },
-    )
+    }
+    create_in(exporter_database, **spec)
+    cluster = make_cluster(**spec)
     exporter = serve_exporter("live", "--host-label", "hostname")
     wait_until(
         lambda: (
@@ -269,14 +290,16 @@ def test_collect_runs_a_configured_clusters_cycles(make_cluster, prometheus, pla
     assert "coverage 100.0%, status ok" in out.getvalue()
 
 
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
-def test_serve_exporter_creates_the_demo_cluster(serve_exporter):
-    from diagnosis.models import Cluster
-
+def test_serve_exporter_creates_the_demo_cluster(serve_exporter, exporter_database):
     exporter = serve_exporter("promdemo", "--create", "--scenario", "small")
     first = exporter.stdout.readline().decode()
+    with sqlite3.connect(exporter_database) as db:
+        row = db.execute(
+            "SELECT scheduler_kind, metrics_kind, scheduler_config, metrics_config "
+            "FROM diagnosis_cluster WHERE name = 'promdemo'"
+        ).fetchone()
     assert "created cluster promdemo" in first
-    cluster = Cluster.objects.get(name="promdemo")
-    assert (cluster.scheduler_kind, cluster.metrics_kind) == ("sim", "prometheus")
-    assert (cluster.scheduler_config["speed"], cluster.scheduler_config["clock"]) == (1, "wall")
-    assert cluster.metrics_config["url"] == "http://127.0.0.1:9090"
+    assert row[:2] == ("sim", "prometheus")
+    scheduler_config = json.loads(row[2])
+    assert (scheduler_config["speed"], scheduler_config["clock"]) == (1, "wall")
+    assert json.loads(row[3])["url"] == "http://127.0.0.1:9090"

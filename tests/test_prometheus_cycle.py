@@ -217,3 +217,89 @@ def test_cycles_keep_the_source_report(make_sim_cluster, prometheus):
         "warnings",
         "judgeable",
     }
+
+
+# -- shards on a real Celery worker --------------------------------------------------------------
+
+
+def shard_payloads_of_the_mixed_pools(url: str, planted) -> list[dict]:
+    from diagnosis.sources.prometheus import shard_payloads
+
+    document = scheduler_doc([("mx-prof", 2), ("mx-dev", 2)])
+    document["nodes"][1]["pool"] = "old"
+    config = PrometheusConfig.parse(
+        {"url": url, "matchers": {"cluster": "mixed"}, "shard_min_gpus": 1}
+    )
+    return shard_payloads(config, document["nodes"], {}, planted.t0, 900)
+
+
+@pytest.fixture
+def collect_worker(redis_url, tmp_path):
+    """A real Celery worker on the ``collect`` queue (shards need no database)."""
+    import os
+    import subprocess
+    import sys
+    import uuid
+
+    from gpuobs import celery_app
+    from tests.conftest import REPO_ROOT
+
+    celery_app.control.purge()
+    log = tmp_path / "worker.log"
+    with log.open("w") as out:
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "gpuobs",
+                "worker",
+                "-Q",
+                "collect",
+                "--pool=solo",
+                "--without-heartbeat",
+                "--without-gossip",
+                "--without-mingle",
+                "--hostname",
+                f"pytest-collect-{uuid.uuid4().hex[:8]}@%h",
+            ],
+            cwd=REPO_ROOT,
+            env={**os.environ, "REDIS_URL": redis_url},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    yield worker
+    worker.terminate()
+    try:
+        worker.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait()
+    print(log.read_text())  # shown when the test fails
+
+
+@pytest.mark.celery_worker
+def test_shards_run_on_a_real_worker(collect_worker, prometheus, planted_history):
+    payloads = shard_payloads_of_the_mixed_pools(prometheus.url, planted_history)
+    results = run_collect_shards(payloads)
+    assert [sorted(g["node"] for g in r["gpus"]) for r in results] == [
+        ["mx-prof", "mx-prof"],
+        ["mx-dev", "mx-dev"],
+    ]
+    assert collect_worker.poll() is None
+
+
+@pytest.mark.celery_worker
+def test_shards_no_worker_takes_run_in_the_cycle(
+    redis_url, prometheus, planted_history, monkeypatch
+):
+    from diagnosis import tasks
+    from gpuobs import celery_app
+
+    celery_app.control.purge()
+    monkeypatch.setattr(tasks, "SHARD_WAIT_S", 0.5)
+    payloads = shard_payloads_of_the_mixed_pools(prometheus.url, planted_history)
+    results = run_collect_shards(payloads)
+    celery_app.control.purge()
+    assert [r["answered"] for r in results] == [2, 2]

@@ -2,10 +2,12 @@
 Prometheus or a compatible server (Thanos, Mimir, VictoriaMetrics).
 
 One collection sends a fixed set of server-side aggregated instant queries over the window, one
-per metric family (:data:`FAMILIES`), plus at most one range query for the few GPUs whose Xid
-gauge was non-zero; the number of queries does not grow with the cluster. Responses are
-requested gzip-compressed and parsed column-wise into numpy arrays. Every label value in a query
-goes through :func:`diagnosis.sources.promql.quote`; label names come from an allowlist.
+per metric family (:func:`family_queries`; at most three fallbacks when the answers leave GPUs
+out), plus at most one range query for the few GPUs whose Xid gauge was non-zero; the number of
+queries does not grow with the cluster. Responses are requested gzip-compressed and parsed
+column-wise into numpy arrays. Every label value in a query goes through
+:func:`diagnosis.sources.promql.quote`; label names come from an allowlist. Settings, queries,
+mapping and behaviour on failure: docs/integrations.md, section "Prometheus".
 
 A cluster's ``metrics_config`` (parsed by :meth:`PrometheusConfig.parse`; every error names its
 field)::
