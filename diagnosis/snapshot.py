@@ -806,7 +806,7 @@ def dump(snapshot: ClusterSnapshot) -> dict[str, Any]:
             _drop_none(
                 {
                     "name": q.name,
-                    "tenant": q.tenant,
+                    "tenant": _text(q.tenant),
                     "weight": _plain(q.weight),
                     "deserved_gpus": _plain(q.deserved_gpus),
                     "capability_gpus": _plain(q.capability_gpus),
@@ -819,10 +819,10 @@ def dump(snapshot: ClusterSnapshot) -> dict[str, Any]:
             {
                 "time": format_time(e.time),
                 "kind": e.kind,
-                "job": e.job,
-                "node": e.node,
-                "reason": e.reason,
-                "message": e.message,
+                "job": _text(e.job),
+                "node": _text(e.node),
+                "reason": _text(e.reason),
+                "message": _text(e.message),
             }
             for e in snapshot.events.itertuples(index=False)
         ],
@@ -856,7 +856,7 @@ def _dump_nodes(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
             {
                 "name": n.name,
                 "pool": n.pool,
-                "gpu_model": n.gpu_model,
+                "gpu_model": _text(n.gpu_model),
                 "gpus": int(n.gpus),
                 "state": n.state,
                 "cpu_util": _plain(n.cpu_util),
@@ -879,7 +879,7 @@ def _dump_gpus(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
     out = []
     for record in gpus[gpus["reported"]].to_dict("records"):
         entry: dict[str, Any] = {"node": record["node"], "index": int(record["index"])}
-        if record["uuid"] is not None:
+        if _text(record["uuid"]) is not None:
             entry["uuid"] = record["uuid"]
         entry["health"] = record["health"]
         for column in metric_columns:
@@ -905,11 +905,11 @@ def _dump_jobs(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
     for j in snapshot.jobs.itertuples(index=False):
         job = {
             "id": j.id,
-            "name": j.name,
-            "tenant": j.tenant,
-            "queue": j.queue,
-            "pool": j.pool,
-            "kind": j.kind,
+            "name": _text(j.name),
+            "tenant": _text(j.tenant),
+            "queue": _text(j.queue),
+            "pool": _text(j.pool),
+            "kind": _text(j.kind),
             "priority": int(j.priority),
             "state": j.state,
             "submitted": format_time(j.submitted),
@@ -920,7 +920,7 @@ def _dump_jobs(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
             "gang": bool(j.gang),
             "min_member": int(j.min_member),
             "allocation": allocation.get(j.id, []),
-            "pending_reason": j.pending_reason,
+            "pending_reason": _text(j.pending_reason),
             "partial_since": format_time(j.partial_since),
             "preemptions": int(j.preemptions),
         }
@@ -930,6 +930,11 @@ def _dump_jobs(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
             job["achieved_tflops_per_gpu"] = float(j.achieved_tflops_per_gpu)
         jobs.append(job)
     return jobs
+
+
+def _text(value: Any) -> str | None:
+    """A text field as JSON carries it: None for a missing one (pandas may hold it as NaN)."""
+    return value if isinstance(value, str) else None
 
 
 def _plain(value: Any) -> Any:

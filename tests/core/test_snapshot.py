@@ -82,6 +82,21 @@ def test_round_trip_of_a_built_cluster():
     assert second.xids["code"].tolist() == [79, 13]
 
 
+def test_round_trip_keeps_missing_text_fields_missing():
+    """pandas keeps a text column with some values missing as NaN: dump must write null."""
+    builder = SnapshotBuilder().pool("a100", nodes=1)
+    builder.job("a", node="a100-000").job("b", state="pending")
+    builder.event("submitted", job="a").event("failed", job="a", reason="NodeFail")
+    document = builder.document()
+    document["jobs"][1]["pending_reason"] = "Resources"
+    document["jobs"][0]["tenant"] = None
+    dumped = fmt.dump(fmt.load(document))
+    assert dumped["jobs"][0]["tenant"] is None
+    assert dumped["jobs"][0]["pending_reason"] is None
+    assert dumped["events"][0]["reason"] is None
+    assert fmt.dump(fmt.load(json.loads(json.dumps(dumped)))) == dumped
+
+
 def test_unknown_optional_fields_are_kept_out_of_the_frames_but_do_not_fail():
     document = design_document()
     document["jobs"][0]["color"] = "blue"
