@@ -12,9 +12,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from django.db import transaction
 from django.utils import timezone
@@ -823,6 +824,17 @@ JOB_SYNC_FIELDS = (
     "min_member",
     "preemptions",
 )
+# The columns that change during a job's life: a stored unfinished job is compared on these
+# only (its name, shape and submission do not change), which keeps the per-cycle read small.
+JOB_CHANGING_FIELDS = (
+    "tenant_id",
+    "queue_id",
+    "priority",
+    "state",
+    "started_at",
+    "ended_at",
+    "preemptions",
+)
 LIVE_JOB_STATES = ("pending", "running")
 
 
@@ -869,7 +881,8 @@ def record_tenancy(
         .first()
     )
     synced = sync_jobs(cluster, snap, tenant_of_job, tenant_ids, queue_ids, previous)
-    tagged = tag_finding_tenants(cluster, diagnosis, tenant_of_job, tenant_ids)
+    job_tenant = dict(zip(tenant_of_job.index, tenant_of_job.to_numpy(), strict=True))
+    tagged = tag_finding_tenants(cluster, diagnosis, job_tenant, tenant_ids)
     if PoolRollup.objects.filter(cluster=cluster, pool="", as_of=as_of).exists():
         return RecordedTenancy(created, synced.written, synced.unlisted, tagged, 0.0, 0, 0)
     interval = float(snap.window_s)
@@ -978,8 +991,15 @@ def _whole(value: Any) -> int | None:
     return None if value is None or value != value else max(0, round(float(value)))
 
 
-def _moment(value: Any) -> datetime | None:
-    return None if value is None or value is pd.NaT or value != value else value.to_pydatetime()
+def _objects(column: pd.Series) -> np.ndarray:
+    """A text column as plain Python values (None where missing): fast to iterate."""
+    return column.to_numpy(dtype=object, na_value=None)
+
+
+def _moments(times: pd.Series) -> list[datetime | None]:
+    """Aware UTC datetimes (None for NaT) of a UTC datetime column, without a Timestamp each."""
+    naive = times.to_numpy(dtype="datetime64[us]", na_value=np.datetime64("NaT")).astype(object)
+    return [None if moment is None else moment.replace(tzinfo=UTC) for moment in naive]
 
 
 @dataclass(frozen=True)
@@ -1010,19 +1030,19 @@ def sync_jobs(
         row[0]: row[1:]
         for row in Job.objects.filter(
             cluster=cluster, state__in=LIVE_JOB_STATES, unlisted_since__isnull=True
-        ).values_list("external_id", "pk", *JOB_SYNC_FIELDS)
+        ).values_list("external_id", "pk", *JOB_CHANGING_FIELDS)
     }
     columns = {
-        "name": [str(n)[:255] if isinstance(n, str) else "" for n in jobs["name"]],
+        "name": [n[:255] if isinstance(n, str) else "" for n in _objects(jobs["name"])],
         "tenant_id": [tenant_ids.get(t) for t in tenant_of_job.reindex(jobs.index).tolist()],
-        "queue_id": [queue_ids.get(q) if isinstance(q, str) else None for q in jobs["queue"]],
-        "pool": [p[:128] if isinstance(p, str) else "" for p in jobs["pool"]],
-        "kind": [k[:32] if isinstance(k, str) else "" for k in jobs["kind"]],
+        "queue_id": [queue_ids.get(q) for q in _objects(jobs["queue"])],
+        "pool": [p[:128] if isinstance(p, str) else "" for p in _objects(jobs["pool"])],
+        "kind": [k[:32] if isinstance(k, str) else "" for k in _objects(jobs["kind"])],
         "priority": jobs["priority"].astype(int).tolist(),
         "state": jobs["state"].astype(object).where(jobs["state"].notna(), "pending").tolist(),
-        "submitted_at": [_moment(t) for t in jobs["submitted"]],
-        "started_at": [_moment(t) for t in jobs["started"]],
-        "ended_at": [_moment(t) for t in jobs["ended"]],
+        "submitted_at": _moments(jobs["submitted"]),
+        "started_at": _moments(jobs["started"]),
+        "ended_at": _moments(jobs["ended"]),
         "pods": jobs["pods"].astype(int).tolist(),
         "gpus_per_pod": jobs["gpus_per_pod"].astype(int).tolist(),
         "gang": jobs["gang"].astype(bool).tolist(),
@@ -1033,14 +1053,15 @@ def sync_jobs(
     unknown: list[str] = []  # upserted jobs that were not among the stored unfinished ones
     preemptions: dict[str, int] = {}
     for i, job_id in enumerate(jobs.index.tolist()):
-        values = tuple(columns[f][i] for f in JOB_SYNC_FIELDS)
         known = live.pop(job_id, None)
         if known is not None:
-            if tuple(known[1:]) == values:
+            now = tuple(columns[f][i] for f in JOB_CHANGING_FIELDS)
+            if tuple(known[1:]) == now:
                 continue
-            if values[-1] > known[-1]:
-                preemptions[job_id] = values[-1] - known[-1]
-        else:
+            if now[-1] > known[-1]:
+                preemptions[job_id] = now[-1] - known[-1]
+        values = tuple(columns[f][i] for f in JOB_SYNC_FIELDS)
+        if known is None:
             ended = columns["ended_at"][i]
             if (
                 values[6] not in LIVE_JOB_STATES
@@ -1087,22 +1108,28 @@ def sync_jobs(
 def tag_finding_tenants(
     cluster: Cluster,
     diagnosis: Diagnosis,
-    tenant_of_job: pd.Series,
+    tenant_of_job: Mapping[str, str],
     tenant_ids: Mapping[str, int],
 ) -> int:
-    """Set ``Finding.tenant`` on this cycle's findings that concern exactly one tenant
-    (:func:`diagnosis.fairness.finding_tenant`) and have none yet; one UPDATE per tenant."""
+    """Set ``Finding.tenant`` on the findings first seen in this cycle that concern exactly one
+    tenant (:func:`diagnosis.fairness.finding_tenant`); one UPDATE per tenant. Findings seen
+    before keep the tenant they got then, so the cost follows the new findings, not all hits."""
     from diagnosis import fairness
 
-    by_tenant: dict[int, list[str]] = {}
-    for hit in diagnosis.findings:
-        name = fairness.finding_tenant(hit, tenant_of_job)
+    as_of = diagnosis.snapshot.as_of.to_pydatetime()
+    new = Finding.objects.filter(cluster=cluster, tenant__isnull=True, first_seen=as_of)
+    rows = list(new.values_list("pk", "rule_id", "subject"))
+    if not rows:
+        return 0
+    hits = {(hit.rule, hit.subject): hit for hit in diagnosis.findings}
+    by_tenant: dict[int, list[int]] = {}
+    for pk, rule_id, subject in rows:
+        hit = hits.get((rule_id, subject))
+        name = fairness.finding_tenant(hit, tenant_of_job) if hit is not None else None
         if name is not None and name in tenant_ids:
-            fingerprint = Finding.fingerprint_of(cluster.pk, hit.rule, hit.subject)
-            by_tenant.setdefault(tenant_ids[name], []).append(fingerprint)
+            by_tenant.setdefault(tenant_ids[name], []).append(pk)
     return sum(
-        Finding.objects.filter(fingerprint__in=prints, tenant__isnull=True).update(tenant_id=tid)
-        for tid, prints in by_tenant.items()
+        Finding.objects.filter(pk__in=pks).update(tenant_id=tid) for tid, pks in by_tenant.items()
     )
 
 

@@ -345,11 +345,12 @@ def cycle_rollup(
     total_entitlement = sum(entitled.values())
     listed = set(snapshot.queues["tenant"].astype(str))
 
-    starving = [
-        f.subject[4:] for f in findings if f.rule == "starvation" and f.subject.startswith("job:")
-    ]
-    starving = [j for j in starving if j in jobs.index]
-    preempted = {j: int(n) for j, n in (preemptions or {}).items() if n and j in jobs.index}
+    starving = pd.Index(
+        [f.subject[4:] for f in findings if f.rule == "starvation" and f.subject[:4] == "job:"]
+    ).intersection(jobs.index)
+    preempted = pd.Series(preemptions or {}, dtype=np.int64)
+    preempted = preempted[preempted.index.isin(jobs.index) & (preempted > 0)]
+    job_pool = jobs["pool"].astype(object)
 
     tenants: dict[str, TenantCycle] = {}
     names = sorted(set(entitled) | set(demand) | {t for t in accounting.tenants if t is not None})
@@ -363,10 +364,10 @@ def cycle_rollup(
         if total_entitlement > 0:
             row.entitlement = entitled.get(name, 0.0) / total_entitlement
         tenants[name] = row
-    for job_id in starving:
-        tenants[str(tenant_of[job_id])].starving_job_s += seconds
-    for job_id, count in preempted.items():
-        tenants[str(tenant_of[job_id])].preemptions += count
+    for name, count in _count_by(tenant_of, starving).items():
+        tenants[str(name)].starving_job_s += count * seconds
+    for name, count in _count_by(tenant_of, preempted.index, preempted).items():
+        tenants[str(name)].preemptions += int(count)
 
     pools: dict[str, PoolCycle] = {"": PoolCycle(pool="")}
     _fill_from_breakdown(pools[""], accounting.cluster, seconds)
@@ -375,22 +376,19 @@ def cycle_rollup(
         row = PoolCycle(pool=str(pool), gpu_s=breakdown.gpus * seconds)
         _fill_from_breakdown(row, breakdown, seconds)
         pools[str(pool)] = row
-    job_pool = jobs["pool"].astype(object)
     pool_demand = demand_gpus.groupby(job_pool.fillna("").to_numpy(), sort=True).sum()
     for pool, value in pool_demand.items():
         if pool in pools and pool != "":
             pools[pool].demanded_gpu_s = float(value) * seconds
     pools[""].demanded_gpu_s = float(demand_gpus.sum()) * seconds
-    for job_id in starving:
-        pools[""].starving_job_s += seconds
-        pool = job_pool[job_id]
-        if isinstance(pool, str) and pool in pools:
-            pools[pool].starving_job_s += seconds
-    for job_id, count in preempted.items():
-        pools[""].preemptions += count
-        pool = job_pool[job_id]
-        if isinstance(pool, str) and pool in pools:
-            pools[pool].preemptions += count
+    pools[""].starving_job_s = len(starving) * seconds
+    pools[""].preemptions = int(preempted.sum())
+    for pool, count in _count_by(job_pool, starving).items():
+        if pool in pools and pool != "":
+            pools[pool].starving_job_s = count * seconds
+    for pool, count in _count_by(job_pool, preempted.index, preempted).items():
+        if pool in pools and pool != "":
+            pools[pool].preemptions = int(count)
     return CycleRollup(
         interval_s=seconds,
         entitlement_basis=basis,
@@ -398,6 +396,19 @@ def cycle_rollup(
         tenants=tenants,
         pools=pools,
     )
+
+
+def _count_by(
+    label: pd.Series, jobs: pd.Index, weights: pd.Series | None = None
+) -> dict[Any, float]:
+    """How many of ``jobs`` (or the sum of their ``weights``) each ``label`` value has; jobs
+    whose label is missing are left out."""
+    if len(jobs) == 0:
+        return {}
+    labels = label.reindex(jobs).to_numpy(dtype=object)
+    values = np.ones(len(jobs)) if weights is None else weights.reindex(jobs).to_numpy(float)
+    keep = pd.notna(labels)
+    return pd.Series(values[keep]).groupby(labels[keep]).sum().to_dict()
 
 
 # -- one period ----------------------------------------------------------------------------------

@@ -376,6 +376,13 @@ class Finding(models.Model):
         indexes = [
             models.Index(fields=["cluster", "state"], name="finding_cluster_state"),
             models.Index(fields=["cluster", "rule_id"], name="finding_cluster_rule"),
+            # The cycle tags its new findings with their tenant (actions.tag_finding_tenants):
+            # a small index over the untagged ones finds them without scanning the rest.
+            models.Index(
+                fields=["cluster", "first_seen"],
+                condition=models.Q(tenant__isnull=True),
+                name="finding_untagged_first_seen",
+            ),
         ]
 
     def __str__(self) -> str:
