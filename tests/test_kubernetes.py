@@ -209,6 +209,15 @@ def test_unreachable_api_is_a_transient_error(volcano, kube_api: KubeApiServer) 
     assert not caught.value.permanent
 
 
+def test_apply_to_an_unreachable_api_is_a_transient_error(volcano, kube_api: KubeApiServer) -> None:
+    adapter = volcano(request_timeout_s=0.5)
+    kube_api.stop()
+    change = {"kind": "queue-weight", "target": "queue:research", "from": 1, "to": 2}
+    with pytest.raises(SchedulerError, match="volcano: applying a change") as caught:
+        adapter.apply(change, dry_run=True)
+    assert not caught.value.permanent
+
+
 def test_wrong_token_is_a_permanent_error(volcano, kube_api: KubeApiServer) -> None:
     kube_api.token = "another"
     with pytest.raises(SchedulerError, match="401") as caught:

@@ -20,6 +20,7 @@ adapters normalise them into the snapshot's vocabulary.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -147,6 +148,23 @@ def describe_api_error(exc: ApiException) -> str:
     except (TypeError, ValueError, AttributeError):
         message = None
     return f"HTTP {exc.status}: {message or exc.reason}"
+
+
+def transport_errors_as_scheduler_errors(what: str):
+    """Decorate an adapter call so that a connection failure (urllib3, socket) surfaces as a
+    transient :class:`SchedulerError` naming ``what``, like every other failure of the call."""
+
+    def decorate(function):
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            try:
+                return function(*args, **kwargs)
+            except (Urllib3Error, OSError) as exc:
+                raise scheduler_error(exc, what) from exc
+
+        return wrapper
+
+    return decorate
 
 
 def scheduler_error(exc: Exception, what: str) -> SchedulerError:

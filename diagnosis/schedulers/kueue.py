@@ -58,6 +58,7 @@ from diagnosis.schedulers.kube_client import (
     namespaced_name,
     scheduler_error,
     sync_all,
+    transport_errors_as_scheduler_errors,
 )
 from diagnosis.schedulers.volcano import check_unchanged, target_name, write_error
 
@@ -120,6 +121,7 @@ class KueueAdapter:
             lambda: event_job_lookup(pods.items.values(), workloads.items.values(), self.settings),
         )
 
+    @transport_errors_as_scheduler_errors("kueue: applying a change")
     def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
         kind = change.get("kind")
         target = str(change.get("target") or "")

@@ -57,6 +57,7 @@ from diagnosis.schedulers.kube_client import (
     namespaced_name,
     scheduler_error,
     sync_all,
+    transport_errors_as_scheduler_errors,
 )
 
 GROUP, VERSION = "scheduling.volcano.sh", "v1beta1"
@@ -135,6 +136,7 @@ class VolcanoAdapter:
 
     # -- writing ---------------------------------------------------------------------------------
 
+    @transport_errors_as_scheduler_errors("volcano: applying a change")
     def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
         kind = change.get("kind")
         target = str(change.get("target") or "")
