@@ -41,8 +41,8 @@ urlpatterns = [
         report_views.fairness_subscription,
         name="fairness_subscription",
     ),
-    path("clusters/<slug:name>/tenants/<str:tenant>/", report_views.tenant_detail, name="tenant"),
-    path("clusters/<slug:name>/jobs/<str:job_id>/", report_views.job_detail, name="job"),
+    path("clusters/<slug:name>/tenants/<path:tenant>/", report_views.tenant_detail, name="tenant"),
+    path("clusters/<slug:name>/jobs/<path:job_id>/", report_views.job_detail, name="job"),
     path(
         "clusters/<slug:name>/writes/",
         recommendation_views.cluster_writes,

@@ -359,3 +359,22 @@ def test_beat_checks_the_subscriptions_hourly():
 
     entry = celery_app.conf.beat_schedule["fairness report subscriptions"]
     assert (entry["task"], entry["schedule"]) == ("diagnosis.tasks.send_report_subscriptions", 3600)
+
+
+def test_a_namespaced_job_id_has_its_page_and_api_answer(alice_client):
+    from diagnosis.models import Cluster
+    from tests.builders import SnapshotBuilder
+
+    cluster = Cluster.objects.create(name="kube", enabled=False)
+    snap = (
+        SnapshotBuilder(as_of=START, cluster="kube")
+        .pool("a100", nodes=1, gpus=8)
+        .queue("team", deserved_gpus=8)
+        .job("team-ns/trainer-0", tenant="team", gpus_per_pod=8, node="a100-000")
+        .build()
+    )
+    record_cycle(cluster, snap)
+
+    assert alice_client.get("/clusters/kube/jobs/team-ns/trainer-0/").status_code == 200
+    body = alice_client.get("/api/v1/clusters/kube/jobs/team-ns/trainer-0").json()
+    assert (body["id"], body["tenant"]) == ("team-ns/trainer-0", "team")

@@ -19,7 +19,7 @@ urlpatterns = [
         name="fairness-report",
     ),
     path("clusters/<slug:cluster>/jobs", reports.JobListView.as_view(), name="jobs"),
-    path("clusters/<slug:cluster>/jobs/<str:job_id>", reports.JobDetailView.as_view(), name="job"),
+    path("clusters/<slug:cluster>/jobs/<path:job_id>", reports.JobDetailView.as_view(), name="job"),
     path("clusters/<slug:cluster>/findings", reports.FindingListView.as_view(), name="findings"),
     path(
         "clusters/<slug:cluster>/writes",
