@@ -130,11 +130,18 @@ def tenant_breakdown(data: FairnessReportData) -> go.Figure:
     return go.Figure(
         data=bars,
         layout=_layout(
-            height=max(220, 60 + 24 * len(rows)),
+            height=max(260, 140 + 24 * len(rows)),
             barmode="stack",
-            legend={"orientation": "h", "x": 0, "y": 1.08, "font": {"color": MUTED}},
-            margin={"l": 120, "r": 16, "t": 40, "b": 40},
-            xaxis=_axis(title={"text": "GPU-hours"}, rangemode="tozero"),
+            legend={
+                "orientation": "h",
+                "x": 0,
+                "y": -0.12,
+                "yanchor": "top",
+                "font": {"color": MUTED},
+                "traceorder": "normal",
+            },
+            margin={"l": 120, "r": 16, "t": 16, "b": 40},
+            xaxis=_axis(title={"text": "GPU-hours"}, rangemode="tozero", side="top"),
             yaxis=_axis(type="category"),
         ),
     )
