@@ -329,6 +329,26 @@ def test_stale_data_is_labelled_stale_never_healthy(bob_client: Client, sim_clus
     assert "last known: OK" in text_of(listing)
 
 
+def test_low_metrics_coverage_is_shown_with_what_it_costs(bob_client: Client, sim_clusters) -> None:
+    sim_clusters.append("patchy")
+    cluster = make_sim_cluster("patchy", 2)
+    ClusterCycle.objects.filter(cluster=cluster).update(coverage=0.9)
+
+    text = text_of(bob_client.get("/clusters/patchy/"))
+
+    assert "Metrics coverage 90.0%" in text
+    assert "the metric rules are not judged" in text
+
+
+def test_coverage_is_not_shown_for_a_source_that_does_not_measure_it(
+    bob_client: Client, sim_clusters
+) -> None:
+    sim_clusters.append("whole")
+    make_sim_cluster("whole", 2)
+
+    assert "Metrics coverage" not in text_of(bob_client.get("/clusters/whole/"))
+
+
 def test_freshness_judges_the_newer_of_cycle_and_snapshot_age() -> None:
     now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
