@@ -442,3 +442,21 @@ def condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
 def condition_true(obj: Mapping[str, Any], kind: str) -> bool:
     entry = condition(obj, kind)
     return entry is not None and entry.get("status") == "True"
+
+
+class KubeConnection:
+    """What both Kubernetes adapters share: the API client, made on first use, and the
+    process-wide mirrors of their resources (keyed by the adapter's config)."""
+
+    settings: KubeSettings
+    key: str
+    _api: k8s.ApiClient | None = None
+
+    @property
+    def api(self) -> k8s.ApiClient:
+        if self._api is None:
+            self._api = api_client(self.settings)
+        return self._api
+
+    def _mirror(self, resource: Resource) -> ResourceCache:
+        return mirror(self.key, resource)

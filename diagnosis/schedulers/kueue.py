@@ -45,16 +45,14 @@ from diagnosis.schedulers.base import (
 from diagnosis.schedulers.kube_client import (
     NODES,
     PODS,
+    KubeConnection,
     KubeSettings,
-    ResourceCache,
-    api_client,
     condition,
     condition_true,
     config_key,
     custom_resource,
     labels,
     meta,
-    mirror,
     namespaced_name,
     scheduler_error,
     sync_all,
@@ -67,7 +65,7 @@ API_VERSIONS = ("v1beta1", "v1beta2")
 POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 
 
-class KueueAdapter:
+class KueueAdapter(KubeConnection):
     id: ClassVar[str] = "kueue"
     capabilities: ClassVar[Capabilities] = Capabilities(
         change_kinds=frozenset({"queue-weight", "drain-node"})
@@ -87,16 +85,6 @@ class KueueAdapter:
         self.cluster_queues = custom_resource(GROUP, self.version, "clusterqueues")
         self.local_queues = custom_resource(GROUP, self.version, "localqueues")
         self.key = config_key(config)
-        self._api: k8s.ApiClient | None = None
-
-    @property
-    def api(self) -> k8s.ApiClient:
-        if self._api is None:
-            self._api = api_client(self.settings)
-        return self._api
-
-    def _mirror(self, resource) -> ResourceCache:
-        return mirror(self.key, resource)
 
     def read_state(self) -> SchedulerState:
         resources = (NODES, PODS, self.workloads, self.cluster_queues, self.local_queues)

@@ -44,16 +44,14 @@ from diagnosis.schedulers.kube_client import (
     HTTP_CONFLICT,
     NODES,
     PODS,
+    KubeConnection,
     KubeSettings,
-    ResourceCache,
     annotations,
-    api_client,
     condition,
     config_key,
     custom_resource,
     labels,
     meta,
-    mirror,
     namespaced_name,
     scheduler_error,
     sync_all,
@@ -70,7 +68,7 @@ DEFAULT_CONF_KEY = "volcano-scheduler.conf"
 BINPACK = "binpack"
 
 
-class VolcanoAdapter:
+class VolcanoAdapter(KubeConnection):
     id: ClassVar[str] = "volcano"
     capabilities: ClassVar[Capabilities] = Capabilities(
         change_kinds=frozenset({"placement-policy", "queue-weight", "drain-node"})
@@ -95,16 +93,6 @@ class VolcanoAdapter:
                 "scheduler_config: binpack_gpu_weight must be >= 1", permanent=True
             )
         self.key = config_key(config)
-        self._api: k8s.ApiClient | None = None
-
-    @property
-    def api(self) -> k8s.ApiClient:
-        if self._api is None:
-            self._api = api_client(self.settings)
-        return self._api
-
-    def _mirror(self, resource) -> ResourceCache:
-        return mirror(self.key, resource)
 
     # -- reading ---------------------------------------------------------------------------------
 
