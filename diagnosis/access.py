@@ -101,16 +101,21 @@ def cycles_for_user(user: User, cluster: Cluster | None = None) -> QuerySet[Clus
     return ClusterCycle.objects.filter(cluster=cluster)
 
 
+def _tenant_scoped(user: User, rows: QuerySet, managers_lookup: str) -> QuerySet:
+    """``rows`` as the user may read them: none without a reading role; for a tenant-scoped
+    manager, those whose ``managers_lookup`` names them."""
+    _require_login(user)
+    if not can_read(user):
+        return rows.none()
+    if is_tenant_scoped(user):
+        return rows.filter(**{managers_lookup: user})
+    return rows
+
+
 def tenants_for_user(user: User, cluster: Cluster) -> QuerySet[Tenant]:
     """The tenants of a cluster the user may see: all for a reading role, their own for a
     tenant-scoped manager."""
-    _require_login(user)
-    if not can_read(user):
-        return Tenant.objects.none()
-    tenants = Tenant.objects.filter(cluster=cluster)
-    if is_tenant_scoped(user):
-        tenants = tenants.filter(managers=user)
-    return tenants
+    return _tenant_scoped(user, Tenant.objects.filter(cluster=cluster), "managers")
 
 
 def get_tenant_for_user(user: User, cluster: Cluster, name: str) -> Tenant:
@@ -123,13 +128,7 @@ def get_tenant_for_user(user: User, cluster: Cluster, name: str) -> Tenant:
 
 def jobs_for_user(user: User, cluster: Cluster) -> QuerySet[Job]:
     """The job records of a cluster the user may see (a manager: their tenants' jobs)."""
-    _require_login(user)
-    if not can_read(user):
-        return Job.objects.none()
-    jobs = Job.objects.filter(cluster=cluster)
-    if is_tenant_scoped(user):
-        jobs = jobs.filter(tenant__managers=user)
-    return jobs
+    return _tenant_scoped(user, Job.objects.filter(cluster=cluster), "tenant__managers")
 
 
 def get_job_for_user(user: User, cluster: Cluster, external_id: str) -> Job:
@@ -143,13 +142,7 @@ def get_job_for_user(user: User, cluster: Cluster, external_id: str) -> Job:
 def findings_for_user(user: User, cluster: Cluster) -> QuerySet[Finding]:
     """Every finding of a cluster the user may read, in any state (a manager: those whose
     ``tenant`` is one of theirs)."""
-    _require_login(user)
-    if not can_read(user):
-        return Finding.objects.none()
-    findings = Finding.objects.filter(cluster=cluster)
-    if is_tenant_scoped(user):
-        findings = findings.filter(tenant__managers=user)
-    return findings
+    return _tenant_scoped(user, Finding.objects.filter(cluster=cluster), "tenant__managers")
 
 
 def get_finding_for_user(user: User, cluster: Cluster, finding_id: int) -> Finding:
