@@ -7,7 +7,10 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -189,14 +192,16 @@ def database_url_of_test_database() -> str:
     return f"postgres://{credentials}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
-@pytest.mark.celery_worker
-@pytest.mark.django_db(transaction=True)
-def test_a_real_worker_takes_tasks_from_redis(redis_url: str, make_cluster, tmp_path) -> None:
-    celery_app.control.purge()  # messages an earlier, interrupted run may have left
-    cluster = make_cluster("east")
-    forget_cycle_lock(cluster)
+@contextmanager
+def celery_worker_process(
+    queues: str, redis_url: str, tmp_path: Path
+) -> Iterator[subprocess.Popen]:
+    """A real ``celery -A gpuobs worker`` process on ``queues``, against the test database and
+    ``redis_url`` (messages an interrupted earlier run left are purged first); its log is
+    ``tmp_path/worker.log``, printed (pytest shows it when a test fails) once the process is
+    stopped (terminate, then kill) at the end of the block."""
+    celery_app.control.purge()
     env = {**os.environ, "DATABASE_URL": database_url_of_test_database(), "REDIS_URL": redis_url}
-    log_path = tmp_path / "worker.log"
     command = [
         sys.executable,
         "-m",
@@ -205,7 +210,7 @@ def test_a_real_worker_takes_tasks_from_redis(redis_url: str, make_cluster, tmp_
         "gpuobs",
         "worker",
         "-Q",
-        "collect,diagnose,actuate,celery",
+        queues,
         "--pool=solo",
         "--loglevel=INFO",
         "--without-heartbeat",
@@ -214,19 +219,13 @@ def test_a_real_worker_takes_tasks_from_redis(redis_url: str, make_cluster, tmp_
         "--hostname",
         f"pytest-{uuid.uuid4().hex[:8]}@%h",
     ]
+    log_path = tmp_path / "worker.log"
     with log_path.open("w") as log:
         worker = subprocess.Popen(
             command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
         )
     try:
-        assert ping.delay().get(timeout=60) == "pong"
-        # run_cycle goes through the `diagnose` queue and writes the test database.
-        assert run_cycle.delay(cluster.pk).get(timeout=60) == {
-            "cluster_id": cluster.pk,
-            "outcome": "ran",
-        }
-        cluster.refresh_from_db()
-        assert cluster.last_cycle_at is not None
+        yield worker
     finally:
         worker.terminate()
         try:
@@ -235,3 +234,19 @@ def test_a_real_worker_takes_tasks_from_redis(redis_url: str, make_cluster, tmp_
             worker.kill()
             worker.wait()
         print(log_path.read_text())  # shown by pytest when the test fails
+
+
+@pytest.mark.celery_worker
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_takes_tasks_from_redis(redis_url: str, make_cluster, tmp_path) -> None:
+    cluster = make_cluster("east")
+    forget_cycle_lock(cluster)
+    with celery_worker_process("collect,diagnose,actuate,celery", redis_url, tmp_path):
+        assert ping.delay().get(timeout=60) == "pong"
+        # run_cycle goes through the `diagnose` queue and writes the test database.
+        assert run_cycle.delay(cluster.pk).get(timeout=60) == {
+            "cluster_id": cluster.pk,
+            "outcome": "ran",
+        }
+        cluster.refresh_from_db()
+        assert cluster.last_cycle_at is not None

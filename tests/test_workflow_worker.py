@@ -4,11 +4,7 @@ broker redelivers after a lost ack) writes nothing twice."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -18,9 +14,7 @@ from diagnosis import workflow
 from diagnosis.models import AuditEntry, Cluster, Recommendation
 from diagnosis.sources import sim as sim_source
 from diagnosis.tasks import actuate_recommendation
-from gpuobs import celery_app
-from tests.conftest import REPO_ROOT
-from tests.test_celery import database_url_of_test_database
+from tests.test_celery import celery_worker_process
 
 pytestmark = [pytest.mark.celery_worker, pytest.mark.django_db(transaction=True)]
 
@@ -40,40 +34,8 @@ def wait_for(check: Callable[[], T], what: str, timeout: float = 60) -> T:
 @pytest.fixture
 def actuate_worker(redis_url: str, tmp_path):
     """A worker process on the ``actuate`` queue only, against the test database."""
-    celery_app.control.purge()  # messages an interrupted earlier run may have left
-    env = {**os.environ, "DATABASE_URL": database_url_of_test_database(), "REDIS_URL": redis_url}
-    log_path = tmp_path / "worker.log"
-    command = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "gpuobs",
-        "worker",
-        "-Q",
-        "actuate",
-        "--pool=solo",
-        "--loglevel=INFO",
-        "--without-heartbeat",
-        "--without-gossip",
-        "--without-mingle",
-        "--hostname",
-        f"pytest-actuate-{uuid.uuid4().hex[:8]}@%h",
-    ]
-    with log_path.open("w") as log:
-        worker = subprocess.Popen(
-            command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-    try:
+    with celery_worker_process("actuate", redis_url, tmp_path) as worker:
         yield worker
-    finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
-        print(log_path.read_text())  # shown when the test fails
 
 
 def test_a_real_actuate_worker_applies_once_despite_a_redelivery(
