@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from diagnosis.simulate.openb import POLICIES, PUBLISHED_DEFAULT_TRACE, replay_openb
-from diagnosis.simulate.openb_trace import read_nodes, read_pods
+from diagnosis.core.simulate.openb.replay import POLICIES, PUBLISHED_DEFAULT_TRACE, replay_openb
+from diagnosis.core.simulate.openb.trace import read_nodes, read_pods
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUDGET_SECONDS = 10.0

@@ -42,8 +42,8 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from diagnosis.sources import dcgm  # noqa: E402
-from diagnosis.sources.exporter import GpuIdentity, label_text  # noqa: E402
+from diagnosis.edge.sources.dcgm import fields as dcgm  # noqa: E402
+from diagnosis.edge.sources.dcgm.exporter import GpuIdentity, label_text  # noqa: E402
 
 STEP = 15
 POINTS = 241  # an hour, both ends
@@ -232,8 +232,8 @@ def scheduler_doc(gpus: int) -> dict:
 def measure_collection(url: str, gpus: int, t0: float, runs: int, *, shards: bool) -> dict:
     """One collection, the whole cluster at once or (``shards``) each of its three pools as a
     shard, run one after another in this process as the embedded mode does."""
-    from diagnosis import snapshot as snapshot_format
-    from diagnosis.sources.prometheus import PrometheusConfig, collect_document
+    from diagnosis.core import snapshot as snapshot_format
+    from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document
 
     config = PrometheusConfig.parse(
         {
@@ -274,7 +274,7 @@ def measure_collection(url: str, gpus: int, t0: float, runs: int, *, shards: boo
 def measure_parsing(url: str, t0: float, runs: int) -> dict:
     from prometheus_api_client import MetricRangeDataFrame
 
-    from diagnosis.sources.prometheus import parse_matrix
+    from diagnosis.edge.sources.prometheus import parse_matrix
 
     start = t0 - STEP * (POINTS - 1)
     body = requests.post(

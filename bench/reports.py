@@ -204,7 +204,7 @@ def timed(function, runs: int) -> tuple[float, object]:
 def measure_reports(cluster, users, days: int, runs: int) -> list[tuple[str, float, float | None]]:
     from django.test import Client
 
-    from diagnosis.reports.fairness import build_fairness_report
+    from diagnosis.reports.fairness_report import build_fairness_report
     from diagnosis.reports.pdf import render_pdf
     from diagnosis.reports.period import ReportPeriod
 
@@ -252,9 +252,10 @@ def measure_cycle_writes(runs: int) -> list[tuple[str, float, float | None]]:
     """``record_tenancy`` on a 16,384-GPU snapshot: the first cycle and later ones. The cycle's
     other steps run untimed before it (rules, accounting, findings), as in ``record_cycle``."""
     import bench.rules as rules_bench
-    from diagnosis import actions
-    from diagnosis import snapshot as snapshot_format
-    from diagnosis.diagnose import diagnose
+    from diagnosis.actions.findings import record_findings
+    from diagnosis.actions.tenancy import record_tenancy
+    from diagnosis.core import snapshot as snapshot_format
+    from diagnosis.core.diagnose import diagnose
     from diagnosis.models import Cluster, ClusterCycle
 
     document = rules_bench.build_document(GPUS)
@@ -267,10 +268,10 @@ def measure_cycle_writes(runs: int) -> list[tuple[str, float, float | None]]:
             job["preemptions"] = step
         snap = snapshot_format.load(document)
         diagnosis, accounting = diagnose(snap)
-        actions.record_findings(cluster, diagnosis)
+        record_findings(cluster, diagnosis)
         cycle = ClusterCycle.objects.create(cluster=cluster, as_of=snap.as_of.to_pydatetime())
         started = time.perf_counter()
-        actions.record_tenancy(cluster, snap, diagnosis, accounting, cycle)
+        record_tenancy(cluster, snap, diagnosis, accounting, cycle)
         seconds_of.append(time.perf_counter() - started)
     jobs, findings = len(document["jobs"]), len(diagnosis.findings)
     return [
@@ -287,10 +288,10 @@ def measure_demo_writes(cycles: int = 30) -> list[tuple[str, float, float | None
     """``record_tenancy`` on the 1,024-GPU demo cluster (the seed scenario)."""
     from django.core.management import call_command
 
-    from diagnosis import actions
+    from diagnosis.actions import cycles
 
     seconds_of: list[float] = []
-    original = actions.record_tenancy
+    original = cycles.record_tenancy
 
     def timed_tenancy(*args, **kwargs):
         started = time.perf_counter()
@@ -298,11 +299,11 @@ def measure_demo_writes(cycles: int = 30) -> list[tuple[str, float, float | None
         seconds_of.append(time.perf_counter() - started)
         return result
 
-    actions.record_tenancy = timed_tenancy
+    cycles.record_tenancy = timed_tenancy
     try:
         call_command("demo", cycles=cycles, stdout=open(os.devnull, "w"))  # noqa: SIM115
     finally:
-        actions.record_tenancy = original
+        cycles.record_tenancy = original
     return [
         (
             f"cycle's tenant side, 1,024-GPU demo (median of {cycles})",

@@ -40,10 +40,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from diagnosis import snapshot as snapshot_format  # noqa: E402
-from diagnosis.accounting import account  # noqa: E402
-from diagnosis.rules.engine import run_rules  # noqa: E402
-from diagnosis.rules.registry import all_rules  # noqa: E402
+from diagnosis.core import snapshot as snapshot_format  # noqa: E402
+from diagnosis.core.accounting import account  # noqa: E402
+from diagnosis.core.rules.engine import run_rules  # noqa: E402
+from diagnosis.core.rules.registry import all_rules  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 BASE_GPUS = 16384

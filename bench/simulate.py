@@ -20,8 +20,8 @@ import sys
 import time
 from dataclasses import replace
 
-from diagnosis.simulate.scenarios import Scenario, seed_scenario, week_scenario
-from diagnosis.simulate.summary import Summary
+from diagnosis.core.simulate.scenarios import Scenario, seed_scenario, week_scenario
+from diagnosis.core.simulate.summary import Summary
 
 BUDGET_SECONDS = 5.0
 WEEK_S = 7 * 86400.0

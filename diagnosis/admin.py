@@ -5,6 +5,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+from diagnosis.actions.review import set_cluster_writes
 from diagnosis.models import (
     AuditEntry,
     Cluster,
@@ -24,7 +25,6 @@ from diagnosis.models import (
     Tenant,
 )
 from diagnosis.roles import can_administer
-from diagnosis.workflow import set_cluster_writes
 
 
 @admin.register(Cluster)

@@ -9,6 +9,6 @@ class DiagnosisConfig(AppConfig):
     def ready(self) -> None:
         # Build the rule registry at start-up, so that two rule modules claiming one id stop the
         # process here (DuplicateRuleError) instead of at the first diagnosis.
-        from diagnosis.rules.registry import all_rules
+        from diagnosis.core.rules.registry import all_rules  # noqa: PLC0415 -- Django: apps are ready
 
         all_rules()

@@ -30,8 +30,9 @@ from django.core import checks
 from django.core.files.storage import FileSystemStorage
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
+from plotly.subplots import make_subplots
 
-from diagnosis.accounting import BUCKET_RULES, BUCKETS
+from diagnosis.core.accounting import BUCKET_RULES, BUCKETS
 
 # -- plotly.js as a static file ------------------------------------------------------------------
 
@@ -363,10 +364,9 @@ IMPACT_UNITS = {"fraction": (100.0, "%"), "s": (1 / 60, "min"), "GPUs": (1.0, "G
 
 def recommendation_impact(impact: Mapping[str, Any]) -> go.Figure | None:
     """A recommendation's simulated impact: per metric (``impact["metrics"]`` rows of
-    ``diagnosis.recommend.impact``), the mean of the current and of the proposed replays over
+    ``diagnosis.core.recommend.impact``), the mean of the current and of the proposed replays over
     the seeds, the seeds' range as error bars, the proposed bar coloured by the row's verdict.
     None when nothing was simulated."""
-    from plotly.subplots import make_subplots
 
     rows = [r for r in impact.get("metrics") or () if isinstance(r, Mapping) and "current" in r]
     if not rows:

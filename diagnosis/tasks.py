@@ -16,13 +16,18 @@ from enum import StrEnum
 from functools import lru_cache
 
 import redis
-from celery import shared_task
+from celery import group, shared_task
+from celery.exceptions import TimeoutError as CeleryTimeoutError
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import LockError
 
-from diagnosis import actions
+from diagnosis.actions.apply import perform_apply, run_dry_run
+from diagnosis.actions.cycles import run_cluster_cycle
+from diagnosis.actions.subscriptions import send_due_report_subscriptions
+from diagnosis.actions.workflow import TransientApplyError
+from diagnosis.edge.sources.prometheus import collect_shard
 from diagnosis.models import Cluster
 
 logger = logging.getLogger(__name__)
@@ -106,7 +111,7 @@ def run_cycle(cluster_id: int) -> dict[str, int | str]:
     else:
         with cluster_cycle_lock(cluster_id) as acquired:
             if acquired:
-                actions.run_cluster_cycle(cluster)
+                run_cluster_cycle(cluster, shard_runner=run_collect_shards)
                 outcome = CycleOutcome.RAN
             else:
                 outcome = CycleOutcome.LOCKED
@@ -130,7 +135,6 @@ SHARD_WAIT_S = 120.0
 def collect_metrics_shard(payload: dict) -> dict:
     """One node pool's GPU metrics for a cycle's collection (the ``collect`` queue). A source
     failure comes back as ``{"error", "permanent"}``, never as an exception."""
-    from diagnosis.sources.prometheus import collect_shard
 
     return collect_shard(payload)
 
@@ -140,10 +144,6 @@ def run_collect_shards(payloads: list[dict]) -> list[dict]:
     group runs in-process, one shard after another). Shards not finished within
     ``SHARD_WAIT_S`` (no free worker on the ``collect`` queue) are revoked and run here instead,
     so a busy pool slows a cycle down but never deadlocks it."""
-    from celery import group
-    from celery.exceptions import TimeoutError as CeleryTimeoutError
-
-    from diagnosis.sources.prometheus import collect_shard
 
     result = group(collect_metrics_shard.s(payload) for payload in payloads).apply_async()
     wait = min(SHARD_WAIT_S, settings.CELERY_TASK_SOFT_TIME_LIMIT / 2)
@@ -172,14 +172,13 @@ APPLY_RETRY_BACKOFF_S = 30
 @shared_task(bind=True, name="diagnosis.tasks.actuate_recommendation", max_retries=APPLY_RETRIES)
 def actuate_recommendation(self, recommendation_id: int, key: str) -> dict[str, str]:
     """Apply an approved recommendation once: ``key`` is the idempotency key that
-    ``workflow.request_apply`` stored, so a redelivered message applies nothing. A scheduler
+    ``request_apply`` stored, so a redelivered message applies nothing. A scheduler
     that cannot be reached is retried (with backoff) before the recommendation fails."""
-    from diagnosis import workflow
 
     final = self.request.retries >= self.max_retries
     try:
-        outcome = workflow.perform_apply(recommendation_id, key, final_attempt=final)
-    except workflow.TransientApplyError as exc:
+        outcome = perform_apply(recommendation_id, key, final_attempt=final)
+    except TransientApplyError as exc:
         countdown = APPLY_RETRY_BACKOFF_S * 2**self.request.retries
         raise self.retry(exc=exc, countdown=countdown) from exc
     logger.info("apply of recommendation %s: %s", recommendation_id, outcome.outcome)
@@ -190,12 +189,11 @@ def actuate_recommendation(self, recommendation_id: int, key: str) -> dict[str, 
 def actuate_dry_run(recommendation_id: int) -> dict[str, str]:
     """Ask the scheduler what a recommendation's change would do, writing nothing (the diff a
     recommendation's page shows)."""
-    from diagnosis import workflow
 
-    return {"recommendation": str(recommendation_id), **workflow.run_dry_run(recommendation_id)}
+    return {"recommendation": str(recommendation_id), **run_dry_run(recommendation_id)}
 
 
 @shared_task(name="diagnosis.tasks.send_report_subscriptions")
 def send_report_subscriptions() -> int:
     """Beat, hourly: email the fairness reports whose weekly or monthly turn has come."""
-    return actions.send_due_report_subscriptions()
+    return send_due_report_subscriptions()

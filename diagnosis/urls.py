@@ -3,7 +3,9 @@
 from django.urls import path
 from django.views.generic import RedirectView
 
-from diagnosis import recommendation_views, report_views, views
+from diagnosis.pages import clusters as views
+from diagnosis.pages import recommendations as recommendation_views
+from diagnosis.pages import reports as report_views
 
 app_name = "diagnosis"
 

@@ -8,6 +8,7 @@ is routed by the start of its function name, so a new task needs no routing entr
 import os
 
 from celery import Celery
+from django.conf import settings
 from kombu import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuobs.settings")
@@ -51,7 +52,6 @@ app.autodiscover_tasks()
 @app.on_after_configure.connect
 def schedule_diagnosis_cycles(sender: Celery, **kwargs) -> None:
     """Beat runs ``diagnosis.tasks.run_cycles`` every GPUOBS_CYCLE_SECONDS (one beat only)."""
-    from django.conf import settings
 
     seconds = settings.GPUOBS_CYCLE_SECONDS
     sender.add_periodic_task(

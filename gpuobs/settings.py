@@ -277,7 +277,7 @@ LOGGING = {
 
 GPUOBS_ADMIN_PASSWORD = os.environ.get("GPUOBS_ADMIN_PASSWORD") or None
 # Alertmanager webhook (POST /api/v1/alertmanager): alert names that mean an Xid or a GPU health
-# failure (comma-separated; empty keeps the defaults of diagnosis.sources.alertmanager) and the
+# failure (comma-separated; empty keeps the defaults of diagnosis.edge.sources.alertmanager) and the
 # label naming the gpuobs cluster (when the receiver URL has no ?cluster=).
 GPUOBS_ALERTMANAGER_XID_ALERTS = env_list("GPUOBS_ALERTMANAGER_XID_ALERTS")
 GPUOBS_ALERTMANAGER_HEALTH_ALERTS = env_list("GPUOBS_ALERTMANAGER_HEALTH_ALERTS")

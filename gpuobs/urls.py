@@ -4,15 +4,21 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from diagnosis.views import healthz
-from gpuobs.api import router
+from diagnosis.api import urls as api_urls
+from diagnosis.pages.health import healthz
+
+# One API (diagnosis/api/urls.py), two prefixes: the versioned /api/v1/ and the short /api/.
+# Each mount is its own URL namespace, so reverse("api-v1:...") names the versioned one.
+API_MOUNTS = {"api/v1/": "api-v1", "api/": "api"}
 
 urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
-    path("api/v1/", include("diagnosis.api.urls")),
-    path("api/", include(router.urls)),
+    *(
+        path(prefix, include((api_urls.urlpatterns, "api"), namespace=namespace))
+        for prefix, namespace in API_MOUNTS.items()
+    ),
     path("", include("diagnosis.urls")),
 ]

@@ -1,4 +1,4 @@
-"""Build gpuobs's Xid catalog (``diagnosis/data/xid_catalog.json``) from the shared Xid facts.
+"""Build gpuobs's Xid catalog (``diagnosis/core/data/xid_catalog.json``) from the shared Xid facts.
 
 The input is ``../shared/data/xid/xid_catalog.csv`` (or ``$GPUOBS_SHARED_DATA/xid/...``): 173 Xid
 codes taken from NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors, "Analyzing Xid Errors
@@ -10,7 +10,7 @@ immediate action normalised to one of :data:`ACTION_CLASSES`, whether the Xid is
 the application, and the severity gpuobs gives it (critical when the action needs a GPU reset, a
 node reboot or service: DESIGN.md section 5). See ``docs/xid.md``.
 
-    python scripts/build_xid_catalog.py            # rewrite diagnosis/data/xid_catalog.json
+    python scripts/build_xid_catalog.py            # rewrite diagnosis/core/data/xid_catalog.json
     python scripts/build_xid_catalog.py --check    # exit 1 when the committed JSON is stale
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = REPO_ROOT / "diagnosis" / "data" / "xid_catalog.json"
+DEFAULT_OUT = REPO_ROOT / "diagnosis" / "core" / "data" / "xid_catalog.json"
 CATALOG_FORMAT = "gpuobs.xid_catalog/v1"
 
 # Action class -> (critical?, what to do, in our words). Critical = needs a GPU reset, a node

@@ -21,7 +21,7 @@ from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-pytest_plugins = ["tests.prometheus_fixtures"]
+pytest_plugins = ["tests.support.prometheus_fixtures"]
 DEFAULT_PASSWORD = "correct horse battery staple"
 
 

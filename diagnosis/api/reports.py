@@ -15,7 +15,7 @@ for by id or through a filter.
 from __future__ import annotations
 
 from django.db.models import QuerySet
-from rest_framework import generics, serializers
+from rest_framework import generics
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -28,8 +28,9 @@ from diagnosis.access import (
     jobs_for_user,
 )
 from diagnosis.api.auth import AUTHENTICATION
+from diagnosis.api.serializers import FindingSerializer, JobSerializer
 from diagnosis.models import Finding, Job
-from diagnosis.reports.fairness import build_fairness_report, default_end
+from diagnosis.reports.fairness_report import build_fairness_report, default_end
 from diagnosis.reports.period import PeriodError, ReportPeriod
 
 
@@ -48,60 +49,6 @@ class FairnessReportView(APIView):
             request.user, target, period, tenants=request.query_params.getlist("tenant")
         )
         return Response(data.as_dict())
-
-
-class JobSerializer(serializers.ModelSerializer):
-    id = serializers.CharField(source="external_id")
-    tenant = serializers.CharField(source="tenant.name", default=None)
-    queue = serializers.CharField(source="queue.name", default=None)
-    gpus = serializers.IntegerField()
-
-    class Meta:
-        model = Job
-        fields = [
-            "id",
-            "name",
-            "tenant",
-            "queue",
-            "pool",
-            "kind",
-            "priority",
-            "state",
-            "submitted_at",
-            "started_at",
-            "ended_at",
-            "unlisted_since",
-            "pods",
-            "gpus_per_pod",
-            "gpus",
-            "gang",
-            "min_member",
-            "preemptions",
-        ]
-        read_only_fields = fields
-
-
-class FindingSerializer(serializers.ModelSerializer):
-    tenant = serializers.CharField(source="tenant.name", default=None)
-
-    class Meta:
-        model = Finding
-        fields = [
-            "id",
-            "rule_id",
-            "subject",
-            "tenant",
-            "state",
-            "severity",
-            "summary",
-            "evidence",
-            "first_seen",
-            "last_seen",
-            "last_hit_at",
-            "firing_since",
-            "resolved_at",
-        ]
-        read_only_fields = fields
 
 
 class _ClusterScopedList(generics.ListAPIView):

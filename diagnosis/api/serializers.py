@@ -6,7 +6,12 @@ from typing import Any
 
 from rest_framework import serializers
 
-from diagnosis.choices import SchedulerEventKind
+from diagnosis.choices import (
+    RecommendationKind,
+    RecommendationState,
+    SchedulerEventKind,
+)
+from diagnosis.models import AuditEntry, Cluster, Finding, Job, Recommendation
 
 MAX_EVENTS_PER_BATCH = 5000
 
@@ -72,3 +77,186 @@ class EventBatchSerializer(serializers.Serializer):
                 row["dedup_key"] = f"api:{event['id']}"
             events.append(row)
         return events
+
+
+class ClusterSerializer(serializers.ModelSerializer):
+    """A cluster as the API shows it; data-source configs stay out (they are admin-only)."""
+
+    class Meta:
+        model = Cluster
+        fields = [
+            "id",
+            "name",
+            "scheduler_kind",
+            "metrics_kind",
+            "enabled",
+            "dry_run",
+            "status",
+            "status_message",
+            "last_cycle_at",
+        ]
+        read_only_fields = fields
+
+
+class AuditEntrySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AuditEntry
+        fields = ["id", "time", "actor", "action", "target", "before", "after"]
+        read_only_fields = fields
+
+
+class RecommendationSerializer(serializers.ModelSerializer):
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    summary = serializers.SerializerMethodField()
+    verdict = serializers.SerializerMethodField()
+    preselect = serializers.SerializerMethodField()
+    harm = serializers.SerializerMethodField()
+    requested_by = serializers.SerializerMethodField()
+    approved_by = serializers.SerializerMethodField()
+    applied_by = serializers.SerializerMethodField()
+    motivating_findings = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Recommendation
+        fields = [
+            "id",
+            "cluster",
+            "kind",
+            "target",
+            "change",
+            "state",
+            "status_message",
+            "summary",
+            "verdict",
+            "preselect",
+            "harm",
+            "impact",
+            "motivating_findings",
+            "requested_by",
+            "requested_at",
+            "approved_by",
+            "approved_at",
+            "expires_at",
+            "applied_by",
+            "applied_at",
+            "dry_run_result",
+            "apply_result",
+            "verification",
+            "rollback_of",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+    def get_summary(self, rec: Recommendation) -> str:
+        return str(rec.impact.get("summary") or "")
+
+    def get_verdict(self, rec: Recommendation) -> str:
+        return str(rec.impact.get("verdict") or "not simulated")
+
+    def get_preselect(self, rec: Recommendation) -> bool:
+        return bool(rec.impact.get("preselect"))
+
+    def get_harm(self, rec: Recommendation) -> list[str]:
+        return list(rec.impact.get("harm") or [])
+
+    def get_requested_by(self, rec: Recommendation) -> str | None:
+        return _username(rec.requested_by)
+
+    def get_approved_by(self, rec: Recommendation) -> str | None:
+        return _username(rec.approved_by)
+
+    def get_applied_by(self, rec: Recommendation) -> str | None:
+        return _username(rec.applied_by)
+
+    def get_motivating_findings(self, rec: Recommendation) -> list[dict[str, Any]]:
+        return [
+            {"id": f.pk, "rule": f.rule_id, "subject": f.subject, "state": f.state}
+            for f in rec.motivating_findings.all()
+        ]
+
+
+class RecommendationDetailSerializer(RecommendationSerializer):
+    audit = serializers.SerializerMethodField()
+
+    class Meta(RecommendationSerializer.Meta):
+        fields = [*RecommendationSerializer.Meta.fields, "audit"]
+        read_only_fields = fields
+
+    def get_audit(self, rec: Recommendation) -> list[dict[str, Any]]:
+        entries = AuditEntry.objects.filter(recommendation=rec).order_by("time", "id")
+        return AuditEntrySerializer(entries, many=True).data
+
+
+class RejectSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+
+
+class RecommendationFilter(serializers.Serializer):
+    """The list's query string, parsed at the boundary (a bad value names its parameter)."""
+
+    cluster = serializers.SlugField(required=False)
+    state = serializers.ChoiceField(choices=RecommendationState.choices, required=False)
+    kind = serializers.ChoiceField(choices=RecommendationKind.choices, required=False)
+
+
+class WriteSwitchSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField()
+
+
+class JobSerializer(serializers.ModelSerializer):
+    id = serializers.CharField(source="external_id")
+    tenant = serializers.CharField(source="tenant.name", default=None)
+    queue = serializers.CharField(source="queue.name", default=None)
+    gpus = serializers.IntegerField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "name",
+            "tenant",
+            "queue",
+            "pool",
+            "kind",
+            "priority",
+            "state",
+            "submitted_at",
+            "started_at",
+            "ended_at",
+            "unlisted_since",
+            "pods",
+            "gpus_per_pod",
+            "gpus",
+            "gang",
+            "min_member",
+            "preemptions",
+        ]
+        read_only_fields = fields
+
+
+class FindingSerializer(serializers.ModelSerializer):
+    tenant = serializers.CharField(source="tenant.name", default=None)
+
+    class Meta:
+        model = Finding
+        fields = [
+            "id",
+            "rule_id",
+            "subject",
+            "tenant",
+            "state",
+            "severity",
+            "summary",
+            "evidence",
+            "first_seen",
+            "last_seen",
+            "last_hit_at",
+            "firing_since",
+            "resolved_at",
+        ]
+        read_only_fields = fields
+
+
+def _username(user: Any) -> str | None:
+    return user.get_username() if user is not None else None

@@ -1,18 +1,25 @@
-"""URLs of the machine API, included under /api/v1/ by gpuobs/urls.py."""
+"""The machine API, declared once: the router's resources and the cluster-scoped endpoints.
+
+``gpuobs/urls.py`` mounts this one URLconf under both ``/api/v1/`` (the versioned prefix
+scripts should use) and ``/api/``.
+"""
 
 from django.urls import path
+from rest_framework.routers import DefaultRouter
 
-from diagnosis.api import recommendations, reports, views
+from diagnosis.api import clusters, receivers, recommendations, reports
 
-app_name = "api-v1"
+router = DefaultRouter()
+router.register("clusters", clusters.ClusterViewSet, basename="cluster")
+router.register("recommendations", recommendations.RecommendationViewSet, basename="recommendation")
 
 urlpatterns = [
     path(
         "clusters/<slug:cluster>/events",
-        views.SchedulerEventsView.as_view(),
+        receivers.SchedulerEventsView.as_view(),
         name="cluster-events",
     ),
-    path("alertmanager", views.AlertmanagerWebhookView.as_view(), name="alertmanager"),
+    path("alertmanager", receivers.AlertmanagerWebhookView.as_view(), name="alertmanager"),
     path(
         "clusters/<slug:cluster>/reports/fairness",
         reports.FairnessReportView.as_view(),
@@ -26,4 +33,5 @@ urlpatterns = [
         recommendations.ClusterWritesView.as_view(),
         name="cluster-writes",
     ),
+    *router.urls,
 ]

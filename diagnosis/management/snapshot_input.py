@@ -6,7 +6,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from diagnosis import snapshot as snapshot_format
+from diagnosis.core import snapshot as snapshot_format
 
 
 def load_snapshot_argument(command: BaseCommand, path: str) -> snapshot_format.ClusterSnapshot:

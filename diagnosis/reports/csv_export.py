@@ -12,8 +12,8 @@ import io
 from collections.abc import Mapping
 from typing import Any
 
-from diagnosis.fairness import SIZE_CLASSES, TENANT_BUCKETS
-from diagnosis.reports.fairness import FairnessReportData
+from diagnosis.core.fairness import SIZE_CLASSES, TENANT_BUCKETS
+from diagnosis.reports.fairness_report import FairnessReportData
 
 
 def _class_token(name: str) -> str:

@@ -8,8 +8,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from diagnosis.charts import ACCENT, BUCKET_LABELS, INK, MUTED, _axis, _layout
-from diagnosis.fairness import SIZE_CLASSES, TENANT_BUCKETS
-from diagnosis.reports.fairness import FairnessReportData
+from diagnosis.core.fairness import SIZE_CLASSES, TENANT_BUCKETS
+from diagnosis.reports.fairness_report import FairnessReportData
 
 # Tenants drawn at first; the others start hidden (a click on the legend shows them).
 SHOWN_TENANTS = 8

@@ -40,8 +40,8 @@ from reportlab.platypus import (
 from reportlab.platypus.flowables import Flowable
 
 from diagnosis.charts import ACCENT, ACTIVITY, BUCKET_LABELS, INK, MUTED
-from diagnosis.fairness import SIZE_CLASSES, TENANT_BUCKETS, TenantRow
-from diagnosis.reports.fairness import FairnessReportData
+from diagnosis.core.fairness import SIZE_CLASSES, TENANT_BUCKETS, TenantRow
+from diagnosis.reports.fairness_report import FairnessReportData
 
 FONT = "GpuobsVera"
 FONT_BOLD = "GpuobsVera-Bold"

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from diagnosis.accounting import BUCKETS, account
-from diagnosis.rules.base import Finding
-from diagnosis.rules.engine import run_rules
-from tests.builders import SnapshotBuilder
+from diagnosis.core.accounting import BUCKETS, account
+from diagnosis.core.rules.base import Finding
+from diagnosis.core.rules.engine import run_rules
+from tests.support.builders import SnapshotBuilder
 
 
 def buckets(snapshot, findings=()) -> dict[str, int]:

@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from diagnosis.rules.base import Judgement, ThresholdError
-from diagnosis.rules.engine import run_rules
-from diagnosis.rules.registry import DuplicateRuleError, all_rules, collect, get_rule
-from tests.builders import SnapshotBuilder
+from diagnosis.core.rules.base import Judgement, ThresholdError
+from diagnosis.core.rules.engine import run_rules
+from diagnosis.core.rules.registry import DuplicateRuleError, all_rules, collect, get_rule
+from tests.support.builders import SnapshotBuilder
 
 RULE_IDS = {
     "fragmentation",

@@ -1,12 +1,12 @@
-"""Tenant fairness maths (diagnosis.fairness): hand-computed small cases with exact numbers."""
+"""Tenant fairness maths (diagnosis.core.fairness): hand-computed small cases with exact numbers."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from diagnosis.diagnose import diagnose
-from diagnosis.fairness import (
+from diagnosis.core.diagnose import diagnose
+from diagnosis.core.fairness import (
     DominantShare,
     cycle_rollup,
     dominant_shares,
@@ -17,8 +17,8 @@ from diagnosis.fairness import (
     wait_stats,
     water_fill,
 )
-from diagnosis.rules.base import Finding
-from tests.builders import SnapshotBuilder
+from diagnosis.core.rules.base import Finding
+from tests.support.builders import SnapshotBuilder
 
 # -- size classes and waits ----------------------------------------------------------------------
 

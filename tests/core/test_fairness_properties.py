@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diagnosis.fairness import jain_index, water_fill
+from diagnosis.core.fairness import jain_index, water_fill
 
 EPS = 1e-6
 names = st.sampled_from([f"t{i}" for i in range(8)])

@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
-from diagnosis.lifecycle import FIRING, PENDING, RESOLVED, advance
+from diagnosis.core.lifecycle import FIRING, PENDING, RESOLVED, advance
 
 T0 = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 

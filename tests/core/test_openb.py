@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 from django.core.management import CommandError, call_command
 
-from diagnosis.simulate.openb import (
+from diagnosis.core.simulate.openb.frag import FragMeasure, PodShape, typical_pod_shapes
+from diagnosis.core.simulate.openb.replay import (
     PUBLISHED_DEFAULT_TRACE,
     Placement,
     arrival_order,
     place_pods,
     replay_openb,
 )
-from diagnosis.simulate.openb_frag import FragMeasure, PodShape, typical_pod_shapes
-from diagnosis.simulate.openb_trace import (
+from diagnosis.core.simulate.openb.trace import (
     NodeTable,
     PodTable,
     TraceFormatError,

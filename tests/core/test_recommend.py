@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from diagnosis.recommend.base import (
+from diagnosis.core.recommend.base import (
     ADVISORY,
     DRAIN_NODE,
     HARMS,
@@ -20,12 +20,12 @@ from diagnosis.recommend.base import (
     ImpactPlan,
     RecommendSettings,
 )
-from diagnosis.recommend.engine import recommend
-from diagnosis.recommend.registry import all_generators
-from diagnosis.simulate.policy import SetPlacement
-from diagnosis.simulate.scenarios import rule_showcase_scenario
-from diagnosis.snapshot import load
-from tests.builders import SnapshotBuilder
+from diagnosis.core.recommend.engine import recommend
+from diagnosis.core.recommend.registry import all_generators
+from diagnosis.core.simulate.policy import SetPlacement
+from diagnosis.core.simulate.scenarios import rule_showcase_scenario
+from diagnosis.core.snapshot import load
+from tests.support.builders import SnapshotBuilder
 
 VERDICTS = {IMPROVES, NO_EFFECT, HARMS}
 

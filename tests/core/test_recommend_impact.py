@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis.recommend.base import (
+from diagnosis.core.recommend.base import (
     HARMS,
     IMPROVES,
     NO_EFFECT,
@@ -15,8 +15,9 @@ from diagnosis.recommend.base import (
     ImpactPlan,
     Recommendation,
 )
-from diagnosis.recommend.fair_share import queue_shares, water_fill
-from diagnosis.recommend.impact import (
+from diagnosis.core.recommend.builtin.queue_weight import raised_weight
+from diagnosis.core.recommend.fair_share import queue_shares, water_fill
+from diagnosis.core.recommend.impact import (
     ALLOCATION_UTIL,
     QUEUE_SHARE,
     QUEUE_WAIT_P95,
@@ -24,10 +25,9 @@ from diagnosis.recommend.impact import (
     assess,
     compare,
 )
-from diagnosis.recommend.queue_weight import raised_weight
-from diagnosis.recommend.registry import DuplicateGeneratorError, all_generators, collect
-from diagnosis.simulate.policy import SetQueueWeight
-from tests.builders import SnapshotBuilder
+from diagnosis.core.recommend.registry import DuplicateGeneratorError, all_generators, collect
+from diagnosis.core.simulate.policy import SetQueueWeight
+from tests.support.builders import SnapshotBuilder
 
 HOUR = 3600.0
 

@@ -9,10 +9,10 @@ import json
 
 from hypothesis import given, settings
 
-from diagnosis import snapshot as snapshot_format
-from diagnosis import xid_catalog
-from diagnosis.recommend.base import RecommendSettings
-from diagnosis.recommend.engine import recommend
+from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core import xid_catalog
+from diagnosis.core.recommend.base import RecommendSettings
+from diagnosis.core.recommend.engine import recommend
 from tests.core.test_rules_properties import SETTINGS, documents
 
 PREFIXES = {

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from diagnosis.rules.data_starvation import NO_FB, NO_TRIGGER_METRICS, RULE
-from diagnosis.rules.facts import SnapshotFacts
-from diagnosis.rules.running_jobs import NO_UTIL
-from tests.builders import SnapshotBuilder
+from diagnosis.core.rules.builtin.data_starvation import NO_FB, NO_TRIGGER_METRICS, RULE
+from diagnosis.core.rules.facts import SnapshotFacts
+from diagnosis.core.rules.running_jobs import NO_UTIL
+from tests.support.builders import SnapshotBuilder
 
 
 def judge(snap, **overrides):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from diagnosis.rules.engine import run_rules
-from diagnosis.rules.fragmentation import fgd_fragment_gpus, frag_ratio
-from tests.builders import SnapshotBuilder
+from diagnosis.core.rules.builtin.fragmentation import fgd_fragment_gpus, frag_ratio
+from diagnosis.core.rules.engine import run_rules
+from tests.support.builders import SnapshotBuilder
 
 
 def half_full_pool(nodes: int = 4, pool: str = "a100", builder=None) -> SnapshotBuilder:

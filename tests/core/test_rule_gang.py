@@ -7,9 +7,9 @@ import itertools
 import numpy as np
 import pytest
 
-from diagnosis.rules.engine import run_rules
-from diagnosis.rules.facts import SnapshotFacts
-from tests.builders import SnapshotBuilder
+from diagnosis.core.rules.engine import run_rules
+from diagnosis.core.rules.facts import SnapshotFacts
+from tests.support.builders import SnapshotBuilder
 
 GANG_RULES = ["gang-deadlock", "gang-partial-hold"]
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from diagnosis import snapshot as snapshot_format
-from diagnosis.rules.facts import SnapshotFacts
-from diagnosis.rules.idle_allocation import RULE
-from diagnosis.rules.running_jobs import NO_GPUS, NO_START, NO_UTIL
-from tests.builders import SnapshotBuilder
+from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core.rules.builtin.idle_allocation import RULE
+from diagnosis.core.rules.facts import SnapshotFacts
+from diagnosis.core.rules.running_jobs import NO_GPUS, NO_START, NO_UTIL
+from tests.support.builders import SnapshotBuilder
 
 
 def judge(snap, **overrides):

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from diagnosis.rules.facts import SnapshotFacts
-from diagnosis.rules.low_mfu import NO_MFU, NO_PEAK, PROXY, REPORTED, RULE
-from diagnosis.rules.running_jobs import NO_UTIL
-from tests.builders import SnapshotBuilder
+from diagnosis.core.rules.builtin.low_mfu import NO_MFU, NO_PEAK, PROXY, REPORTED, RULE
+from diagnosis.core.rules.facts import SnapshotFacts
+from diagnosis.core.rules.running_jobs import NO_UTIL
+from tests.support.builders import SnapshotBuilder
 
 
 def judge(snap, **overrides):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from diagnosis.rules.engine import run_rules
-from tests.builders import SnapshotBuilder
+from diagnosis.core.rules.engine import run_rules
+from tests.support.builders import SnapshotBuilder
 
 
 def waiting(waited="5h", overtakers=3, **job) -> SnapshotBuilder:

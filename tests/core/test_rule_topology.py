@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from diagnosis.rules.facts import SnapshotFacts
-from diagnosis.rules.topology_misplacement import NUMA_UNKNOWN, RULE
-from tests.builders import SnapshotBuilder
+from diagnosis.core.rules.builtin.topology_misplacement import NUMA_UNKNOWN, RULE
+from diagnosis.core.rules.facts import SnapshotFacts
+from tests.support.builders import SnapshotBuilder
 
 TWO_DOMAINS = [[0, 1, 2, 3], [4, 5, 6, 7]]
 ONE_DOMAIN = [list(range(8))]

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from diagnosis.rules.facts import SnapshotFacts
-from diagnosis.rules.xid import RULE
-from tests.builders import SnapshotBuilder
+from diagnosis.core.rules.builtin.xid import RULE
+from diagnosis.core.rules.facts import SnapshotFacts
+from tests.support.builders import SnapshotBuilder
 
 
 def judge(snap):

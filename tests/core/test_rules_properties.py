@@ -2,7 +2,7 @@
 
 Random documents of ``gpuobs.snapshot/v1`` (nodes in a few pools and states, unhealthy GPUs,
 metrics, queues, jobs in every state with valid allocations, partial gangs) go through
-:func:`diagnosis.snapshot.load`; then:
+:func:`diagnosis.core.snapshot.load`; then:
 
 - no rule raises (the run's errors are empty), and every finding's evidence is plain JSON;
 - every finding's subject names an object of the snapshot;
@@ -20,10 +20,10 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from diagnosis import snapshot as snapshot_format
-from diagnosis.accounting import BUCKETS, account
-from diagnosis.rules.engine import run_rules
-from tests.builders import AS_OF, rfc3339
+from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core.accounting import BUCKETS, account
+from diagnosis.core.rules.engine import run_rules
+from tests.support.builders import AS_OF, rfc3339
 
 POOLS = ["a100", "h100", "l40s"]
 MODELS = {"a100": "A100-SXM4-80GB", "h100": "H100-SXM5-80GB", "l40s": "L40S"}

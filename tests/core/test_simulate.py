@@ -5,23 +5,23 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from diagnosis import snapshot as snapshot_format
-from diagnosis.rules.engine import run_rules
-from diagnosis.rules.facts import SnapshotFacts
-from diagnosis.rules.registry import all_rules
-from diagnosis.simulate.cluster import A100_SXM4_TOPOLOGY, ClusterSpec, PoolSpec, QueueSpec
-from diagnosis.simulate.faults import DeadlockingGangs, Misplace, NodeDown, Xid
-from diagnosis.simulate.jobs import DATA_STARVED, IDLE, LOW_MFU, JobSpec
-from diagnosis.simulate.placement import choose_gpus, choose_node
-from diagnosis.simulate.policy import Policy, drain_node, set_placement, set_queue_weight
-from diagnosis.simulate.replay import replay, simulator_from_snapshot
-from diagnosis.simulate.scenarios import (
+from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core.rules.engine import run_rules
+from diagnosis.core.rules.facts import SnapshotFacts
+from diagnosis.core.rules.registry import all_rules
+from diagnosis.core.simulate.cluster import A100_SXM4_TOPOLOGY, ClusterSpec, PoolSpec, QueueSpec
+from diagnosis.core.simulate.faults import DeadlockingGangs, Misplace, NodeDown, Xid
+from diagnosis.core.simulate.jobs import DATA_STARVED, IDLE, LOW_MFU, JobSpec
+from diagnosis.core.simulate.placement import choose_gpus, choose_node
+from diagnosis.core.simulate.policy import Policy, drain_node, set_placement, set_queue_weight
+from diagnosis.core.simulate.replay import replay, simulator_from_snapshot
+from diagnosis.core.simulate.scenarios import (
     rule_showcase_scenario,
     seed_scenario,
     small_scenario,
     week_scenario,
 )
-from diagnosis.simulate.simulator import Simulator
+from diagnosis.core.simulate.simulator import Simulator
 
 HOUR = 3600.0
 RULE_IDS = (

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from diagnosis import snapshot as fmt
-from tests.builders import SnapshotBuilder
+from diagnosis.core import snapshot as fmt
+from tests.support.builders import SnapshotBuilder
 
 DESIGN_EXAMPLE = Path(__file__).parent.parent / "fixtures" / "design_example.json"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnosis import xid_catalog
+from diagnosis.core import xid_catalog
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DESIGN_CRITICAL = (48, 62, 64, 74, 79, 95, 119, 120)
@@ -131,5 +131,5 @@ def test_regenerating_from_the_shared_csv_reproduces_the_committed_json():
     build = _build_script()
     regenerated = build.render(build.build_catalog(csv_path))
     assert regenerated == xid_catalog.CATALOG_PATH.read_text(encoding="utf-8"), (
-        "diagnosis/data/xid_catalog.json is stale: run python scripts/build_xid_catalog.py"
+        "diagnosis/core/data/xid_catalog.json is stale: run python scripts/build_xid_catalog.py"
     )

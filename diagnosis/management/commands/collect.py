@@ -25,10 +25,13 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from diagnosis import snapshot as snapshot_format
-from diagnosis.sources import CollectError
-from diagnosis.sources.prometheus import PrometheusConfig, collect_document
-from diagnosis.sources.promql import PromQLError
+from diagnosis.actions.cycles import run_cluster_cycle
+from diagnosis.core import snapshot as snapshot_format
+from diagnosis.edge.sources import CollectError
+from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document
+from diagnosis.edge.sources.prometheus.promql import PromQLError
+from diagnosis.models import Cluster
+from diagnosis.tasks import run_collect_shards
 
 
 class Command(BaseCommand):
@@ -139,8 +142,6 @@ class Command(BaseCommand):
         return moment.to_pydatetime()
 
     def _cycles(self, options) -> None:
-        from diagnosis.actions import run_cluster_cycle
-        from diagnosis.models import Cluster
 
         cluster = Cluster.objects.filter(name=options["cluster"]).first()
         if cluster is None:
@@ -150,7 +151,7 @@ class Command(BaseCommand):
             started = time.monotonic()
             number += 1
             cluster.refresh_from_db()
-            cycle = run_cluster_cycle(cluster)
+            cycle = run_cluster_cycle(cluster, shard_runner=run_collect_shards)
             if not cycle.ok:
                 self.stdout.write(f"cycle {number}: FAILED: {cycle.error}")
             else:

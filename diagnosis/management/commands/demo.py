@@ -19,9 +19,10 @@ from datetime import UTC, datetime
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from diagnosis.actions import run_cluster_cycle
+from diagnosis.actions.cycles import run_cluster_cycle
+from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster
-from diagnosis.sources import sim as sim_source
+from diagnosis.tasks import run_collect_shards
 
 DEMO = "demo"
 
@@ -47,7 +48,7 @@ class Command(BaseCommand):
             help="with --cycles: simulated seconds each cycle advances (default 600)",
         )
         parser.add_argument("--seed", type=int, default=0)
-        parser.add_argument("--scenario", default="seed", choices=sorted(sim_source.SCENARIOS))
+        parser.add_argument("--scenario", default="seed", choices=sorted(sim_runtime.SCENARIOS))
         parser.add_argument("--reset", action="store_true", help="start the cluster afresh")
         parser.add_argument(
             "--serve", metavar="ADDR", help="also serve the UI, e.g. 127.0.0.1:8000"
@@ -100,14 +101,14 @@ class Command(BaseCommand):
         elif options["reset"] or cluster.scheduler_config.get("clock") != config["clock"]:
             cluster.scheduler_config = config
             cluster.save(update_fields=["scheduler_config"])
-            sim_source.forget(DEMO)
+            sim_runtime.forget(DEMO)
         if cluster.scheduler_kind != "sim" or cluster.metrics_kind != "sim":
             raise CommandError(f"cluster {DEMO!r} exists and is not a simulated cluster")
         return cluster
 
     def _run_cycles(self, cluster: Cluster, count: int) -> None:
         for number in range(1, count + 1):
-            cycle = run_cluster_cycle(cluster)
+            cycle = run_cluster_cycle(cluster, shard_runner=run_collect_shards)
             self._report(number, cycle)
 
     def _loop(self, cluster: Cluster, interval: float) -> None:
@@ -116,7 +117,7 @@ class Command(BaseCommand):
             started = time.monotonic()
             number += 1
             cluster.refresh_from_db()
-            self._report(number, run_cluster_cycle(cluster))
+            self._report(number, run_cluster_cycle(cluster, shard_runner=run_collect_shards))
             time.sleep(max(0.0, interval - (time.monotonic() - started)))
 
     def _report(self, number: int, cycle) -> None:

@@ -2,9 +2,9 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from diagnosis.diagnose import diagnose_snapshot, parse_threshold_settings, render_table
+from diagnosis.core.diagnose import diagnose_snapshot, parse_threshold_settings, render_table
+from diagnosis.core.rules.base import ThresholdError
 from diagnosis.management.snapshot_input import load_snapshot_argument
-from diagnosis.rules.base import ThresholdError
 
 
 class Command(BaseCommand):

@@ -15,12 +15,12 @@ from datetime import UTC, datetime
 
 from django.core.management.base import BaseCommand, CommandError
 
-from diagnosis import snapshot as snapshot_format
+from diagnosis.core import snapshot as snapshot_format
+from diagnosis.edge.sim import runtime as sim_runtime
+from diagnosis.edge.sources import CollectError
+from diagnosis.edge.sources.dcgm.exporter import SimExporter
+from diagnosis.edge.sources.prometheus.promql import LABEL_NAME
 from diagnosis.models import Cluster, ClusterCycle
-from diagnosis.sources import CollectError
-from diagnosis.sources import sim as sim_source
-from diagnosis.sources.exporter import SimExporter
-from diagnosis.sources.promql import LABEL_NAME
 
 
 def parse_label(text: str) -> tuple[str, str]:
@@ -52,7 +52,7 @@ class Command(BaseCommand):
         if cluster is None or cluster.scheduler_kind != "sim":
             raise CommandError(f"no simulated cluster {options['cluster']!r}")
         try:
-            runtime = sim_source.runtime_for(cluster)
+            runtime = sim_runtime.runtime_for(cluster)
             end = self._end(cluster, runtime, options["end"])
         except CollectError as exc:
             raise CommandError(str(exc)) from exc
@@ -89,4 +89,4 @@ class Command(BaseCommand):
             .values_list("as_of", flat=True)
             .first()
         )
-        return sim_source.target_time(cluster, runtime, datetime.now(UTC), latest)
+        return sim_runtime.target_time(cluster, runtime, datetime.now(UTC), latest)

@@ -3,9 +3,9 @@ import re
 
 from django.core.management.base import BaseCommand, CommandError
 
+from diagnosis.core.recommend.base import DEFAULT_HORIZON_S, DEFAULT_SEEDS, RecommendSettings
+from diagnosis.core.recommend.engine import recommend, render_table
 from diagnosis.management.snapshot_input import load_snapshot_argument
-from diagnosis.recommend.base import DEFAULT_HORIZON_S, DEFAULT_SEEDS, RecommendSettings
-from diagnosis.recommend.engine import recommend, render_table
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 

@@ -18,7 +18,7 @@ from django.http import Http404
 
 from diagnosis.access import get_cluster_for_user
 from diagnosis.reports.csv_export import render_csv
-from diagnosis.reports.fairness import build_fairness_report, default_end
+from diagnosis.reports.fairness_report import build_fairness_report, default_end
 from diagnosis.reports.pdf import render_pdf
 from diagnosis.reports.period import PRESETS, PeriodError, ReportPeriod
 from diagnosis.roles import Role

@@ -3,8 +3,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from diagnosis.rules.docs import render_rules_markdown
-from diagnosis.rules.registry import all_rules
+from diagnosis.core.rules.docs import render_rules_markdown
+from diagnosis.core.rules.registry import all_rules
 
 
 class Command(BaseCommand):

@@ -18,10 +18,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from django.core.management.base import BaseCommand, CommandError
 
+from diagnosis.actions.clusters import create_prometheus_demo_cluster
+from diagnosis.edge.sim import runtime as sim_runtime
+from diagnosis.edge.sources import CollectError
+from diagnosis.edge.sources.dcgm.exporter import SimExporter
 from diagnosis.models import Cluster, ClusterCycle
-from diagnosis.sources import CollectError
-from diagnosis.sources import sim as sim_source
-from diagnosis.sources.exporter import SimExporter
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -73,7 +74,7 @@ class SimScrape:
     ) -> None:
         self.cluster = cluster
         self.refresh = refresh
-        self.runtime = sim_source.runtime_for(cluster)
+        self.runtime = sim_runtime.runtime_for(cluster)
         self.exporter = SimExporter(self.runtime, host_label, profiling=profiling)
         self.lock = threading.Lock()
 
@@ -89,7 +90,7 @@ class SimScrape:
             if latest is None:
                 return self.runtime.simulator.now
             return max(0.0, (latest - self.runtime.started_at).total_seconds())
-        return sim_source.target_time(self.cluster, self.runtime, datetime.now(UTC))
+        return sim_runtime.target_time(self.cluster, self.runtime, datetime.now(UTC))
 
     def __call__(self) -> str:
         with self.lock:
@@ -98,7 +99,7 @@ class SimScrape:
             at = self.target()
             with self.runtime.lock:
                 if at > self.runtime.simulator.now:
-                    sim_source.catch_up_changes(self.cluster, self.runtime, at)
+                    sim_runtime.catch_up_changes(self.cluster, self.runtime, at)
             return self.exporter.current(at)
 
 
@@ -120,7 +121,7 @@ class Command(BaseCommand):
             action="store_true",
             help="create the cluster first (seed scenario in real time, metrics from Prometheus)",
         )
-        parser.add_argument("--scenario", default="seed", choices=sorted(sim_source.SCENARIOS))
+        parser.add_argument("--scenario", default="seed", choices=sorted(sim_runtime.SCENARIOS))
         parser.add_argument(
             "--prometheus",
             default="http://127.0.0.1:9090",
@@ -152,8 +153,6 @@ class Command(BaseCommand):
         name = options["cluster"]
         cluster = Cluster.objects.filter(name=name).first()
         if cluster is None and options["create"]:
-            from diagnosis.actions import create_prometheus_demo_cluster
-
             cluster = create_prometheus_demo_cluster(
                 name, prometheus_url=options["prometheus"], scenario=options["scenario"]
             )

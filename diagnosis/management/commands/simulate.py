@@ -4,8 +4,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from diagnosis.simulate.openb import DEFAULT_ARRIVE, POLICIES, replay_openb
-from diagnosis.simulate.openb_trace import TraceFormatError, read_nodes, read_pods
+from diagnosis.core.simulate.openb.replay import DEFAULT_ARRIVE, POLICIES, replay_openb
+from diagnosis.core.simulate.openb.trace import TraceFormatError, read_nodes, read_pods
 
 
 class Command(BaseCommand):

@@ -3,8 +3,10 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from diagnosis import snapshot as snapshot_format
+from diagnosis.actions.snapshots import import_snapshot
+from diagnosis.core import snapshot as snapshot_format
 from diagnosis.management.snapshot_input import load_snapshot_argument
+from diagnosis.models import Cluster, Snapshot
 
 
 class Command(BaseCommand):
@@ -41,7 +43,6 @@ class Command(BaseCommand):
         return load_snapshot_argument(self, path)
 
     def _export(self, cluster_name: str, out: str | None) -> None:
-        from diagnosis.models import Cluster, Snapshot
 
         cluster = Cluster.objects.filter(name=cluster_name).first()
         if cluster is None:
@@ -57,7 +58,6 @@ class Command(BaseCommand):
             self.stdout.write(text)
 
     def _import(self, path: str, cluster_name: str | None, diagnose: bool) -> None:
-        from diagnosis.actions import import_snapshot
 
         snap = self._load(path)
         result = import_snapshot(snap, cluster_name=cluster_name, diagnose=diagnose)

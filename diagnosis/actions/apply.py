@@ -1,0 +1,463 @@
+"""Applying an approved change (the ``actuate`` queue), idempotently.
+
+:func:`~diagnosis.actions.review.request_apply` stores a fresh key on the recommendation and
+sends it with the task; :func:`perform_apply` claims that key in a transaction before touching
+the scheduler, so a redelivered message (Celery acks late) finds it claimed or used and does
+nothing. It re-reads the target (a dry run: Kubernetes ``dryRun=All``, the exact Slurm command,
+the simulator's check) and stops if the value changed since the recommendation; with the
+cluster's write switch off (``Cluster.dry_run``, on by default, only an admin turns it off) it
+stops there; otherwise it writes once, guarded by the value it just read, and records
+before/after and the scheduler's answer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from diagnosis.actions.simulator import current_sim_value, write_sim_change
+from diagnosis.actions.workflow import (
+    APPLIED_STATES,
+    SYSTEM_ACTUATE,
+    TransientApplyError,
+    actor_name,
+    audit,
+    locked,
+    save_fields,
+)
+from diagnosis.choices import RecommendationKind, RecommendationState
+from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core.recommend import verify
+from diagnosis.core.recommend.base import plain
+from diagnosis.edge.schedulers.base import ChangeResult, SchedulerError, adapter_for
+from diagnosis.edge.sim import scheduler as sim_scheduler
+from diagnosis.models import Cluster, ClusterCycle, Recommendation, Snapshot
+
+State = RecommendationState
+logger = logging.getLogger(__name__)
+
+
+def scheduler_change(rec: Recommendation) -> dict[str, Any]:
+    """The recommendation's change in the adapters' shape (``{"kind", "target", "to"[,
+    "reason"]}``); undoing a drain is a ``resume-node``."""
+    if rec.kind == RecommendationKind.DRAIN_NODE and rec.change.get("to") == "ready":
+        return {"kind": "resume-node", "target": rec.target}
+    out = {"kind": rec.kind, "target": rec.target, "to": rec.change.get("to")}
+    if rec.change.get("reason"):
+        out["reason"] = rec.change["reason"]
+    return out
+
+
+def observed_value(value: Any) -> Any:
+    """A value as adapters report it, made comparable with a recommendation's ``from``/``to``:
+    a node record's ``state``; Kubernetes' ``schedulable`` as the snapshot's ``ready``; numbers
+    as floats."""
+    if isinstance(value, Mapping):
+        value = value.get("state")
+    if value == "schedulable":
+        return "ready"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def same_value(a: Any, b: Any) -> bool:
+    a, b = observed_value(a), observed_value(b)
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b)
+    return a == b
+
+
+def result_dict(result: ChangeResult) -> dict[str, Any]:
+    return {
+        "applied": result.applied,
+        "dry_run": result.dry_run,
+        "before": result.before,
+        "after": result.after,
+        "command": result.command,
+        "message": result.message,
+        "at": timezone.now().isoformat(),
+    }
+
+
+class SimulatedScheduler:
+    """The built-in simulator as a scheduler the workflow writes to: a dry run checks the change
+    against the simulator; a write appends it to the cluster's replayable change log
+    (``diagnosis.actions.write_sim_change``), effective from the next scheduling pass."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
+
+        write = {k: v for k, v in change.items() if k != "from"}  # "from": a guard, not a write
+        command = "sim apply " + json.dumps(write, sort_keys=True)
+        expected = change.get("to", "drained" if change.get("kind") == "drain-node" else None)
+        try:
+            if dry_run:
+                cluster = Cluster.objects.get(pk=self.cluster.pk)
+                before = current_sim_value(cluster, change)
+                check_from(change, before)
+                sim_scheduler.apply(cluster, change, dry_run=True)
+                return ChangeResult(
+                    applied=False,
+                    dry_run=True,
+                    before=before,
+                    after=expected,
+                    command=command,
+                    message="dry run: the simulator takes this change",
+                )
+            with transaction.atomic():
+                _, before = write_sim_change(
+                    self.cluster, write, check=lambda value: check_from(change, value)
+                )
+        except sim_scheduler.ChangeError as exc:
+            raise SchedulerError(str(exc), permanent=True) from exc
+        return ChangeResult(
+            applied=True,
+            dry_run=False,
+            before=before,
+            after=expected,
+            command=command,
+            message="recorded: effective from the simulator's next scheduling pass",
+        )
+
+
+def check_from(change: Mapping[str, Any], value: Any) -> None:
+    if "from" in change and not same_value(change["from"], value):
+        raise SchedulerError(
+            f"{change.get('kind')} {change.get('target')}: the target changed since the "
+            f"recommendation (now {value!r}, expected {change['from']!r})",
+            permanent=True,
+        )
+
+
+def scheduler_for(cluster: Cluster) -> Any:
+    """What applies changes to a cluster: its scheduler adapter, or the simulator."""
+    if cluster.scheduler_kind == "sim":
+        return SimulatedScheduler(cluster)
+    return adapter_for(cluster.scheduler_kind, cluster.scheduler_config)
+
+
+def ask_scheduler(cluster: Cluster, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
+    """One call to the cluster's scheduler. Anything but a :class:`SchedulerError` escaping an
+    adapter (a connection error it did not wrap) is taken as a transient SchedulerError: the
+    outcome is unknown, so the apply is retried, and a retry re-reads the target first."""
+    try:
+        return scheduler_for(cluster).apply(change, dry_run=dry_run)
+    except SchedulerError:
+        raise
+    except Exception as exc:
+        logger.warning("scheduler of cluster %s raised", cluster.name, exc_info=True)
+        raise SchedulerError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def is_conflict(exc: SchedulerError) -> bool:
+    """A write the scheduler refused because the target changed under it (the adapters' own
+    ``from`` check, or Kubernetes' 409 Conflict on a stale resourceVersion)."""
+    text = str(exc)
+    return "changed since the recommendation" in text or "409 Conflict" in text
+
+
+def run_dry_run(recommendation_id: int) -> dict[str, Any]:
+    """The dry run a person asked for (or an approval sent): ask the scheduler, store what it
+    said as the recommendation's diff, audit it. Never writes to the scheduler."""
+    rec = Recommendation.objects.select_related("cluster").filter(pk=recommendation_id).first()
+    if rec is None or rec.state not in (State.PROPOSED, State.APPROVED):
+        return {"outcome": "skipped"}
+    change = scheduler_change(rec)
+    try:
+        result = result_dict(ask_scheduler(rec.cluster, change, dry_run=True))
+    except SchedulerError as exc:
+        result = {"error": str(exc), "permanent": exc.permanent, "at": timezone.now().isoformat()}
+    result["target_changed"] = _changed_since(rec, result.get("before"))
+    result["writes_enabled"] = not rec.cluster.dry_run
+    with transaction.atomic():
+        rec = locked(rec)
+        rec.dry_run_result = result
+        save_fields(rec, "dry_run_result")
+        audit(rec, SYSTEM_ACTUATE, "dry-run", before=result.get("before"), after=result)
+    return {"outcome": "error" if "error" in result else "ok"}
+
+
+def _changed_since(rec: Recommendation, before: Any) -> str:
+    """Why the target no longer matches the recommendation's ``from`` (empty: it does)."""
+    expected = rec.change.get("from")
+    if expected is None or before is None or same_value(expected, before):
+        return ""
+    return (
+        f"{rec.target} changed since the recommendation: it is now "
+        f"{observed_value(before)!r}, the recommendation expected {expected!r}"
+    )
+
+
+@dataclass
+class ApplyOutcome:
+    outcome: str  # applied, already, dry-run, changed, failed, duplicate, in-progress
+    message: str = ""
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+def _claim(recommendation_id: int, key: str) -> tuple[Recommendation | None, str]:
+    """Take the apply of ``key`` for this worker, or say why not (``duplicate``: the key was
+    used or replaced; ``in-progress``: another worker holds it)."""
+    with transaction.atomic():
+        rec = (
+            Recommendation.objects.select_for_update()
+            .select_related("cluster")
+            .filter(pk=recommendation_id)
+            .first()
+        )
+        if rec is None or rec.state != State.APPLYING or rec.apply_key != key:
+            return None, "duplicate"
+        now = timezone.now()
+        stale_after = timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT + 30)
+        if rec.apply_claimed_at is not None and now - rec.apply_claimed_at < stale_after:
+            return None, "in-progress"
+        rec.apply_claimed_at = now
+        save_fields(rec, "apply_claimed_at")
+    return rec, ""
+
+
+def perform_apply(recommendation_id: int, key: str, *, final_attempt: bool = True) -> ApplyOutcome:
+    """The apply task's body (see the module doc). Claims ``key``; re-reads the target with a dry
+    run; stops when the value changed since the recommendation (back to ``proposed``, with the
+    reason), when the cluster's writes are off (back to ``approved``: a dry run only) or when the
+    target already has the new value (``applied`` without writing); otherwise writes once,
+    guarded by the value just read, and records the outcome. A scheduler that cannot be reached
+    raises :class:`TransientApplyError` (the claim released) unless ``final_attempt``."""
+    rec, why = _claim(recommendation_id, key)
+    if rec is None:
+        return ApplyOutcome(why)
+    cluster = rec.cluster
+    change = scheduler_change(rec)
+    try:
+        dry = ask_scheduler(cluster, change, dry_run=True)
+    except SchedulerError as exc:
+        return _apply_error(rec, key, exc, "dry run", final_attempt)
+    dry_result = result_dict(dry)
+    target_value = change.get(
+        "to", "drained" if rec.kind == RecommendationKind.DRAIN_NODE else None
+    )
+    if change["kind"] != "resume-node" and same_value(dry.before, target_value):
+        return _record_applied(rec, key, dry_result, dry_result, already=True)
+    changed = _changed_since(rec, dry.before)
+    if changed:
+        return _back_to_proposed(rec, key, changed, dry_result)
+    if cluster.dry_run:
+        return _record_dry_run_only(rec, key, dry_result)
+    guarded = dict(change)
+    if rec.kind in (RecommendationKind.PLACEMENT_POLICY, RecommendationKind.QUEUE_WEIGHT):
+        guarded["from"] = dry.before  # refused if it changed between the dry run and the write
+    try:
+        result = ask_scheduler(cluster, guarded, dry_run=False)
+    except SchedulerError as exc:
+        if is_conflict(exc):
+            return _back_to_proposed(rec, key, str(exc), dry_result)
+        return _apply_error(rec, key, exc, "write", final_attempt)
+    return _record_applied(rec, key, dry_result, result_dict(result), already=False)
+
+
+def _relock(rec: Recommendation, key: str) -> Recommendation | None:
+    rec = locked(rec)
+    return rec if rec.state == State.APPLYING and rec.apply_key == key else None
+
+
+def _record_applied(
+    rec: Recommendation,
+    key: str,
+    dry_result: dict[str, Any],
+    result: dict[str, Any],
+    *,
+    already: bool,
+) -> ApplyOutcome:
+    baseline = verification_baseline(rec)
+    with transaction.atomic():
+        locked = _relock(rec, key)
+        if locked is None:
+            return ApplyOutcome("duplicate")
+        rec = locked
+        now = timezone.now()
+        rec.state = State.APPLIED
+        rec.applied_at = now
+        rec.dry_run_result = dry_result
+        rec.apply_result = result
+        rec.status_message = (
+            f"{rec.target} already had the new value: nothing was written" if already else ""
+        )
+        rec.verification = baseline
+        save_fields(
+            rec,
+            "state",
+            "applied_at",
+            "dry_run_result",
+            "apply_result",
+            "status_message",
+            "verification",
+        )
+        actor = actor_name(rec.applied_by)
+        audit(
+            rec,
+            actor,
+            "apply" if not already else "apply-already-in-place",
+            before=result.get("before"),
+            after={
+                "value": result.get("after"),
+                "command": result.get("command"),
+                "answer": result.get("message"),
+                "dry_run_command": dry_result.get("command"),
+                "written": not already,
+            },
+        )
+        if rec.rollback_of_id is not None:
+            original = locked(rec.rollback_of_id)
+            if original.state in APPLIED_STATES:
+                original.state = State.ROLLED_BACK
+                original.status_message = f"rolled back by #{rec.pk}"
+                save_fields(original, "state", "status_message")
+                audit(
+                    original,
+                    actor,
+                    "rolled-back",
+                    before={"value": original.change.get("to")},
+                    after={"value": rec.change.get("to"), "by": rec.pk},
+                )
+    return ApplyOutcome("already" if already else "applied", rec.status_message, result)
+
+
+def _back_to_proposed(
+    rec: Recommendation, key: str, reason: str, dry_result: dict[str, Any]
+) -> ApplyOutcome:
+    with transaction.atomic():
+        locked = _relock(rec, key)
+        if locked is None:
+            return ApplyOutcome("duplicate")
+        rec = locked
+        rec.state = State.PROPOSED
+        rec.approved_by = None
+        rec.approved_at = None
+        rec.expires_at = None
+        rec.apply_claimed_at = None
+        rec.dry_run_result = {**dry_result, "target_changed": reason}
+        rec.status_message = f"not applied: {reason}; it needs a new approval"
+        save_fields(
+            rec,
+            "state",
+            "approved_by",
+            "approved_at",
+            "expires_at",
+            "apply_claimed_at",
+            "dry_run_result",
+            "status_message",
+        )
+        audit(
+            rec,
+            SYSTEM_ACTUATE,
+            "apply-stopped-target-changed",
+            before={"expected": rec.change.get("from")},
+            after={"found": dry_result.get("before"), "reason": reason},
+        )
+    return ApplyOutcome("changed", reason, dry_result)
+
+
+def _record_dry_run_only(rec: Recommendation, key: str, dry_result: dict[str, Any]) -> ApplyOutcome:
+    with transaction.atomic():
+        locked = _relock(rec, key)
+        if locked is None:
+            return ApplyOutcome("duplicate")
+        rec = locked
+        rec.state = State.APPROVED
+        rec.apply_claimed_at = None
+        rec.dry_run_result = {**dry_result, "writes_enabled": False}
+        rec.status_message = (
+            f"dry run only: writes are off for cluster {rec.cluster.name} (an admin turns them "
+            "on); nothing was written"
+        )
+        save_fields(rec, "state", "apply_claimed_at", "dry_run_result", "status_message")
+        audit(
+            rec,
+            actor_name(rec.applied_by),
+            "apply-dry-run",
+            before=dry_result.get("before"),
+            after={
+                "value": dry_result.get("after"),
+                "command": dry_result.get("command"),
+                "answer": dry_result.get("message"),
+                "written": False,
+            },
+        )
+    return ApplyOutcome("dry-run", rec.status_message, dry_result)
+
+
+def _apply_error(
+    rec: Recommendation, key: str, exc: SchedulerError, stage: str, final_attempt: bool
+) -> ApplyOutcome:
+    if not exc.permanent and not final_attempt:
+        with transaction.atomic():
+            locked = _relock(rec, key)
+            if locked is not None:
+                locked.apply_claimed_at = None
+                locked.status_message = f"retrying: the {stage} failed: {exc}"
+                save_fields(locked, "apply_claimed_at", "status_message")
+        raise TransientApplyError(str(exc)) from exc
+    with transaction.atomic():
+        locked = _relock(rec, key)
+        if locked is None:
+            return ApplyOutcome("duplicate")
+        rec = locked
+        rec.state = State.FAILED
+        rec.status_message = f"the {stage} failed: {exc}"
+        save_fields(rec, "state", "status_message")
+        audit(
+            rec,
+            SYSTEM_ACTUATE,
+            "apply-failed",
+            before={"change": scheduler_change(rec)},
+            after={"stage": stage, "error": str(exc), "permanent": exc.permanent},
+        )
+    return ApplyOutcome("failed", rec.status_message)
+
+
+def verification_baseline(rec: Recommendation) -> dict[str, Any]:
+    """What verification compares against: the target metric in the latest good cycle."""
+    cycle = (
+        ClusterCycle.objects.filter(cluster_id=rec.cluster_id, ok=True)
+        .order_by("-as_of")
+        .only("as_of", "accounting")
+        .first()
+    )
+    metric = verify.metric_for(rec.kind)
+    out: dict[str, Any] = {
+        "status": verify.WATCHING,
+        "reason": "applied; watching the next cycles",
+        "since_as_of": cycle.as_of.isoformat() if cycle else None,
+        "metric": metric.name if metric and rec.rollback_of_id is None else None,
+        "baseline": None,
+        "observations": [],
+    }
+    if cycle is None or out["metric"] is None:
+        return out
+    latest = Snapshot.objects.filter(cluster_id=rec.cluster_id, as_of=cycle.as_of).first()
+    if latest is None:
+        return out
+
+    try:
+        # plain(): a stored document may carry NaN for absent text fields (snapshot.dump writes
+        # a missing pending_reason as NaN), which the loader rightly refuses.
+        snap = snapshot_format.load(plain(latest.load_document()))
+    except snapshot_format.SnapshotError as exc:
+        out["baseline_note"] = f"the latest snapshot could not be read: {exc}"
+        return out
+    out["baseline"], note = verify.measure(rec.kind, rec.target, snap, cycle.accounting)
+    if note:
+        out["baseline_note"] = note
+    return out

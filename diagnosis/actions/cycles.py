@@ -1,0 +1,231 @@
+"""Run and record a cluster's diagnosis cycle: collect, diagnose, account, recommend; the
+cluster's data-source status and the coverage guard (DESIGN.md section 3).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from diagnosis.actions.events import SchedulerEventError, record_scheduler_events
+from diagnosis.actions.findings import cluster_overrides, record_findings
+from diagnosis.actions.proposals import record_recommendations
+from diagnosis.actions.tenancy import record_tenancy
+from diagnosis.choices import DataSourceStatus
+from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core.diagnose import diagnose
+from diagnosis.core.rules.engine import Diagnosis
+from diagnosis.core.rules.registry import all_rules
+from diagnosis.edge.schedulers.base import EventBatch
+from diagnosis.edge.sources import CollectError, collector_for
+from diagnosis.models import (
+    Cluster,
+    ClusterCycle,
+    Snapshot,
+)
+
+logger = logging.getLogger(__name__)
+
+ShardRunner = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+
+
+def run_cluster_cycle(cluster: Cluster, *, shard_runner: ShardRunner | None = None) -> ClusterCycle:
+    """Run one diagnosis cycle of a cluster (DESIGN.md section 3): collect, then record.
+
+    ``shard_runner`` runs the shards of a collector that can fan out (a Celery group:
+    ``diagnosis.tasks.run_collect_shards``); without one, shards are collected here, one after
+    another. The caller (``diagnosis.tasks.run_cycle``) holds the cluster's cycle lock. A source that
+    fails leaves a failed ClusterCycle row and the cluster's status saying why; the last good
+    snapshot, findings and rollups stay as they were (nothing is resolved for lack of data).
+    """
+
+    started = time.perf_counter()
+    previous = ClusterCycle.objects.filter(cluster=cluster, ok=True).order_by("-as_of").first()
+    try:
+        collector = collector_for(cluster)
+        options: dict[str, Any] = {}
+        if shard_runner is not None and getattr(collector, "shards", False):
+            options["shard_runner"] = shard_runner
+        document = collector(
+            cluster, previous_as_of=previous.as_of if previous else None, **options
+        )
+        snap = snapshot_format.load(document)
+        collection = document.get("collection")
+        if isinstance(collection, Mapping) and "event_cursor" in collection:
+            events = EventBatch(list(document.get("events") or []), collection["event_cursor"])
+            record_scheduler_events(cluster, events)
+    except (CollectError, SchedulerEventError, snapshot_format.SnapshotError) as exc:
+        message = f"{type(exc).__name__}: {exc}"
+        return _record_failed_cycle(cluster, message, time.perf_counter() - started)
+    return record_cycle(cluster, snap, started=started, collection=collection)
+
+
+def _record_failed_cycle(cluster: Cluster, message: str, seconds: float) -> ClusterCycle:
+    with transaction.atomic():
+        now = timezone.now()
+        _set_status(cluster, DataSourceStatus.ERROR, message, now)
+        cluster.last_cycle_at = now
+        cluster.save(
+            update_fields=["status", "status_message", "status_changed_at", "last_cycle_at"]
+        )
+        last = ClusterCycle.objects.filter(cluster=cluster, ok=True).order_by("-as_of").first()
+        return ClusterCycle.objects.create(
+            cluster=cluster,
+            as_of=last.as_of if last else now,
+            ok=False,
+            error=message,
+            seconds=seconds,
+        )
+
+
+def _set_status(cluster: Cluster, status: str, message: str, now: datetime) -> None:
+    if cluster.status != status:
+        cluster.status_changed_at = now
+    cluster.status = status
+    cluster.status_message = message
+
+
+def record_cycle(
+    cluster: Cluster,
+    snap: snapshot_format.ClusterSnapshot,
+    *,
+    started: float | None = None,
+    collection: Mapping[str, Any] | None = None,
+) -> ClusterCycle:
+    """Store a collected snapshot, diagnose it, record the findings and the GPU-hour rollup.
+
+    ``collection`` is the metrics source's report (coverage, data age, queries, warnings): it is
+    kept on the cycle, and when the GPU metrics are too incomplete or too old the rules that read
+    them are not judged (:func:`metrics_not_judged`): they do not run, so their findings stay as
+    they were, and the cycle and the cluster's status say why.
+    """
+
+    started = time.perf_counter() if started is None else started
+    skipped = metrics_not_judged(collection)
+    only = None
+    if skipped:
+        only = [
+            r for r, rule in all_rules().items() if rule.enabled_by_default and r not in skipped
+        ]
+    diagnosis, accounting = diagnose(snap, cluster_overrides(cluster), only=only)
+    report = accounting.as_dict()["cluster"]
+    counts: dict[str, dict[str, int]] = {}
+    for finding in diagnosis.findings:
+        by_severity = counts.setdefault(finding.rule, {})
+        by_severity[finding.severity] = by_severity.get(finding.severity, 0) + 1
+    with transaction.atomic():
+        now = timezone.now()
+        Snapshot.store(cluster, snapshot_format.dump(snap))
+        record_findings(cluster, diagnosis)
+        as_of = snap.as_of.to_pydatetime()
+        cycle = ClusterCycle.objects.create(
+            cluster=cluster,
+            as_of=as_of,
+            ran_at=now,
+            seconds=time.perf_counter() - started,
+            gpus=report["gpus"],
+            allocated_gpus=report["allocated_gpus"],
+            allocation_utilization=report["allocation_utilization"],
+            activity_utilization=report["activity_utilization"],
+            accounting=accounting.as_dict(),
+            findings=counts,
+            rule_errors=[e.as_dict() for e in diagnosis.errors],
+            not_judged={
+                **{k: dict(v) for k, v in diagnosis.not_judged.items()},
+                **_skipped_counts(snap, skipped),
+            },
+            data_age_s=(now - as_of).total_seconds() + _metrics_age(collection),
+            coverage=(collection or {}).get("coverage"),
+            source=dict(collection or {}),
+        )
+        record_tenancy(cluster, snap, diagnosis, accounting, cycle)
+        problems = [f"rule {e.rule} failed: {e.message}" for e in diagnosis.errors]
+        problems += _collection_problems(collection, skipped)
+        _set_status(
+            cluster,
+            DataSourceStatus.DEGRADED if problems else DataSourceStatus.OK,
+            "; ".join(problems),
+            now,
+        )
+        cluster.last_cycle_at = now
+        cluster.save(
+            update_fields=["status", "status_message", "status_changed_at", "last_cycle_at"]
+        )
+    record_recommendation_step(cluster, snap, diagnosis, cycle)
+    return cycle
+
+
+def record_recommendation_step(
+    cluster: Cluster,
+    snap: snapshot_format.ClusterSnapshot,
+    diagnosis: Diagnosis,
+    cycle: ClusterCycle,
+) -> None:
+    """DESIGN.md section 3, step 4: propose, verify and expire recommendations from the cycle's
+    diagnosis (:func:`diagnosis.workflow.record_recommendations`), and keep what it did and how
+    long it took on the cycle. A failure here is recorded on the cycle and never fails it."""
+
+    started = time.perf_counter()
+    try:
+        stats = record_recommendations(cluster, snap, diagnosis, cycle.accounting)
+    except Exception as exc:  # the cycle's findings and rollups stand without recommendations
+        logger.exception("recommend step of cluster %s failed", cluster.name)
+        stats = {"error": f"{type(exc).__name__}: {exc}"}
+    cycle.recommendations = stats
+    cycle.seconds += time.perf_counter() - started
+    cycle.save(update_fields=["recommendations", "seconds"])
+
+
+# Rules whose verdicts rest on the GPUs' metrics (util, memory, tensor activity, Xids). When the
+# metrics cover too few GPUs or are too old, these are "not judged" -- never "healthy".
+GPU_METRIC_RULES = ("idle-allocation", "data-starvation", "low-mfu", "xid")
+
+
+def metrics_not_judged(collection: Mapping[str, Any] | None) -> dict[str, str]:
+    """Rule id -> why it is not judged this cycle (empty when the metrics can be judged by)."""
+    if not isinstance(collection, Mapping) or collection.get("judgeable", True):
+        return {}
+    reason = "; ".join(collection.get("problems") or []) or "GPU metrics incomplete"
+    rules = all_rules()
+    return {rule_id: reason for rule_id in GPU_METRIC_RULES if rule_id in rules}
+
+
+def _skipped_counts(
+    snap: snapshot_format.ClusterSnapshot, skipped: Mapping[str, str]
+) -> dict[str, dict[str, int]]:
+    """The subjects each skipped rule would have judged: running jobs for job rules, GPUs for
+    GPU rules."""
+    if not skipped:
+        return {}
+    rules = all_rules()
+    running = int((snap.jobs["state"] == "running").sum())
+    counts = {"job": running, "gpu": len(snap.gpus)}
+    return {
+        rule_id: {reason: counts.get(rules[rule_id].subject_kind.rstrip(":"), 1)}
+        for rule_id, reason in skipped.items()
+    }
+
+
+def _metrics_age(collection: Mapping[str, Any] | None) -> float:
+    """How much older than the snapshot's time its newest metrics are."""
+    age = (collection or {}).get("data_age_s") if isinstance(collection, Mapping) else None
+    return float(age) if isinstance(age, int | float) else 0.0
+
+
+def _collection_problems(
+    collection: Mapping[str, Any] | None, skipped: Mapping[str, str]
+) -> list[str]:
+    if not isinstance(collection, Mapping):
+        return []
+    problems = []
+    if skipped:
+        reason = next(iter(skipped.values()))
+        problems.append(f"{reason}: {', '.join(skipped)} not judged")
+    problems += [f"Prometheus warned: {w}" for w in collection.get("warnings") or []]
+    return problems

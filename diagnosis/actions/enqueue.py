@@ -1,0 +1,23 @@
+"""Tasks that actions start, sent once the surrounding transaction commits.
+
+This module holds the only import of :mod:`diagnosis.tasks` from the actions, and it is lazy:
+tasks are thin wrappers that import the actions, so the actions may not import them at load
+time (that would be an import cycle).
+"""
+
+from __future__ import annotations
+
+
+def dry_run_on_commit(recommendation_id: int) -> None:
+    """Ask the scheduler, on the ``actuate`` queue, what a recommendation's change would do."""
+    from diagnosis.tasks import actuate_dry_run  # noqa: PLC0415 -- the tasks import the actions
+
+    actuate_dry_run.delay_on_commit(recommendation_id)
+
+
+def apply_on_commit(recommendation_id: int, apply_key: str) -> None:
+    """Apply an approved recommendation once, on the ``actuate`` queue (``apply_key`` makes a
+    redelivered message a no-op)."""
+    from diagnosis.tasks import actuate_recommendation  # noqa: PLC0415 -- as above
+
+    actuate_recommendation.delay_on_commit(recommendation_id, apply_key)

@@ -1,0 +1,184 @@
+"""The cycle's recommend step: store the generators' drafts as recommendations (one open per
+target), expire those whose findings resolved, lapse stale approvals, and verify applied ones.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from diagnosis.actions.review import expire
+from diagnosis.actions.verification import verify_applied
+from diagnosis.actions.workflow import OPEN_STATES, REJECTION_QUIET, SYSTEM_CYCLE, save_fields
+from diagnosis.choices import FindingState, RecommendationKind, RecommendationState
+from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core.recommend.base import plain
+from diagnosis.core.recommend.engine import recommend
+from diagnosis.models import (
+    Cluster,
+    Finding,
+    Recommendation,
+)
+
+State = RecommendationState
+
+
+def record_recommendations(
+    cluster: Cluster,
+    snap: snapshot_format.ClusterSnapshot,
+    diagnosis: Any,
+    accounting: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The cycle's recommend step, after its findings are recorded: lapse old approvals, verify
+    applied changes against this cycle, and upsert the generators' proposals (one open
+    recommendation per ``(cluster, kind, target)``: a different change for a target supersedes
+    the open one; the same change keeps it and its impact, which is not simulated again). A
+    proposal nobody approved whose findings have all resolved, and that this cycle did not
+    propose again, expires. Returns what it did, with its timings (kept on the cycle)."""
+
+    started = time.perf_counter()
+    stats: dict[str, Any] = {"proposed": 0, "kept": 0, "superseded": 0, "expired": 0}
+    as_of = snap.as_of.to_pydatetime()
+    open_changes = {
+        (r.kind, r.target): r.change
+        for r in Recommendation.objects.filter(cluster=cluster, state__in=OPEN_STATES).only(
+            "kind", "target", "change"
+        )
+    }
+    rejected = recently_rejected(cluster)
+
+    def keep_impact(draft: Any) -> str | None:
+        change = plain_change(draft.change)
+        if open_changes.get((draft.kind, draft.target)) == change:
+            return "kept from the open recommendation with the same change"
+        if (draft.kind, draft.target, change_key(change)) in rejected:
+            return "rejected recently: not proposed again"
+        return None
+
+    run = recommend(snap, diagnosis, skip_impact=keep_impact)
+    stats["generators_s"] = round(run.seconds.get("generators", 0.0), 3)
+    stats["impact_s"] = round(run.seconds.get("impact", 0.0), 3)
+    stats["errors"] = [e.as_dict() for e in run.errors]
+    proposed_keys = {(r.kind, r.target) for r in run.recommendations}
+    with transaction.atomic():  # the replays ran before: no row is locked while they run
+        stats["lapsed"] = lapse_approvals(cluster)
+        stats.update(verify_applied(cluster, snap, diagnosis, accounting))
+        existing = {
+            (r.kind, r.target): r
+            for r in Recommendation.objects.select_for_update().filter(
+                cluster=cluster, state__in=OPEN_STATES
+            )
+        }
+        keys = {
+            Finding.fingerprint_of(cluster.pk, rule, subject)
+            for r in run.recommendations
+            for rule, subject in r.finding_keys()
+        }
+        findings = {
+            (f.rule_id, f.subject): f
+            for f in Finding.objects.filter(cluster=cluster, fingerprint__in=keys)
+        }
+        stats["quiet"] = 0
+        for proposal in run.recommendations:
+            fields = proposal.stored_fields()
+            if (proposal.kind, proposal.target, change_key(fields["change"])) in rejected:
+                stats["quiet"] += 1  # someone said no to exactly this change lately
+                continue
+            old = existing.get((proposal.kind, proposal.target))
+            if old is not None and (old.state == State.APPLYING or old.rollback_of_id):
+                stats["kept"] += 1
+                continue
+            if old is not None and old.change == fields["change"]:
+                old.last_proposed_as_of = as_of
+                save_fields(old, "last_proposed_as_of")
+                stats["kept"] += 1
+                continue
+            if old is not None:  # leaves the open states first: one open per target
+                old.state = State.SUPERSEDED
+                save_fields(old, "state")
+                stats["superseded"] += 1
+            new = Recommendation.objects.create(
+                cluster=cluster,
+                state=State.PROPOSED,
+                proposed_as_of=as_of,
+                last_proposed_as_of=as_of,
+                **fields,
+            )
+            if old is not None:
+                old.status_message = f"superseded by #{new.pk}: {describe_change(fields['change'])}"
+                save_fields(old, "status_message")
+            new.motivating_findings.set(
+                [findings[k] for k in proposal.finding_keys() if k in findings]
+            )
+            stats["proposed"] += 1
+        stats["expired"] = expire_resolved(cluster, proposed_keys, snap)
+    stats["seconds"] = round(time.perf_counter() - started, 3)
+    return stats
+
+
+def change_key(change: Mapping[str, Any]) -> str:
+    return json.dumps(change, sort_keys=True, default=str)
+
+
+def recently_rejected(cluster: Cluster) -> set[tuple[str, str, str]]:
+    """``(kind, target, change)`` of the changes people rejected in the last
+    :data:`REJECTION_QUIET`: the cycle does not propose exactly those again meanwhile."""
+    since = timezone.now() - REJECTION_QUIET
+    rows = Recommendation.objects.filter(
+        cluster=cluster, state=State.REJECTED, updated_at__gte=since
+    ).values_list("kind", "target", "change")
+    return {(kind, target, change_key(change)) for kind, target, change in rows}
+
+
+def describe_change(change: Mapping[str, Any]) -> str:
+    return f"{change.get('from')!r} → {change.get('to')!r}" if "to" in change else "new advice"
+
+
+def plain_change(change: Mapping[str, Any]) -> dict[str, Any]:
+
+    return plain(dict(change))
+
+
+def lapse_approvals(cluster: Cluster) -> int:
+    now = timezone.now()
+    lapsed = 0
+    with transaction.atomic():
+        for rec in Recommendation.objects.select_for_update().filter(
+            cluster=cluster, state=State.APPROVED, expires_at__lte=now
+        ):
+            expire(rec, SYSTEM_CYCLE, lapsed(rec))
+            lapsed += 1
+    return lapsed
+
+
+def expire_resolved(
+    cluster: Cluster, proposed_keys: set[tuple[str, str]], snap: snapshot_format.ClusterSnapshot
+) -> int:
+    """Expire proposals the cycle no longer makes: a drain once the node is drained or down (an
+    Xid leaves the rule's window long before the GPU is fixed, so its finding resolving says
+    nothing); any other once all its motivating findings have resolved."""
+    stale = Recommendation.objects.select_for_update().filter(
+        cluster=cluster, state=State.PROPOSED, rollback_of__isnull=True
+    )
+    nodes = snap.nodes
+    expired = 0
+    for rec in stale:
+        if (rec.kind, rec.target) in proposed_keys:
+            continue
+        if rec.kind == RecommendationKind.DRAIN_NODE:
+            node = rec.target.removeprefix("node:")
+            state = str(nodes.at[node, "state"]) if node in nodes.index else None
+            if state in ("drained", "down"):
+                expire(rec, SYSTEM_CYCLE, f"node {node} is {state} already")
+                expired += 1
+            continue
+        if rec.motivating_findings.exclude(state=FindingState.RESOLVED).exists():
+            continue
+        expire(rec, SYSTEM_CYCLE, "its findings resolved and the cycle no longer proposes it")
+        expired += 1
+    return expired

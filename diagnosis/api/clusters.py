@@ -1,0 +1,22 @@
+"""The clusters of the API: a read-only list and detail, scoped to what the caller may read."""
+
+from __future__ import annotations
+
+from django.db.models import (
+    QuerySet,
+)
+from rest_framework import viewsets
+
+from diagnosis.access import (
+    clusters_for_user,
+)
+from diagnosis.api.serializers import ClusterSerializer
+from diagnosis.models import Cluster
+
+
+class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = ClusterSerializer
+    lookup_field = "pk"
+
+    def get_queryset(self) -> QuerySet[Cluster]:
+        return clusters_for_user(self.request.user).order_by("name")

@@ -1,0 +1,383 @@
+"""GPU-hour accounting: where every GPU of a snapshot went (DESIGN.md section 6).
+
+Every GPU lands in exactly one bucket, checked in this order:
+
+``unavailable``             its node is not ``ready`` or the GPU is ``unhealthy`` (held or not)
+``held-by-partial-gang``    held by a pending gang with ``0 < bound pods < min_member``
+``allocated-idle``          held by a job whose GPUs' mean ``util.mean`` < 0.05 (up to float
+                            rounding; however long it has run)
+``allocated-data-starved``  held by a job with a ``data-starvation`` finding
+``allocated-busy``          held by any other job — including a job with no util reading at
+                            all: no reading is not evidence of idleness (``activity_coverage``
+                            says how much of the cluster had a reading)
+``free-fragmented``         free, in a pool with fragmentation-blocked jobs (any wait), up to
+                            their total request
+``free-demand``             free while pending jobs that are placeable now exist in the pool
+                            (scheduler lag), up to their demand: the request of placeable
+                            pending jobs with no allocation plus the missing GPUs of partial
+                            gangs whose missing pods fit on free GPUs
+``free-no-demand``          every other free GPU
+
+Pending jobs with a null pool may use every node: their demand is counted after each pool's own
+demand, filling what is left in pool-name order. Within a pool the free GPUs on the emptiest
+nodes (fewest free GPUs: the fragments) are labelled fragmented first; the counts per pool do not
+depend on that choice, only which GPU carries which label.
+
+A snapshot is one moment: a GPU's bucket is taken to hold for the whole window, so GPU-hours are
+``GPUs × window_s / 3600``. Utilization is reported both ways:
+
+- ``allocation_utilization`` = GPUs held by any job ÷ GPUs (every GPU, usable or not);
+- ``activity_utilization`` = mean ``util.mean`` over the GPUs that have a reading (NaN readings
+  are left out, not counted as 0), with ``activity_coverage`` = GPUs with a reading ÷ GPUs;
+- ``productive_gpus`` = the sum over ``allocated-busy`` GPUs of their MFU where known:
+  ``achieved_tflops_per_gpu / peak(model)`` when the job reports it and the model's peak is
+  known, else the GPU's ``tensor_active.mean`` (a proxy), clipped to 0..1; GPUs with neither
+  add nothing and are counted out of ``mfu_coverage`` (busy GPUs with a known MFU ÷ busy GPUs).
+
+Per tenant, a GPU belongs to the tenant of the job holding it (the job's ``tenant``, else its
+queue's); GPUs no job holds (free, or unavailable and unheld) are under the tenant ``None``
+(shown as "(unallocated)"); held by a job with no tenant at all: ``"(no tenant)"``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from diagnosis.core.rules.base import Finding
+from diagnosis.core.rules.facts import SnapshotFacts
+from diagnosis.core.snapshot import ClusterSnapshot
+
+if TYPE_CHECKING:
+    from diagnosis.core.rules.engine import Diagnosis
+
+BUCKETS: tuple[str, ...] = (
+    "unavailable",
+    "held-by-partial-gang",
+    "allocated-idle",
+    "allocated-data-starved",
+    "allocated-busy",
+    "free-fragmented",
+    "free-demand",
+    "free-no-demand",
+)
+IDLE_UTIL = 0.05
+# A job's mean util equal to IDLE_UTIL up to float rounding (a mean of 0.05s) is not below it;
+# the same tolerance as the idle-allocation rule.
+EPS = 1e-9
+UNALLOCATED_LABEL = "(unallocated)"
+NO_TENANT = "(no tenant)"
+
+# The rules whose findings explain each bucket (the waterfall links a bucket to them).
+BUCKET_RULES: dict[str, tuple[str, ...]] = {
+    "unavailable": ("xid",),
+    "held-by-partial-gang": ("gang-deadlock", "gang-partial-hold"),
+    "allocated-idle": ("idle-allocation",),
+    "allocated-data-starved": ("data-starvation",),
+    "allocated-busy": ("low-mfu", "topology-misplacement"),
+    "free-fragmented": ("fragmentation",),
+    "free-demand": (),
+    "free-no-demand": (),
+}
+
+(
+    _UNAVAILABLE,
+    _PARTIAL,
+    _IDLE,
+    _STARVED,
+    _BUSY,
+    _FRAGMENTED,
+    _DEMAND,
+    _NO_DEMAND,
+) = range(len(BUCKETS))
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """The buckets of one scope (the cluster, a pool or a tenant) and its utilization."""
+
+    gpus: int
+    buckets: Mapping[str, int]
+    window_s: int
+    allocated_gpus: int
+    util_sum: float
+    util_gpus: int
+    productive_gpus: float
+    mfu_known_gpus: int
+
+    def hours(self, gpus: float) -> float:
+        return gpus * self.window_s / 3600.0
+
+    @property
+    def allocation_utilization(self) -> float:
+        return self.allocated_gpus / self.gpus if self.gpus else math.nan
+
+    @property
+    def activity_utilization(self) -> float:
+        return self.util_sum / self.util_gpus if self.util_gpus else math.nan
+
+    @property
+    def activity_coverage(self) -> float:
+        return self.util_gpus / self.gpus if self.gpus else math.nan
+
+    @property
+    def mfu_coverage(self) -> float:
+        busy = self.buckets["allocated-busy"]
+        return self.mfu_known_gpus / busy if busy else math.nan
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "gpus": self.gpus,
+            "gpu_hours": _number(self.hours(self.gpus)),
+            "buckets": {
+                name: {"gpus": count, "gpu_hours": _number(self.hours(count))}
+                for name, count in self.buckets.items()
+            },
+            "allocated_gpus": self.allocated_gpus,
+            "allocation_utilization": _number(self.allocation_utilization),
+            "activity_utilization": _number(self.activity_utilization),
+            "activity_coverage": _number(self.activity_coverage),
+            "productive_gpus": _number(self.productive_gpus),
+            "productive_gpu_hours": _number(self.hours(self.productive_gpus)),
+            "mfu_coverage": _number(self.mfu_coverage),
+        }
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """The GPU-hour breakdown of one snapshot.
+
+    ``gpu_bucket`` holds each GPU's bucket, aligned with ``snapshot.gpus``; ``findings`` maps a
+    bucket to the findings (``"rule subject"``) behind it.
+    """
+
+    window_s: int
+    cluster: Breakdown
+    pools: Mapping[str, Breakdown]
+    tenants: Mapping[str | None, Breakdown]
+    gpu_bucket: pd.Series
+    findings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (plain Python numbers, no NaN: unknown values are None)."""
+        return {
+            "window_s": self.window_s,
+            "buckets": list(BUCKETS),
+            "cluster": self.cluster.as_dict(),
+            "pools": [{"pool": pool, **b.as_dict()} for pool, b in self.pools.items()],
+            "tenants": [
+                {
+                    "tenant": tenant,
+                    "label": UNALLOCATED_LABEL if tenant is None else tenant,
+                    **b.as_dict(),
+                }
+                for tenant, b in self.tenants.items()
+            ],
+            "findings": {bucket: list(refs) for bucket, refs in self.findings.items()},
+        }
+
+
+def account(
+    source: Diagnosis | ClusterSnapshot,
+    findings: Iterable[Finding] | None = None,
+    facts: SnapshotFacts | None = None,
+) -> Accounting:
+    """The GPU-hour breakdown of a :class:`~diagnosis.core.rules.engine.Diagnosis` (its snapshot,
+    findings and facts), or of a snapshot with the findings of a run over it."""
+    if isinstance(source, ClusterSnapshot):
+        snapshot = source
+        found = tuple(findings or ())
+    else:
+        snapshot = source.snapshot
+        found = tuple(source.findings if findings is None else findings)
+        facts = facts or source.facts
+    facts = facts or SnapshotFacts(snapshot)
+
+    bucket = _gpu_buckets(snapshot, facts, found)
+    state = facts.gpu_state
+    n = len(state)
+    holder = state["job"].to_numpy(dtype=object)
+    held = pd.notna(holder)
+    jobs = snapshot.jobs
+
+    util = state["util_mean"].to_numpy(dtype=float)
+    has_util = ~np.isnan(util)
+    mfu = _gpu_mfu(snapshot, facts, holder, held)
+    mfu = np.where(bucket == _BUSY, mfu, np.nan)
+    has_mfu = ~np.isnan(mfu)
+
+    pool_names = sorted(pd.unique(snapshot.nodes["pool"].to_numpy(dtype=object)))
+    pool_codes = pd.Categorical(state["pool"], categories=pool_names).codes.astype(np.int64)
+    tenant_of_job = jobs["tenant"].astype(object)
+    tenant_of_job = tenant_of_job.where(
+        tenant_of_job.notna(), jobs["queue"].map(snapshot.queues["tenant"]).astype(object)
+    ).fillna(NO_TENANT)
+    tenant = np.full(n, None, dtype=object)
+    tenant[held] = pd.Series(holder[held]).map(tenant_of_job).fillna(NO_TENANT).to_numpy()
+    unheld = pd.isna(tenant)
+    tenant_names: list[str | None] = sorted({str(t) for t in tenant[~unheld]})
+    tenant_codes = np.full(n, len(tenant_names), dtype=np.int64)
+    tenant_codes[~unheld] = (
+        pd.Series(tenant[~unheld]).map({t: i for i, t in enumerate(tenant_names)}).to_numpy()
+    )
+    tenant_names.append(None)
+
+    columns = {
+        "held": held.astype(float),
+        "util": np.where(has_util, util, 0.0),
+        "has_util": has_util.astype(float),
+        "mfu": np.where(has_mfu, mfu, 0.0),
+        "has_mfu": has_mfu.astype(float),
+    }
+
+    def breakdowns(codes: np.ndarray, groups: int) -> list[Breakdown]:
+        counts = np.bincount(codes * len(BUCKETS) + bucket, minlength=groups * len(BUCKETS))
+        counts = counts.reshape(groups, len(BUCKETS))
+        sums = {k: np.bincount(codes, weights=v, minlength=groups) for k, v in columns.items()}
+        return [
+            Breakdown(
+                gpus=int(counts[g].sum()),
+                buckets={name: int(counts[g, b]) for b, name in enumerate(BUCKETS)},
+                window_s=int(snapshot.window_s),
+                allocated_gpus=int(sums["held"][g]),
+                util_sum=float(sums["util"][g]),
+                util_gpus=int(sums["has_util"][g]),
+                productive_gpus=float(sums["mfu"][g]),
+                mfu_known_gpus=int(sums["has_mfu"][g]),
+            )
+            for g in range(groups)
+        ]
+
+    cluster = breakdowns(np.zeros(n, dtype=np.int64), 1)[0]
+    pools = dict(zip(map(str, pool_names), breakdowns(pool_codes, len(pool_names)), strict=True))
+    tenants = dict(zip(tenant_names, breakdowns(tenant_codes, len(tenant_names)), strict=True))
+    labels = pd.Series(np.asarray(BUCKETS, dtype=object)[bucket], index=state.index)
+    return Accounting(
+        window_s=int(snapshot.window_s),
+        cluster=cluster,
+        pools=pools,
+        tenants=tenants,
+        gpu_bucket=labels,
+        findings=_bucket_findings(found),
+    )
+
+
+def _gpu_buckets(
+    snapshot: ClusterSnapshot, facts: SnapshotFacts, findings: tuple[Finding, ...]
+) -> np.ndarray:
+    """Each GPU's bucket number (an index into :data:`BUCKETS`)."""
+    state = facts.gpu_state
+    holder = pd.Series(state["job"].to_numpy(dtype=object))
+    held = holder.notna().to_numpy()
+    usable = state["usable"].to_numpy(dtype=bool)
+    job_util = holder.map(facts.job_gpu_stats["util_mean"]).to_numpy(dtype=float)
+    starved = sorted(
+        {f.subject[4:] for f in findings if f.rule == "data-starvation" and f.subject[4:]}
+    )
+
+    bucket = np.full(len(state), _NO_DEMAND, dtype=np.int64)
+    bucket[held] = _BUSY
+    bucket[held & holder.isin(starved).to_numpy()] = _STARVED
+    bucket[held & (job_util < IDLE_UTIL - EPS)] = _IDLE
+    bucket[held & holder.isin(facts.partial_gangs.index).to_numpy()] = _PARTIAL
+    bucket[~usable] = _UNAVAILABLE
+
+    free = state["free"].to_numpy(dtype=bool)
+    if free.any():
+        bucket[free] = _free_buckets(snapshot, facts, state[free])
+    return bucket
+
+
+def _free_buckets(snapshot: ClusterSnapshot, facts: SnapshotFacts, free: pd.DataFrame):
+    """Buckets of the free GPUs: per pool, the first ``fragmented`` of them (emptiest nodes
+    first) are fragmented, the next ``demand`` are free-demand, the rest free-no-demand."""
+    pools = free["pool"].to_numpy(dtype=object)
+    free_count = pd.Series(pools).value_counts().sort_index()
+
+    placement = facts.pending_placement
+    blocked = placement[placement["fragmentation_blocked"].to_numpy()]
+    waiting = placement[placement["placeable"].to_numpy() & (placement["request"] > 0).to_numpy()]
+    gangs = facts.partial_gang_placement
+    gangs = gangs[gangs["can_complete"].to_numpy()]
+    ready_demand = pd.concat(
+        [
+            _demand(waiting["scope"], waiting["request"]),
+            _demand(gangs["scope"], gangs["missing_pods"] * gangs["gpus_per_pod"]),
+        ]
+    )
+    fragmented = _fill(free_count, _demand(blocked["scope"], blocked["request"]))
+    ready = _fill(free_count - fragmented, ready_demand.groupby(level=0, dropna=False).sum())
+
+    node_free = free["node"].map(facts.free_per_node).to_numpy()
+    node_code = pd.factorize(free["node"].to_numpy(dtype=object), sort=True)[0]
+    pool_code = pd.factorize(pools, sort=True)[0]
+    order = np.lexsort((free["index"].to_numpy(), node_code, node_free, pool_code))
+    ranks = np.empty(len(free), dtype=np.int64)
+    sorted_pools = pools[order]
+    first = np.r_[True, sorted_pools[1:] != sorted_pools[:-1]]
+    group_start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+    ranks[order] = np.arange(len(order)) - group_start
+    cut_fragmented = pd.Series(pools).map(fragmented).to_numpy(dtype=np.int64)
+    cut_ready = cut_fragmented + pd.Series(pools).map(ready).to_numpy(dtype=np.int64)
+    return np.where(
+        ranks < cut_fragmented, _FRAGMENTED, np.where(ranks < cut_ready, _DEMAND, _NO_DEMAND)
+    )
+
+
+def _demand(scope: pd.Series, gpus: pd.Series) -> pd.Series:
+    """GPUs asked per scope label (None: the whole cluster)."""
+    keys = scope.astype(object).where(scope.notna(), None).to_numpy()
+    return pd.Series(gpus.to_numpy(dtype=np.int64)).groupby(keys, dropna=False).sum()
+
+
+def _fill(free: pd.Series, demand: pd.Series) -> pd.Series:
+    """How many of each pool's free GPUs the demand takes: each pool's own demand first, then
+    the cluster-wide demand (scope None) over what is left, in pool-name order."""
+    own_keys = [k for k in demand.index if not pd.isna(k)]
+    own = demand[own_keys].groupby(level=0).sum() if own_keys else pd.Series(dtype=np.int64)
+    taken = np.minimum(free.to_numpy(), own.reindex(free.index, fill_value=0).to_numpy())
+    anywhere = int(demand[[pd.isna(k) for k in demand.index]].sum())
+    if anywhere:
+        left = free.to_numpy() - taken
+        before = np.r_[0, np.cumsum(left)[:-1]]
+        taken = taken + np.clip(anywhere - before, 0, left)
+    return pd.Series(taken.astype(np.int64), index=free.index)
+
+
+def _gpu_mfu(
+    snapshot: ClusterSnapshot, facts: SnapshotFacts, holder: np.ndarray, held: np.ndarray
+) -> np.ndarray:
+    """Per GPU: MFU of its job from achieved TFLOP/s over the model's peak where both are
+    known, else the GPU's own tensor activity; NaN when neither is known."""
+    state = facts.gpu_state
+    achieved = np.full(len(state), np.nan)
+    if held.any():
+        achieved[held] = (
+            pd.Series(holder[held]).map(snapshot.jobs["achieved_tflops_per_gpu"]).to_numpy(float)
+        )
+    peak = state["node"].map(facts.peak_tflops_per_node()).to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        reported = np.where(peak > 0, achieved / peak, np.nan)
+    tensor = state["tensor_active_mean"].to_numpy(dtype=float)
+    mfu = np.where(np.isnan(reported), tensor, reported)
+    return np.clip(mfu, 0.0, 1.0)
+
+
+def _bucket_findings(findings: tuple[Finding, ...]) -> dict[str, tuple[str, ...]]:
+    by_rule: dict[str, list[str]] = {}
+    for finding in findings:
+        by_rule.setdefault(finding.rule, []).append(f"{finding.rule} {finding.subject}")
+    return {
+        bucket: tuple(ref for rule in rules for ref in by_rule.get(rule, ()))
+        for bucket, rules in BUCKET_RULES.items()
+    }
+
+
+def _number(value: float) -> float | None:
+    value = float(value)
+    return None if math.isnan(value) or math.isinf(value) else round(value, 6)

@@ -1,0 +1,185 @@
+"""``advisory``: who should do what about findings gpuobs has no setting for.
+
+One advisory per finding of ``topology-misplacement``, ``data-starvation``, ``low-mfu`` and
+``idle-allocation`` (target ``job:<id>``, for the job's owner and, where a cluster setting
+helps, the admin), and one per pool for its ``gang-deadlock`` findings (target ``pool:<p>``, for
+the admin; ``cluster:<name>`` when the gangs have no pool). Nothing is applied, so nothing is
+simulated or preselected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from diagnosis.core.recommend.base import (
+    ADVISORY,
+    NOT_SIMULATED,
+    Draft,
+    FindingRef,
+    Generator,
+    RecommendContext,
+    optional_text,
+)
+from diagnosis.core.rules.base import Finding
+from diagnosis.core.rules.builtin.low_mfu import REPORTED
+
+
+def _pct(value: Any) -> str:
+    return "n/a" if value is None else f"{100 * float(value):.0f}%"
+
+
+def _owner(evidence: Mapping[str, Any]) -> str:
+    job = evidence.get("job")
+    tenant = optional_text(evidence.get("tenant"))
+    return f"the owner of job {job}" + (f" (tenant {tenant})" if tenant else "")
+
+
+def _topology(evidence: Mapping[str, Any]) -> str:
+    kinds = ", ".join(evidence.get("kinds") or [evidence.get("kind")])
+    better = evidence.get("better_placement") or ""
+    return (
+        f"For {_owner(evidence)}: its placement costs bandwidth ({kinds}). {better} "
+        "Ask for GPUs in whole NVLink domains (gpus_per_pod = the domain size) and keep each "
+        "tensor-parallel group inside one node. For the admin: turn on topology-aware placement "
+        "(Volcano `network-topology-aware` / `numa-aware` plugins; Kubernetes Topology Manager "
+        "`single-numa-node`; Slurm `--gres-flags=enforce-binding` and `--switches`)."
+    )
+
+
+def _data_starvation(evidence: Mapping[str, Any]) -> str:
+    text = (
+        f"For {_owner(evidence)}: its GPUs average {_pct(evidence.get('util_mean'))} "
+        "utilisation because they wait for input. Raise the data-loader workers "
+        "(`DataLoader(num_workers=..., pin_memory=True, prefetch_factor=..., "
+        "persistent_workers=True)`), pre-shard or cache the dataset on local NVMe, and move "
+        "decoding and augmentation to the GPU (e.g. NVIDIA DALI)."
+    )
+    if evidence.get("trigger") in ("host-cpu", "both"):
+        text += (
+            f" Its host CPU peaks at {_pct(evidence.get('host_cpu_max'))}: for the admin, give "
+            "the job more CPU cores per GPU (CPU requests, or a node type with more cores)."
+        )
+    return text
+
+
+def _low_mfu(evidence: Mapping[str, Any]) -> str:
+    reported = evidence.get("method") == REPORTED
+    method = "reported TFLOP/s" if reported else "tensor-core activity, a proxy"
+    return (
+        f"For {_owner(evidence)}: MFU {_pct(evidence.get('mfu'))} (from {method}) on "
+        f"{evidence.get('gpu_model') or 'its GPUs'} while they are "
+        f"{_pct(evidence.get('util_mean'))} busy: the kernels run, but slowly. Check BF16/FP8 "
+        "mixed precision on tensor cores, fused attention (FlashAttention), a larger "
+        "micro-batch, communication overlapped with compute, and tensor parallelism kept "
+        "inside NVLink. Profile one step (PyTorch profiler, Nsight Systems) before and after."
+    )
+
+
+def _idle(evidence: Mapping[str, Any]) -> str:
+    hours = float(evidence.get("runtime_s") or 0) / 3600
+    text = (
+        f"For {_owner(evidence)}: its {evidence.get('gpus')} GPU(s) have averaged "
+        f"{_pct(evidence.get('util_mean'))} utilisation over {hours:.1f} h. End the job or "
+        "scale it to zero if it is not needed, so the GPUs return to the queue. For the admin: "
+        "an idle-reclaim policy (notebook culling, Kueue / Volcano preemption of idle "
+        "workloads) returns such GPUs without asking."
+    )
+    if evidence.get("unhealthy_gpus") or evidence.get("nodes_not_ready"):
+        text += " Some of its GPUs are unhealthy or on nodes not ready: check the hardware first."
+    return text
+
+
+def _gang_deadlock(findings: list[Finding]) -> str:
+    parts = []
+    for finding in findings:
+        members = finding.evidence.get("members", [])
+        youngest = min(members, key=lambda m: (m.get("hold_s") or 0, m["id"]), default=None)
+        names = ", ".join(f"{m['id']} ({m['bound']} pods)" for m in members)
+        release = f" Evict {youngest['id']} (held least long) first." if youngest else ""
+        parts.append(f"Gangs {names} hold GPUs each other needs.{release}")
+    return (
+        "For the admin: "
+        + " ".join(parts)
+        + " To stop partial gangs from holding GPUs, admit gangs all-or-nothing (Volcano "
+        "`gang` plugin with PodGroup `minMember`; Kueue `waitForPodsReady` with a timeout "
+        "and requeue; Slurm allocates whole jobs) or set a gang timeout that releases a "
+        "partial gang's GPUs."
+    )
+
+
+JOB_ADVICE: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "topology-misplacement": _topology,
+    "data-starvation": _data_starvation,
+    "low-mfu": _low_mfu,
+    "idle-allocation": _idle,
+}
+
+
+def _impact(gpus: int) -> dict[str, Any]:
+    return {
+        "method": "none",
+        "verdict": NOT_SIMULATED,
+        "headline": "advisory: nothing for gpuobs to apply; the effect depends on what is done",
+        "gpus_involved": gpus,
+    }
+
+
+def generate(context: RecommendContext) -> list[Draft]:
+    drafts = []
+    for rule, advise in JOB_ADVICE.items():
+        for finding in context.findings(rule):
+            drafts.append(
+                Draft(
+                    kind=ADVISORY,
+                    target=finding.subject,
+                    change={},
+                    findings=(FindingRef.of(finding),),
+                    summary=finding.summary,
+                    advisory=advise(finding.evidence),
+                    static_impact=_impact(int(finding.evidence.get("gpus") or 0)),
+                    basis={"rule": rule},
+                )
+            )
+    by_pool: dict[str, list[Finding]] = {}
+    for finding in context.findings("gang-deadlock"):
+        pool = finding.evidence.get("pool")
+        target = f"pool:{pool}" if pool else f"cluster:{context.snapshot.cluster}"
+        by_pool.setdefault(target, []).append(finding)
+    for target, findings in sorted(by_pool.items()):
+        held = sum(int(f.evidence.get("gpus_held") or 0) for f in findings)
+        drafts.append(
+            Draft(
+                kind=ADVISORY,
+                target=target,
+                change={},
+                findings=tuple(FindingRef.of(f) for f in findings),
+                summary=f"{len(findings)} gang deadlock(s) in {target} hold {held} GPUs idle.",
+                advisory=_gang_deadlock(findings),
+                static_impact=_impact(held),
+                basis={"rule": "gang-deadlock"},
+            )
+        )
+    return drafts
+
+
+GENERATOR = Generator(
+    id="advisory",
+    kind=ADVISORY,
+    title="Advice for owners and admins",
+    rules=(
+        "gang-deadlock",
+        "topology-misplacement",
+        "data-starvation",
+        "low-mfu",
+        "idle-allocation",
+    ),
+    doc=(
+        "Text for the job's owner or the admin on findings gpuobs cannot fix by a setting: "
+        "gang timeouts and all-or-nothing admission for `gang-deadlock`, topology-aware "
+        "placement for `topology-misplacement`, data-loader workers and host CPU for "
+        "`data-starvation`, precision and kernels for `low-mfu`, releasing or reclaiming idle "
+        "GPUs for `idle-allocation`."
+    ),
+    generate=generate,
+)

@@ -1,0 +1,196 @@
+"""``drain-node``: cordon and drain a node whose GPU reported a critical Xid.
+
+Fires for a node with an ``xid`` finding on one of its GPUs whose codes include one that is
+critical in the Xid catalog (NVIDIA's action needs a GPU reset, a node reboot or service, e.g.
+48, 64, 74, 79, 95, 119) and is not application-level. Application-level Xids (13, 31, 43, ...)
+never drain a node on their own: they point at the job. Nodes already ``drained`` or ``down``
+get nothing; a ``cordoned`` node is drained (its jobs evicted).
+
+The reason carried with the change names the codes and GPUs, e.g.
+``gpuobs: Xid 79 (GPU has fallen off the bus) on gpu-117/3``.
+
+The impact is a static account, not a replay: the simulator does not model what a failing GPU
+does to the jobs placed on it, so a replay would only show the capacity a drain costs and never
+what it saves. It states the GPUs taken out of scheduling, the jobs to evict (and which of them
+sit on a failing GPU), and whether their pods fit elsewhere in the pool right now.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from diagnosis.core import xid_catalog
+from diagnosis.core.recommend.base import (
+    DRAIN_NODE,
+    NOT_SIMULATED,
+    Draft,
+    FindingRef,
+    Generator,
+    RecommendContext,
+    optional_text,
+)
+from diagnosis.core.rules.base import Finding
+from diagnosis.core.rules.builtin.xid import ACTION_URGENCY
+
+MAX_REASON_CHARS = 200
+NOTHING_TO_DO = ("drained", "down")
+
+
+def drain_codes(finding: Finding) -> list[dict[str, Any]]:
+    """The codes of an ``xid`` finding that justify a drain: critical and not
+    application-level."""
+    return [
+        c
+        for c in finding.evidence.get("codes", ())
+        if xid_catalog.is_critical(int(c["code"]))
+        and not xid_catalog.is_application_level(int(c["code"]))
+    ]
+
+
+def generate(context: RecommendContext) -> list[Draft]:
+    by_node: dict[str, list[Finding]] = {}
+    for finding in context.findings("xid"):
+        node = finding.evidence.get("node")
+        if node is not None and drain_codes(finding):
+            by_node.setdefault(str(node), []).append(finding)
+    nodes = context.snapshot.nodes
+    drafts = []
+    for node in sorted(by_node):
+        if node not in nodes.index or nodes.at[node, "state"] in NOTHING_TO_DO:
+            continue
+        findings = sorted(by_node[node], key=lambda f: int(f.evidence.get("index", 0)))
+        reason = drain_reason(findings)
+        state = str(nodes.at[node, "state"])
+        impact, tradeoffs = _capacity_account(context, node, findings)
+        drafts.append(
+            Draft(
+                kind=DRAIN_NODE,
+                target=f"node:{node}",
+                change={"from": state, "to": "drained", "reason": reason},
+                findings=tuple(FindingRef.of(f) for f in findings),
+                summary=f"Cordon and drain node {node} ({reason.removeprefix('gpuobs: ')}); "
+                f"then {_action(findings)}.",
+                static_impact=impact,
+                tradeoffs=tradeoffs,
+                basis={"codes": sorted({int(c["code"]) for f in findings for c in drain_codes(f)})},
+            )
+        )
+    return drafts
+
+
+def drain_reason(findings: list[Finding]) -> str:
+    """``gpuobs: Xid 79 (GPU has fallen off the bus) on gpu-117/3[; ...]``, at most 200
+    characters (the rest summarised as ``and N more``)."""
+    parts = []
+    for finding in findings:
+        where = f"{finding.evidence['node']}/{finding.evidence['index']}"
+        for code in drain_codes(finding):
+            meaning = str(code.get("meaning") or code.get("name") or "").rstrip(".")
+            parts.append(f"Xid {code['code']} ({meaning}) on {where}")
+    text = "gpuobs: " + parts[0]
+    for i, part in enumerate(parts[1:], start=1):
+        rest = len(parts) - i
+        candidate = f"{text}; {part}"
+        if len(candidate) + len(f" and {rest - 1} more") > MAX_REASON_CHARS:
+            return f"{text} and {rest} more"
+        text = candidate
+    return text
+
+
+ACTION_WORDS = {
+    "service": "send it for service (RMA)",
+    "reboot-node": "reboot it",
+    "check-hardware": "run DCGM diagnostics (dcgmi diag -r 3)",
+    "reset-gpu": "reset the GPU (nvidia-smi -r) or reboot it",
+}
+
+
+def _action(findings: list[Finding]) -> str:
+    """What to do once drained: the most disruptive action the codes call for."""
+    actions = {str(c.get("action")) for f in findings for c in drain_codes(f)}
+    for action in ACTION_URGENCY:
+        if action in actions:
+            return ACTION_WORDS.get(action, action.replace("-", " "))
+    return "follow NVIDIA's action for the code (docs/xid.md)"
+
+
+def _capacity_account(
+    context: RecommendContext, node: str, findings: list[Finding]
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    snapshot = context.snapshot
+    facts = context.facts
+    gpus = facts.gpu_state
+    on_node = gpus[gpus["node"] == node]
+    pool = str(snapshot.nodes.at[node, "pool"])
+    pool_nodes = snapshot.nodes.index[snapshot.nodes["pool"] == pool]
+    pool_gpus = int(snapshot.nodes.loc[pool_nodes, "gpus"].sum())
+    removed = int(on_node["usable"].sum())
+    failing = {int(f.evidence["index"]) for f in findings}
+    free = facts.free_per_node.reindex(pool_nodes.drop(node), fill_value=0).to_numpy()
+
+    evict = []
+    holders = on_node.dropna(subset=["job"]).groupby("job", sort=True)
+    for job_id, held in holders:
+        job = snapshot.jobs.loc[job_id]
+        per_pod = max(int(job["gpus_per_pod"]), 1)
+        pods_here = len(held) // per_pod
+        fits = bool(int(np.floor_divide(free, per_pod).sum()) >= pods_here)
+        evict.append(
+            {
+                "id": str(job_id),
+                "tenant": optional_text(job["tenant"]),
+                "queue": optional_text(job["queue"]),
+                "state": str(job["state"]),
+                "gpus_on_node": len(held),
+                "job_gpus": int(facts.job_held_gpus.get(job_id, 0)),
+                "on_failing_gpu": bool(set(held["index"].astype(int)) & failing),
+                "refits_in_pool_now": fits,
+            }
+        )
+    share = removed / pool_gpus if pool_gpus else 0.0
+    held_by_evicted = sum(j["job_gpus"] for j in evict)
+    headline = (
+        f"takes {removed} GPUs ({100 * share:.1f}% of pool {pool}) out of scheduling; "
+        f"evicts {len(evict)} job(s) holding {held_by_evicted} GPUs in all"
+    )
+    impact = {
+        "method": "static",
+        "verdict": NOT_SIMULATED,
+        "headline": headline,
+        "pool": pool,
+        "pool_gpus": pool_gpus,
+        "gpus_removed": removed,
+        "share_of_pool": round(share, 4),
+        "pool_free_gpus_elsewhere": int(free.sum()),
+        "jobs_to_evict": evict,
+        "gpus_held_by_evicted_jobs": held_by_evicted,
+        "failing_gpus": sorted(failing),
+        "note": (
+            "not simulated: the simulator does not model a failing GPU's effect on the jobs "
+            "placed on it; this is the drain's capacity cost, from the snapshot"
+        ),
+    }
+    tradeoffs = [f"{removed} GPUs of pool {pool} ({100 * share:.1f}%) out of scheduling"]
+    for job in evict:
+        where = "on the failing GPU" if job["on_failing_gpu"] else "on the node"
+        refit = "fits elsewhere now" if job["refits_in_pool_now"] else "must wait for GPUs"
+        tradeoffs.append(f"evicts job {job['id']} ({job['tenant']}, {where}; {refit})")
+    return impact, tuple(tradeoffs)
+
+
+GENERATOR = Generator(
+    id="drain-node",
+    kind=DRAIN_NODE,
+    title="Drain a node with a critical Xid",
+    rules=("xid",),
+    doc=(
+        "For a node with an `xid` finding whose codes include a critical, non-application "
+        "Xid (79, 48, 64, 74, 95, 119, ...): cordon + drain with the reason "
+        "`gpuobs: Xid <code> (<meaning>) on <node>/<gpu>` (Kubernetes `spec.unschedulable` + "
+        "eviction; Slurm `State=DRAIN Reason=...`). Application-level Xids (13, 31, 43) alone "
+        "never drain a node."
+    ),
+    generate=generate,
+)

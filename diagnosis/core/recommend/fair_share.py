@@ -1,0 +1,136 @@
+"""Per-queue fair share of a snapshot's GPUs, for the queue-weight generator (DESIGN.md section 7,
+applied to queues, whose weight is what a scheduler lets us change).
+
+- **capacity**: usable GPUs (ready node, healthy GPU);
+- **entitlement** of a queue: its ``deserved_gpus`` when every queue with demand sets one (> 0),
+  else its ``weight`` (a job whose queue the snapshot does not list counts in a queue of weight
+  1, as Volcano's default queue and the simulator have it);
+- **demand**: GPUs its running and pending jobs hold plus the GPUs its pending jobs still ask;
+- **fair GPUs**: max-min water-filling of the capacity over the queues with demand, in
+  proportion to entitlement, each capped at its demand (what a capped queue does not take is
+  shared out again among the others);
+- **held**: GPUs its jobs hold now; **ratio** = held / fair GPUs (None when its fair share is 0).
+
+A small pure helper with a narrow interface (:func:`queue_shares`); the water-filling itself is
+the fairness report's (:func:`diagnosis.core.fairness.water_fill`), so recommendations and the
+manager's report divide capacity the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from diagnosis.core.fairness import water_fill
+from diagnosis.core.rules.facts import SnapshotFacts
+from diagnosis.core.snapshot import ClusterSnapshot
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class QueueShare:
+    queue: str
+    tenant: str | None
+    listed: bool
+    weight: float
+    deserved_gpus: float | None
+    entitlement: float
+    held_gpus: int
+    pending_gpus: int
+    demand_gpus: int
+    fair_gpus: float
+    oldest_pending_wait_s: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        return self.held_gpus / self.fair_gpus if self.fair_gpus > _EPS else None
+
+
+@dataclass(frozen=True)
+class FairShares:
+    capacity_gpus: int
+    basis: str  # "deserved" or "weight"
+    queues: Mapping[str, QueueShare]
+
+    def target_share(self, queue: str) -> float:
+        """The queue's fair share of what is allocated: its fair GPUs over all queues' fair GPUs
+        (0 for an unknown queue). The impact compares a queue's share of the allocated
+        GPU-seconds with this."""
+        entry = self.queues.get(queue)
+        total = sum(q.fair_gpus for q in self.queues.values())
+        if entry is None or total <= 0:
+            return 0.0
+        return entry.fair_gpus / total
+
+    def with_demand(self) -> list[QueueShare]:
+        return [q for q in self.queues.values() if q.demand_gpus > 0]
+
+
+def queue_shares(snapshot: ClusterSnapshot, facts: SnapshotFacts | None = None) -> FairShares:
+    """Every queue's demand, held GPUs and fair share in ``snapshot`` (see the module doc)."""
+    facts = facts or SnapshotFacts(snapshot)
+    jobs = snapshot.jobs
+    live = jobs[jobs["state"].isin(["pending", "running"])]
+    queue_of = job_queue_names(live)
+    held = facts.job_held_gpus.reindex(live.index).to_numpy()
+    request = facts.job_requests.reindex(live.index).to_numpy()
+    pending = (live["state"] == "pending").to_numpy()
+    still_asked = np.where(pending, np.maximum(request - held, 0), 0)
+    waits = facts.waits_s.reindex(live.index).to_numpy()
+
+    frame = pd.DataFrame(
+        {"queue": queue_of, "held": held, "asked": still_asked, "wait": np.where(pending, waits, 0)}
+    )
+    per_queue = frame.groupby("queue", sort=True).agg(
+        held=("held", "sum"), asked=("asked", "sum"), wait=("wait", "max")
+    )
+    listed = snapshot.queues
+    names = sorted(set(listed.index) | set(per_queue.index))
+    demand = {
+        n: float(per_queue.at[n, "held"] + per_queue.at[n, "asked"]) if n in per_queue.index else 0
+        for n in names
+    }
+    weights = {n: float(listed.at[n, "weight"]) if n in listed.index else 1.0 for n in names}
+    deserved = {
+        n: float(listed.at[n, "deserved_gpus"])
+        for n in names
+        if n in listed.index and not pd.isna(listed.at[n, "deserved_gpus"])
+    }
+    wanting = [n for n in names if demand[n] > 0]
+    basis = "deserved" if wanting and all(deserved.get(n, 0) > 0 for n in wanting) else "weight"
+    entitlement = deserved if basis == "deserved" else weights
+    capacity = int(facts.gpu_state["usable"].sum())
+    fair = water_fill(capacity, entitlement, demand)
+
+    out: dict[str, QueueShare] = {}
+    for n in names:
+        row = per_queue.loc[n] if n in per_queue.index else None
+        asked = int(row["asked"]) if row is not None else 0
+        tenant = listed.at[n, "tenant"] if n in listed.index else None
+        out[n] = QueueShare(
+            queue=n,
+            tenant=None if tenant is None or pd.isna(tenant) else str(tenant),
+            listed=n in listed.index,
+            weight=weights[n],
+            deserved_gpus=deserved.get(n),
+            entitlement=float(entitlement.get(n, 0.0)),
+            held_gpus=int(row["held"]) if row is not None else 0,
+            pending_gpus=asked,
+            demand_gpus=int(demand[n]),
+            fair_gpus=float(fair.get(n, 0.0)),
+            oldest_pending_wait_s=float(row["wait"]) if row is not None and asked > 0 else None,
+        )
+    return FairShares(capacity_gpus=capacity, basis=basis, queues=out)
+
+
+def job_queue_names(jobs: pd.DataFrame) -> np.ndarray:
+    """Each job's queue as the scheduler sees it: its queue, else its tenant, else ``default``
+    (the simulator's rule)."""
+    queue = jobs["queue"].astype(object)
+    tenant = jobs["tenant"].astype(object)
+    named = queue.where(queue.notna(), tenant)
+    return named.where(named.notna(), "default").astype(str).to_numpy()

@@ -1,0 +1,145 @@
+"""The shape every diagnosis rule has (DESIGN.md section 5).
+
+A rule module defines one module-level ``RULE = Rule(...)``; the registry finds it. The rule's
+``evaluate`` is a pure function of the snapshot, its resolved thresholds and the shared
+:class:`~diagnosis.core.rules.facts.SnapshotFacts`; it returns a :class:`Judgement`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from diagnosis.core.rules.facts import SnapshotFacts
+    from diagnosis.core.snapshot import ClusterSnapshot
+
+Severity = Literal["info", "warning", "critical"]
+SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")
+
+
+def evidence_number(value: Any) -> float | None:
+    """A number as evidence carries it: a plain float, or None for a missing one (never NaN)."""
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+class ThresholdError(ValueError):
+    """A threshold override that names no threshold of the rule, or has a value it cannot take."""
+
+
+@dataclass(frozen=True)
+class Threshold:
+    name: str
+    default: float | int
+    help: str
+    unit: str = ""
+    minimum: float | None = 0
+    maximum: float | None = None
+
+    @property
+    def kind(self) -> type:
+        return type(self.default)
+
+    def parse(self, value: Any) -> float | int:
+        """The override value as this threshold's type, or :class:`ThresholdError`."""
+        if isinstance(value, bool):
+            raise ThresholdError(f"{self.name}: expected a number, got {value!r}")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ThresholdError(f"{self.name}: expected a number, got {value!r}") from None
+        if number != number:  # NaN
+            raise ThresholdError(f"{self.name}: expected a number, got {value!r}")
+        if self.kind is int:
+            if not number.is_integer():
+                raise ThresholdError(f"{self.name}: expected a whole number, got {value!r}")
+            number = int(number)
+        if self.minimum is not None and number < self.minimum:
+            raise ThresholdError(f"{self.name}: must be >= {self.minimum}, got {value!r}")
+        if self.maximum is not None and number > self.maximum:
+            raise ThresholdError(f"{self.name}: must be <= {self.maximum}, got {value!r}")
+        return number
+
+
+@dataclass(frozen=True)
+class RuleDoc:
+    detects: str
+    why: str
+    fix: str
+    evidence: str
+    references: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    subject: str
+    severity: Severity
+    summary: str
+    evidence: Mapping[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "subject": self.subject,
+            "severity": self.severity,
+            "summary": self.summary,
+            "evidence": dict(self.evidence),
+        }
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What one rule said of one snapshot: its findings and what it could not judge.
+
+    ``not_judged`` maps a reason (e.g. ``"no MFU or tensor activity"``) to the number of
+    subjects it could not judge for that reason.
+    """
+
+    findings: tuple[Finding, ...] = ()
+    not_judged: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    severity: Severity
+    subject_kind: str
+    thresholds: tuple[Threshold, ...]
+    doc: RuleDoc
+    evaluate: Callable[[ClusterSnapshot, Mapping[str, Any], SnapshotFacts], Judgement]
+    for_s: int = 0
+    keep_firing_for_s: int = 300
+    enabled_by_default: bool = True
+
+    def defaults(self) -> dict[str, float | int]:
+        return {t.name: t.default for t in self.thresholds}
+
+    def threshold(self, name: str) -> Threshold:
+        for threshold in self.thresholds:
+            if threshold.name == name:
+                return threshold
+        known = ", ".join(t.name for t in self.thresholds) or "none"
+        raise ThresholdError(f"rule {self.id!r} has no threshold {name!r} (known: {known})")
+
+    def resolve(self, overrides: Mapping[str, Any] | None = None) -> dict[str, float | int]:
+        """Defaults with the overrides applied; a bad override raises :class:`ThresholdError`."""
+        values = self.defaults()
+        for name, value in (overrides or {}).items():
+            values[name] = self.threshold(name).parse(value)
+        return values
+
+    def finding(
+        self,
+        subject: str,
+        summary: str,
+        evidence: Mapping[str, Any],
+        severity: Severity | None = None,
+    ) -> Finding:
+        return Finding(self.id, subject, severity or self.severity, summary, evidence)

@@ -1,0 +1,145 @@
+"""``idle-allocation``: a running job that holds GPUs it does not use (DESIGN.md section 5)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold, evidence_number
+from diagnosis.core.rules.facts import SnapshotFacts
+from diagnosis.core.rules.running_jobs import NO_UTIL, below, running_jobs_with_stats
+from diagnosis.core.snapshot import ClusterSnapshot
+
+
+def evaluate(
+    snapshot: ClusterSnapshot, thresholds: Mapping[str, Any], facts: SnapshotFacts
+) -> Judgement:
+    min_runtime = thresholds["min_runtime"]
+    max_util = thresholds["max_util"]
+    jobs, not_judged = running_jobs_with_stats(snapshot, facts, min_runtime)
+    util = jobs["util_mean"]
+    not_judged[NO_UTIL] = int(util.isna().sum())
+    idle = jobs[below(util, max_util)]
+    if idle.empty:
+        return Judgement((), not_judged)
+
+    per_gpu = gpu_rows(snapshot, facts, idle.index)
+    findings = []
+    for job_id, job in zip(idle.index.tolist(), idle.to_dict("records"), strict=True):
+        gpus = per_gpu.get(job_id, [])
+        with_util = sum(1 for g in gpus if g["util"] is not None)
+        unhealthy = [g["gpu"] for g in gpus if g["health"] != "ok"]
+        not_ready = sorted({g["gpu"].split("/")[0] for g in gpus if g["node_state"] != "ready"})
+        hours = job["runtime_s"] / 3600
+        summary = (
+            f"Job {job_id} ({job['tenant'] or 'no tenant'}) holds {int(job['gpus'])} GPU(s) at "
+            f"{job['util_mean']:.1%} mean utilisation (< {max_util:.0%}) after {hours:.1f} h."
+        )
+        if unhealthy or not_ready:
+            summary += " Some of its GPUs are unhealthy or on nodes that are not ready."
+        evidence = {
+            "job": job_id,
+            "tenant": job["tenant"],
+            "queue": job["queue"],
+            "pool": job["pool"],
+            "kind": job["kind"],
+            "runtime_s": int(job["runtime_s"]),
+            "gpus": int(job["gpus"]),
+            "gpus_with_util": with_util,
+            "util_mean": evidence_number(job["util_mean"]),
+            "fb_used_frac_mean": evidence_number(job["fb_used_frac_mean"]),
+            "max_util": max_util,
+            "per_gpu": [
+                {"gpu": g["gpu"], "util": g["util"], "fb_used_frac": g["fb_used_frac"]}
+                for g in gpus
+            ],
+            "unhealthy_gpus": unhealthy,
+            "nodes_not_ready": not_ready,
+        }
+        findings.append(RULE.finding(f"job:{job_id}", summary, evidence))
+    return Judgement(tuple(findings), not_judged)
+
+
+def gpu_rows(
+    snapshot: ClusterSnapshot, facts: SnapshotFacts, job_ids: pd.Index
+) -> dict[str, list[dict[str, Any]]]:
+    """Per job (of ``job_ids``): its GPUs in allocation order with util, fb used, health and
+    node state, ready for evidence."""
+    alloc = snapshot.allocations
+    alloc = alloc[alloc["job"].isin(job_ids)].sort_values(["job", "order"])
+    state = facts.gpu_state[
+        ["node", "index", "util_mean", "fb_used_frac_mean", "health", "node_state"]
+    ]
+    rows = alloc.merge(state, on=["node", "index"], how="left")
+    out: dict[str, list[dict[str, Any]]] = {}
+    columns = ("job", "node", "index", "util_mean", "fb_used_frac_mean", "health", "node_state")
+    for job, node, index, util, fb, health, node_state in zip(
+        *(rows[c].tolist() for c in columns), strict=True
+    ):
+        out.setdefault(job, []).append(
+            {
+                "gpu": f"{node}/{int(index)}",
+                "util": evidence_number(util),
+                "fb_used_frac": evidence_number(fb),
+                "health": health,
+                "node_state": node_state,
+            }
+        )
+    return out
+
+
+RULE = Rule(
+    id="idle-allocation",
+    title="GPUs allocated but idle",
+    severity="warning",
+    subject_kind="job:",
+    thresholds=(
+        Threshold(
+            "min_runtime",
+            1800,
+            "only jobs started at least this long ago are judged",
+            unit="s",
+        ),
+        Threshold(
+            "max_util",
+            0.05,
+            "fires when the mean util.mean of the job's GPUs is below this",
+            unit="fraction",
+            maximum=1.0,
+        ),
+    ),
+    doc=RuleDoc(
+        detects=(
+            "A running job started at least `min_runtime` ago whose GPUs' mean utilisation "
+            "(the mean over its GPUs of their window `util.mean`) is below `max_util`. GPUs "
+            "without a utilisation reading are left out of the mean; a job none of whose GPUs "
+            "has one is not judged (counted under *not judged*), never called idle or healthy."
+        ),
+        why=(
+            "An idle allocation holds GPUs other jobs are waiting for: every hour of it is a "
+            "GPU-hour in the `allocated-idle` bucket of the breakdown. Typical causes: a "
+            "notebook or debugging session left open, a job hung on a collective or on I/O, a "
+            "service scaled for a peak that is not there."
+        ),
+        fix=(
+            "Ask the owner (tenant in the evidence) whether the job is still needed; stop or "
+            "shrink it, or give interactive sessions an idle timeout. If the job should be "
+            "busy, check its logs for a hang (NCCL timeout, stuck data loader). Unhealthy GPUs "
+            "or nodes that are not ready in the evidence point at a hardware cause instead."
+        ),
+        evidence=(
+            "`util_mean`, `fb_used_frac_mean`, `runtime_s`, `gpus`, `gpus_with_util`, "
+            "`per_gpu` (each GPU's `util` and `fb_used_frac`, null when not reported), "
+            "`unhealthy_gpus`, `nodes_not_ready`, the job's `tenant`, `queue`, `pool`, `kind`."
+        ),
+        references=(
+            "DESIGN.md section 5 (`idle-allocation`) and section 6 (`allocated-idle` bucket)",
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE / DCGM_FI_DEV_GPU_UTIL (dcgm-exporter)",
+        ),
+    ),
+    evaluate=evaluate,
+    for_s=600,
+    keep_firing_for_s=300,
+)

@@ -1,0 +1,91 @@
+"""Runs every enabled rule on a snapshot; a failing rule becomes an error value."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from diagnosis.core.rules.base import SEVERITIES, Finding, Rule
+from diagnosis.core.rules.facts import SnapshotFacts
+from diagnosis.core.rules.registry import all_rules
+from diagnosis.core.snapshot import ClusterSnapshot, format_time
+
+
+@dataclass(frozen=True)
+class RuleFailure:
+    rule: str
+    error: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"rule": self.rule, "error": self.error, "message": self.message}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    snapshot: ClusterSnapshot
+    findings: tuple[Finding, ...]
+    errors: tuple[RuleFailure, ...]
+    not_judged: Mapping[str, Mapping[str, int]]
+    seconds: Mapping[str, float] = field(default_factory=dict)
+    facts: SnapshotFacts | None = None
+
+    def by_rule(self, rule_id: str) -> list[Finding]:
+        return [f for f in self.findings if f.rule == rule_id]
+
+    def as_dict(self) -> dict[str, Any]:
+
+        return {
+            "as_of": format_time(self.snapshot.as_of),
+            "findings": [f.as_dict() for f in self.findings],
+            "errors": [e.as_dict() for e in self.errors],
+            "not_judged": {rule: dict(reasons) for rule, reasons in self.not_judged.items()},
+        }
+
+
+def run_rules(
+    snapshot: ClusterSnapshot,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    only: Iterable[str] | None = None,
+    rules: Mapping[str, Rule] | None = None,
+) -> Diagnosis:
+    """Judge a snapshot with every enabled rule (or those in ``only``).
+
+    ``overrides`` maps rule id -> threshold name -> value; callers validate them beforehand with
+    :meth:`Rule.resolve` (a bad value here is reported as that rule's error).
+    """
+    registry = rules if rules is not None else all_rules()
+    selected = set(only) if only is not None else None
+    facts = SnapshotFacts(snapshot)
+    findings: list[Finding] = []
+    errors: list[RuleFailure] = []
+    not_judged: dict[str, dict[str, int]] = {}
+    seconds: dict[str, float] = {}
+    for rule_id, rule in registry.items():
+        if selected is not None and rule_id not in selected:
+            continue
+        if selected is None and not rule.enabled_by_default:
+            continue
+        started = time.perf_counter()
+        try:
+            thresholds = rule.resolve((overrides or {}).get(rule_id))
+            judgement = rule.evaluate(snapshot, thresholds, facts)
+        except Exception as exc:  # one broken rule must not hide the others
+            errors.append(RuleFailure(rule_id, type(exc).__name__, str(exc)))
+        else:
+            findings.extend(judgement.findings)
+            if judgement.not_judged:
+                not_judged[rule_id] = {k: int(v) for k, v in judgement.not_judged.items() if v}
+        seconds[rule_id] = time.perf_counter() - started
+    findings.sort(key=lambda f: (SEVERITIES.index(f.severity), f.rule, f.subject))
+    return Diagnosis(
+        snapshot=snapshot,
+        findings=tuple(findings),
+        errors=tuple(errors),
+        not_judged={k: v for k, v in not_judged.items() if v},
+        seconds=seconds,
+        facts=facts,
+    )

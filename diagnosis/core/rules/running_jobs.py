@@ -1,0 +1,82 @@
+"""Running jobs joined with their GPUs' statistics, and the tolerant threshold comparisons the
+job rules (idle-allocation, data-starvation, low-mfu, ...) share. Not a rule: it has no RULE."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from diagnosis.core.rules.facts import SnapshotFacts
+from diagnosis.core.snapshot import ClusterSnapshot
+
+NO_START = "running without a start time"
+NO_GPUS = "running without allocated GPUs"
+NO_UTIL = "no utilisation metric on any of its GPUs"
+
+# The job columns the job rules read (the rest of the jobs frame is left behind).
+JOB_COLUMNS = [
+    "tenant",
+    "queue",
+    "pool",
+    "kind",
+    "started",
+    "gpus_per_pod",
+    "achieved_tflops_per_gpu",
+]
+
+TEXT_COLUMNS = ["tenant", "queue", "pool", "kind"]
+
+
+def text(values: pd.Series) -> pd.Series:
+    """A text column as Python objects with None (never NaN) where a value is missing, so that
+    evidence built from it is plain JSON."""
+    return values.astype(object).where(values.notna(), None)
+
+
+# Fractions are compared with this tolerance, so that a value equal to a threshold up to float
+# rounding (a mean of 0.05s, a p90 - p10 of 0.7 - 0.2) counts as equal to it.
+EPS = 1e-9
+
+
+def at_least(values: Any, threshold: float) -> Any:
+    """``values >= threshold`` up to :data:`EPS` (NaN is never at least anything)."""
+    return values >= threshold - EPS
+
+
+def below(values: Any, threshold: float) -> Any:
+    """``values < threshold`` up to :data:`EPS` (NaN is never below anything)."""
+    return values < threshold - EPS
+
+
+def running_jobs_with_stats(
+    snapshot: ClusterSnapshot,
+    facts: SnapshotFacts,
+    min_runtime: float,
+    *,
+    kind: str | None = None,
+) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Running jobs (of ``kind``, when given) started at least ``min_runtime`` seconds before
+    ``as_of``, joined with :attr:`SnapshotFacts.job_gpu_stats` and a ``runtime_s`` column; plus
+    the not-judged counts for running jobs without a start time or without allocated GPUs."""
+    jobs = snapshot.jobs
+    mask = jobs["state"] == "running"
+    if kind is not None:
+        mask &= jobs["kind"] == kind
+    running = jobs.loc[mask, JOB_COLUMNS].copy()
+    for column in TEXT_COLUMNS:
+        running[column] = text(running[column])
+    no_start = running["started"].isna()
+    runtime = (snapshot.as_of - running["started"]).dt.total_seconds()
+    old_enough = running[~no_start & (runtime >= min_runtime)]
+    stats = facts.job_gpu_stats
+    has_gpus = old_enough.index.isin(stats.index)
+    gpu_jobs = old_enough["gpus_per_pod"] > 0
+    not_judged = {
+        NO_START: int((no_start & (running["gpus_per_pod"] > 0)).sum()),
+        NO_GPUS: int((~has_gpus & gpu_jobs).sum()),
+    }
+    judged = old_enough[has_gpus]
+    joined = judged.join(stats, how="inner")
+    joined["runtime_s"] = runtime.reindex(joined.index)
+    return joined, not_judged

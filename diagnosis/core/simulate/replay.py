@@ -1,0 +1,355 @@
+"""What-if replays: rebuild a simulator from a snapshot and run it forward under a policy.
+
+:func:`simulator_from_snapshot` puts the snapshot's cluster into a simulator at its ``as_of``
+(simulated second 0): nodes with their pools, GPU models, topology and states, unhealthy GPUs,
+queues with their weights, and every pending or running job -- running jobs and partial gangs
+bound to exactly the GPUs the snapshot lists. What a snapshot cannot say is estimated:
+
+- **remaining work** of a running job: as long as it has run so far (for a job whose length is
+  unknown, the median remaining life of a heavy-tailed runtime distribution is about its age),
+  clamped to [10 min, 7 days];
+- **work** of a pending job: the median runtime of the snapshot's ended jobs of the same size
+  class (any class when none; one hour when the snapshot has no ended job);
+- **metric profile** of a job: from its GPUs' window statistics (idle, data-starved, low-MFU or
+  healthy; inference for inference jobs).
+
+:func:`replay` runs that simulator ``horizon_s`` forward once per seed, with arrivals resampled
+per seed from the jobs the snapshot shows as submitted in the last ``lookback_s`` (a Poisson
+stream at their rate, shapes drawn from them). Arrivals depend only on the seed, never on the
+policy, so a current and a proposed setting are compared on the same workloads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core.simulate.cluster import ClusterSpec, NodeSpec, PoolSpec, QueueSpec
+from diagnosis.core.simulate.jobs import (
+    DATA_STARVED,
+    HEALTHY,
+    IDLE,
+    INFERENCE,
+    LOW_MFU,
+    PARTIAL,
+    JobSpec,
+    size_class,
+)
+from diagnosis.core.simulate.policy import PLACEMENTS, QUEUE_ORDERS, Change, Policy
+from diagnosis.core.simulate.simulator import Simulator
+from diagnosis.core.simulate.summary import Summary
+
+MIN_REMAINING_S = 600.0
+MAX_REMAINING_S = 7 * 86400.0
+DEFAULT_WORK_S = 3600.0
+DEFAULT_LOOKBACK_S = 3 * 3600.0
+
+SnapshotSource = snapshot_format.ClusterSnapshot | Mapping[str, Any] | str | Path | bytes
+
+
+def load_snapshot(source: SnapshotSource) -> snapshot_format.ClusterSnapshot:
+    if isinstance(source, snapshot_format.ClusterSnapshot):
+        return source
+    return snapshot_format.load(source)
+
+
+def policy_of(snap: snapshot_format.ClusterSnapshot) -> Policy:
+    """The policy a snapshot's scheduler reports (placement per pool; for the simulator's own
+    snapshots also queue order and backfill), defaults elsewhere."""
+    scheduler = snap.scheduler
+    placement = {
+        pool: name
+        for pool, name in (scheduler.get("placement") or {}).items()
+        if name in PLACEMENTS
+    }
+    order = scheduler.get("queue_order")
+    backfill = scheduler.get("backfill")
+    return Policy(
+        queue_order=order if order in QUEUE_ORDERS else "fifo",
+        placement=placement,
+        backfill=backfill if isinstance(backfill, bool) else True,
+        window_s=int(snap.window_s),
+    )
+
+
+def cluster_of(snap: snapshot_format.ClusterSnapshot) -> ClusterSpec:
+    """The snapshot's nodes (grouped by pool, in order of appearance) and queues."""
+    gpus = snap.gpus
+    by_node = dict(list(gpus.groupby("node", sort=False)))
+    pools: dict[str, list[NodeSpec]] = {}
+    for node in snap.nodes.itertuples(index=False):
+        group = by_node.get(node.name)
+        domains: tuple[tuple[int, ...], ...] | None = None
+        numa: tuple[int, ...] | None = None
+        if group is not None and len(group):
+            index = group["index"].to_numpy()
+            domain = group["nvlink_domain"].to_numpy()
+            if (domain >= 0).any():
+                domains = tuple(
+                    tuple(int(i) for i in index[domain == d])
+                    for d in sorted(set(domain[domain >= 0].tolist()))
+                )
+            numa_values = group["numa"].to_numpy()
+            if (numa_values >= 0).all():
+                numa = tuple(int(v) for v in numa_values)
+        pools.setdefault(node.pool, []).append(
+            NodeSpec(
+                node.name,
+                gpus=int(node.gpus),
+                gpu_model=node.gpu_model or "unknown",
+                nvlink_domains=domains,
+                numa=numa,
+            )
+        )
+    queues = tuple(
+        QueueSpec(
+            q.name,
+            tenant=q.tenant,
+            weight=float(q.weight) if q.weight > 0 else 1.0,
+            deserved_gpus=_optional(q.deserved_gpus),
+            capability_gpus=_optional(q.capability_gpus),
+        )
+        for q in snap.queues.itertuples(index=False)
+    )
+    return ClusterSpec(
+        pools=tuple(PoolSpec(name, tuple(nodes)) for name, nodes in pools.items()),
+        queues=queues,
+        name=snap.cluster,
+        start=snap.as_of.to_pydatetime(),
+    )
+
+
+def _optional(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
+def infer_profiles(snap: snapshot_format.ClusterSnapshot) -> dict[str, str]:
+    """A metric profile per job holding GPUs, from its GPUs' window statistics."""
+    stats_columns = ["util_mean", "util_p10", "util_p90", "tensor_active_mean"]
+    joined = snap.allocations.merge(
+        snap.gpus[["node", "index", *stats_columns]], on=["node", "index"], how="left"
+    )
+    means = joined.groupby("job", sort=False)[stats_columns].mean()
+    profiles: dict[str, str] = {}
+    for job_id, row in means.iterrows():
+        kind = snap.jobs.at[job_id, "kind"] if job_id in snap.jobs.index else None
+        util = row["util_mean"]
+        spread = row["util_p90"] - row["util_p10"]
+        if kind == "inference":
+            profiles[job_id] = INFERENCE
+        elif math.isnan(util):
+            profiles[job_id] = HEALTHY
+        elif util < 0.05:
+            profiles[job_id] = IDLE
+        elif util < 0.6 and not math.isnan(spread) and spread >= 0.5:
+            profiles[job_id] = DATA_STARVED
+        elif util >= 0.6 and row["tensor_active_mean"] < 0.25:
+            profiles[job_id] = LOW_MFU
+        else:
+            profiles[job_id] = HEALTHY
+    return profiles
+
+
+def typical_work_by_size(snap: snapshot_format.ClusterSnapshot) -> dict[str, float]:
+    """Median runtime of the snapshot's ended jobs per size class (key ``"*"``: all)."""
+    jobs = snap.jobs
+    ended = jobs[jobs["ended"].notna() & jobs["started"].notna()]
+    runtime = (ended["ended"] - ended["started"]).dt.total_seconds()
+    runtime = runtime[runtime > 0]
+    out = {"*": float(runtime.median()) if len(runtime) else DEFAULT_WORK_S}
+    if len(runtime):
+        classes = (ended.loc[runtime.index, "pods"] * ended.loc[runtime.index, "gpus_per_pod"]).map(
+            size_class
+        )
+        for name, values in runtime.groupby(classes.to_numpy()):
+            out[str(name)] = float(values.median())
+    return out
+
+
+def remaining_from_age(age_s: float) -> float:
+    """Remaining work of a running job of unknown length that has run ``age_s`` seconds."""
+    return float(min(max(age_s, MIN_REMAINING_S), MAX_REMAINING_S))
+
+
+def simulator_from_snapshot(
+    source: SnapshotSource,
+    policy: Policy | None = None,
+    seed: int = 0,
+    *,
+    remaining: Callable[[float], float] = remaining_from_age,
+) -> Simulator:
+    """A simulator holding the snapshot's cluster, queues and live jobs at its ``as_of``."""
+    snap = load_snapshot(source)
+    spec = cluster_of(snap)
+    sim = Simulator(spec, policy or policy_of(snap), seed)
+    for node in snap.nodes.itertuples(index=False):
+        if node.state != "ready":
+            sim.restore_node(node.name, node.state)
+    for gpu in snap.gpus[snap.gpus["health"] == "unhealthy"].itertuples(index=False):
+        sim.restore_gpu_health(gpu.node, int(gpu.index), False)
+
+    as_of = snap.as_of
+    profiles = infer_profiles(snap)
+    work = typical_work_by_size(snap)
+    pods_of = _allocations_by_job(snap)
+    default_pool = spec.pools[0].name
+    live = snap.jobs[snap.jobs["state"].isin(["pending", "running"])]
+    live = live.sort_values(["submitted", "id"], kind="stable")
+    for job in live.itertuples(index=False):
+        allocation = pods_of.get(job.id, [])
+        running = job.state == "running" and bool(allocation)
+        submitted_s = (job.submitted - as_of).total_seconds()
+        if running:
+            started = job.started if not pd.isna(job.started) else job.submitted
+            duration = remaining((as_of - started).total_seconds())
+        else:
+            gpus = int(job.pods) * int(job.gpus_per_pod)
+            duration = work.get(size_class(gpus), work["*"])
+        pool = job.pool if isinstance(job.pool, str) and job.pool in sim.pool_number else None
+        spec_job = JobSpec(
+            job.id,
+            arrival_s=0.0,
+            duration_s=max(duration, 1.0),
+            pods=int(job.pods),
+            gpus_per_pod=max(int(job.gpus_per_pod), 1),
+            tenant=job.tenant or job.queue or "default",
+            queue=job.queue,
+            pool=pool or default_pool,
+            priority=int(job.priority),
+            kind=job.kind or "training",
+            gang=bool(job.gang),
+            min_member=int(job.min_member),
+            tp=None if math.isnan(job.tp) else int(job.tp),
+            profile=profiles.get(job.id),
+            name=job.name,
+            submitted_s=submitted_s,
+            reports_tflops=not math.isnan(job.achieved_tflops_per_gpu),
+            # A gang found partly bound was admitted pod by pod; it goes on that way.
+            admission=PARTIAL if allocation and not running and bool(job.gang) else None,
+        )
+        if running:
+            sim.restore(
+                spec_job,
+                allocation,
+                running=True,
+                started_s=(started - as_of).total_seconds(),
+            )
+        else:
+            partial_since = None
+            if allocation and not pd.isna(job.partial_since):
+                partial_since = (job.partial_since - as_of).total_seconds()
+            sim.restore(spec_job, allocation, running=False, partial_since_s=partial_since)
+    return sim
+
+
+def _allocations_by_job(
+    snap: snapshot_format.ClusterSnapshot,
+) -> dict[str, list[tuple[str, list[int]]]]:
+    out: dict[str, list[tuple[str, list[int]]]] = {}
+    allocations = snap.allocations.sort_values(["job", "pod", "order"], kind="stable")
+    for (job, _pod), group in allocations.groupby(["job", "pod"], sort=False):
+        out.setdefault(job, []).append((group["node"].iat[0], group["index"].tolist()))
+    return out
+
+
+def resampled_arrivals(
+    snap: snapshot_format.ClusterSnapshot,
+    horizon_s: float,
+    seed: int,
+    *,
+    lookback_s: float = DEFAULT_LOOKBACK_S,
+) -> list[JobSpec]:
+    """A Poisson stream over ``[0, horizon_s)`` at the rate the snapshot's jobs were submitted
+    in the last ``lookback_s``, each a copy (new id) of one of those jobs drawn at random, with
+    that job's runtime (ended), age plus estimated remaining work (running) or the typical work
+    of its size class (pending)."""
+    jobs = snap.jobs
+    since = snap.as_of - pd.Timedelta(seconds=lookback_s)
+    recent = jobs[jobs["submitted"] >= since]
+    if recent.empty or horizon_s <= 0:
+        return []
+    oldest = recent["submitted"].min()
+    observed_s = max((snap.as_of - oldest).total_seconds(), 600.0)
+    rate = len(recent) / observed_s
+    work = typical_work_by_size(snap)
+    rng = np.random.default_rng([seed, 0x5EED])
+    arrivals: list[JobSpec] = []
+    t = 0.0
+    rows = list(recent.itertuples(index=False))
+    while True:
+        t += float(rng.exponential(1.0 / rate))
+        if t >= horizon_s:
+            return arrivals
+        model = rows[int(rng.integers(len(rows)))]
+        gpus = int(model.pods) * int(model.gpus_per_pod)
+        if not pd.isna(model.ended) and not pd.isna(model.started):
+            duration = (model.ended - model.started).total_seconds()
+        elif not pd.isna(model.started):
+            # Still running: its age so far plus the remaining work estimated from that age
+            # (drawing only ended jobs would favour short ones).
+            age = (snap.as_of - model.started).total_seconds()
+            duration = age + remaining_from_age(age)
+        else:
+            duration = work.get(size_class(gpus), work["*"])
+        arrivals.append(
+            JobSpec(
+                f"whatif-{len(arrivals):05d}",
+                arrival_s=round(t, 3),
+                duration_s=max(duration, 60.0),
+                pods=int(model.pods),
+                gpus_per_pod=max(int(model.gpus_per_pod), 1),
+                tenant=model.tenant or model.queue or "default",
+                queue=model.queue,
+                pool=model.pool if isinstance(model.pool, str) else None,
+                priority=int(model.priority),
+                kind=model.kind or "training",
+                gang=bool(model.gang),
+                min_member=int(model.min_member),
+                tp=None if math.isnan(model.tp) else int(model.tp),
+            )
+        )
+
+
+def replay(
+    source: SnapshotSource,
+    policy: Policy | None,
+    horizon_s: float,
+    seeds: Sequence[int] | int = (0, 1, 2),
+    *,
+    changes: Iterable[Change] = (),
+    arrivals: str = "resample",
+    lookback_s: float = DEFAULT_LOOKBACK_S,
+    remaining: Callable[[float], float] = remaining_from_age,
+    observe: Callable[[Simulator], None] | None = None,
+) -> list[Summary]:
+    """Summaries of ``horizon_s`` seconds after the snapshot under ``policy`` (None: the
+    snapshot's own) with ``changes`` applied at the start, one per seed.
+
+    ``arrivals``: ``"resample"`` (see :func:`resampled_arrivals`) or ``"none"`` (only the jobs
+    the snapshot shows). ``remaining`` maps a running job's age to its remaining work.
+    ``observe``, when given, is called with each seed's simulator at the end of its run, before
+    its summary is taken (to read what a summary does not hold, e.g. one job's wait).
+    """
+    if arrivals not in ("resample", "none"):
+        raise ValueError("arrivals must be 'resample' or 'none'")
+    snap = load_snapshot(source)
+    changes = list(changes)
+    summaries = []
+    for seed in [seeds] if isinstance(seeds, int) else seeds:
+        sim = simulator_from_snapshot(snap, policy, seed, remaining=remaining)
+        if changes:
+            sim.apply(changes)
+        if arrivals == "resample":
+            new_jobs = resampled_arrivals(snap, horizon_s, seed, lookback_s=lookback_s)
+            sim.submit(job for job in new_jobs if job.pool is None or job.pool in sim.pool_number)
+        sim.run_until(horizon_s)
+        if observe is not None:
+            observe(sim)
+        summaries.append(sim.summary())
+    return summaries

@@ -1,0 +1,466 @@
+"""Kueue (``kueue.x-k8s.io``) as a scheduler adapter.
+
+Reads Nodes, Pods, Events, Workloads, ClusterQueues and LocalQueues through
+:mod:`diagnosis.edge.schedulers.kubernetes.client` (list, then watch from the resourceVersion). Kueue admits
+quota; kube-scheduler places pods, so the adapter reports no placement policy.
+
+- A **Workload** is a job: its pod sets give the shape (the pod sets that ask GPUs; their counts
+  add up to ``pods``, ``minCount`` to ``min_member``, the largest per-pod ask is
+  ``gpus_per_pod``), its conditions the state (``Finished`` → completed/failed, ``Admitted`` →
+  running, otherwise pending with the ``QuotaReserved``/``Evicted`` message as the reason), its
+  evictions the ``preemptions``, and the pods it owns (through its owner, e.g. the batch Job, or
+  the ``kueue.x-k8s.io/pod-group-name`` label) the allocation.
+- A **ClusterQueue** is a queue: ``fairSharing.weight`` is its weight, the GPU
+  ``nominalQuota`` summed over flavors its deserved GPUs, nominal + ``borrowingLimit`` its
+  capability (none when it may borrow without limit in a cohort), and its cohort is kept.
+- A **LocalQueue** maps a namespace onto a ClusterQueue; the namespace (or the LocalQueue's
+  tenant label) is the tenant of the workloads submitted to it.
+
+Writes: ``queue-weight`` sets ``ClusterQueue.spec.fairSharing.weight`` (merge patch with the
+resourceVersion; ``dryRun=All`` for a dry run); ``drain-node`` cordons and evicts.
+
+Settings: those of :class:`~diagnosis.edge.schedulers.kubernetes.client.KubeSettings` plus ``api_version``
+(``v1beta1``, the default, or ``v1beta2``) and ``flavor_pools`` (ResourceFlavor name → pool, so a
+pending workload's pool is known before it runs).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from decimal import Decimal
+from typing import Any, ClassVar
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from diagnosis.edge.schedulers.base import (
+    Capabilities,
+    ChangeResult,
+    EventBatch,
+    SchedulerError,
+    SchedulerState,
+)
+from diagnosis.edge.schedulers.kubernetes import objects
+from diagnosis.edge.schedulers.kubernetes.client import (
+    NODES,
+    PODS,
+    KubeConnection,
+    KubeSettings,
+    condition,
+    condition_true,
+    config_key,
+    custom_resource,
+    labels,
+    meta,
+    namespaced_name,
+    scheduler_error,
+    sync_all,
+    transport_errors_as_scheduler_errors,
+)
+from diagnosis.edge.schedulers.kubernetes.volcano import check_unchanged, target_name, write_error
+
+GROUP = "kueue.x-k8s.io"
+API_VERSIONS = ("v1beta1", "v1beta2")
+POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+
+
+class KueueAdapter(KubeConnection):
+    id: ClassVar[str] = "kueue"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        change_kinds=frozenset({"queue-weight", "drain-node"})
+    )
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.settings, own = KubeSettings.parse(config, {"api_version": str, "flavor_pools": dict})
+        self.version = str(own.get("api_version", "v1beta1"))
+        if self.version not in API_VERSIONS:
+            raise SchedulerError(
+                f"scheduler_config: api_version must be one of {', '.join(API_VERSIONS)}, "
+                f"not {self.version!r}",
+                permanent=True,
+            )
+        self.flavor_pools = {str(k): str(v) for k, v in own.get("flavor_pools", {}).items()}
+        self.workloads = custom_resource(GROUP, self.version, "workloads")
+        self.cluster_queues = custom_resource(GROUP, self.version, "clusterqueues")
+        self.local_queues = custom_resource(GROUP, self.version, "localqueues")
+        self.key = config_key(config)
+
+    def read_state(self) -> SchedulerState:
+        resources = (NODES, PODS, self.workloads, self.cluster_queues, self.local_queues)
+        caches = [self._mirror(r) for r in resources]
+        sync_all(self.api, self.settings, caches)
+        nodes, pods, workloads, cluster_queues, local_queues = (
+            list(c.items.values()) for c in caches
+        )
+        return build_state(
+            nodes, pods, workloads, cluster_queues, local_queues, self.settings, self.flavor_pools
+        )
+
+    def read_events(self, cursor: str | None) -> EventBatch:
+        """Events since ``cursor`` (the Events' resourceVersion); None lists the current ones."""
+        pods, workloads = self._mirror(PODS), self._mirror(self.workloads)
+        return objects.read_events(
+            self.api,
+            self.settings,
+            self.key,
+            cursor,
+            [pods, workloads],
+            lambda: event_job_lookup(pods.items.values(), workloads.items.values(), self.settings),
+        )
+
+    @transport_errors_as_scheduler_errors("kueue: applying a change")
+    def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
+        kind = change.get("kind")
+        target = str(change.get("target") or "")
+        if kind == "queue-weight":
+            return self._set_weight(target_name(target, "queue:"), change, dry_run=dry_run)
+        if kind == "drain-node":
+            return objects.drain_node(
+                self.api, self.settings, change, target_name(target, "node:"), dry_run=dry_run
+            )
+        if kind == "placement-policy":
+            raise SchedulerError(
+                "kueue admits quota and does not place pods: set kube-scheduler's "
+                "NodeResourcesFit scoring strategy (MostAllocated to pack GPUs) in its "
+                "KubeSchedulerConfiguration",
+                permanent=True,
+            )
+        raise SchedulerError(f"kueue cannot apply {kind!r}", permanent=True)
+
+    def _set_weight(self, name: str, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
+        weight = fair_sharing_weight(change.get("to"))
+        custom = k8s.CustomObjectsApi(self.api)
+        timeout = self.settings.request_timeout_s
+        try:
+            queue = custom.get_cluster_custom_object(
+                GROUP, self.version, "clusterqueues", name, _request_timeout=timeout
+            )
+        except ApiException as exc:
+            raise scheduler_error(exc, f"reading ClusterQueue {name}") from exc
+        before = weight_of(queue)
+        check_unchanged(change, queue, before, f"ClusterQueue {name}")
+        patch = weight_patch(queue, weight)
+        command = (
+            f"kubectl patch clusterqueues.{GROUP} {name} --type=merge "
+            f"-p '{objects.compact_json(patch)}'" + (" --dry-run=server" if dry_run else "")
+        )
+        try:
+            custom.patch_cluster_custom_object(
+                GROUP,
+                self.version,
+                "clusterqueues",
+                name,
+                patch,
+                _request_timeout=timeout,
+                **objects.dry_run_args(dry_run),
+            )
+        except ApiException as exc:
+            raise write_error(exc, f"ClusterQueue {name}") from exc
+        return ChangeResult(
+            applied=not dry_run,
+            dry_run=dry_run,
+            before=before,
+            after=_number(Decimal(weight)),
+            command=command,
+            message=f"ClusterQueue {name}: fairSharing.weight {before} → {weight}",
+        )
+
+
+# -- queues --------------------------------------------------------------------------------------
+
+
+def _number(value: Decimal) -> int | float:
+    return int(value) if value == value.to_integral_value() else float(value)
+
+
+def weight_of(cluster_queue: Mapping[str, Any]) -> int | float:
+    """``spec.fairSharing.weight`` (a quantity, default 1) as a number."""
+    raw = ((cluster_queue.get("spec") or {}).get("fairSharing") or {}).get("weight", 1)
+    value = objects.quantity(raw)
+    return 1 if value is None else _number(value)
+
+
+def fair_sharing_weight(value: Any) -> str:
+    """A fair-sharing weight to write: a number > 0 (Kueue takes a quantity: 0 means the queue
+    only uses what others leave), written as a quantity string."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise SchedulerError(
+            f"queue-weight: 'to' must be a number > 0, got {value!r}", permanent=True
+        )
+    if value > 1_000_000:
+        raise SchedulerError(f"queue-weight: {value} is implausibly large", permanent=True)
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
+def weight_patch(cluster_queue: Mapping[str, Any], weight: str) -> dict[str, Any]:
+    """The merge patch that sets a ClusterQueue's fair-sharing weight, guarded by its
+    resourceVersion."""
+    return {
+        "metadata": {"resourceVersion": meta(cluster_queue).get("resourceVersion")},
+        "spec": {"fairSharing": {"weight": weight}},
+    }
+
+
+def cohort_of(cluster_queue: Mapping[str, Any]) -> str | None:
+    spec = cluster_queue.get("spec") or {}
+    return spec.get("cohortName") or spec.get("cohort") or None  # v1beta2 / v1beta1
+
+
+def gpu_quota(cluster_queue: Mapping[str, Any], resource: str) -> tuple[int | None, int | None]:
+    """(nominal GPUs, capability GPUs) over the ClusterQueue's flavors. Capability is nominal +
+    borrowing limits; None when some flavor may borrow without limit from a cohort."""
+    nominal = Decimal(0)
+    borrowing = Decimal(0)
+    unlimited = False
+    found = False
+    for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or ():
+        for flavor in group.get("flavors") or ():
+            for entry in flavor.get("resources") or ():
+                if entry.get("name") != resource:
+                    continue
+                found = True
+                nominal += objects.quantity(entry.get("nominalQuota")) or 0
+                limit = objects.quantity(entry.get("borrowingLimit"))
+                if limit is None:
+                    unlimited = True
+                else:
+                    borrowing += limit
+    if not found:
+        return None, None
+    if unlimited and cohort_of(cluster_queue):
+        return objects.whole(nominal), None
+    return objects.whole(nominal), objects.whole(nominal + (0 if unlimited else borrowing))
+
+
+def queue_rows(
+    cluster_queues: Iterable[Mapping[str, Any]],
+    local_queues: Iterable[Mapping[str, Any]],
+    settings: KubeSettings,
+) -> list[dict[str, Any]]:
+    namespaces: dict[str, set[str]] = defaultdict(set)
+    for local in local_queues:
+        target = (local.get("spec") or {}).get("clusterQueue")
+        if target:
+            namespaces[target].add(local_tenant(local, settings))
+    rows = []
+    for queue in cluster_queues:
+        name = meta(queue).get("name")
+        tenants = namespaces.get(name, set())
+        tenant = labels(queue).get(settings.tenant_label) or (
+            next(iter(tenants)) if len(tenants) == 1 else name
+        )
+        nominal, capability = gpu_quota(queue, settings.gpu_resource)
+        row = {
+            "name": name,
+            "tenant": tenant,
+            "weight": weight_of(queue),
+            "deserved_gpus": nominal,
+            "capability_gpus": capability,
+            "cohort": cohort_of(queue),
+        }
+        rows.append({k: v for k, v in row.items() if v is not None})
+    return sorted(rows, key=lambda r: r["name"])
+
+
+def local_tenant(local_queue: Mapping[str, Any], settings: KubeSettings) -> str:
+    return labels(local_queue).get(settings.tenant_label) or str(meta(local_queue).get("namespace"))
+
+
+# -- workloads -----------------------------------------------------------------------------------
+
+
+def podset_gpus(podset: Mapping[str, Any], resource: str) -> int:
+    return objects.pod_gpu_request(((podset.get("template") or {}).get("spec") or {}), resource)
+
+
+def workload_state(workload: Mapping[str, Any]) -> str:
+    finished = condition(workload, "Finished")
+    if finished is not None and finished.get("status") == "True":
+        return "failed" if finished.get("reason") == "Failed" else "completed"
+    if condition_true(workload, "Admitted"):
+        return "running"
+    return "pending"
+
+
+def workload_pending_reason(workload: Mapping[str, Any]) -> str | None:
+    for kind in ("Evicted", "Preempted", "Requeued"):
+        entry = condition(workload, kind)
+        if entry is not None and entry.get("status") == "True":
+            return f"{kind}: {entry.get('reason', '')}: {entry.get('message', '')}".rstrip(": ")
+    entry = condition(workload, "QuotaReserved")
+    if entry is not None and entry.get("status") == "False":
+        return f"{entry.get('reason', 'Pending')}: {entry.get('message', '')}".rstrip(": ")
+    return None
+
+
+def preemptions(workload: Mapping[str, Any]) -> int:
+    status = workload.get("status") or {}
+    evictions = (status.get("schedulingStats") or {}).get("evictions") or ()
+    return sum(int(e.get("count") or 0) for e in evictions if e.get("reason") == "Preempted")
+
+
+def workload_flavor(workload: Mapping[str, Any], resource: str) -> str | None:
+    admission = (workload.get("status") or {}).get("admission") or {}
+    for assignment in admission.get("podSetAssignments") or ():
+        flavor = (assignment.get("flavors") or {}).get(resource)
+        if flavor:
+            return str(flavor)
+    return None
+
+
+def workload_pods(
+    workloads: Iterable[Mapping[str, Any]], pods: Iterable[objects.GpuPod]
+) -> dict[str, list[objects.GpuPod]]:
+    """The GPU pods of each workload (by ``namespace/name``): pods labelled with its pod group,
+    pods owned by the workload's owner (a batch Job, a JobSet's Job ...), or the pod that owns
+    the workload itself (Kueue's plain-pod integration)."""
+    by_owner: dict[str, str] = {}
+    by_group: dict[tuple[str, str], str] = {}
+    for workload in workloads:
+        key = namespaced_name(workload)
+        for owner in meta(workload).get("ownerReferences") or ():
+            if owner.get("uid"):
+                by_owner[str(owner["uid"])] = key
+        group = labels(workload).get(POD_GROUP_LABEL)
+        if group:
+            by_group[(str(meta(workload).get("namespace")), group)] = key
+    result: dict[str, list[objects.GpuPod]] = defaultdict(list)
+    for pod in pods:
+        key = by_group.get((pod.namespace, pod.labels.get(POD_GROUP_LABEL, "")))
+        for uid in (*pod.owners, pod.uid):
+            key = key or by_owner.get(uid)
+        if key is not None:
+            result[key].append(pod)
+    return result
+
+
+def workload_job(
+    workload: Mapping[str, Any],
+    members: list[objects.GpuPod],
+    indexes: Mapping[str, list[int]],
+    pools: Mapping[str, str],
+    local_queues: Mapping[tuple[str, str], Mapping[str, Any]],
+    settings: KubeSettings,
+    flavor_pools: Mapping[str, str],
+) -> dict[str, Any] | None:
+    """A Workload as a snapshot job; None when no pod set asks for GPUs."""
+    spec = workload.get("spec") or {}
+    gpu_sets = [
+        (podset, podset_gpus(podset, settings.gpu_resource)) for podset in spec.get("podSets") or ()
+    ]
+    gpu_sets = [(podset, gpus) for podset, gpus in gpu_sets if gpus > 0]
+    if not gpu_sets:
+        return None
+    pods = sum(int(podset.get("count") or 1) for podset, _ in gpu_sets)
+    min_member = sum(
+        int(podset.get("minCount") or podset.get("count") or 1) for podset, _ in gpu_sets
+    )
+    per_pod = max(gpus for _, gpus in gpu_sets)
+    namespace = str(meta(workload).get("namespace"))
+    local = local_queues.get((namespace, str(spec.get("queueName") or "")))
+    admission = (workload.get("status") or {}).get("admission") or {}
+    queue = admission.get("clusterQueue") or ((local or {}).get("spec") or {}).get("clusterQueue")
+    state = workload_state(workload)
+    gang = objects.pod_gang(members, indexes, pools, per_pod)
+    flavor = workload_flavor(workload, settings.gpu_resource)
+    admitted = condition(workload, "Admitted")
+    finished = condition(workload, "Finished")
+    job = {
+        "id": namespaced_name(workload),
+        "name": meta(workload).get("name"),
+        "tenant": local_tenant(local, settings) if local else namespace,
+        "queue": queue,
+        "pool": flavor_pools.get(flavor or "") or gang.pool,
+        "kind": labels(workload).get(settings.kind_label),
+        "priority": int(spec.get("priority") or 0),
+        "state": state,
+        "submitted": objects.rfc3339(meta(workload).get("creationTimestamp")),
+        "started": (
+            objects.rfc3339((admitted or {}).get("lastTransitionTime"))
+            if admitted is not None and admitted.get("status") == "True"
+            else gang.started
+        )
+        if state != "pending"
+        else None,
+        "ended": objects.rfc3339((finished or {}).get("lastTransitionTime"))
+        if state in ("completed", "failed")
+        else None,
+        "pods": max(pods, len(gang.allocation)),
+        "gpus_per_pod": per_pod,
+        "gang": pods > 1,
+        "min_member": min(min_member, max(pods, len(gang.allocation))),
+        "allocation": gang.allocation if state in ("pending", "running") else [],
+        "pending_reason": workload_pending_reason(workload) if state == "pending" else None,
+        "partial_since": gang.partial_since if state == "pending" and gang.allocation else None,
+        "preemptions": preemptions(workload),
+    }
+    return {k: v for k, v in job.items() if v is not None}
+
+
+def build_state(
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    workloads: list[dict[str, Any]],
+    cluster_queues: list[dict[str, Any]],
+    local_queues: list[dict[str, Any]],
+    settings: KubeSettings,
+    flavor_pools: Mapping[str, str] | None = None,
+) -> SchedulerState:
+    """The snapshot's nodes, queues and jobs from Kueue's objects (pure)."""
+    gpu_pods = [p for p in (objects.gpu_pod(pod, settings) for pod in pods) if p is not None]
+    busy = {p.node for p in gpu_pods if p.holds_gpus and p.node}
+    node_rows = objects.gpu_nodes(nodes, settings, busy)
+    node_gpus = {row["name"]: row["gpus"] for row in node_rows}
+    pools = {row["name"]: row["pool"] for row in node_rows}
+    indexes = objects.assign_gpu_indexes(gpu_pods, node_gpus)
+    locals_by_name = {
+        (str(meta(q).get("namespace")), str(meta(q).get("name"))): q for q in local_queues
+    }
+    members = workload_pods(workloads, gpu_pods)
+    jobs = []
+    for workload in workloads:
+        job = workload_job(
+            workload,
+            members.get(namespaced_name(workload), []),
+            indexes,
+            pools,
+            locals_by_name,
+            settings,
+            flavor_pools or {},
+        )
+        if job is not None:
+            jobs.append(job)
+    return SchedulerState(
+        nodes=node_rows,
+        queues=queue_rows(cluster_queues, local_queues, settings),
+        jobs=sorted(jobs, key=lambda j: j["id"]),
+        scheduler={"kind": "kueue"},
+    )
+
+
+def event_job_lookup(
+    pods: Iterable[Mapping[str, Any]],
+    workloads: Iterable[Mapping[str, Any]],
+    settings: KubeSettings,
+) -> Callable[[Mapping[str, Any]], str | None]:
+    """``job_of(involvedObject)`` for events: a Workload itself; a GPU pod's workload or, when
+    it has none, the pod."""
+    gpu_pods = [p for p in (objects.gpu_pod(pod, settings) for pod in pods) if p is not None]
+    pod_job = {
+        (pod.namespace, pod.name): key
+        for key, members in workload_pods(workloads, gpu_pods).items()
+        for pod in members
+    }
+
+    def job_of(involved: Mapping[str, Any]) -> str | None:
+        namespace, name = involved.get("namespace"), involved.get("name")
+        if not name:
+            return None
+        if involved.get("kind") == "Workload":
+            return f"{namespace}/{name}"
+        if involved.get("kind") == "Pod":
+            return pod_job.get((namespace, name), f"{namespace}/{name}")
+        return None
+
+    return job_of

@@ -1,0 +1,516 @@
+"""Core Kubernetes objects in the snapshot's vocabulary, shared by the Volcano and Kueue adapters:
+GPU nodes, GPU pods and their GPU indexes, Events, and the node drain (cordon + eviction).
+
+Pure functions over the API's plain dicts, except :func:`drain_node`, which writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from kubernetes.utils.quantity import parse_quantity
+
+from diagnosis.edge.schedulers.base import ChangeResult, EventBatch, SchedulerError
+from diagnosis.edge.schedulers.kubernetes.client import (
+    EVENTS,
+    HTTP_CONFLICT,
+    KubeSettings,
+    ResourceCache,
+    annotations,
+    condition,
+    labels,
+    meta,
+    mirror,
+    scheduler_error,
+    sync_all,
+)
+
+DRAIN_REASON_ANNOTATION = "gpuobs.io/drain-reason"
+HOLDING_PHASES = ("Pending", "Running")
+
+
+# -- times and quantities ------------------------------------------------------------------------
+
+
+def rfc3339(value: Any) -> str | None:
+    """A Kubernetes time (``2026-11-29T07:59:00Z`` or a MicroTime with fractions) as RFC 3339
+    UTC with ``Z``; None when absent or unparsable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        return None
+    moment = moment.astimezone(UTC)
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    if moment.microsecond:
+        text += f".{moment.microsecond:06d}".rstrip("0")
+    return text + "Z"
+
+
+def quantity(value: Any) -> Decimal | None:
+    """A resource quantity ("8", 8, "500m", "1k") as a Decimal; None when absent or invalid."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return parse_quantity(value)
+    except (ValueError, TypeError, ArithmeticError):
+        return None
+
+
+def whole(value: Decimal | None) -> int | None:
+    """A GPU quantity as whole GPUs (fractions round down: a node cannot offer half a GPU)."""
+    return None if value is None else math.floor(value)
+
+
+def gpus_in(resources: Mapping[str, Any] | None, resource: str) -> int | None:
+    return whole(quantity((resources or {}).get(resource)))
+
+
+# -- nodes ---------------------------------------------------------------------------------------
+
+
+def node_pool(node: Mapping[str, Any], settings: KubeSettings) -> str:
+    return labels(node).get(settings.pool_label) or settings.default_pool
+
+
+def node_state(node: Mapping[str, Any], holds_gpus: bool) -> str:
+    """``down`` unless Ready is True; a cordoned node is ``drained`` once no pod holds GPUs."""
+    ready = condition(node, "Ready")
+    if ready is None or ready.get("status") != "True":
+        return "down"
+    if (node.get("spec") or {}).get("unschedulable"):
+        return "cordoned" if holds_gpus else "drained"
+    return "ready"
+
+
+def gpu_nodes(
+    nodes: Iterable[Mapping[str, Any]], settings: KubeSettings, busy_nodes: set[str]
+) -> list[dict[str, Any]]:
+    """The snapshot's ``nodes``: every node that offers GPUs (allocatable ``gpu_resource``)."""
+    rows = []
+    for node in nodes:
+        status = node.get("status") or {}
+        gpus = gpus_in(status.get("allocatable"), settings.gpu_resource)
+        if gpus is None:
+            gpus = gpus_in(status.get("capacity"), settings.gpu_resource)
+        if not gpus:
+            continue
+        name = meta(node).get("name")
+        row = {
+            "name": name,
+            "pool": node_pool(node, settings),
+            "gpus": gpus,
+            "state": node_state(node, name in busy_nodes),
+        }
+        model = labels(node).get(settings.model_label)
+        if model:
+            row["gpu_model"] = model
+        rows.append(row)
+    return sorted(rows, key=lambda row: row["name"])
+
+
+# -- pods ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuPod:
+    """A pod that asks for GPUs, as the adapters need it."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str | None
+    phase: str
+    gpus: int
+    gpu_indexes: tuple[int, ...] | None  # from the device plugin's annotation, when present
+    priority: int
+    created: str | None
+    started: str | None
+    scheduled_at: str | None
+    finished: str | None
+    annotations: Mapping[str, str]
+    labels: Mapping[str, str]
+    owners: tuple[str, ...]  # uids of its owner references
+    node_selector_pool: str | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def holds_gpus(self) -> bool:
+        return bool(self.node) and self.phase in HOLDING_PHASES
+
+
+def pod_gpu_request(spec: Mapping[str, Any], resource: str) -> int:
+    """GPUs a pod asks: the sum over its containers (limits, else requests), or the largest
+    init container's ask if that is larger (init containers run one at a time)."""
+
+    def ask(container: Mapping[str, Any]) -> int:
+        resources = container.get("resources") or {}
+        value = gpus_in(resources.get("limits"), resource)
+        if value is None:
+            value = gpus_in(resources.get("requests"), resource)
+        return value or 0
+
+    main = sum(ask(c) for c in spec.get("containers") or ())
+    init = max((ask(c) for c in spec.get("initContainers") or ()), default=0)
+    return max(main, init)
+
+
+def parse_indexes(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        return tuple(int(part) for part in text.replace(" ", "").split(",") if part != "")
+    except ValueError:
+        return None
+
+
+def gpu_pod(pod: Mapping[str, Any], settings: KubeSettings) -> GpuPod | None:
+    """The pod's GPU view, or None when it asks for no GPU."""
+    spec = pod.get("spec") or {}
+    gpus = pod_gpu_request(spec, settings.gpu_resource)
+    if gpus <= 0:
+        return None
+    metadata = meta(pod)
+    status = pod.get("status") or {}
+    scheduled = condition(pod, "PodScheduled")
+    finished = [
+        ((entry.get("state") or {}).get("terminated") or {}).get("finishedAt")
+        for entry in status.get("containerStatuses") or ()
+    ]
+    return GpuPod(
+        uid=str(metadata.get("uid") or ""),
+        namespace=str(metadata.get("namespace") or ""),
+        name=str(metadata.get("name") or ""),
+        node=spec.get("nodeName") or None,
+        phase=str(status.get("phase") or "Pending"),
+        gpus=gpus,
+        gpu_indexes=parse_indexes(annotations(pod).get(settings.gpu_index_annotation)),
+        priority=int(spec.get("priority") or 0),
+        created=rfc3339(metadata.get("creationTimestamp")),
+        started=rfc3339(status.get("startTime")),
+        scheduled_at=rfc3339(scheduled.get("lastTransitionTime"))
+        if scheduled and scheduled.get("status") == "True"
+        else None,
+        finished=max((t for t in map(rfc3339, finished) if t), default=None),
+        annotations=dict(annotations(pod)),
+        labels=dict(labels(pod)),
+        owners=tuple(str(o.get("uid")) for o in metadata.get("ownerReferences") or ()),
+        node_selector_pool=(spec.get("nodeSelector") or {}).get(settings.pool_label),
+    )
+
+
+def assign_gpu_indexes(
+    pods: Iterable[GpuPod], node_gpus: Mapping[str, int]
+) -> dict[str, list[int]]:
+    """The GPU indexes each bound pod holds, by pod uid.
+
+    The device plugin's annotation wins where present and consistent; the other pods of a node
+    get its lowest free indexes, in order of binding (an approximation: Kubernetes does not say
+    which physical GPU a pod got unless a plugin annotates it). Pods on a node the snapshot does
+    not know, or that would need more GPUs than the node has left, get none.
+    """
+    holding = sorted(
+        (p for p in pods if p.holds_gpus),
+        key=lambda p: (p.node or "", p.scheduled_at or p.created or "", p.key),
+    )
+    taken: dict[str, set[int]] = {}
+    result: dict[str, list[int]] = {}
+    for pod in holding:
+        count = node_gpus.get(pod.node or "")
+        indexes = pod.gpu_indexes
+        used = taken.setdefault(pod.node or "", set())
+        if (
+            count is not None
+            and indexes
+            and len(indexes) == pod.gpus
+            and len(set(indexes)) == len(indexes)
+            and all(0 <= i < count and i not in used for i in indexes)
+        ):
+            result[pod.uid] = list(indexes)
+            used.update(indexes)
+    for pod in holding:
+        if pod.uid in result or pod.node not in node_gpus:
+            continue
+        used = taken[pod.node or ""]
+        free = [i for i in range(node_gpus[pod.node or ""]) if i not in used]
+        if len(free) >= pod.gpus:
+            result[pod.uid] = free[: pod.gpus]
+            used.update(free[: pod.gpus])
+    return result
+
+
+@dataclass(frozen=True)
+class PodGang:
+    """What a job's pods say about it: the shape, what they hold and since when."""
+
+    gpus_per_pod: int | None
+    allocation: list[dict[str, Any]]
+    started: str | None
+    partial_since: str | None
+    ended: str | None
+    priority: int
+    pool: str | None
+
+
+def pod_gang(
+    pods: list[GpuPod],
+    indexes: Mapping[str, list[int]],
+    pools: Mapping[str, str],
+    gpus_per_pod: int | None = None,
+) -> PodGang:
+    """Summarise the GPU pods of one job. ``gpus_per_pod`` defaults to the most common ask."""
+    if gpus_per_pod is None and pods:
+        gpus_per_pod = Counter(p.gpus for p in pods).most_common(1)[0][0]
+    bound = [p for p in pods if p.holds_gpus and p.uid in indexes and p.gpus == gpus_per_pod]
+    bound.sort(key=lambda p: (p.scheduled_at or p.created or "", p.key))
+    allocation = [{"node": p.node, "gpus": indexes[p.uid]} for p in bound]
+    node_pools = Counter(pools[p.node] for p in bound if p.node in pools)
+    selectors = Counter(p.node_selector_pool for p in pods if p.node_selector_pool)
+    pool = (node_pools or selectors).most_common(1)[0][0] if (node_pools or selectors) else None
+    return PodGang(
+        gpus_per_pod=gpus_per_pod,
+        allocation=allocation,
+        started=min((p.started for p in pods if p.started), default=None),
+        partial_since=min((p.scheduled_at or p.started or "" for p in bound), default=None) or None,
+        ended=max((p.finished for p in pods if p.finished), default=None),
+        priority=max((p.priority for p in pods), default=0),
+        pool=pool,
+    )
+
+
+# -- events --------------------------------------------------------------------------------------
+
+# Native event reasons -> the snapshot's event kinds (DESIGN.md section 4). Reasons not listed
+# here (Pulling, Created, BackOff, ...) are not scheduler events and are skipped.
+EVENT_KINDS = {
+    "FailedScheduling": "failed_scheduling",  # kube-scheduler / volcano on a Pod
+    "Unschedulable": "failed_scheduling",  # volcano on a PodGroup
+    "Pending": "failed_scheduling",  # kueue on a Workload: "couldn't assign flavors ..."
+    "Scheduled": "scheduled",
+    "QuotaReserved": "scheduled",  # kueue
+    "Admitted": "scheduled",  # kueue
+    "Started": "started",
+    "Preempted": "preempted",  # kube-scheduler on the victim; kueue on a Workload
+    "Evict": "evicted",  # volcano
+    "Evicted": "evicted",  # kubelet; kueue on a Workload
+    "Completed": "completed",  # batch Job controller
+    "BackoffLimitExceeded": "failed",  # batch Job controller
+    "DeadlineExceeded": "failed",
+    "NodeNotSchedulable": "node_cordoned",
+}
+
+
+def event_time(event: Mapping[str, Any]) -> str | None:
+    """When it last happened: ``lastTimestamp``, the series' last observation, ``eventTime``,
+    ``firstTimestamp``, then the object's creation."""
+    series = event.get("series") or {}
+    for value in (
+        event.get("lastTimestamp"),
+        series.get("lastObservedTime"),
+        event.get("eventTime"),
+        event.get("firstTimestamp"),
+        meta(event).get("creationTimestamp"),
+    ):
+        moment = rfc3339(value)
+        if moment:
+            return moment
+    return None
+
+
+def event_dedup_key(event: Mapping[str, Any]) -> str:
+    """The object's uid and resourceVersion: a repeated event (count + 1) is a new version."""
+    metadata = meta(event)
+    uid, version = metadata.get("uid"), metadata.get("resourceVersion")
+    if uid and version:
+        return f"k8s:{uid}@{version}"
+    digest = hashlib.sha256(json.dumps(event, sort_keys=True).encode()).hexdigest()
+    return f"k8s:sha256:{digest}"
+
+
+def normalize_event(
+    event: Mapping[str, Any], job_of: Callable[[Mapping[str, Any]], str | None]
+) -> dict[str, Any] | None:
+    """A core/v1 Event as a snapshot event (plus ``dedup_key``), or None when it is not one the
+    snapshot has a kind for. ``job_of(involvedObject)`` names the job the object belongs to."""
+    reason = str(event.get("reason") or "")
+    kind = EVENT_KINDS.get(reason)
+    if kind is None:
+        return None
+    moment = event_time(event)
+    if moment is None:
+        return None
+    involved = event.get("involvedObject") or event.get("regarding") or {}
+    node = involved.get("name") if involved.get("kind") == "Node" else None
+    if node is None and reason == "Scheduled":
+        node = _assigned_node(str(event.get("message") or event.get("note") or ""))
+    source = event.get("source") or {}
+    if node is None and source.get("host") and kind in ("started", "evicted", "preempted"):
+        node = source.get("host")
+    return {
+        "time": moment,
+        "kind": kind,
+        "job": job_of(involved) if involved.get("kind") != "Node" else None,
+        "node": node,
+        "reason": reason,
+        "message": str(event.get("message") or event.get("note") or ""),
+        "dedup_key": event_dedup_key(event),
+    }
+
+
+def _assigned_node(message: str) -> str | None:
+    # "Successfully assigned team-a/llm-0 to gpu-001"
+    marker = " to "
+    if message.startswith("Successfully assigned") and marker in message:
+        return message.rsplit(marker, 1)[1].strip() or None
+    return None
+
+
+def read_events(
+    api: k8s.ApiClient,
+    settings: KubeSettings,
+    key: str,
+    cursor: str | None,
+    also_sync: Iterable[ResourceCache],
+    job_lookup: Callable[[], Callable[[Mapping[str, Any]], str | None]],
+) -> EventBatch:
+    """Scheduler events since ``cursor`` (the Events' resourceVersion), oldest first.
+
+    No cursor: list the Events the API server still keeps (about an hour). A cursor: watch from
+    it; a 410 (the cursor is older than the server's history) lists again, and the listed Events
+    that were already stored are duplicates by their key, so nothing is counted twice.
+    ``also_sync`` (the pods) are brought up to date alongside, before ``job_lookup()`` builds
+    the map from involved objects to jobs.
+    """
+    events = mirror(key, EVENTS)
+    events.resume_from(cursor)
+    synced = sync_all(api, settings, [events, *also_sync])[EVENTS.name]
+    if synced.listed:
+        raw = list(events.items.values())
+    else:
+        raw = [c["raw_object"] for c in synced.changes if c.get("type") != "DELETED"]
+    job_of = job_lookup()
+    normalized = (normalize_event(event, job_of) for event in raw)
+    batch = sorted((e for e in normalized if e), key=lambda e: (e["time"], e["dedup_key"]))
+    return EventBatch(events=batch, cursor=events.resource_version)
+
+
+# -- draining a node -----------------------------------------------------------------------------
+
+
+def dry_run_args(dry_run: bool) -> dict[str, str]:
+    return {"dry_run": "All"} if dry_run else {}
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def evictable(pod: Mapping[str, Any]) -> bool:
+    """What ``kubectl drain --ignore-daemonsets`` evicts: not DaemonSet pods, not static (mirror)
+    pods, not pods that already finished."""
+    if annotations(pod).get("kubernetes.io/config.mirror"):
+        return False
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    return not any(o.get("kind") == "DaemonSet" for o in meta(pod).get("ownerReferences") or ())
+
+
+def drain_node(
+    api: k8s.ApiClient,
+    settings: KubeSettings,
+    change: Mapping[str, Any],
+    node_name: str,
+    *,
+    dry_run: bool,
+) -> ChangeResult:
+    """Cordon a node (``spec.unschedulable``, with the reason as an annotation and the node's
+    resourceVersion for optimistic concurrency) and evict its pods through the Eviction API, so
+    PodDisruptionBudgets are honoured. With ``dry_run`` every write carries ``dryRun=All``: the
+    API server checks it (admission, PDBs) and stores nothing."""
+    core = k8s.CoreV1Api(api)
+    timeout = settings.request_timeout_s
+    try:
+        node = json.loads(core.read_node(node_name, _preload_content=False).data)
+    except ApiException as exc:
+        raise scheduler_error(exc, f"reading node {node_name}") from exc
+    version = meta(node).get("resourceVersion")
+    expected = change.get("resource_version")
+    if expected and expected != version:
+        raise SchedulerError(
+            f"node {node_name} changed since the recommendation (resourceVersion {expected} → "
+            f"{version}); re-read it before draining",
+            permanent=True,
+        )
+    before = "cordoned" if (node.get("spec") or {}).get("unschedulable") else "schedulable"
+    reason = str(change.get("reason") or "drained by gpuobs")
+    patch = {
+        "metadata": {"resourceVersion": version, "annotations": {DRAIN_REASON_ANNOTATION: reason}},
+        "spec": {"unschedulable": True},
+    }
+    lines = [f"PATCH /api/v1/nodes/{node_name} (strategic-merge-patch+json) {compact_json(patch)}"]
+    try:
+        core.patch_node(node_name, patch, _request_timeout=timeout, **dry_run_args(dry_run))
+    except ApiException as exc:
+        if exc.status == HTTP_CONFLICT:
+            raise SchedulerError(
+                f"node {node_name} changed while cordoning it (409 Conflict); try again"
+            ) from exc
+        raise scheduler_error(exc, f"cordoning node {node_name}") from exc
+    try:
+        listed = core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={node_name}",
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
+        pods = [p for p in json.loads(listed.data).get("items") or () if evictable(p)]
+    except ApiException as exc:
+        raise scheduler_error(exc, f"listing the pods of node {node_name}") from exc
+    evicted, blocked = [], []
+    for pod in sorted(pods, key=lambda p: (meta(p).get("namespace"), meta(p).get("name"))):
+        namespace, name = meta(pod).get("namespace"), meta(pod).get("name")
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        lines.append(
+            f"POST /api/v1/namespaces/{namespace}/pods/{name}/eviction {compact_json(body)}"
+        )
+        try:
+            core.create_namespaced_pod_eviction(
+                name, namespace, body, _request_timeout=timeout, **dry_run_args(dry_run)
+            )
+            evicted.append(f"{namespace}/{name}")
+        except ApiException as exc:
+            if exc.status == 429:  # a PodDisruptionBudget says not now
+                blocked.append(f"{namespace}/{name}")
+                continue
+            raise scheduler_error(exc, f"evicting pod {namespace}/{name}") from exc
+    verb = "would evict" if dry_run else "evicted"
+    message = f"cordoned {node_name}; {verb} {len(evicted)} pod(s)"
+    if blocked:
+        message += f"; {len(blocked)} blocked by a PodDisruptionBudget: {', '.join(blocked)}"
+    return ChangeResult(
+        applied=not dry_run,
+        dry_run=dry_run,
+        before=before,
+        after="cordoned",
+        command="\n".join(lines),
+        message=message,
+    )

@@ -1,0 +1,573 @@
+"""Volcano (``scheduling.volcano.sh/v1beta1``) as a scheduler adapter.
+
+Reads Nodes, Pods, Events, PodGroups and Queues through :mod:`diagnosis.edge.schedulers.kubernetes.client`
+(list, then watch from the resourceVersion) and the volcano-scheduler ConfigMap (the binpack
+plugin decides the GPU placement policy). A PodGroup is a job: ``minMember`` makes it a gang, its
+pods (annotation ``scheduling.k8s.io/group-name``) give its shape and allocation, the phase and
+the ``Unschedulable`` condition (reasons ``NotEnoughResources``, ``NotEnoughTasks``) its state
+and pending reason. A GPU pod outside any PodGroup is a job of one pod.
+
+Writes (:meth:`VolcanoAdapter.apply`), each with optimistic concurrency (the object's
+resourceVersion in the patch) and ``dryRun=All`` for a dry run:
+
+- ``queue-weight``: ``Queue.spec.weight`` (an integer 1..65535), merge patch;
+- ``placement-policy``: the binpack plugin's GPU weight in the scheduler ConfigMap (Volcano's
+  binpack is scheduler-wide, so the change applies to every pool);
+- ``drain-node``: ``spec.unschedulable`` plus eviction of the node's pods.
+
+Settings (``scheduler_config``): those of :class:`~diagnosis.edge.schedulers.kubernetes.client.KubeSettings`
+plus ``scheduler_configmap`` (``namespace/name``, default
+``volcano-system/volcano-scheduler-configmap``), ``scheduler_conf_key`` (default
+``volcano-scheduler.conf``) and ``binpack_gpu_weight`` (default 10). See docs/integrations.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from diagnosis.edge.schedulers.base import (
+    Capabilities,
+    ChangeResult,
+    EventBatch,
+    SchedulerError,
+    SchedulerState,
+)
+from diagnosis.edge.schedulers.kubernetes import objects
+from diagnosis.edge.schedulers.kubernetes.client import (
+    HTTP_CONFLICT,
+    NODES,
+    PODS,
+    KubeConnection,
+    KubeSettings,
+    annotations,
+    condition,
+    config_key,
+    custom_resource,
+    labels,
+    meta,
+    namespaced_name,
+    scheduler_error,
+    sync_all,
+    transport_errors_as_scheduler_errors,
+)
+
+GROUP, VERSION = "scheduling.volcano.sh", "v1beta1"
+PODGROUPS = custom_resource(GROUP, VERSION, "podgroups")
+QUEUES = custom_resource(GROUP, VERSION, "queues")
+GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+WEIGHT_RANGE = (1, 65535)
+DEFAULT_CONFIGMAP = "volcano-system/volcano-scheduler-configmap"
+DEFAULT_CONF_KEY = "volcano-scheduler.conf"
+BINPACK = "binpack"
+
+
+class VolcanoAdapter(KubeConnection):
+    id: ClassVar[str] = "volcano"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        change_kinds=frozenset({"placement-policy", "queue-weight", "drain-node"})
+    )
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.settings, own = KubeSettings.parse(
+            config,
+            {"scheduler_configmap": str, "scheduler_conf_key": str, "binpack_gpu_weight": int},
+        )
+        namespace, _, name = str(own.get("scheduler_configmap", DEFAULT_CONFIGMAP)).partition("/")
+        if not namespace or not name:
+            raise SchedulerError(
+                "scheduler_config: scheduler_configmap must look like namespace/name",
+                permanent=True,
+            )
+        self.configmap = (namespace, name)
+        self.conf_key = str(own.get("scheduler_conf_key", DEFAULT_CONF_KEY))
+        self.binpack_gpu_weight = int(own.get("binpack_gpu_weight", 10))
+        if self.binpack_gpu_weight < 1:
+            raise SchedulerError(
+                "scheduler_config: binpack_gpu_weight must be >= 1", permanent=True
+            )
+        self.key = config_key(config)
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def read_state(self) -> SchedulerState:
+        caches = [self._mirror(r) for r in (NODES, PODS, PODGROUPS, QUEUES)]
+        sync_all(self.api, self.settings, caches)
+        nodes, pods, podgroups, queues = (list(c.items.values()) for c in caches)
+        return build_state(nodes, pods, podgroups, queues, self.settings, self._placement_policy())
+
+    def _placement_policy(self) -> str | None:
+        """``binpack`` or ``spread`` from the scheduler ConfigMap; None when it cannot be read."""
+        try:
+            conf = self._read_conf()[0]
+        except SchedulerError:
+            return None
+        return placement_of(conf, self.settings.gpu_resource)
+
+    def read_events(self, cursor: str | None) -> EventBatch:
+        """Events since ``cursor`` (the Events' resourceVersion); None lists the current ones."""
+        pods = self._mirror(PODS)
+        return objects.read_events(
+            self.api,
+            self.settings,
+            self.key,
+            cursor,
+            [pods],
+            lambda: pod_job_lookup(pods.items.values()),
+        )
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    @transport_errors_as_scheduler_errors("volcano: applying a change")
+    def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
+        kind = change.get("kind")
+        target = str(change.get("target") or "")
+        if kind == "queue-weight":
+            return self._set_queue_weight(target_name(target, "queue:"), change, dry_run=dry_run)
+        if kind == "placement-policy":
+            return self._set_placement(change, dry_run=dry_run)
+        if kind == "drain-node":
+            return objects.drain_node(
+                self.api, self.settings, change, target_name(target, "node:"), dry_run=dry_run
+            )
+        known = ", ".join(sorted(self.capabilities.change_kinds))
+        raise SchedulerError(f"volcano cannot apply {kind!r} (it takes: {known})", permanent=True)
+
+    def _set_queue_weight(
+        self, name: str, change: Mapping[str, Any], *, dry_run: bool
+    ) -> ChangeResult:
+        weight = queue_weight_value(change.get("to"))
+        custom = k8s.CustomObjectsApi(self.api)
+        timeout = self.settings.request_timeout_s
+        try:
+            queue = custom.get_cluster_custom_object(
+                GROUP, VERSION, "queues", name, _request_timeout=timeout
+            )
+        except ApiException as exc:
+            raise scheduler_error(exc, f"reading queue {name}") from exc
+        before = (queue.get("spec") or {}).get("weight", 1)
+        check_unchanged(change, queue, before, f"queue {name}")
+        patch = queue_weight_patch(queue, weight)
+        command = (
+            f"kubectl patch queues.{GROUP} {name} --type=merge -p '{objects.compact_json(patch)}'"
+            + (" --dry-run=server" if dry_run else "")
+        )
+        try:
+            custom.patch_cluster_custom_object(
+                GROUP,
+                VERSION,
+                "queues",
+                name,
+                patch,
+                _request_timeout=timeout,
+                **objects.dry_run_args(dry_run),
+            )
+        except ApiException as exc:
+            raise write_error(exc, f"queue {name}") from exc
+        return ChangeResult(
+            applied=not dry_run,
+            dry_run=dry_run,
+            before=before,
+            after=weight,
+            command=command,
+            message=f"queue {name}: weight {before} → {weight}",
+        )
+
+    def _read_conf(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The scheduler's parsed configuration and the ConfigMap it came from."""
+        namespace, name = self.configmap
+        try:
+            response = k8s.CoreV1Api(self.api).read_namespaced_config_map(
+                name,
+                namespace,
+                _preload_content=False,
+                _request_timeout=self.settings.request_timeout_s,
+            )
+            configmap = json.loads(response.data)
+        except ApiException as exc:
+            raise scheduler_error(exc, f"reading ConfigMap {namespace}/{name}") from exc
+        text = (configmap.get("data") or {}).get(self.conf_key)
+        if text is None:
+            raise SchedulerError(
+                f"ConfigMap {namespace}/{name} has no key {self.conf_key!r}", permanent=True
+            )
+        try:
+            conf = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise SchedulerError(
+                f"ConfigMap {namespace}/{name}: {self.conf_key} is not YAML: {exc}",
+                permanent=True,
+            ) from exc
+        if not isinstance(conf, dict):
+            raise SchedulerError(
+                f"ConfigMap {namespace}/{name}: {self.conf_key} is not a mapping", permanent=True
+            )
+        return conf, configmap
+
+    def _set_placement(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
+        target_name(str(change.get("target") or ""), "pool:")
+        policy = change.get("to")
+        if policy not in ("binpack", "spread"):
+            raise SchedulerError(
+                f"placement-policy: volcano takes 'binpack' or 'spread', not {policy!r}",
+                permanent=True,
+            )
+        conf, configmap = self._read_conf()
+        before = placement_of(conf, self.settings.gpu_resource)
+        check_unchanged(change, configmap, before, "the volcano-scheduler ConfigMap")
+        new_conf = with_placement(
+            conf, str(policy), self.settings.gpu_resource, self.binpack_gpu_weight
+        )
+        patch = {
+            "metadata": {"resourceVersion": meta(configmap).get("resourceVersion")},
+            "data": {self.conf_key: yaml.safe_dump(new_conf, sort_keys=False)},
+        }
+        namespace, name = self.configmap
+        command = (
+            f"kubectl -n {namespace} patch configmap {name} --type=merge "
+            f"-p '{objects.compact_json(patch)}'" + (" --dry-run=server" if dry_run else "")
+        )
+        try:
+            k8s.CoreV1Api(self.api).patch_namespaced_config_map(
+                name,
+                namespace,
+                patch,
+                _request_timeout=self.settings.request_timeout_s,
+                **objects.dry_run_args(dry_run),
+            )
+        except ApiException as exc:
+            raise write_error(exc, f"ConfigMap {namespace}/{name}") from exc
+        return ChangeResult(
+            applied=not dry_run,
+            dry_run=dry_run,
+            before=before,
+            after=policy,
+            command=command,
+            message=(
+                f"GPU placement {before} → {policy} (volcano's binpack plugin is "
+                "scheduler-wide: every pool)"
+            ),
+        )
+
+
+# -- state ---------------------------------------------------------------------------------------
+
+
+def pod_job_lookup(pods: Iterable[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], str | None]:
+    """``job_of(involvedObject)`` for events: a Pod's PodGroup (or itself), a PodGroup."""
+    group_of = {
+        (meta(p).get("namespace"), meta(p).get("name")): annotations(p).get(GROUP_ANNOTATION)
+        for p in pods
+    }
+
+    def job_of(involved: Mapping[str, Any]) -> str | None:
+        namespace, name = involved.get("namespace"), involved.get("name")
+        if not name:
+            return None
+        if involved.get("kind") == "Pod":
+            name = group_of.get((namespace, name)) or name
+        elif involved.get("kind") != "PodGroup":
+            return None
+        return f"{namespace}/{name}" if namespace else name
+
+    return job_of
+
+
+def queue_row(queue: Mapping[str, Any], settings: KubeSettings) -> dict[str, Any]:
+    spec = queue.get("spec") or {}
+    name = meta(queue).get("name")
+    row: dict[str, Any] = {
+        "name": name,
+        "tenant": labels(queue).get(settings.tenant_label) or name,
+        "weight": spec.get("weight", 1),
+    }
+    deserved = objects.gpus_in(spec.get("deserved"), settings.gpu_resource)
+    capability = objects.gpus_in(spec.get("capability"), settings.gpu_resource)
+    if deserved is not None:
+        row["deserved_gpus"] = deserved
+    if capability is not None:
+        row["capability_gpus"] = capability
+    return row
+
+
+def podgroup_state(podgroup: Mapping[str, Any], bound: int, min_member: int) -> str:
+    status = podgroup.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    if phase == "Completed":
+        failed = int(status.get("failed") or 0)
+        succeeded = int(status.get("succeeded") or 0)
+        return "failed" if failed and succeeded < min_member else "completed"
+    if phase == "Running" or bound >= min_member:
+        return "running"
+    return "pending"  # Pending, Inqueue, Unknown (some pods bound, the gang incomplete)
+
+
+def pending_reason(podgroup: Mapping[str, Any]) -> str | None:
+    entry = condition(podgroup, "Unschedulable")
+    if entry is None or entry.get("status") != "True":
+        return None
+    reason, message = entry.get("reason") or "Unschedulable", entry.get("message") or ""
+    return f"{reason}: {message}" if message else str(reason)
+
+
+def build_state(
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    podgroups: list[dict[str, Any]],
+    queues: list[dict[str, Any]],
+    settings: KubeSettings,
+    placement: str | None,
+) -> SchedulerState:
+    """The snapshot's nodes, queues and jobs from Volcano's objects (pure)."""
+    gpu_pods = [p for p in (objects.gpu_pod(pod, settings) for pod in pods) if p is not None]
+    busy = {p.node for p in gpu_pods if p.holds_gpus and p.node}
+    node_rows = objects.gpu_nodes(nodes, settings, busy)
+    node_gpus = {row["name"]: row["gpus"] for row in node_rows}
+    pools = {row["name"]: row["pool"] for row in node_rows}
+    indexes = objects.assign_gpu_indexes(gpu_pods, node_gpus)
+    queue_rows = sorted((queue_row(q, settings) for q in queues), key=lambda r: r["name"])
+    tenants = {row["name"]: row["tenant"] for row in queue_rows}
+
+    by_group: dict[str, list[objects.GpuPod]] = defaultdict(list)
+    for pod in gpu_pods:
+        group = pod.annotations.get(GROUP_ANNOTATION)
+        by_group[f"{pod.namespace}/{group}" if group else pod.key].append(pod)
+
+    jobs = []
+    grouped: set[str] = set()
+    for podgroup in podgroups:
+        job = podgroup_job(podgroup, by_group, indexes, pools, tenants, settings)
+        if job is not None:
+            jobs.append(job)
+            grouped.add(job["id"])
+    for key, members in by_group.items():
+        if key not in grouped:
+            jobs.extend(lone_pod_job(pod, indexes, pools) for pod in members)
+    scheduler: dict[str, Any] = {"kind": "volcano"}
+    if placement is not None:
+        scheduler["placement"] = dict.fromkeys(sorted(set(pools.values())), placement)
+    return SchedulerState(
+        nodes=node_rows,
+        queues=queue_rows,
+        jobs=sorted(jobs, key=lambda j: j["id"]),
+        scheduler=scheduler,
+    )
+
+
+def podgroup_job(
+    podgroup: Mapping[str, Any],
+    by_group: Mapping[str, list[objects.GpuPod]],
+    indexes: Mapping[str, list[int]],
+    pools: Mapping[str, str],
+    tenants: Mapping[str, str],
+    settings: KubeSettings,
+) -> dict[str, Any] | None:
+    """A PodGroup as a snapshot job; None when neither its pods nor its minResources ask GPUs."""
+    key = namespaced_name(podgroup)
+    spec = podgroup.get("spec") or {}
+    min_member = max(1, int(spec.get("minMember") or 1))
+    members = by_group.get(key, [])
+    per_pod = None
+    if not members:
+        total = objects.gpus_in(spec.get("minResources"), settings.gpu_resource)
+        if not total:
+            return None
+        per_pod = max(1, total // min_member)
+    gang = objects.pod_gang(members, indexes, pools, per_pod)
+    bound = len(gang.allocation)
+    state = podgroup_state(podgroup, bound, min_member)
+    queue = spec.get("queue") or "default"
+    created = objects.rfc3339(meta(podgroup).get("creationTimestamp"))
+    live = [p for p in members if p.phase not in ("Succeeded", "Failed")]
+    job: dict[str, Any] = {
+        "id": key,
+        "name": meta(podgroup).get("name"),
+        "tenant": tenants.get(queue, queue),
+        "queue": queue,
+        "pool": gang.pool,
+        "kind": labels(podgroup).get(settings.kind_label),
+        "priority": gang.priority,
+        "state": state,
+        "submitted": created,
+        "started": gang.started if state != "pending" else None,
+        "ended": (gang.ended or _last_transition(podgroup))
+        if state in ("completed", "failed")
+        else None,
+        "pods": max(min_member, len(live) if state != "completed" else 0, bound),
+        "gpus_per_pod": gang.gpus_per_pod or 0,
+        "gang": min_member > 1,
+        "min_member": min_member,
+        "allocation": gang.allocation if state in ("pending", "running") else [],
+        "pending_reason": pending_reason(podgroup) if state == "pending" else None,
+        "partial_since": gang.partial_since if state == "pending" and bound else None,
+    }
+    return {k: v for k, v in job.items() if v is not None}
+
+
+def lone_pod_job(
+    pod: objects.GpuPod, indexes: Mapping[str, list[int]], pools: Mapping[str, str]
+) -> dict[str, Any]:
+    """A GPU pod outside any PodGroup (e.g. scheduled by the default scheduler): a 1-pod job."""
+    state = {"Running": "running", "Succeeded": "completed", "Failed": "failed"}.get(
+        pod.phase, "pending"
+    )
+    gang = objects.pod_gang([pod], indexes, pools)
+    if state == "pending" and gang.allocation:
+        state = "running"
+    job = {
+        "id": pod.key,
+        "name": pod.name,
+        "tenant": pod.namespace,
+        "pool": gang.pool,
+        "priority": pod.priority,
+        "state": state,
+        "submitted": pod.created,
+        "started": pod.started if state != "pending" else None,
+        "ended": pod.finished if state in ("completed", "failed") else None,
+        "pods": 1,
+        "gpus_per_pod": pod.gpus,
+        "allocation": gang.allocation if state == "running" else [],
+    }
+    return {k: v for k, v in job.items() if v is not None}
+
+
+def _last_transition(obj: Mapping[str, Any]) -> str | None:
+    times = [
+        objects.rfc3339(c.get("lastTransitionTime"))
+        for c in (obj.get("status") or {}).get("conditions") or ()
+    ]
+    return max((t for t in times if t), default=None)
+
+
+# -- the scheduler configuration -----------------------------------------------------------------
+
+
+def _binpack_plugin(conf: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for tier in conf.get("tiers") or ():
+        for plugin in (tier or {}).get("plugins") or ():
+            if (plugin or {}).get("name") == BINPACK:
+                return plugin
+    return None
+
+
+def _resources(arguments: Mapping[str, Any]) -> list[str]:
+    listed = str(arguments.get("binpack.resources") or "")
+    return [r.strip() for r in listed.split(",") if r.strip()]
+
+
+def placement_of(conf: Mapping[str, Any], gpu_resource: str) -> str:
+    """``binpack`` when the binpack plugin scores GPUs (its weight and the GPU's weight > 0),
+    else ``spread`` (nodeorder's least-requested spreads pods)."""
+    plugin = _binpack_plugin(conf)
+    if plugin is None:
+        return "spread"
+    arguments = plugin.get("arguments") or {}
+    weight = objects.quantity(arguments.get("binpack.weight", 1)) or 0
+    gpu_weight = objects.quantity(arguments.get(f"binpack.resources.{gpu_resource}", 1)) or 0
+    if weight > 0 and gpu_resource in _resources(arguments) and gpu_weight > 0:
+        return "binpack"
+    return "spread"
+
+
+def with_placement(
+    conf: Mapping[str, Any], policy: str, gpu_resource: str, gpu_weight: int
+) -> dict[str, Any]:
+    """A copy of the scheduler configuration whose binpack plugin packs (or no longer packs) GPUs.
+
+    ``binpack``: the plugin (added to the last tier if absent) gets ``binpack.resources``
+    including the GPU resource and ``binpack.resources.<gpu>: gpu_weight``, and a positive
+    ``binpack.weight``. ``spread``: the GPU resource leaves ``binpack.resources`` and its weight
+    key goes; CPU and memory packing stay as they were.
+    """
+    new = json.loads(json.dumps(conf))  # a deep copy of plain YAML data
+    plugin = _binpack_plugin(new)
+    if plugin is None:
+        if policy == "spread":
+            return new
+        tiers = new.setdefault("tiers", [])
+        if not tiers:
+            tiers.append({"plugins": []})
+        plugin = {"name": BINPACK}
+        tiers[-1].setdefault("plugins", []).append(plugin)
+    arguments = dict(plugin.get("arguments") or {})
+    resources = [r for r in _resources(arguments) if r != gpu_resource]
+    weight_key = f"binpack.resources.{gpu_resource}"
+    arguments.pop(weight_key, None)
+    if policy == "binpack":
+        resources.append(gpu_resource)
+        arguments[weight_key] = gpu_weight
+        if (objects.quantity(arguments.get("binpack.weight", 1)) or 0) <= 0:
+            arguments["binpack.weight"] = 10
+    if resources:
+        arguments["binpack.resources"] = ", ".join(resources)
+    else:
+        arguments.pop("binpack.resources", None)
+    if arguments:
+        plugin["arguments"] = arguments
+    else:
+        plugin.pop("arguments", None)
+    return new
+
+
+# -- writes: shared checks -----------------------------------------------------------------------
+
+
+def target_name(target: str, prefix: str) -> str:
+    if not target.startswith(prefix) or len(target) == len(prefix):
+        raise SchedulerError(f"target must look like {prefix}NAME, got {target!r}", permanent=True)
+    return target[len(prefix) :]
+
+
+def queue_weight_value(value: Any) -> int:
+    """A Volcano queue weight: an integer in 1..65535 (a float with no fraction is accepted)."""
+    low, high = WEIGHT_RANGE
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise SchedulerError(
+            f"queue-weight: 'to' must be an integer, got {value!r}", permanent=True
+        )
+    if not low <= int(value) <= high:
+        raise SchedulerError(
+            f"queue-weight: volcano weights lie in {low}..{high}, got {int(value)}", permanent=True
+        )
+    return int(value)
+
+
+def queue_weight_patch(queue: Mapping[str, Any], weight: int) -> dict[str, Any]:
+    """The merge patch that sets a Queue's weight, guarded by its resourceVersion."""
+    return {
+        "metadata": {"resourceVersion": meta(queue).get("resourceVersion")},
+        "spec": {"weight": weight},
+    }
+
+
+def check_unchanged(change: Mapping[str, Any], obj: Mapping[str, Any], current: Any, what: str):
+    """Abort when the target changed since the recommendation was made: the change may carry
+    the value it expects (``from``) and the object's ``resource_version``."""
+    if "from" in change and change["from"] != current:
+        raise SchedulerError(
+            f"{what} changed since the recommendation: expected {change['from']!r}, "
+            f"found {current!r}",
+            permanent=True,
+        )
+    expected = change.get("resource_version")
+    version = meta(obj).get("resourceVersion")
+    if expected and expected != version:
+        raise SchedulerError(
+            f"{what} changed since the recommendation (resourceVersion {expected} → {version})",
+            permanent=True,
+        )
+
+
+def write_error(exc: ApiException, what: str) -> SchedulerError:
+    if exc.status == HTTP_CONFLICT:
+        return SchedulerError(
+            f"{what} changed while writing it (409 Conflict: {exc.reason}); re-read and retry",
+            permanent=True,
+        )
+    return scheduler_error(exc, f"writing {what}")

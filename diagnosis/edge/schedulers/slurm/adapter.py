@@ -1,0 +1,508 @@
+"""The Slurm scheduler adapter: reads with ``sinfo``/``squeue``/``scontrol`` (and ``sshare``/
+``sacctmgr`` when accounting is on), writes with ``scontrol update`` and ``sacctmgr -i``.
+
+Partitions are pools; accounts are tenants and queues (``fairshare`` as weight, a ``GrpTRES``
+GPU limit as capability); GRES ``gpu`` with its indexes gives the allocation; multi-node jobs
+are gangs; pending array tasks are expanded. A cluster's ``scheduler_config``::
+
+    {"slurm_conf": "/etc/slurm/slurm.conf",  # SLURM_CONF for every command
+     "bin_dir": "/usr/bin",                  # where the Slurm commands are (default: PATH)
+     "timeout_s": 10,                        # per command
+     "accounting": true,                     # read sshare/sacctmgr; allow queue-weight changes
+     "partitions": ["gpu"],                  # only these pools (default: every partition)
+     "gpu_models": {"h100": "H100-SXM5-80GB"},  # GRES type -> GPU model name
+     "gres_name": "gpu", "array_expand_limit": 1000, "event_overlap_s": 300}
+
+Every command runs from an argument list (never a shell) with a timeout; a failure becomes a
+:class:`SchedulerError` carrying the command's stderr, transient for timeouts and an unreachable
+controller, permanent otherwise (bad config, unknown partition or node).
+
+One cycle is one bounded set of reads: ``read_state`` runs ``sinfo --json``, ``squeue --json``,
+``scontrol show partition -o`` (+ ``sshare``, ``sacctmgr show associations``), and a
+``read_events`` right after it on the same adapter derives the events from those same reads.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from diagnosis.edge.schedulers.base import (
+    Capabilities,
+    ChangeResult,
+    EventBatch,
+    SchedulerError,
+    SchedulerState,
+)
+from diagnosis.edge.schedulers.slurm import parse
+
+DEFAULT_TIMEOUT_S = 10.0
+STDERR_LIMIT = 2000
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# Failures that may pass by themselves: the controller or slurmdbd unreachable or slow.
+TRANSIENT = re.compile(
+    r"unable to contact slurm controller|connection refused|connection timed out|"
+    r"socket timed out|timed out|zero bytes were transmitted|unable to connect|"
+    r"communication connection failure|transport endpoint|resource temporarily unavailable|"
+    r"slurmdbd.*(connect|communication)|backup controller in standby",
+    re.IGNORECASE,
+)
+
+
+# -- configuration -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """A cluster's ``scheduler_config`` for Slurm, checked (errors name the field)."""
+
+    slurm_conf: str | None = None
+    bin_dir: str | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    accounting: bool = False
+    event_overlap_s: int = 300
+    parse: parse.ParseSettings = field(default_factory=parse.ParseSettings)
+
+    KEYS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "slurm_conf",
+            "bin_dir",
+            "timeout_s",
+            "accounting",
+            "partitions",
+            "gpu_models",
+            "gres_name",
+            "array_expand_limit",
+            "event_overlap_s",
+        }
+    )
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None) -> SlurmSettings:
+        config = dict(config or {})
+
+        def bad(key: str, expected: str) -> SchedulerError:
+            return SchedulerError(
+                f"scheduler_config.{key}: expected {expected}, got {config[key]!r}", permanent=True
+            )
+
+        unknown = sorted(set(config) - cls.KEYS)
+        if unknown:
+            known = ", ".join(sorted(cls.KEYS))
+            raise SchedulerError(
+                f"scheduler_config.{unknown[0]}: unknown key for Slurm (known: {known})",
+                permanent=True,
+            )
+        for key in ("slurm_conf", "bin_dir", "gres_name"):
+            if key in config and not (isinstance(config[key], str) and config[key]):
+                raise bad(key, "a non-empty string")
+        for key in ("slurm_conf", "bin_dir"):
+            if key in config and not os.path.isabs(config[key]):
+                raise bad(key, "an absolute path")
+        timeout = config.get("timeout_s", DEFAULT_TIMEOUT_S)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise bad("timeout_s", "a positive number of seconds")
+        accounting = config.get("accounting", False)
+        if not isinstance(accounting, bool):
+            raise bad("accounting", "true or false")
+        partitions = config.get("partitions", [])
+        if not isinstance(partitions, list) or not all(
+            isinstance(p, str) and SAFE_NAME.match(p) for p in partitions
+        ):
+            raise bad("partitions", "a list of partition names")
+        models = config.get("gpu_models", {})
+        if not isinstance(models, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in models.items()
+        ):
+            raise bad("gpu_models", "an object of GRES type -> GPU model name")
+        integers = {}
+        for key, default, minimum in (("array_expand_limit", 1000, 1), ("event_overlap_s", 300, 0)):
+            value = config.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise bad(key, f"an integer >= {minimum}")
+            integers[key] = value
+        return cls(
+            slurm_conf=config.get("slurm_conf"),
+            bin_dir=config.get("bin_dir"),
+            timeout_s=float(timeout),
+            accounting=accounting,
+            event_overlap_s=integers["event_overlap_s"],
+            parse=parse.ParseSettings(
+                gres_name=config.get("gres_name", "gpu"),
+                gpu_models=dict(models),
+                partitions=frozenset(partitions),
+                array_expand_limit=integers["array_expand_limit"],
+            ),
+        )
+
+
+# -- running commands ----------------------------------------------------------------------------
+
+
+@dataclass
+class CommandLog:
+    """What one adapter ran: each command and its seconds (for the cycle's source report)."""
+
+    commands: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, command: str, seconds: float, ok: bool) -> None:
+        self.commands.append({"command": command, "seconds": round(seconds, 4), "ok": ok})
+
+
+class SlurmCommands:
+    """Runs Slurm's commands for one cluster: argument lists, a timeout, SLURM_CONF."""
+
+    def __init__(self, settings: SlurmSettings, log: CommandLog | None = None) -> None:
+        self.settings = settings
+        self.log = log or CommandLog()
+
+    def argv(self, args: Sequence[str]) -> list[str]:
+        program = args[0]
+        if self.settings.bin_dir:
+            program = str(Path(self.settings.bin_dir) / program)
+        return [program, *args[1:]]
+
+    def environment(self) -> dict[str, str]:
+        env = {**os.environ, "LC_ALL": "C"}
+        if self.settings.slurm_conf:
+            env["SLURM_CONF"] = self.settings.slurm_conf
+        return env
+
+    def run(self, *args: str) -> str:
+        argv = self.argv(args)
+        shown = shlex.join(args)
+        started = time.perf_counter()
+        try:
+            done = subprocess.run(
+                argv,
+                env=self.environment(),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=self.settings.timeout_s,
+                check=False,
+            )
+        except FileNotFoundError:
+            self.log.add(shown, time.perf_counter() - started, False)
+            raise SchedulerError(
+                f"{args[0]} not found ({argv[0]}): install the Slurm client commands "
+                "or set scheduler_config.bin_dir",
+                permanent=True,
+            ) from None
+        except subprocess.TimeoutExpired as exc:
+            self.log.add(shown, time.perf_counter() - started, False)
+            stderr = _decoded(exc.stderr)
+            raise SchedulerError(
+                f"{shown} timed out after {self.settings.timeout_s:g} s"
+                + (f": {stderr}" if stderr else ""),
+                permanent=False,
+            ) from None
+        self.log.add(shown, time.perf_counter() - started, done.returncode == 0)
+        if done.returncode != 0:
+            stderr = (done.stderr or done.stdout or "").strip()[-STDERR_LIMIT:]
+            raise SchedulerError(
+                f"{shown} failed (exit {done.returncode}): {stderr or 'no output'}",
+                permanent=not TRANSIENT.search(stderr),
+            )
+        return done.stdout
+
+
+def _decoded(value: bytes | str | None) -> str:
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    return (value or "").strip()[-STDERR_LIMIT:]
+
+
+# -- the adapter ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlurmReads:
+    """One cycle's raw reads, parsed."""
+
+    nodes_document: dict[str, Any]
+    jobs: parse.ParsedJobs
+    partitions: dict[str, dict[str, str]]
+    queues: list[dict[str, Any]]
+    read_at: int
+
+
+def scheduler_state(reads: SlurmReads, settings: parse.ParseSettings) -> SchedulerState:
+    """The snapshot's scheduler part from one cycle's reads. Tenants seen only in jobs (no
+    accounting, or an account sshare did not list) become queues of weight 1."""
+    nodes = parse.parse_nodes(reads.nodes_document, settings)
+    pools = {node["pool"] for node in nodes}
+    placement = {
+        name: parse.placement_of(values)
+        for name, values in reads.partitions.items()
+        if name in pools or name in settings.partitions
+    }
+    queues = list(reads.queues)
+    known = {queue["name"] for queue in queues}
+    for job in reads.jobs.jobs:
+        if job["queue"] and job["queue"] not in known:
+            known.add(job["queue"])
+            queues.append({"name": job["queue"], "tenant": job["tenant"], "weight": 1})
+    return SchedulerState(
+        nodes=nodes,
+        queues=queues,
+        jobs=reads.jobs.jobs,
+        scheduler={"kind": "slurm", "placement": placement},
+    )
+
+
+class SlurmAdapter:
+    id: ClassVar[str] = "slurm"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        change_kinds=frozenset({"placement-policy", "drain-node", "resume-node", "queue-weight"}),
+        dry_run=True,
+    )
+
+    def __init__(
+        self, config: Mapping[str, Any] | None, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.settings = SlurmSettings.from_config(config)
+        self.log = CommandLog()
+        self.commands = SlurmCommands(self.settings, self.log)
+        self.clock = clock
+        self._unconsumed: SlurmReads | None = None
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _read(self, *, with_queues: bool = True) -> SlurmReads:
+        settings = self.settings.parse
+        nodes_document = parse.parse_json(self.commands.run("sinfo", "--json"), "sinfo --json")
+        jobs_document = parse.parse_json(self.commands.run("squeue", "--json"), "squeue --json")
+        read_at = int(self.clock())
+        partitions: dict[str, dict[str, str]] = {}
+        queues: list[dict[str, Any]] = []
+        if with_queues:
+            partitions = parse.parse_partitions(
+                self.commands.run("scontrol", "show", "partition", "-o")
+            )
+            if self.settings.accounting:
+                queues = self._read_queues()
+        jobs = parse.parse_jobs(jobs_document, settings)
+        return SlurmReads(nodes_document, jobs, partitions, queues, read_at)
+
+    def _read_queues(self) -> list[dict[str, Any]]:
+        sshare = self.commands.run("sshare", "-P", "-n", "-o", ",".join(parse.SSHARE_FIELDS))
+        clusters = {r["Cluster"] for r in parse.parse_parsable(sshare, parse.SSHARE_FIELDS)}
+        where = ["where", f"cluster={next(iter(clusters))}"] if len(clusters) == 1 else []
+        assoc = self.commands.run(
+            "sacctmgr",
+            "-P",
+            "-n",
+            "show",
+            "associations",
+            *where,
+            f"format={','.join(parse.ASSOC_FIELDS)}",
+        )
+        return parse.parse_queues(sshare, assoc, self.settings.parse.gres_name)
+
+    def read_state(self) -> SchedulerState:
+        """Nodes, queues (accounts), jobs and each partition's placement, from one set of reads
+        (which a following :meth:`read_events` on this adapter reuses)."""
+        reads = self._read()
+        self._unconsumed = reads
+        return scheduler_state(reads, self.settings.parse)
+
+    def read_events(self, cursor: str | None) -> EventBatch:
+        """Events since ``cursor`` derived from job and node records (see
+        :func:`slurm_parse.derive_events`); reuses the reads of a preceding :meth:`read_state`."""
+        reads, self._unconsumed = self._unconsumed, None
+        if reads is None:
+            reads = self._read(with_queues=False)
+        names = {n["name"] for n in parse.parse_nodes(reads.nodes_document, self.settings.parse)}
+        nodes = {
+            "nodes": [
+                record
+                for record in reads.nodes_document.get("nodes") or []
+                if isinstance(record, Mapping) and record.get("name") in names
+            ]
+        }
+        events, cursor_after = parse.derive_events(
+            reads.jobs,
+            nodes,
+            parse.EventCursor.parse(cursor),
+            now=reads.read_at,
+            overlap_s=self.settings.event_overlap_s,
+        )
+        return EventBatch(events=events, cursor=cursor_after.dump())
+
+    # -- changing --------------------------------------------------------------------------
+
+    def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
+        """Make (or, with ``dry_run``, only check and show) one change:
+
+        - ``{"kind": "placement-policy", "target": "pool:P", "to": "binpack" | "spread"}``
+          → ``scontrol update PartitionName=P LLN=NO | YES``
+        - ``{"kind": "drain-node", "target": "node:N", "reason": "..."}``
+          → ``scontrol update NodeName=N State=DRAIN Reason=...``
+        - ``{"kind": "resume-node", "target": "node:N"}`` → ``... State=RESUME``
+        - ``{"kind": "queue-weight", "target": "queue:A", "to": 4}``
+          → ``sacctmgr -i modify account name=A set fairshare=4`` (accounting only)
+
+        The target is read first (an unknown one is a permanent error); with ``"from"`` in
+        the change, a target whose value is no longer that is refused. A real change reads the
+        target again afterwards.
+        """
+        plan = self._plan(change)
+        before = plan.read()
+        if "from" in change and change["from"] != before:
+            raise SchedulerError(
+                f"{change['kind']} {change['target']}: the target changed since the "
+                f"recommendation (now {before!r}, expected {change['from']!r})",
+                permanent=True,
+            )
+        command = shlex.join(plan.command)
+        if dry_run:
+            return ChangeResult(
+                applied=False,
+                dry_run=True,
+                before=before,
+                after=plan.expected(before),
+                command=command,
+                message="dry run: nothing was changed",
+            )
+        self.commands.run(*plan.command)
+        after = plan.read()
+        return ChangeResult(
+            applied=True, dry_run=False, before=before, after=after, command=command
+        )
+
+    def _plan(self, change: Mapping[str, Any]) -> _Plan:
+        kind = change.get("kind")
+        if kind == "placement-policy":
+            pool = _target(change, "pool:")
+            to = change.get("to")
+            if to not in ("binpack", "spread"):
+                raise SchedulerError(
+                    f"placement-policy: 'to' must be binpack or spread, got {to!r}", permanent=True
+                )
+            lln = "YES" if to == "spread" else "NO"
+            return _Plan(
+                ["scontrol", "update", f"PartitionName={pool}", f"LLN={lln}"],
+                lambda: self._partition_placement(pool),
+                lambda before: to,
+            )
+        if kind in ("drain-node", "resume-node"):
+            node = _target(change, "node:")
+            if kind == "drain-node":
+                reason = str(change.get("reason") or "drained by gpuobs")
+                if not reason.isprintable() or len(reason) > 255:
+                    raise SchedulerError(
+                        "drain-node: 'reason' must be one printable line of at most 255 characters",
+                        permanent=True,
+                    )
+                command = ["scontrol", "update", f"NodeName={node}", "State=DRAIN"]
+                command.append(f"Reason={reason}")
+
+                def expected(before: dict[str, str]) -> dict[str, str]:
+                    # Jobs still running keep a draining node cordoned until they end.
+                    busy = before["slurm_state"].split("+")[0] in parse.BUSY_STATES
+                    return {"state": "cordoned" if busy else "drained", "reason": reason}
+
+            else:
+                command = ["scontrol", "update", f"NodeName={node}", "State=RESUME"]
+
+                def expected(before: dict[str, str]) -> dict[str, str]:
+                    return {"state": "ready", "reason": ""}
+
+            return _Plan(command, lambda: self._node_state(node), expected)
+        if kind == "queue-weight":
+            account = _target(change, "queue:")
+            if not self.settings.accounting:
+                raise SchedulerError(
+                    "queue-weight: needs Slurm accounting (slurmdbd); set "
+                    "scheduler_config.accounting to true",
+                    permanent=True,
+                )
+            weight = change.get("to")
+            if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 1:
+                raise SchedulerError(
+                    f"queue-weight: 'to' must be a number >= 1, got {weight!r}", permanent=True
+                )
+            shares = round(weight)
+            return _Plan(
+                [
+                    "sacctmgr",
+                    "-i",
+                    "modify",
+                    "account",
+                    f"name={account}",
+                    "set",
+                    f"fairshare={shares}",
+                ],
+                lambda: self._account_fairshare(account),
+                lambda before: shares,
+            )
+        raise SchedulerError(f"Slurm cannot apply a change of kind {kind!r}", permanent=True)
+
+    def _partition_placement(self, pool: str) -> str:
+        partitions = parse.parse_partitions(
+            self.commands.run("scontrol", "show", "partition", pool, "-o")
+        )
+        if pool not in partitions:
+            raise SchedulerError(f"no partition {pool!r}", permanent=True)
+        return parse.placement_of(partitions[pool])
+
+    def _node_state(self, node: str) -> dict[str, str]:
+        pairs = parse.parse_key_values(self.commands.run("scontrol", "show", "node", node, "-o"))
+        if pairs.get("NodeName") != node:
+            raise SchedulerError(f"no node {node!r}", permanent=True)
+        words = pairs.get("State", "").split("+")
+        record = {"state": words[0], "state_flags": words[1:]}
+        state = parse.node_state(record)
+        reason = pairs.get("Reason", "")
+        reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", reason)  # drop " [root@2026-11-29T...]"
+        return {
+            "state": state,
+            "slurm_state": pairs.get("State", ""),
+            "reason": "" if state == "ready" or reason == "(null)" else reason,
+        }
+
+    def _account_fairshare(self, account: str) -> int | None:
+        rows = parse.parse_parsable(
+            self.commands.run(
+                "sacctmgr",
+                "-P",
+                "-n",
+                "show",
+                "associations",
+                "where",
+                f"account={account}",
+                "format=Account,User,Partition,Share",
+            ),
+            ("Account", "User", "Partition", "Share"),
+        )
+        for row in rows:
+            if row["Account"] == account and not row["User"] and not row["Partition"]:
+                return int(row["Share"]) if row["Share"].isdigit() else None
+        raise SchedulerError(f"no account {account!r}", permanent=True)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    command: list[str]
+    read: Callable[[], Any]  # the target's current value
+    expected: Callable[[Any], Any]  # its value after the change, given the value before
+
+
+def _target(change: Mapping[str, Any], prefix: str) -> str:
+    target = str(change.get("target", ""))
+    name = target[len(prefix) :] if target.startswith(prefix) else ""
+    if not SAFE_NAME.match(name):
+        raise SchedulerError(
+            f"{change.get('kind')}: target must look like {prefix}NAME (letters, digits, "
+            f"'.', '_', '-'), got {target!r}",
+            permanent=True,
+        )
+    return name

@@ -1,0 +1,60 @@
+"""What gpuobs keeps: inventory, snapshots, findings and their history, recommendations and their
+audit trail, incidents, rollups (DESIGN.md section 2, "Django around it"). One module per topic;
+every model is importable from ``diagnosis.models``, as Django expects.
+
+Only the named functions in :mod:`diagnosis.actions` write these models; views, the API and
+tasks read them or call an action.
+"""
+
+from diagnosis.models.cycles import (
+    SNAPSHOT_FORMAT,
+    ClusterCycle,
+    Snapshot,
+    SnapshotDocumentError,
+)
+from diagnosis.models.findings import Finding, FindingEvent, RuleOverride
+from diagnosis.models.incidents import Incident
+from diagnosis.models.inventory import (
+    Cluster,
+    Gpu,
+    Job,
+    Node,
+    Queue,
+    SchedulerEvent,
+    Tenant,
+)
+from diagnosis.models.recommendations import (
+    AuditEntry,
+    AuditEntryImmutableError,
+    AuditEntryQuerySet,
+    Recommendation,
+)
+from diagnosis.models.rollups import PoolRollup, RollupFigures, TenantRollup
+from diagnosis.models.subscriptions import ReportFrequency, ReportSubscription
+
+__all__ = [
+    "SNAPSHOT_FORMAT",
+    "AuditEntry",
+    "AuditEntryImmutableError",
+    "AuditEntryQuerySet",
+    "Cluster",
+    "ClusterCycle",
+    "Finding",
+    "FindingEvent",
+    "Gpu",
+    "Incident",
+    "Job",
+    "Node",
+    "PoolRollup",
+    "Queue",
+    "Recommendation",
+    "ReportFrequency",
+    "ReportSubscription",
+    "RollupFigures",
+    "RuleOverride",
+    "SchedulerEvent",
+    "Snapshot",
+    "SnapshotDocumentError",
+    "Tenant",
+    "TenantRollup",
+]

@@ -1,0 +1,119 @@
+"""What each cycle stored: the snapshot document (compressed) and the cycle's row with its
+accounting and coverage.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from datetime import datetime
+from typing import Any
+
+from django.db import models
+from django.utils import timezone
+
+from diagnosis.models.inventory import Cluster
+
+SNAPSHOT_FORMAT = "gpuobs.snapshot/v1"
+
+
+class SnapshotDocumentError(ValueError):
+    """A snapshot document lacks a field that storing it needs, or has it in the wrong form."""
+
+
+def _document_as_of(document: dict[str, Any]) -> datetime:
+    raw = document.get("as_of")
+    if raw is None:
+        raise SnapshotDocumentError("snapshot document has no 'as_of'")
+    try:
+        as_of = datetime.fromisoformat(raw)
+    except (TypeError, ValueError):
+        raise SnapshotDocumentError(f"snapshot 'as_of' is not an RFC 3339 time: {raw!r}") from None
+    if as_of.tzinfo is None:
+        raise SnapshotDocumentError(f"snapshot 'as_of' has no time zone: {raw!r}")
+    return as_of
+
+
+class Snapshot(models.Model):
+    """One ``gpuobs.snapshot/v1`` document of a cluster, stored as zlib-compressed JSON."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="snapshots")
+    as_of = models.DateTimeField()
+    format = models.CharField(max_length=64, default=SNAPSHOT_FORMAT)
+    document = models.BinaryField(help_text="zlib-compressed UTF-8 JSON")
+    json_bytes = models.PositiveBigIntegerField(help_text="Size of the JSON before compression.")
+    stored_bytes = models.PositiveBigIntegerField(help_text="Size of the compressed document.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["cluster", "-as_of"]
+        get_latest_by = "as_of"
+        indexes = [models.Index(fields=["cluster", "-as_of"], name="snapshot_cluster_as_of")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster} as of {self.as_of:%Y-%m-%dT%H:%M:%SZ}"
+
+    @classmethod
+    def store(cls, cluster: Cluster, document: dict[str, Any]) -> Snapshot:
+        """Compress and save a snapshot document; its ``as_of`` and ``format`` become columns."""
+        as_of = _document_as_of(document)
+        encoded = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+        compressed = zlib.compress(encoded, level=6)
+        return cls.objects.create(
+            cluster=cluster,
+            as_of=as_of,
+            format=document.get("format", SNAPSHOT_FORMAT),
+            document=compressed,
+            json_bytes=len(encoded),
+            stored_bytes=len(compressed),
+        )
+
+    def load_document(self) -> dict[str, Any]:
+        """The document as it was stored."""
+        return json.loads(zlib.decompress(bytes(self.document)))
+
+
+class ClusterCycle(models.Model):
+    """One diagnosis cycle of a cluster: the pre-computed rollup that pages and reports read.
+
+    ``accounting`` is the GPU-hour breakdown (``diagnosis.core.accounting.Accounting.as_dict()``) of
+    the cycle's snapshot; the utilization columns repeat its cluster figures for cheap trends.
+    A cycle whose collection failed has ``ok=False`` and an ``error``; the last good one stays.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="cycles")
+    as_of = models.DateTimeField(help_text="Snapshot time the cycle judged (null if none).")
+    ran_at = models.DateTimeField(default=timezone.now)
+    seconds = models.FloatField(default=0, help_text="Wall time of the whole cycle.")
+    ok = models.BooleanField(default=True)
+    error = models.TextField(blank=True)
+    gpus = models.PositiveIntegerField(default=0)
+    allocated_gpus = models.PositiveIntegerField(default=0)
+    allocation_utilization = models.FloatField(null=True, blank=True)
+    activity_utilization = models.FloatField(null=True, blank=True)
+    accounting = models.JSONField(default=dict, blank=True)
+    findings = models.JSONField(
+        default=dict, blank=True, help_text="Counts of this cycle's hits: rule -> severity -> n."
+    )
+    rule_errors = models.JSONField(default=list, blank=True)
+    not_judged = models.JSONField(default=dict, blank=True)
+    data_age_s = models.FloatField(null=True, blank=True, help_text="ran_at - as_of, seconds.")
+    coverage = models.FloatField(
+        null=True, blank=True, help_text="GPUs the metrics source answered for ÷ GPUs expected."
+    )
+    source = models.JSONField(
+        default=dict, blank=True, help_text="What the sources reported: queries, bytes, warnings."
+    )
+    recommendations = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What the recommend step did: proposed, kept, superseded, verified, seconds.",
+    )
+
+    class Meta:
+        ordering = ["cluster", "-as_of"]
+        get_latest_by = "as_of"
+        indexes = [models.Index(fields=["cluster", "-as_of"], name="cycle_cluster_as_of")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster} cycle as of {self.as_of:%Y-%m-%dT%H:%M:%SZ}"

@@ -1,0 +1,217 @@
+"""The inventory of a cluster as its scheduler reports it: the cluster and its data sources,
+nodes, GPUs, tenants, queues, jobs and scheduler events.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from diagnosis.choices import (
+    DataSourceStatus,
+    GpuHealth,
+    JobState,
+    MetricsKind,
+    NodeState,
+    SchedulerEventKind,
+    SchedulerKind,
+)
+
+
+class Cluster(models.Model):
+    name = models.SlugField(max_length=63, unique=True)
+    scheduler_kind = models.CharField(
+        max_length=16, choices=SchedulerKind.choices, default=SchedulerKind.SIM
+    )
+    scheduler_config = models.JSONField(
+        default=dict, blank=True, help_text="Adapter settings; secrets come from the environment."
+    )
+    metrics_kind = models.CharField(
+        max_length=16, choices=MetricsKind.choices, default=MetricsKind.SIM
+    )
+    metrics_config = models.JSONField(
+        default=dict, blank=True, help_text="Source settings; secrets come from the environment."
+    )
+    enabled = models.BooleanField(default=True, help_text="Diagnosed by the periodic cycle.")
+    dry_run = models.BooleanField(
+        default=True, help_text="Approved changes are shown and audited but never written."
+    )
+    auto_rollback = models.BooleanField(
+        default=False,
+        help_text="When an applied change makes its target metric worse, roll it back at once "
+        "(otherwise a rollback is proposed for approval).",
+    )
+    last_cycle_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(
+        max_length=16, choices=DataSourceStatus.choices, default=DataSourceStatus.UNKNOWN
+    )
+    status_message = models.TextField(blank=True)
+    status_changed_at = models.DateTimeField(null=True, blank=True)
+    # The embedded mode's cycle lock (diagnosis.tasks.cluster_cycle_lock): with Redis the lock
+    # lives in Redis and these stay empty.
+    cycle_lease_until = models.DateTimeField(null=True, blank=True, editable=False)
+    cycle_lease_holder = models.CharField(max_length=32, blank=True, editable=False)
+    event_cursor = models.TextField(
+        blank=True, editable=False, help_text="The scheduler adapter's cursor for read_events."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Node(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=253)
+    pool = models.CharField(max_length=128, blank=True)
+    gpu_model = models.CharField(max_length=64, blank=True)
+    gpu_count = models.PositiveSmallIntegerField(default=0)
+    state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.READY)
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="node_unique_per_cluster")
+        ]
+        indexes = [models.Index(fields=["cluster", "pool"], name="node_cluster_pool")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}/{self.name}"
+
+
+class Gpu(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64, blank=True)
+    health = models.CharField(max_length=16, choices=GpuHealth.choices, default=GpuHealth.OK)
+
+    class Meta:
+        ordering = ["node", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_index_per_node")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node}/{self.index}"
+
+
+class Tenant(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="tenants")
+    name = models.CharField(max_length=128)
+    managers = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="managed_tenants",
+        help_text="Users with the manager role who see this tenant's reports, jobs and findings.",
+    )
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="tenant_unique_per_cluster")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}/{self.name}"
+
+
+class Queue(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="queues")
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.SET_NULL, null=True, blank=True, related_name="queues"
+    )
+    name = models.CharField(max_length=128)
+    weight = models.PositiveIntegerField(default=1)
+    deserved_gpus = models.PositiveIntegerField(null=True, blank=True)
+    capability_gpus = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="queue_unique_per_cluster")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}/{self.name}"
+
+
+class Job(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="jobs")
+    external_id = models.CharField(max_length=255, help_text="The scheduler's id of the job.")
+    name = models.CharField(max_length=255, blank=True)
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
+    )
+    queue = models.ForeignKey(
+        Queue, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
+    )
+    pool = models.CharField(max_length=128, blank=True)
+    kind = models.CharField(max_length=32, blank=True, help_text="training, inference, ...")
+    priority = models.IntegerField(default=0)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
+    submitted_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    pods = models.PositiveIntegerField(default=1)
+    gpus_per_pod = models.PositiveIntegerField(default=1)
+    gang = models.BooleanField(default=False)
+    min_member = models.PositiveIntegerField(default=1)
+    preemptions = models.PositiveIntegerField(default=0)
+    unlisted_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Snapshot time from which the scheduler no longer listed this unfinished job.",
+    )
+
+    class Meta:
+        ordering = ["cluster", "-submitted_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "external_id"], name="job_unique_external_id_per_cluster"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["cluster", "state"], name="job_cluster_state"),
+            models.Index(fields=["cluster", "tenant", "state"], name="job_cluster_tenant_state"),
+            models.Index(fields=["cluster", "started_at"], name="job_cluster_started"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}/{self.external_id}"
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the whole job asks for."""
+        return self.pods * self.gpus_per_pod
+
+
+class SchedulerEvent(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="events")
+    time = models.DateTimeField()
+    kind = models.CharField(max_length=32, choices=SchedulerEventKind.choices)
+    job_external_id = models.CharField(max_length=255, blank=True)
+    node = models.CharField(max_length=253, blank=True)
+    reason = models.CharField(max_length=255, blank=True, help_text="The scheduler's own reason.")
+    message = models.TextField(blank=True)
+    dedup_key = models.CharField(
+        max_length=255,
+        blank=True,
+        help_text="Object uid + resourceVersion, or the scheduler's own event id: one row each.",
+    )
+
+    class Meta:
+        ordering = ["-time", "-id"]
+        indexes = [models.Index(fields=["cluster", "time"], name="event_cluster_time")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "dedup_key"],
+                condition=~models.Q(dedup_key=""),
+                name="event_unique_dedup_key",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster} {self.time:%Y-%m-%dT%H:%M:%SZ} {self.kind}"

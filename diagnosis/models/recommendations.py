@@ -1,0 +1,171 @@
+"""Recommendations and their append-only audit trail (DESIGN.md section 8.2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from diagnosis.choices import (
+    RecommendationKind,
+    RecommendationState,
+)
+from diagnosis.models.findings import Finding
+from diagnosis.models.inventory import Cluster
+
+
+class Recommendation(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="recommendations")
+    kind = models.CharField(max_length=32, choices=RecommendationKind.choices)
+    target = models.CharField(max_length=255, help_text="pool:, queue:, node: or job:")
+    change = models.JSONField(default=dict, blank=True)
+    state = models.CharField(
+        max_length=16, choices=RecommendationState.choices, default=RecommendationState.PROPOSED
+    )
+    impact = models.JSONField(default=dict, blank=True, help_text="Simulated effect of the change.")
+    motivating_findings = models.ManyToManyField(
+        Finding, blank=True, related_name="recommendations"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Empty when gpuobs proposed it.",
+    )
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # The workflow (DESIGN.md section 8.2; diagnosis/workflow.py, docs/recommendations.md).
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Who asked for the change to be made; the approver must be someone else.",
+    )
+    requested_at = models.DateTimeField(null=True, blank=True)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the approval lapses if the change is not applied."
+    )
+    applied_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Who asked for the approved change to be applied.",
+    )
+    applied_at = models.DateTimeField(null=True, blank=True)
+    apply_key = models.CharField(
+        max_length=64,
+        blank=True,
+        editable=False,
+        help_text="Idempotency key of the pending apply: a redelivered task applies nothing.",
+    )
+    apply_claimed_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="When a worker took the apply."
+    )
+    dry_run_result = models.JSONField(
+        default=dict, blank=True, help_text="The latest dry run: command, before, after, message."
+    )
+    apply_result = models.JSONField(
+        default=dict, blank=True, help_text="The write: command, before, after, scheduler's answer."
+    )
+    verification = models.JSONField(
+        default=dict, blank=True, help_text="Baseline and the cycles observed since applying."
+    )
+    rollback_of = models.ForeignKey(
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="rollbacks",
+        help_text="The applied recommendation this one undoes.",
+    )
+    status_message = models.TextField(
+        blank=True, help_text="Why it is in its state (a changed target, an error, a dry run)."
+    )
+    proposed_as_of = models.DateTimeField(
+        null=True, blank=True, help_text="Snapshot time of the cycle that proposed it."
+    )
+    last_proposed_as_of = models.DateTimeField(
+        null=True, blank=True, help_text="Snapshot time of the latest cycle that proposed it."
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["cluster", "state"], name="recommendation_cluster_state")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "kind", "target"],
+                condition=models.Q(state__in=["proposed", "approved", "applying"]),
+                name="recommendation_one_open_per_target",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.target} ({self.state})"
+
+
+class AuditEntryImmutableError(Exception):
+    """Raised on any attempt to change or delete an audit entry."""
+
+
+class AuditEntryQuerySet(models.QuerySet):
+    def update(self, **kwargs: Any) -> int:
+        raise AuditEntryImmutableError("audit entries are append-only")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise AuditEntryImmutableError("audit entries are append-only")
+
+
+class AuditEntry(models.Model):
+    """Append-only record of a change made by a person or by gpuobs (before and after)."""
+
+    actor = models.CharField(max_length=150, help_text="User name, or system:<what> for gpuobs.")
+    action = models.CharField(max_length=64)
+    target = models.CharField(max_length=255, blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    time = models.DateTimeField(default=timezone.now)
+    # PROTECT: the trail outlives nothing it points at; disable a cluster rather than delete it.
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.PROTECT, null=True, blank=True, related_name="audit_entries"
+    )
+    recommendation = models.ForeignKey(
+        Recommendation,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="audit_entries",
+    )
+
+    objects = AuditEntryQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-time", "-id"]
+        verbose_name_plural = "audit entries"
+        indexes = [models.Index(fields=["cluster", "time"], name="audit_cluster_time")]
+
+    def __str__(self) -> str:
+        return f"{self.time:%Y-%m-%dT%H:%M:%SZ} {self.actor} {self.action} {self.target}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise AuditEntryImmutableError("audit entries are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise AuditEntryImmutableError("audit entries are append-only")

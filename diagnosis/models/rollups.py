@@ -1,0 +1,75 @@
+"""Per-cycle rollups the charts and fairness reports read, per pool and per tenant."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from diagnosis.models.cycles import ClusterCycle
+from diagnosis.models.inventory import Cluster, Tenant
+
+
+class RollupFigures(models.Model):
+    """GPU-seconds of one scope over the interval one diagnosis cycle stands for (the time since
+    the previous good cycle's snapshot, at most the snapshot's window). Reports over any period
+    sum these; they never read raw metrics. Columns: ``diagnosis.core.fairness.HeldFigures``."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    cycle = models.ForeignKey(ClusterCycle, on_delete=models.CASCADE, related_name="+")
+    as_of = models.DateTimeField()
+    interval_s = models.FloatField()
+    allocated_gpu_s = models.FloatField(default=0)
+    demanded_gpu_s = models.FloatField(default=0)
+    used_gpu_s = models.FloatField(default=0, help_text="util-weighted GPU-seconds")
+    util_known_gpu_s = models.FloatField(default=0)
+    unavailable_gpu_s = models.FloatField(default=0)
+    partial_gang_gpu_s = models.FloatField(default=0)
+    idle_gpu_s = models.FloatField(default=0)
+    data_starved_gpu_s = models.FloatField(default=0)
+    busy_gpu_s = models.FloatField(default=0)
+    productive_gpu_s = models.FloatField(default=0, help_text="MFU-weighted busy GPU-seconds")
+    mfu_known_gpu_s = models.FloatField(default=0)
+    starving_job_s = models.FloatField(default=0, help_text="starving jobs × seconds")
+    preemptions = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class TenantRollup(RollupFigures):
+    """One tenant's figures in one cycle (``tenant`` empty for jobs of no known tenant)."""
+
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.SET_NULL, null=True, blank=True, related_name="rollups"
+    )
+    tenant_name = models.CharField(max_length=128)
+    entitlement_s = models.FloatField(default=0, help_text="entitlement share × seconds")
+    fair_gpu_s = models.FloatField(default=0, help_text="water-filled fair GPUs × seconds")
+
+    class Meta:
+        ordering = ["cluster", "as_of", "tenant_name"]
+        indexes = [models.Index(fields=["cluster", "as_of"], name="tenantrollup_cluster_as_of")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}/{self.tenant_name} as of {self.as_of:%Y-%m-%dT%H:%M:%SZ}"
+
+
+class PoolRollup(RollupFigures):
+    """One pool's figures in one cycle; ``pool`` "" is the whole cluster."""
+
+    pool = models.CharField(max_length=128, blank=True)
+    gpu_s = models.FloatField(default=0, help_text="every GPU × seconds")
+    free_fragmented_gpu_s = models.FloatField(default=0)
+    free_demand_gpu_s = models.FloatField(default=0)
+    free_no_demand_gpu_s = models.FloatField(default=0)
+    entitlement_basis = models.CharField(
+        max_length=16, blank=True, help_text="deserved or weight (the whole-cluster row)"
+    )
+
+    class Meta:
+        ordering = ["cluster", "as_of", "pool"]
+        indexes = [
+            models.Index(fields=["cluster", "pool", "as_of"], name="poolrollup_cluster_pool_as_of")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}/{self.pool or '(cluster)'} as of {self.as_of:%Y-%m-%dT%H:%M:%SZ}"

@@ -1,0 +1,624 @@
+"""Pages and API views. Thin: read models through ``diagnosis.access``, render; writes go through
+``diagnosis.actions``.
+
+Pages read the pre-computed rollups (``ClusterCycle``) and stored findings; they never run rules
+or accounting. Each page costs a small, fixed number of queries whatever the size of the cluster
+(tests/app/test_pages.py holds them to it). What each page shows and where its data comes from:
+docs/ui.md.
+
+Every view needs a login (LoginRequiredMiddleware) unless marked ``@login_not_required``. The API
+viewsets move to ``diagnosis/api/`` once that package exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+import pandas as pd
+from django.conf import settings
+from django.core.paginator import Page, Paginator
+from django.db.models import (
+    Case,
+    Count,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_safe
+
+from diagnosis import charts
+from diagnosis.access import (
+    clusters_for_user,
+    cycles_for_user,
+    findings_for_user,
+    get_cluster_for_user,
+    get_finding_for_user,
+)
+from diagnosis.choices import FindingState, Severity
+from diagnosis.core import xid_catalog
+from diagnosis.core.rules.base import SEVERITIES, Rule
+from diagnosis.core.rules.registry import all_rules
+from diagnosis.models import Cluster, ClusterCycle, Finding
+from diagnosis.roles import is_tenant_scoped
+
+OPEN_STATES = (FindingState.PENDING, FindingState.FIRING)
+STATE_FILTERS = {
+    "open": "Open (pending or firing)",
+    "firing": "Firing",
+    "pending": "Pending",
+    "resolved": "Resolved",
+    "all": "Any state",
+}
+FINDINGS_PER_PAGE = 50
+INCIDENTS_PER_PAGE = 25
+WATERFALL_PERIOD_S = 3600
+TREND_PERIOD_S = 24 * 3600
+FINDINGS_SHOWN_PER_BUCKET = 5
+
+SEVERITY_RANK = Case(
+    *(When(severity=s, then=Value(i)) for i, s in enumerate(SEVERITIES)),
+    default=Value(len(SEVERITIES)),
+    output_field=IntegerField(),
+)
+STATE_RANK = Case(
+    When(state=FindingState.FIRING, then=Value(0)),
+    When(state=FindingState.PENDING, then=Value(1)),
+    default=Value(2),
+    output_field=IntegerField(),
+)
+# The ClusterCycle columns the pages read: never the whole accounting JSON of many cycles.
+CYCLE_FIELDS = (
+    "id",
+    "cluster_id",
+    "as_of",
+    "ran_at",
+    "ok",
+    "error",
+    "gpus",
+    "allocated_gpus",
+    "allocation_utilization",
+    "activity_utilization",
+    "rule_errors",
+    "not_judged",
+    "data_age_s",
+)
+# What the waterfall needs of each cycle in the hour: a few keys of its accounting JSON.
+HOUR_ROW = {
+    "window_s": F("accounting__window_s"),
+    "buckets": F("accounting__cluster__buckets"),
+    "bucket_findings": F("accounting__findings"),
+    "productive_gpus": F("accounting__cluster__productive_gpus"),
+    "activity_coverage": F("accounting__cluster__activity_coverage"),
+    "mfu_coverage": F("accounting__cluster__mfu_coverage"),
+}
+SUBJECT_NOUNS = {
+    "job:": ("job", "jobs"),
+    "jobs:": ("set of jobs", "sets of jobs"),
+    "pool:": ("pool", "pools"),
+    "gpu:": ("GPU", "GPUs"),
+    "node:": ("node", "nodes"),
+    "tenant:": ("tenant", "tenants"),
+    "cluster:": ("cluster", "clusters"),
+}
+
+
+# -- freshness -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """How old a cluster's figures are. They are *stale* when the last good cycle ran, or its
+    snapshot was taken, more than two cycle intervals ago (DESIGN.md section 3): stale data is
+    labelled stale, never shown as healthy. A cluster without a good cycle has no data at all."""
+
+    now: datetime
+    interval_s: float  # how often cycles should run (settings.GPUOBS_CYCLE_SECONDS)
+    last_cycle_at: datetime | None = None  # when the latest cycle ran, failed or not
+    good_cycle_at: datetime | None = None  # when the latest good cycle ran
+    as_of: datetime | None = None  # the snapshot time of the latest good cycle
+
+    @property
+    def stale_after_s(self) -> float:
+        return 2 * self.interval_s
+
+    @property
+    def has_data(self) -> bool:
+        return self.as_of is not None
+
+    @property
+    def cycle_age_s(self) -> float | None:
+        return _seconds(self.now, self.last_cycle_at)
+
+    @property
+    def snapshot_age_s(self) -> float | None:
+        return _seconds(self.now, self.as_of)
+
+    @property
+    def age_s(self) -> float | None:
+        ages = [
+            age
+            for age in (_seconds(self.now, self.good_cycle_at), self.snapshot_age_s)
+            if age is not None
+        ]
+        return max(ages) if ages else None
+
+    @property
+    def snapshot_ahead(self) -> bool:
+        """The snapshot's clock is ahead of ours (a simulated cluster runs its own clock)."""
+        return self.as_of is not None and self.as_of > self.now
+
+    @property
+    def stale(self) -> bool:
+        return not self.has_data or (self.age_s or 0) > self.stale_after_s
+
+
+def _seconds(now: datetime, then: datetime | None) -> float | None:
+    return None if then is None else (now - then).total_seconds()
+
+
+def freshness_of(
+    latest: ClusterCycle | None, good: ClusterCycle | None, now: datetime | None = None
+) -> Freshness:
+    return Freshness(
+        now=now or timezone.now(),
+        interval_s=settings.GPUOBS_CYCLE_SECONDS,
+        last_cycle_at=latest.ran_at if latest else None,
+        good_cycle_at=good.ran_at if good else None,
+        as_of=good.as_of if good else None,
+    )
+
+
+def _latest_cycles(
+    cycles: QuerySet[ClusterCycle],
+) -> tuple[ClusterCycle | None, ClusterCycle | None]:
+    """The latest cycle (failed or not) and the latest good one. A failed cycle keeps the
+    ``as_of`` of the last good one, so ``(-as_of, -id)`` puts it last among equals."""
+    cycles = cycles.only(*CYCLE_FIELDS).order_by("-as_of", "-id")
+    latest = cycles.first()
+    if latest is None or latest.ok:
+        return latest, latest
+    return latest, cycles.filter(ok=True).first()
+
+
+# -- small helpers -------------------------------------------------------------------------------
+
+
+def _url(name: str, cluster: Cluster, query: Mapping[str, Any] | None = None, **kwargs: Any):
+    url = reverse(f"diagnosis:{name}", kwargs={"name": cluster.name, **kwargs})
+    return f"{url}?{urlencode(query, doseq=True)}" if query else url
+
+
+def _not_judged_lines(not_judged: Mapping[str, Mapping[str, int]], rules: Mapping[str, Rule]):
+    """``"low-mfu: 12 jobs not judged (no MFU or tensor activity)"`` per rule and reason."""
+    lines = []
+    for rule_id, reasons in sorted((not_judged or {}).items()):
+        rule = rules.get(rule_id)
+        one, many = SUBJECT_NOUNS.get(rule.subject_kind if rule else "", ("subject", "subjects"))
+        for reason, count in sorted(reasons.items()):
+            if count:
+                noun = one if count == 1 else many
+                lines.append(f"{rule_id}: {count} {noun} not judged ({reason})")
+    return lines
+
+
+def _split_ref(ref: str) -> tuple[str, str]:
+    rule_id, _, subject = ref.partition(" ")
+    return rule_id, subject
+
+
+# -- the cluster list ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusterRow:
+    cluster: Cluster
+    good: ClusterCycle | None
+    latest: ClusterCycle | None
+    freshness: Freshness
+    open_findings: int
+    critical_findings: int
+
+
+@require_safe
+def cluster_list(request: HttpRequest) -> HttpResponse:
+    """Every cluster the user may read, with its headline figures."""
+    clusters = clusters_for_user(request.user)
+    cycles = cycles_for_user(request.user)
+    latest = cycles.filter(cluster=OuterRef("pk")).order_by("-as_of", "-id").values("pk")
+    open_q = Q(findings__state__in=OPEN_STATES)
+    if is_tenant_scoped(request.user):  # count only the findings a manager may see
+        open_q &= Q(findings__tenant__managers=request.user)
+    rows = list(
+        clusters.annotate(
+            latest_cycle_id=Subquery(latest[:1]),
+            good_cycle_id=Subquery(latest.filter(ok=True)[:1]),
+            open_findings=Count("findings", filter=open_q),
+            critical_findings=Count(
+                "findings", filter=open_q & Q(findings__severity=Severity.CRITICAL)
+            ),
+        )
+    )
+    ids = {c.latest_cycle_id for c in rows} | {c.good_cycle_id for c in rows}
+    by_id = (
+        {c.pk: c for c in cycles.filter(pk__in=ids - {None}).only(*CYCLE_FIELDS)} if rows else {}
+    )
+    now = timezone.now()
+    table = []
+    for cluster in rows:
+        latest_cycle = by_id.get(cluster.latest_cycle_id)
+        good = by_id.get(cluster.good_cycle_id)
+        table.append(
+            ClusterRow(
+                cluster=cluster,
+                good=good,
+                latest=latest_cycle,
+                freshness=freshness_of(latest_cycle, good, now),
+                open_findings=cluster.open_findings,
+                critical_findings=cluster.critical_findings,
+            )
+        )
+    return render(request, "diagnosis/cluster_list.html", {"rows": table})
+
+
+# -- the cluster overview ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FindingLink:
+    label: str
+    url: str | None
+    state: str | None
+
+
+@dataclass(frozen=True)
+class BucketRow:
+    bucket: charts.BucketHours
+    list_url: str | None
+    findings: list[FindingLink] = field(default_factory=list)
+    more: int = 0
+
+
+@dataclass(frozen=True)
+class RuleCountRow:
+    rule_id: str
+    title: str
+    cells: list[tuple[str, int, str]]  # severity, count, link
+    total: int
+    url: str
+
+
+def _bucket_rows(
+    request: HttpRequest, cluster: Cluster, breakdown: charts.GpuHoursBreakdown
+) -> list[BucketRow]:
+    """Each bucket with the findings behind it (a few, linked) and a link to all of them.
+
+    A tenant-scoped manager gets no finding references here (they name other tenants' jobs);
+    the link to the findings list shows them theirs."""
+    per_bucket = 0 if is_tenant_scoped(request.user) else FINDINGS_SHOWN_PER_BUCKET
+    shown = {b.bucket: b.findings[:per_bucket] for b in breakdown.buckets}
+    refs = [_split_ref(ref) for refs in shown.values() for ref in refs]
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    if refs:
+        rows = (
+            findings_for_user(request.user, cluster)
+            .filter(rule_id__in={r for r, _ in refs}, subject__in={s for _, s in refs})
+            .values("id", "rule_id", "subject", "state")
+        )
+        found = {(row["rule_id"], row["subject"]): row for row in rows}
+    table = []
+    for bucket in breakdown.buckets:
+        links = []
+        for ref in shown[bucket.bucket]:
+            row = found.get(_split_ref(ref))
+            url = _url("finding", cluster, finding_id=row["id"]) if row else None
+            links.append(FindingLink(ref, url, row["state"] if row else None))
+        list_url = (
+            _url("findings", cluster, {"rule": list(bucket.rules), "state": "all"})
+            if bucket.rules
+            else None
+        )
+        more = max(0, len(bucket.findings) - len(links)) if per_bucket else 0
+        table.append(BucketRow(bucket, list_url, links, more))
+    return table
+
+
+def _open_findings_table(
+    request: HttpRequest, cluster: Cluster, rules: Mapping[str, Rule]
+) -> list[RuleCountRow]:
+    counts = (
+        findings_for_user(request.user, cluster)
+        .filter(state__in=OPEN_STATES)
+        .values("rule_id", "severity")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    by_rule: dict[str, dict[str, int]] = {}
+    for row in counts:
+        by_rule.setdefault(row["rule_id"], {})[row["severity"]] = row["n"]
+    table = []
+    for rule_id in sorted(by_rule, key=lambda r: (-by_rule[r].get("critical", 0), r)):
+        cells = [
+            (
+                severity,
+                by_rule[rule_id].get(severity, 0),
+                _url("findings", cluster, {"rule": rule_id, "severity": severity}),
+            )
+            for severity in SEVERITIES
+        ]
+        rule = rules.get(rule_id)
+        table.append(
+            RuleCountRow(
+                rule_id=rule_id,
+                title=rule.title if rule else "",
+                cells=cells,
+                total=sum(by_rule[rule_id].values()),
+                url=_url("findings", cluster, {"rule": rule_id}),
+            )
+        )
+    return table
+
+
+@require_safe
+def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
+    """One cluster: figures of its latest good cycle, the last hour's GPU-hour waterfall, the
+    utilization trend, open findings, data age, collection and rule errors."""
+    cluster = get_cluster_for_user(request.user, name)
+    rules = all_rules()
+    cycles = cycles_for_user(request.user, cluster)
+    latest, good = _latest_cycles(cycles)
+    context: dict[str, Any] = {
+        "cluster": cluster,
+        "section": "overview",
+        "latest": latest,
+        "good": good,
+        "freshness": freshness_of(latest, good),
+        "findings_table": _open_findings_table(request, cluster, rules),
+        "severities": SEVERITIES,
+        "failed": latest is not None and not latest.ok,
+    }
+    if good is not None:
+        hour_rows = list(
+            cycles.filter(
+                ok=True,
+                as_of__gt=good.as_of - timedelta(seconds=WATERFALL_PERIOD_S),
+                as_of__lte=good.as_of,
+            )
+            .order_by("as_of")
+            .values("as_of", **HOUR_ROW)
+        )
+        breakdown = charts.gpu_hours_breakdown(
+            hour_rows, end=good.as_of, period_s=WATERFALL_PERIOD_S
+        )
+        bucket_rows = _bucket_rows(request, cluster, breakdown)
+        links = {row.bucket.bucket: row.list_url for row in bucket_rows if row.list_url}
+        trend = pd.DataFrame.from_records(
+            cycles.filter(
+                ok=True,
+                as_of__gt=good.as_of - timedelta(seconds=TREND_PERIOD_S),
+                as_of__lte=good.as_of,
+            )
+            .order_by("as_of")
+            .values_list("as_of", "allocation_utilization", "activity_utilization"),
+            columns=["as_of", "allocation_utilization", "activity_utilization"],
+        )
+        last = hour_rows[-1] if hour_rows else {}
+        context |= {
+            "breakdown": breakdown,
+            "bucket_rows": bucket_rows,
+            "waterfall": charts.embed(
+                charts.gpu_hours_waterfall(breakdown, links),
+                "gpu-hours-waterfall",
+                label="GPU-hours of the last hour by bucket (the table below lists them)",
+            ),
+            "trend": charts.embed(
+                charts.utilization_trend(trend),
+                "utilization-trend",
+                label="Allocation and activity utilization over the last 24 hours",
+            ),
+            "trend_points": len(trend),
+            "activity_coverage": last.get("activity_coverage"),
+            "mfu_coverage": last.get("mfu_coverage"),
+            "rule_errors": good.rule_errors,
+            "not_judged": _not_judged_lines(good.not_judged, rules),
+        }
+    return render(request, "diagnosis/cluster_overview.html", context)
+
+
+# -- findings ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FindingFilter:
+    """The findings list's filters, parsed from the query string. Unknown severities and states
+    fall back to no filter and ``open``; an unknown rule or pool simply matches nothing."""
+
+    rules: tuple[str, ...] = ()
+    severities: tuple[str, ...] = ()
+    state: str = "open"
+    pool: str = ""
+
+    @classmethod
+    def parse(cls, query: QueryDict) -> FindingFilter:
+        state = query.get("state") or "open"
+        return cls(
+            rules=tuple(r for r in query.getlist("rule") if r),
+            severities=tuple(s for s in query.getlist("severity") if s in Severity.values),
+            state=state if state in STATE_FILTERS else "open",
+            pool=(query.get("pool") or "").strip(),
+        )
+
+    def apply(self, findings: QuerySet[Finding]) -> QuerySet[Finding]:
+        if self.rules:
+            findings = findings.filter(rule_id__in=self.rules)
+        if self.severities:
+            findings = findings.filter(severity__in=self.severities)
+        if self.state == "open":
+            findings = findings.filter(state__in=OPEN_STATES)
+        elif self.state != "all":
+            findings = findings.filter(state=self.state)
+        if self.pool:
+            # The pool's own findings (subject pool:<p>) and those whose evidence names the pool
+            # (the job rules, gang-deadlock, fragmentation). GPU and node findings (xid) carry no
+            # pool and never match a pool filter.
+            findings = findings.filter(Q(subject=f"pool:{self.pool}") | Q(evidence__pool=self.pool))
+        return findings
+
+    @property
+    def active(self) -> bool:
+        return bool(self.rules or self.severities or self.pool or self.state != "open")
+
+
+def _paginate(request: HttpRequest, items: QuerySet, per_page: int) -> tuple[Page, str]:
+    """The requested page and the query string of the other filters (for page links)."""
+    page = Paginator(items, per_page).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return page, query.urlencode()
+
+
+@require_safe
+def finding_list(request: HttpRequest, name: str) -> HttpResponse:
+    """The findings of a cluster, filtered by rule, severity, state and pool, paginated."""
+    cluster = get_cluster_for_user(request.user, name)
+    rules = all_rules()
+    filters = FindingFilter.parse(request.GET)
+    findings = (
+        filters.apply(findings_for_user(request.user, cluster))
+        .defer("evidence")
+        .order_by(SEVERITY_RANK, STATE_RANK, "-last_seen", "-id")
+    )
+    page, query = _paginate(request, findings, FINDINGS_PER_PAGE)
+    pools = (
+        cycles_for_user(request.user, cluster)
+        .filter(ok=True)
+        .order_by("-as_of", "-id")
+        .values_list("accounting__pools", flat=True)
+        .first()
+    )
+    pool_names = sorted({p["pool"] for p in pools or () if p.get("pool")} | {filters.pool} - {""})
+    context = {
+        "cluster": cluster,
+        "section": "findings",
+        "page": page,
+        "query": query,
+        "filters": filters,
+        "rules": rules,
+        "rule_choices": sorted(set(rules) | set(filters.rules)),
+        "severities": SEVERITIES,
+        "state_choices": STATE_FILTERS,
+        "pool_choices": pool_names,
+    }
+    return render(request, "diagnosis/finding_list.html", context)
+
+
+@require_safe
+def finding_detail(request: HttpRequest, name: str, finding_id: int) -> HttpResponse:
+    """One finding: summary, evidence, history and the rule's documentation."""
+    cluster = get_cluster_for_user(request.user, name)
+    finding = get_finding_for_user(request.user, cluster, finding_id)
+    context = {
+        "cluster": cluster,
+        "section": "incidents" if finding.rule_id == "xid" else "findings",
+        "finding": finding,
+        "events": list(finding.events.all()),
+        "rule": all_rules().get(finding.rule_id),
+        "rule_findings_url": _url("findings", cluster, {"rule": finding.rule_id}),
+    }
+    return render(request, "diagnosis/finding_detail.html", context)
+
+
+# -- incidents -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class XidCode:
+    code: int
+    count: int | None
+    first: datetime | None
+    last: datetime | None
+    info: xid_catalog.XidInfo
+
+
+@dataclass(frozen=True)
+class IncidentRow:
+    finding: Finding
+    node: str
+    gpu_index: int | None
+    codes: list[XidCode]
+    jobs: list[Mapping[str, Any]]
+    tenants: list[str]
+
+
+def _incident_row(finding: Finding) -> IncidentRow:
+    evidence = finding.evidence or {}
+    where = finding.subject.removeprefix("gpu:")
+    node, _, index = where.rpartition("/")
+    codes = [
+        XidCode(
+            code=int(entry["code"]),
+            count=entry.get("count"),
+            first=_parse_time(entry.get("first")),
+            last=_parse_time(entry.get("last")),
+            info=xid_catalog.lookup(int(entry["code"])),
+        )
+        for entry in _dicts(evidence.get("codes"))
+        if str(entry.get("code", "")).isdigit()
+    ]
+    jobs = _dicts(evidence.get("jobs"))
+    tenants = evidence.get("tenants") or sorted({j["tenant"] for j in jobs if j.get("tenant")})
+    return IncidentRow(
+        finding=finding,
+        node=evidence.get("node") or node or where,
+        gpu_index=evidence.get("index", int(index) if index.isdigit() else None),
+        codes=codes,
+        jobs=jobs,
+        tenants=[str(t) for t in tenants],
+    )
+
+
+def _parse_time(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
+
+
+def _dicts(value: Any) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, Iterable) else []
+
+
+@require_safe
+def incident_list(request: HttpRequest, name: str) -> HttpResponse:
+    """The Xid findings of a cluster, open first, with what each code means and what to do."""
+    cluster = get_cluster_for_user(request.user, name)
+    findings = (
+        findings_for_user(request.user, cluster)
+        .filter(rule_id="xid")
+        .order_by(STATE_RANK, SEVERITY_RANK, "-last_seen", "-id")
+    )
+    page, query = _paginate(request, findings, INCIDENTS_PER_PAGE)
+    context = {
+        "cluster": cluster,
+        "section": "incidents",
+        "page": page,
+        "query": query,
+        "rows": [_incident_row(f) for f in page.object_list],
+        "open_count": findings.filter(state__in=OPEN_STATES).count(),
+    }
+    return render(request, "diagnosis/incident_list.html", context)
+
+
+# -- health and API ------------------------------------------------------------------------------

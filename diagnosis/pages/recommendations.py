@@ -1,0 +1,266 @@
+"""Pages of the recommendation workflow: a cluster's recommendations, one recommendation (its
+change and the scheduler's dry-run diff, the simulated impact, verification, the audit trail and
+the buttons its reader may press), the workflow's form posts and the cluster's write switch.
+
+Thin like every view: reads through ``diagnosis.access``, writes through ``diagnosis.workflow``.
+A post the reader's role does not allow is a 403; one the recommendation's state does not allow
+comes back to the page with the reason. See docs/recommendations.md, "Workflow".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_POST, require_safe
+
+from diagnosis import charts, roles
+from diagnosis.access import (
+    get_cluster_for_user,
+    get_recommendation_for_user,
+    recommendations_for_user,
+)
+from diagnosis.actions.review import (
+    approve_recommendation,
+    reject_recommendation,
+    request_apply,
+    request_dry_run,
+    request_recommendation,
+    request_rollback,
+    set_cluster_writes,
+)
+from diagnosis.actions.workflow import APPLIED_STATES, OPEN_STATES, WorkflowError
+from diagnosis.choices import RecommendationKind, RecommendationState
+from diagnosis.core.recommend.impact import format_delta, format_value
+from diagnosis.models import AuditEntry, Recommendation
+
+State = RecommendationState
+PER_PAGE = 50
+STATE_FILTERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "open": ("Open (proposed, approved, applying)", OPEN_STATES),
+    "applied": ("Applied or verified", APPLIED_STATES),
+    "closed": (
+        "Closed",
+        (
+            State.ROLLED_BACK,
+            State.FAILED,
+            State.REJECTED,
+            State.EXPIRED,
+            State.SUPERSEDED,
+        ),
+    ),
+    "all": ("Any state", tuple(State.values)),
+}
+
+
+@dataclass(frozen=True)
+class Button:
+    action: str  # the URL's action name
+    label: str
+    style: str = ""  # "primary", "danger" or ""
+    note: str = ""
+
+
+def available_actions(rec: Recommendation, user: AbstractBaseUser) -> list[Button]:
+    """The workflow buttons ``user`` may press on ``rec`` now (the actions check again)."""
+    has_change = rec.kind != RecommendationKind.ADVISORY and bool(rec.change)
+    may_act = roles.can_apply(user, rec.kind)
+    buttons: list[Button] = []
+    if rec.state == State.PROPOSED and has_change:
+        if rec.requested_by_id is None and may_act:
+            buttons.append(Button("request", "Request this change", "primary"))
+        # Nobody asked yet: approving counts as the approver's own request (on-call drains).
+        requester = rec.requested_by if rec.requested_by_id is not None else user
+        if roles.can_approve(user, rec.kind, requester)[0]:
+            buttons.append(Button("approve", "Approve", "primary"))
+    if rec.state == State.APPROVED and may_act:
+        note = "" if not rec.cluster.dry_run else "writes are off for this cluster: a dry run only"
+        buttons.append(Button("apply", "Apply", "primary", note))
+    if rec.state in (State.PROPOSED, State.APPROVED) and has_change and may_act:
+        buttons.append(Button("dry-run", "Dry run"))
+    if rec.state in (State.PROPOSED, State.APPROVED) and may_act:
+        buttons.append(Button("reject", "Dismiss" if not has_change else "Reject", "danger"))
+    if rec.state in APPLIED_STATES and has_change and rec.rollback_of_id is None and may_act:
+        buttons.append(Button("rollback", "Roll back", "danger"))
+    return buttons
+
+
+def _detail_url(rec: Recommendation) -> str:
+    return reverse(
+        "diagnosis:recommendation", kwargs={"name": rec.cluster.name, "recommendation_id": rec.pk}
+    )
+
+
+@require_safe
+def recommendation_list(request: HttpRequest, name: str) -> HttpResponse:
+    """A cluster's recommendations, open ones first by default, with the write switch."""
+    cluster = get_cluster_for_user(request.user, name)
+    state = request.GET.get("state") or "open"
+    if state not in STATE_FILTERS:
+        state = "open"
+    recommendations = (
+        recommendations_for_user(request.user, cluster)
+        .filter(state__in=STATE_FILTERS[state][1])
+        .select_related("requested_by", "approved_by")
+        .order_by("-created_at", "-id")
+    )
+    page = Paginator(recommendations, PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "cluster": cluster,
+        "section": "recommendations",
+        "page": page,
+        "query": query.urlencode(),
+        "state": state,
+        "state_choices": {k: label for k, (label, _) in STATE_FILTERS.items()},
+        "can_administer": roles.can_administer(request.user),
+    }
+    return render(request, "diagnosis/recommendation_list.html", context)
+
+
+def _diff_rows(before: Any, after: Any) -> list[tuple[str, Any, Any]]:
+    """``(field, before, after)`` rows of a change: one per key of a record, else one row."""
+    if isinstance(before, Mapping) or isinstance(after, Mapping):
+        before = before if isinstance(before, Mapping) else {}
+        after = after if isinstance(after, Mapping) else {}
+        return [(str(k), before.get(k), after.get(k)) for k in dict.fromkeys([*before, *after])]
+    return [("value", before, after)]
+
+
+def _impact_rows(impact: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The simulated metrics as the table under the chart shows them (means over the seeds)."""
+    rows = []
+    for row in impact.get("metrics") or ():
+        unit = str(row.get("unit"))
+        try:
+            rows.append(
+                {
+                    "label": str(row.get("label") or row.get("metric")),
+                    "subject": str(row.get("subject")),
+                    "current": format_value(row["current"]["mean"], unit),
+                    "proposed": format_value(row["proposed"]["mean"], unit),
+                    "delta": format_delta(row["delta"]["mean"], unit),
+                    "verdict": str(row.get("verdict")),
+                }
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+    return rows
+
+
+def compact(value: Any, limit: int = 400) -> str:
+    """A JSON value as one short line of text (audit rows)."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@require_safe
+def recommendation_detail(request: HttpRequest, name: str, recommendation_id: int) -> HttpResponse:
+    """One recommendation: what and why, the diff, the impact, verification, audit, buttons."""
+    cluster = get_cluster_for_user(request.user, name)
+    rec = get_recommendation_for_user(request.user, cluster, recommendation_id)
+    impact = rec.impact or {}
+    figure = charts.recommendation_impact(impact)
+    dry = rec.dry_run_result or {}
+    applied = rec.apply_result or {}
+    context = {
+        "cluster": cluster,
+        "section": "recommendations",
+        "rec": rec,
+        "impact": impact,
+        "impact_chart": (
+            charts.embed(
+                figure,
+                "impact-chart",
+                label="Simulated impact: current and proposed setting per metric (the table "
+                "below lists them)",
+            )
+            if figure is not None
+            else None
+        ),
+        "proposed_diff": _diff_rows(rec.change.get("from"), rec.change.get("to")),
+        "dry_run": dry,
+        "dry_run_diff": _diff_rows(dry.get("before"), dry.get("after")) if dry else [],
+        "applied": applied,
+        "applied_diff": (
+            _diff_rows(applied.get("before"), applied.get("after")) if applied else []
+        ),
+        "verification": rec.verification or {},
+        "findings": list(rec.motivating_findings.order_by("rule_id", "subject")),
+        "impact_rows": _impact_rows(impact),
+        "audit": [
+            {"entry": e, "before": compact(e.before), "after": compact(e.after)}
+            for e in AuditEntry.objects.filter(recommendation=rec).order_by("time", "id")
+        ],
+        "rollbacks": list(rec.rollbacks.order_by("-created_at")),
+        "buttons": available_actions(rec, request.user),
+    }
+    return render(request, "diagnosis/recommendation_detail.html", context)
+
+
+ACTIONS = {
+    "request": (request_recommendation, "Requested: someone else approves it next."),
+    "approve": (approve_recommendation, "Approved; a dry run was sent to the scheduler."),
+    "dry-run": (request_dry_run, "Dry run sent to the scheduler."),
+    "apply": (request_apply, "Apply sent to the scheduler."),
+}
+
+
+@require_POST
+def recommendation_action(
+    request: HttpRequest, name: str, recommendation_id: int, action: str
+) -> HttpResponse:
+    """A workflow button: request, approve, reject, dry-run, apply or rollback."""
+    cluster = get_cluster_for_user(request.user, name)
+    rec = get_recommendation_for_user(request.user, cluster, recommendation_id)
+    target = rec
+    try:
+        if action in ACTIONS:
+            do, done = ACTIONS[action]
+            do(rec, request.user)
+        elif action == "reject":
+            reason = (request.POST.get("reason") or "").strip()
+            reject_recommendation(rec, request.user, reason)
+            done = "Rejected."
+        elif action == "rollback":
+            target = request_rollback(rec, request.user)
+            done = f"Rollback #{target.pk} sent to the scheduler."
+        else:
+            raise Http404("no such action")
+    except WorkflowError as exc:
+        messages.error(request, str(exc))
+    else:
+        target.refresh_from_db()
+        messages.success(request, done + _outcome(target))
+    return HttpResponseRedirect(_detail_url(target))
+
+
+def _outcome(rec: Recommendation) -> str:
+    """What already happened, when the task ran in the request (the embedded mode)."""
+    if rec.status_message:
+        return f" Now {rec.state}: {rec.status_message}"
+    return f" Now {rec.state}."
+
+
+@require_POST
+def cluster_writes(request: HttpRequest, name: str) -> HttpResponse:
+    """The cluster's write switch (admins only): ``enabled=on`` writes approved changes."""
+    cluster = get_cluster_for_user(request.user, name)
+    enabled = request.POST.get("enabled") == "on"
+    set_cluster_writes(cluster, request.user, enabled=enabled)
+    messages.success(
+        request,
+        f"Writes to {cluster.name}'s scheduler are {'on' if enabled else 'off (dry runs only)'}.",
+    )
+    return HttpResponseRedirect(reverse("diagnosis:recommendations", kwargs={"name": cluster.name}))

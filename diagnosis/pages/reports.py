@@ -1,0 +1,234 @@
+"""Pages of the tenant fairness report (DESIGN.md section 7; docs/fairness.md): the report of a
+cluster over a period, its CSV and PDF, a tenant's drill-down (its jobs and findings), one job,
+and the reader's emailed subscription. Thin: parse, check access, build, render.
+
+Everything goes through ``diagnosis.access`` and :func:`build_fairness_report`, so a manager
+sees only their tenants here, in the downloads and in the API, and asking for anyone else's
+tenant or job (by URL or by ``?tenant=``) is a 404.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_POST, require_safe
+
+from diagnosis import charts
+from diagnosis.access import (
+    findings_for_user,
+    get_cluster_for_user,
+    get_job_for_user,
+    get_tenant_for_user,
+    jobs_for_user,
+)
+from diagnosis.actions.subscriptions import subscribe_to_report
+from diagnosis.core.fairness import SIZE_CLASSES, size_class
+from diagnosis.models import Cluster, Job, ReportFrequency, ReportSubscription
+from diagnosis.reports import figures
+from diagnosis.reports.csv_export import render_csv
+from diagnosis.reports.fairness_report import FairnessReportData, build_fairness_report, default_end
+from diagnosis.reports.pdf import render_pdf
+from diagnosis.reports.period import PRESET_LABELS, PeriodError, ReportPeriod
+
+JOBS_PER_PAGE = 50
+FINDINGS_SHOWN = 100
+
+
+def _report(request: HttpRequest, cluster: Cluster, **narrow: Any) -> FairnessReportData:
+    """The report the query string asks for (``period``, or ``from``/``to``; ``tenant``)."""
+    period = ReportPeriod.parse(request.GET, default_end=default_end(cluster))
+    tenants = narrow.get("tenants", request.GET.getlist("tenant"))
+    return build_fairness_report(request.user, cluster, period, tenants=tenants)
+
+
+def _exact_query(request: HttpRequest, data: FairnessReportData) -> str:
+    """The report's exact period and tenant filter, for the links that must show the same
+    numbers (downloads, the API) even if new cycles arrive meanwhile."""
+    query: list[tuple[str, str]] = list(data.period.query().items())
+    query += [("tenant", t) for t in sorted(set(request.GET.getlist("tenant")) - {""})]
+    return urlencode(query)
+
+
+def _bad_period(request: HttpRequest, cluster: Cluster, error: PeriodError) -> HttpResponse:
+    context = {"cluster": cluster, "section": "fairness", "error": error, "presets": PRESET_LABELS}
+    return render(request, "diagnosis/report_fairness.html", context, status=400)
+
+
+@require_safe
+def fairness_report(request: HttpRequest, name: str) -> HttpResponse:
+    """The tenant table, the three charts, downloads and the reader's subscription."""
+    cluster = get_cluster_for_user(request.user, name)
+    try:
+        data = _report(request, cluster)
+    except PeriodError as error:
+        return _bad_period(request, cluster, error)
+    query = _exact_query(request, data)
+    subscription = ReportSubscription.objects.filter(user=request.user, cluster=cluster).first()
+    context = {
+        "cluster": cluster,
+        "section": "fairness",
+        "data": data,
+        "report": data.report,
+        "presets": PRESET_LABELS,
+        "query": query,
+        "period_query": urlencode(data.period.query()),
+        "csv_url": f"{reverse('diagnosis:fairness_csv', args=[cluster.name])}?{query}",
+        "pdf_url": f"{reverse('diagnosis:fairness_pdf', args=[cluster.name])}?{query}",
+        "api_url": f"{reverse('api-v1:fairness-report', args=[cluster.name])}?{query}",
+        "size_classes": SIZE_CLASSES,
+        "rows": [(row, [row.waits[c] for c in SIZE_CLASSES]) for row in data.tenants],
+        "pooled_waits": [data.report.waits[c] for c in SIZE_CLASSES],
+        "subscription": subscription,
+        "frequencies": ReportFrequency.choices,
+    }
+    if data.tenants:
+        context |= {
+            "share_chart": charts.embed(
+                figures.share_over_time(data),
+                "fairness-shares",
+                label="Usage, fair share and entitlement of each tenant over the period",
+            ),
+            "waits_chart": charts.embed(
+                figures.waits_by_size_class(data),
+                "fairness-waits",
+                label="Wait p50 and p95 by job size class (the table lists them per tenant)",
+            ),
+            "breakdown_chart": charts.embed(
+                figures.tenant_breakdown(data),
+                "fairness-breakdown",
+                label="GPU-hours each tenant held, by accounting bucket",
+            ),
+        }
+    return render(request, "diagnosis/report_fairness.html", context)
+
+
+def _download(request: HttpRequest, name: str, kind: str) -> HttpResponse:
+    cluster = get_cluster_for_user(request.user, name)
+    try:
+        data = _report(request, cluster)
+    except PeriodError as error:
+        return HttpResponse(str(error), status=400, content_type="text/plain; charset=utf-8")
+    start, end = data.period.as_dict()["from"], data.period.as_dict()["to"]
+    filename = f"fairness-{cluster.name}-{start[:10]}-{end[:10]}.{kind}"
+    if kind == "csv":
+        response = HttpResponse(render_csv(data), content_type="text/csv; charset=utf-8")
+    else:
+        response = HttpResponse(render_pdf(data), content_type="application/pdf")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@require_safe
+def fairness_report_csv(request: HttpRequest, name: str) -> HttpResponse:
+    """The report as CSV, one row per tenant (columns: docs/fairness.md)."""
+    return _download(request, name, "csv")
+
+
+@require_safe
+def fairness_report_pdf(request: HttpRequest, name: str) -> HttpResponse:
+    """The report as PDF, with the charts."""
+    return _download(request, name, "pdf")
+
+
+@require_POST
+def fairness_subscription(request: HttpRequest, name: str) -> HttpResponse:
+    """Subscribe the reader to the report by email (weekly, monthly) or cancel (empty)."""
+    cluster = get_cluster_for_user(request.user, name)
+    frequency = request.POST.get("frequency", "")
+    target = reverse("diagnosis:fairness", args=[cluster.name])
+    if frequency and frequency not in ReportFrequency.values:
+        messages.error(request, f"Unknown frequency {frequency!r}.")
+        return HttpResponseRedirect(target)
+    if frequency and not request.user.email:
+        messages.error(request, "Your account has no email address; ask an admin to add one.")
+        return HttpResponseRedirect(target)
+    subscription = subscribe_to_report(request.user, cluster, frequency)
+    if subscription is None:
+        messages.info(request, "You will no longer get this report by email.")
+    else:
+        label = subscription.get_frequency_display().lower()
+        messages.info(request, f"You will get this report {label} by email, as a PDF.")
+    return HttpResponseRedirect(target)
+
+
+@require_safe
+def tenant_detail(request: HttpRequest, name: str, tenant: str) -> HttpResponse:
+    """One tenant over the period: its report row, its jobs and its findings."""
+    cluster = get_cluster_for_user(request.user, name)
+    row_tenant = get_tenant_for_user(request.user, cluster, tenant)
+    try:
+        data = _report(request, cluster, tenants=[row_tenant.name])
+    except PeriodError as error:
+        return _bad_period(request, cluster, error)
+    period = data.period
+    jobs = (
+        jobs_for_user(request.user, cluster)
+        .filter(tenant=row_tenant, submitted_at__lte=period.end)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=period.start))
+        .order_by("-submitted_at", "-id")
+    )
+    page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    findings = (
+        findings_for_user(request.user, cluster)
+        .filter(tenant=row_tenant, first_seen__lte=period.end, last_seen__gte=period.start)
+        .order_by("-last_seen", "-id")
+    )
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "cluster": cluster,
+        "section": "fairness",
+        "tenant": row_tenant,
+        "data": data,
+        "row": data.tenants[0] if data.tenants else None,
+        "size_classes": SIZE_CLASSES,
+        "class_waits": (
+            list(zip(SIZE_CLASSES, [data.tenants[0].waits[c] for c in SIZE_CLASSES], strict=True))
+            if data.tenants
+            else []
+        ),
+        "page": page,
+        "query": query.urlencode(),
+        "job_rows": [(job, _wait_s(job)) for job in page.object_list],
+        "findings": list(findings[:FINDINGS_SHOWN]),
+        "findings_total": findings.count(),
+        "period_query": urlencode(period.query()),
+        "report_url": f"{reverse('diagnosis:fairness', args=[cluster.name])}?"
+        + urlencode(period.query()),
+    }
+    return render(request, "diagnosis/report_tenant.html", context)
+
+
+@require_safe
+def job_detail(request: HttpRequest, name: str, job_id: str) -> HttpResponse:
+    """One job record and the findings about it."""
+    cluster = get_cluster_for_user(request.user, name)
+    job = get_job_for_user(request.user, cluster, job_id)
+    findings = (
+        findings_for_user(request.user, cluster)
+        .filter(subject=f"job:{job.external_id}")
+        .order_by("-last_seen", "-id")
+    )
+    context = {
+        "cluster": cluster,
+        "section": "fairness",
+        "job": job,
+        "wait_s": _wait_s(job),
+        "size_class": size_class(job.gpus),
+        "findings": list(findings),
+    }
+    return render(request, "diagnosis/report_job.html", context)
+
+
+def _wait_s(job: Job) -> float | None:
+    """How long the job waited to start (None while it has not started)."""
+    if job.started_at is None:
+        return None
+    return max(0.0, (job.started_at - job.submitted_at).total_seconds())

@@ -1,0 +1,323 @@
+"""The tenant fairness report of one cluster and period, assembled from the stored rollups
+(``TenantRollup``, ``PoolRollup``), the job records and the findings, for one reader.
+
+:func:`build_fairness_report` is the one function the page, the API, the CSV and PDF exports,
+the ``report`` command and the emailed subscription all call, so they show the same numbers.
+Reads go through ``diagnosis.access``: a tenant-scoped manager gets only their tenants' rows
+(Jain's index is always over every tenant with demand: one number about the whole cluster).
+
+Cost: three grouped queries over the period's rollups (per time bin and tenant, per time bin for
+the cluster, the starvation findings) and one over the jobs that started in the period; no query
+grows with the number of tenants or cycles beyond what PostgreSQL sums.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from django.db import connection, transaction
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Func,
+    Max,
+    Sum,
+)
+from django.db.models.functions import Trunc
+from django.utils import timezone
+
+from diagnosis.access import (
+    findings_for_user,
+    get_tenant_for_user,
+    jobs_for_user,
+    tenants_for_user,
+)
+from diagnosis.core import fairness
+from diagnosis.models import Cluster, PoolRollup, Tenant, TenantRollup
+from diagnosis.reports.period import ReportPeriod
+from diagnosis.roles import User, is_tenant_scoped
+
+REPORT_FORMAT = "gpuobs.fairness-report/v1"
+
+
+def series_bin(period: ReportPeriod) -> str:
+    """The time bin of the report's charts: minutes up to 6 hours, hours up to 8 days, else
+    days (at most a few hundred points)."""
+    if period.seconds <= 6 * 3600:
+        return "minute"
+    if period.seconds <= 8 * 86400:
+        return "hour"
+    return "day"
+
+
+@dataclass(frozen=True)
+class FairnessReportData:
+    """A cluster's report for one reader: the core report plus what the charts need."""
+
+    cluster: Cluster
+    period: ReportPeriod
+    generated_at: datetime
+    tenant_scoped: bool
+    visible_tenants: tuple[str, ...] | None  # None: every tenant
+    cycles: int
+    entitlement_basis: str  # "deserved", "weight", "mixed" or "" (no data)
+    report: fairness.FairnessReport
+    series: pd.DataFrame  # bin, tenant, usage, fair_share, entitlement (visible tenants)
+    bin: str
+
+    @property
+    def tenants(self) -> tuple[fairness.TenantRow, ...]:
+        return self.report.tenants
+
+    @property
+    def has_data(self) -> bool:
+        return self.cycles > 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form (the API answer, ``manage.py report --format json``)."""
+        report = self.report
+        return {
+            "format": REPORT_FORMAT,
+            "cluster": self.cluster.name,
+            **self.period.as_dict(),
+            "generated_at": _iso(self.generated_at),
+            "scope": {
+                "tenant_scoped": self.tenant_scoped,
+                "tenants": list(self.visible_tenants) if self.visible_tenants is not None else None,
+            },
+            "cycles": self.cycles,
+            "covered_s": fairness.json_number(report.covered_s),
+            "capacity_gpu_hours": fairness.json_number(report.capacity_gpu_hours),
+            "usable_gpu_hours": fairness.json_number(report.usable_gpu_hours),
+            "entitlement_basis": self.entitlement_basis,
+            "jain_index": fairness.json_number(report.jain_index),
+            "waits": {
+                "all": report.wait.as_dict(),
+                **{name: stats.as_dict() for name, stats in report.waits.items()},
+            },
+            "tenants": [row.as_dict() for row in report.tenants],
+        }
+
+
+def latest_rollup_time(cluster: Cluster) -> datetime | None:
+    """The newest snapshot time rolled up for the cluster (None before the first cycle)."""
+    return PoolRollup.objects.filter(cluster=cluster, pool="").aggregate(m=Max("as_of"))["m"]
+
+
+def default_end(cluster: Cluster, now: datetime | None = None) -> datetime:
+    """Where a preset period ends: now, or the newest rollup when the cluster's clock runs ahead
+    of ours (a simulated cluster stepping faster than the wall clock)."""
+    now = now or timezone.now()
+    latest = latest_rollup_time(cluster)
+    return max(now, latest) if latest is not None else now
+
+
+def requested_tenants(user: User, cluster: Cluster, names: Iterable[str]) -> tuple[str, ...]:
+    """The tenants a reader asked to narrow a report to (``?tenant=``), each checked: a name
+    the reader may not see (or that does not exist) is a 404, never an empty report."""
+    wanted = sorted({name for name in names if name})
+    return tuple(get_tenant_for_user(user, cluster, name).name for name in wanted)
+
+
+def build_fairness_report(
+    user: User,
+    cluster: Cluster,
+    period: ReportPeriod,
+    *,
+    tenants: Iterable[str] = (),
+    now: datetime | None = None,
+) -> FairnessReportData:
+    """The fairness report of ``cluster`` over ``period`` as ``user`` may see it, narrowed to
+    ``tenants`` when given (checked with :func:`requested_tenants`). ``cluster`` must come
+    from :func:`diagnosis.access.get_cluster_for_user`."""
+    scoped = is_tenant_scoped(user)
+    narrowed = requested_tenants(user, cluster, tenants)
+    visible: tuple[str, ...] | None = narrowed or None
+    if scoped and visible is None:
+        visible = tuple(sorted(tenants_for_user(user, cluster).values_list("name", flat=True)))
+    bin_kind = series_bin(period)
+    in_period = {"cluster": cluster, "as_of__gt": period.start, "as_of__lte": period.end}
+
+    with transaction.atomic():
+        _aggregate_in_memory()
+        tenant_bins = pd.DataFrame.from_records(
+            TenantRollup.objects.filter(**in_period)
+            .annotate(bin=Trunc("as_of", bin_kind, tzinfo=UTC))
+            .values("bin", "tenant_name")
+            .annotate(**{column: Sum(column) for column in fairness.TENANT_SUMS})
+            .order_by(),
+            columns=["bin", "tenant_name", *fairness.TENANT_SUMS],
+        )
+        cluster_rows = list(
+            PoolRollup.objects.filter(**in_period, pool="")
+            .annotate(bin=Trunc("as_of", bin_kind, tzinfo=UTC))
+            .values("bin", "entitlement_basis")
+            .annotate(cycles=Count("id"), **{c: Sum(c) for c in fairness.CLUSTER_SUMS})
+            .order_by()
+        )
+    cluster_bins = pd.DataFrame.from_records(
+        cluster_rows, columns=["bin", "entitlement_basis", "cycles", *fairness.CLUSTER_SUMS]
+    )
+    bases = sorted(set(cluster_bins["entitlement_basis"]) - {""})
+    basis = bases[0] if len(bases) == 1 else ("mixed" if bases else "")
+    cluster_bins = cluster_bins.groupby("bin", sort=True)[["cycles", *fairness.CLUSTER_SUMS]].sum()
+
+    tenant_sums = {
+        str(name): group[list(fairness.TENANT_SUMS)].sum().to_dict()
+        for name, group in tenant_bins.groupby("tenant_name", sort=True)
+    }
+    cluster_sums = cluster_bins[list(fairness.CLUSTER_SUMS)].sum().to_dict()
+    report = fairness.fairness_report(
+        tenant_sums,
+        cluster_sums,
+        waits=_started_job_waits(user, cluster, period, visible),
+        starvation_findings=_starvation_findings(user, cluster, period, visible),
+        visible=visible,
+    )
+    return FairnessReportData(
+        cluster=cluster,
+        period=period,
+        generated_at=now or timezone.now(),
+        tenant_scoped=scoped,
+        visible_tenants=visible,
+        cycles=int(cluster_bins["cycles"].sum()) if len(cluster_bins) else 0,
+        entitlement_basis=basis,
+        report=report,
+        series=_share_series(tenant_bins, cluster_bins, visible),
+        bin=bin_kind,
+    )
+
+
+class _Seconds(Func):
+    """A duration expression in seconds, as a float computed by the database (so 100,000s of
+    jobs cost one float each, not two timestamps parsed in Python)."""
+
+    output_field = FloatField()
+
+    def as_postgresql(self, compiler, connection, **extra):
+        template = "EXTRACT(EPOCH FROM (%(expressions)s))::float8"
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        # Django's SQLite datetime difference is in microseconds.
+        template = "((%(expressions)s) / 1000000.0)"
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+
+# Memory PostgreSQL may use for the report's grouped sums (for this transaction only): enough
+# for a hash aggregate of a month of minute rollups; with the default 4 MB it sorts millions of
+# rows on disk instead, two to three times slower (bench/reports.py).
+AGGREGATE_WORK_MEM = "64MB"
+
+
+def _aggregate_in_memory() -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL work_mem = %s", [AGGREGATE_WORK_MEM])
+
+
+def _started_job_waits(
+    user: User, cluster: Cluster, period: ReportPeriod, visible: tuple[str, ...] | None
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per tenant: GPUs asked and wait (start - submission, seconds) of the jobs that started
+    in the period, from the job records the reader may see."""
+    jobs = jobs_for_user(user, cluster)
+    if visible is not None:
+        jobs = jobs.filter(tenant__name__in=visible)
+    waited = ExpressionWrapper(F("started_at") - F("submitted_at"), output_field=DurationField())
+    rows = (
+        jobs.filter(started_at__gt=period.start, started_at__lte=period.end)
+        .annotate(asked=F("pods") * F("gpus_per_pod"), wait_s=_Seconds(waited))
+        .values_list("tenant_id", "asked", "wait_s")
+        .order_by()
+    )
+    # The SQL Django wrote for this database, fetched without Django's per-value converters
+    # (ints and floats need none): a month of a big cluster is 100,000s of rows.
+    sql, params = rows.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        fetched = cursor.fetchall()
+    frame = pd.DataFrame.from_records(fetched, columns=["tenant", "asked", "wait"])
+    if frame.empty:
+        return {}
+    names = dict(Tenant.objects.filter(cluster=cluster).values_list("pk", "name"))
+    frame["tenant"] = frame["tenant"].map(names).fillna(fairness.NO_TENANT)
+    frame["wait"] = frame["wait"].astype(float).clip(lower=0)
+    return {
+        str(name): (group["asked"].to_numpy(np.int64), group["wait"].to_numpy(float))
+        for name, group in frame.groupby("tenant", sort=True)
+    }
+
+
+def _starvation_findings(
+    user: User, cluster: Cluster, period: ReportPeriod, visible: tuple[str, ...] | None
+) -> dict[str, int]:
+    """Per tenant: distinct starvation findings the rule reported during the period (first
+    seen before its end, last reported after its start)."""
+    findings = findings_for_user(user, cluster)
+    if visible is not None:
+        findings = findings.filter(tenant__name__in=visible)
+    rows = (
+        findings.filter(
+            rule_id="starvation", first_seen__lte=period.end, last_hit_at__gt=period.start
+        )
+        .values("tenant__name")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    return {str(row["tenant__name"] or fairness.NO_TENANT): row["n"] for row in rows}
+
+
+def _share_series(
+    tenant_bins: pd.DataFrame, cluster_bins: pd.DataFrame, visible: tuple[str, ...] | None
+) -> pd.DataFrame:
+    """Per time bin and visible tenant: usage and fair share of the bin's usable GPU-seconds,
+    and the time-averaged entitlement."""
+    columns = ["bin", "tenant", "usage", "fair_share", "entitlement"]
+    if tenant_bins.empty or cluster_bins.empty:
+        return pd.DataFrame(columns=columns)
+    frame = (
+        tenant_bins if visible is None else tenant_bins[tenant_bins["tenant_name"].isin(visible)]
+    )
+    usable = cluster_bins["gpu_s"] - cluster_bins["unavailable_gpu_s"]
+    covered = cluster_bins["interval_s"]
+    bins = frame["bin"]
+    usable_of = bins.map(usable).to_numpy(float)
+    covered_of = bins.map(covered).to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = pd.DataFrame(
+            {
+                "bin": pd.to_datetime(bins, utc=True).to_numpy(),
+                "tenant": frame["tenant_name"].to_numpy(),
+                "usage": np.where(usable_of > 0, frame["allocated_gpu_s"] / usable_of, np.nan),
+                "fair_share": np.where(usable_of > 0, frame["fair_gpu_s"] / usable_of, np.nan),
+                "entitlement": np.where(
+                    covered_of > 0, frame["entitlement_s"] / covered_of, np.nan
+                ),
+            }
+        )
+    return out.sort_values(["tenant", "bin"]).reset_index(drop=True)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def subscription_period(frequency: str, end: datetime) -> ReportPeriod:
+    """The period an emailed report covers: the last 7 days (weekly) or 30 days (monthly)."""
+    preset = "7d" if frequency == "weekly" else "30d"
+    return ReportPeriod.preset_ending(preset, end)
+
+
+SUBSCRIPTION_EVERY: Mapping[str, timedelta] = {
+    "weekly": timedelta(days=7),
+    "monthly": timedelta(days=30),
+}

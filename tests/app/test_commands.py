@@ -1,0 +1,199 @@
+"""The command-line contract: snapshot validate/export/import, diagnose and rules_doc."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from diagnosis.models import Cluster, Finding, Snapshot
+from tests.conftest import REPO_ROOT
+from tests.support.builders import SnapshotBuilder
+
+DESIGN_EXAMPLE = REPO_ROOT / "tests" / "fixtures" / "design_example.json"
+
+
+def manage(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    """Run manage.py as a separate process, as a user would (embedded SQLite settings)."""
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        input=stdin,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def bad_snapshot(tmp_path):
+    document = json.loads(DESIGN_EXAMPLE.read_text())
+    document["jobs"][0]["state"] = "sleeping"
+    document["nodes"][0]["state"] = "asleep"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
+@pytest.fixture
+def busy_snapshot(tmp_path):
+    builder = SnapshotBuilder(cluster="lab").pool("a100", nodes=2)
+    builder.job("idle", node="a100-000", waited="3h", util=0.0, fb_used_frac=0.3)
+    builder.job("big", state="pending", pods=2, gpus_per_pod=8, waited="6h")
+    path = tmp_path / "busy.json"
+    path.write_text(json.dumps(builder.document()))
+    return path
+
+
+# -- snapshot validate -----------------------------------------------------------------------------
+
+
+def test_validate_accepts_the_design_example():
+    result = manage("snapshot", "validate", str(DESIGN_EXAMPLE))
+    assert result.returncode == 0, result.stderr
+    assert b"valid gpuobs.snapshot/v1 of cluster demo" in result.stdout
+
+
+def test_validate_rejects_with_every_error_and_exit_2(bad_snapshot):
+    result = manage("snapshot", "validate", str(bad_snapshot))
+    assert result.returncode == 2
+    assert result.stdout == b""
+    assert b"jobs[0].state: 'sleeping' is not one of" in result.stderr
+    assert b"nodes[0].state: 'asleep' is not one of" in result.stderr
+
+
+def test_validate_reports_a_missing_file(tmp_path):
+    result = manage("snapshot", "validate", str(tmp_path / "nope.json"))
+    assert result.returncode == 2
+    assert b"cannot read" in result.stderr
+
+
+# -- snapshot import / export ----------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_import_stores_the_snapshot_and_creates_a_dry_run_cluster(busy_snapshot):
+    out = StringIO()
+    call_command("snapshot", "import", str(busy_snapshot), stdout=out)
+    cluster = Cluster.objects.get(name="lab")
+    assert cluster.dry_run
+    assert not cluster.enabled
+    assert Snapshot.objects.get(cluster=cluster).load_document()["cluster"] == "lab"
+    assert "created cluster lab" in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_import_with_diagnose_records_findings(busy_snapshot):
+    call_command("snapshot", "import", str(busy_snapshot), "--diagnose", stdout=StringIO())
+    subjects = set(Finding.objects.values_list("rule_id", "subject"))
+    assert ("idle-allocation", "job:idle") in subjects
+
+
+@pytest.mark.django_db
+def test_import_of_a_bad_file_stores_nothing(bad_snapshot):
+    with pytest.raises(CommandError):
+        call_command("snapshot", "import", str(bad_snapshot), stdout=StringIO(), stderr=StringIO())
+    assert not Snapshot.objects.exists()
+    assert not Cluster.objects.exists()
+
+
+@pytest.mark.django_db
+def test_export_writes_back_what_was_imported(busy_snapshot, tmp_path):
+    call_command("snapshot", "import", str(busy_snapshot), stdout=StringIO())
+    out = tmp_path / "out.json"
+    call_command("snapshot", "export", "--cluster", "lab", "--out", str(out), stdout=StringIO())
+    exported = json.loads(out.read_text())
+    original = json.loads(busy_snapshot.read_text())
+    assert exported["as_of"] == original["as_of"]
+    assert [j["id"] for j in exported["jobs"]] == [j["id"] for j in original["jobs"]]
+
+
+@pytest.mark.django_db
+def test_export_of_an_unknown_cluster_fails_clearly():
+    with pytest.raises(CommandError, match="no cluster named 'ghost'"):
+        call_command("snapshot", "export", "--cluster", "ghost")
+
+
+# -- diagnose --------------------------------------------------------------------------------------
+
+
+def test_diagnose_json_has_the_contract_keys(busy_snapshot):
+    result = manage("diagnose", str(busy_snapshot), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert set(report) >= {"as_of", "findings", "errors", "not_judged", "accounting"}
+    finding = next(f for f in report["findings"] if f["rule"] == "idle-allocation")
+    assert set(finding) == {"rule", "subject", "severity", "summary", "evidence"}
+    assert finding["subject"] == "job:idle"
+    buckets = report["accounting"]["cluster"]["buckets"]
+    assert sum(b["gpus"] for b in buckets.values()) == 16
+
+
+def test_diagnose_set_changes_a_threshold(busy_snapshot):
+    result = manage(
+        "diagnose", str(busy_snapshot), "--json", "--set", "idle-allocation.min_runtime=14400"
+    )
+    report = json.loads(result.stdout)
+    assert not [f for f in report["findings"] if f["rule"] == "idle-allocation"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("idle-allocation.min_runtime=soon", b"expected a number"),
+        ("nope.x=1", b"unknown rule 'nope'"),
+        ("idle-allocation", b"expected RULE.THRESHOLD=VALUE"),
+    ],
+)
+def test_diagnose_refuses_a_bad_set(busy_snapshot, setting, message):
+    result = manage("diagnose", str(busy_snapshot), "--set", setting)
+    assert result.returncode == 2
+    assert result.stdout == b""
+    assert message in result.stderr
+
+
+def test_diagnose_of_a_bad_snapshot_prints_nothing_to_stdout(bad_snapshot):
+    result = manage("diagnose", str(bad_snapshot), "--json")
+    assert result.returncode == 2
+    assert result.stdout == b""
+    assert b"jobs[0].state" in result.stderr
+
+
+def test_diagnose_table_groups_by_severity(busy_snapshot):
+    result = manage("diagnose", str(busy_snapshot))
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.decode()
+    assert "WARNING (" in text
+    assert "idle-allocation" in text
+    assert "GPU-HOURS" in text
+
+
+def test_diagnose_reads_stdin():
+    result = manage("diagnose", "-", "--json", stdin=DESIGN_EXAMPLE.read_bytes())
+    assert result.returncode == 0, result.stderr
+    assert [f["rule"] for f in json.loads(result.stdout)["findings"]] == ["xid"]
+
+
+# -- rules_doc -------------------------------------------------------------------------------------
+
+
+def test_rules_doc_is_up_to_date():
+    """docs/rules.md is generated from the rule modules: regenerate it when a rule changes."""
+    result = manage("rules_doc", "--check")
+    assert result.returncode == 0, (result.stdout + result.stderr).decode()
+
+
+def test_rules_doc_check_notices_a_stale_file(tmp_path):
+    stale = tmp_path / "rules.md"
+    stale.write_text("# old\n")
+    result = manage("rules_doc", "--check", "--out", str(stale))
+    assert result.returncode == 1
+    assert b"is stale" in result.stderr

@@ -1,0 +1,173 @@
+"""Verification of applied changes (diagnosis/core/recommend/verify.py, pure core): what each kind
+measures, when the setting shows as in effect, and the verdict over the observed cycles."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnosis.core.recommend import verify
+from tests.support.builders import SnapshotBuilder
+
+SETTINGS = verify.VerifySettings(cycles=3, max_cycles=6, tolerance=0.10, floor=1.0)
+
+
+def seen(metric: float | None, *, open_findings: int = 1, in_effect: bool | None = True):
+    return verify.Observation(
+        as_of="2026-11-29T08:00:00Z",
+        metric=metric,
+        in_effect=in_effect,
+        motivating_open=open_findings,
+    )
+
+
+def pools(free_fragmented: int) -> dict:
+    return {"pools": [{"pool": "a100", "buckets": {"free-fragmented": {"gpus": free_fragmented}}}]}
+
+
+# -- measuring -----------------------------------------------------------------------------------
+
+
+def test_placement_is_measured_by_the_pools_fragmented_free_gpus() -> None:
+    snap = SnapshotBuilder().pool("a100", nodes=2).build()
+
+    assert verify.measure("placement-policy", "pool:a100", snap, pools(12)) == (12.0, "")
+
+
+def test_a_queue_without_pending_demand_is_not_judged() -> None:
+    snap = (
+        SnapshotBuilder()
+        .pool("a100", nodes=2)
+        .queue("team-a", weight=1)
+        .job("j1", node="a100-000")
+        .build()
+    )
+
+    metric, note = verify.measure("queue-weight", "queue:team-a", snap, None)
+
+    assert metric is None
+    assert "no pending demand" in note
+
+
+def test_a_queue_with_pending_demand_is_measured_by_the_gpus_it_holds() -> None:
+    snap = (
+        SnapshotBuilder()
+        .pool("a100", nodes=2)
+        .queue("team-a", weight=1)
+        .job("j1", node="a100-000")
+        .job("j2", state="pending", gpus_per_pod=8)
+        .build()
+    )
+
+    assert verify.measure("queue-weight", "queue:team-a", snap, None) == (8.0, "")
+
+
+@pytest.mark.parametrize(
+    ("kind", "target", "to", "expected"),
+    [
+        ("placement-policy", "pool:a100", "binpack", True),
+        ("placement-policy", "pool:a100", "spread", False),
+        ("placement-policy", "pool:h100", "binpack", None),  # not reported
+        ("queue-weight", "queue:team-a", 3, True),
+        ("queue-weight", "queue:team-a", 4, False),
+        ("drain-node", "node:a100-001", "drained", True),  # cordoned counts: jobs still end
+        ("drain-node", "node:a100-000", "drained", False),
+        ("drain-node", "node:a100-000", "ready", True),  # a rolled-back drain
+    ],
+)
+def test_in_effect_reads_the_snapshot(kind: str, target: str, to, expected) -> None:
+    snap = (
+        SnapshotBuilder()
+        .pool("a100", nodes=1)
+        .node("a100-001", state="cordoned")
+        .placement("a100", "binpack")
+        .queue("team-a", weight=3)
+        .build()
+    )
+
+    assert verify.in_effect(kind, target, to, snap) is expected
+
+
+# -- judging -------------------------------------------------------------------------------------
+
+
+def test_gone_findings_and_a_metric_no_worse_verify_it() -> None:
+    judgement = verify.judge(
+        "placement-policy", 40.0, [seen(30), seen(0, open_findings=0)], SETTINGS
+    )
+
+    assert judgement.status == verify.VERIFIED
+    assert "was 40" in judgement.reason
+
+
+def test_findings_still_reported_keep_watching() -> None:
+    judgement = verify.judge("placement-policy", 40.0, [seen(30), seen(20)], SETTINGS)
+
+    assert judgement.status == verify.WATCHING
+
+
+def test_a_mean_worse_than_the_baseline_beyond_the_tolerance_is_worse() -> None:
+    # baseline 10, tolerance max(1, 10%) = 1: a mean of 14 is worse (lower is better)
+    judgement = verify.judge("placement-policy", 10.0, [seen(12), seen(14), seen(16)], SETTINGS)
+
+    assert judgement.status == verify.WORSE
+    assert "10 before, mean 14" in judgement.reason
+
+
+def test_worse_within_the_tolerance_is_not_worse() -> None:
+    judgement = verify.judge("placement-policy", 10.0, [seen(11), seen(10), seen(11)], SETTINGS)
+
+    assert judgement.status == verify.WATCHING
+
+
+def test_fewer_observations_than_cycles_are_never_judged_worse() -> None:
+    judgement = verify.judge("placement-policy", 0.0, [seen(50), seen(50)], SETTINGS)
+
+    assert judgement.status == verify.WATCHING
+
+
+def test_a_queue_holding_fewer_gpus_is_worse() -> None:
+    judgement = verify.judge("queue-weight", 16.0, [seen(8), seen(8), seen(8)], SETTINGS)
+
+    assert judgement.status == verify.WORSE
+
+
+def test_unjudged_cycles_do_not_count_toward_worse() -> None:
+    observations = [seen(8), seen(None), seen(None), seen(8)]
+
+    assert verify.judge("queue-weight", 16.0, observations, SETTINGS).status == verify.WATCHING
+
+
+def test_a_setting_that_does_not_show_is_not_verified() -> None:
+    judgement = verify.judge(
+        "placement-policy", 40.0, [seen(0, open_findings=0, in_effect=False)], SETTINGS
+    )
+
+    assert judgement.status == verify.WATCHING
+
+
+def test_after_max_cycles_without_a_verdict_it_is_inconclusive() -> None:
+    judgement = verify.judge("placement-policy", 40.0, [seen(30)] * 6, SETTINGS)
+
+    assert judgement.status == verify.INCONCLUSIVE
+
+
+def test_a_drain_is_verified_once_the_node_shows_drained() -> None:
+    assert verify.judge("drain-node", None, [seen(None, in_effect=False)], SETTINGS).status == (
+        verify.WATCHING
+    )
+    assert verify.judge("drain-node", None, [seen(None, in_effect=True)], SETTINGS).status == (
+        verify.VERIFIED
+    )
+
+
+def test_a_rollback_is_verified_by_its_effect_alone() -> None:
+    judgement = verify.judge(
+        "placement-policy", None, [seen(99, in_effect=True)], SETTINGS, rollback=True
+    )
+
+    assert judgement.status == verify.VERIFIED
+
+
+def test_settings_refuse_nonsense() -> None:
+    with pytest.raises(ValueError, match="cycles"):
+        verify.VerifySettings(cycles=5, max_cycles=2)

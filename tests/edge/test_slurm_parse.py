@@ -1,0 +1,447 @@
+"""Slurm's outputs into the snapshot's vocabulary, from real recorded outputs
+(tests/fixtures/slurm, see its README): runs where Slurm is not installed."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from diagnosis.core import snapshot as snapshot_format
+from diagnosis.edge.schedulers.base import SchedulerError
+from diagnosis.edge.schedulers.slurm import parse
+from diagnosis.edge.schedulers.slurm.adapter import SlurmReads, SlurmSettings, scheduler_state
+from tests.conftest import REPO_ROOT
+
+FIXTURES = REPO_ROOT / "tests" / "fixtures" / "slurm"
+SETTINGS = parse.ParseSettings(gpu_models={"h100": "H100-SXM5-80GB"})
+
+
+def text(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def document(name: str) -> dict:
+    return parse.parse_json(text(name), name)
+
+
+@pytest.fixture(scope="module")
+def jobs() -> parse.ParsedJobs:
+    return parse.parse_jobs(document("squeue.json"), SETTINGS)
+
+
+def job(parsed: parse.ParsedJobs, ident: str) -> dict:
+    return next(j for j in parsed.jobs if j["id"] == ident)
+
+
+def reads(sinfo: str = "sinfo_draining.json", **settings) -> SlurmReads:
+    parse_settings = parse.ParseSettings(**{"gpu_models": {"h100": "H100-SXM5-80GB"}, **settings})
+    return SlurmReads(
+        nodes_document=document(sinfo),
+        jobs=parse.parse_jobs(document("squeue.json"), parse_settings),
+        partitions=parse.parse_partitions(text("scontrol_show_partition.txt")),
+        queues=parse.parse_queues(text("sshare.txt"), text("sacctmgr_associations.txt")),
+        read_at=1795944000,
+    )
+
+
+# -- small readers -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("hostlist", "names"),
+    [
+        ("n[1-2]", ["n1", "n2"]),
+        ("n[1-2],s1", ["n1", "n2", "s1"]),
+        ("gpu-[008-010,012]", ["gpu-008", "gpu-009", "gpu-010", "gpu-012"]),
+        ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]),
+        ("", []),
+    ],
+)
+def test_host_lists_expand_in_order(hostlist, names) -> None:
+    assert parse.expand_hostlist(hostlist) == names
+
+
+@pytest.mark.parametrize(
+    ("gres", "count", "indexes", "gpu_type"),
+    [
+        ("gpu:h100:3(IDX:2-4)", 3, [2, 3, 4], "h100"),
+        ("gpu:h100:3(IDX:0-1,5)", 3, [0, 1, 5], "h100"),
+        ("gpu:h100:8(S:0-1)", 8, [], "h100"),
+        ("gpu:a100:4,gpu:v100:2", 6, [], "a100"),
+        ("gpu:8,nic:1", 8, [], None),
+        ("gres:gpu:3", 3, [], None),
+        ("cpu=2,gres/gpu=4", 4, [], None),
+        ("gpu:h100:0(IDX:N/A)", 0, [], "h100"),
+        ("(null)", 0, [], None),
+        (None, 0, [], None),
+    ],
+)
+def test_gres_strings(gres, count, indexes, gpu_type) -> None:
+    assert parse.gpu_count(gres) == count
+    assert parse.gpu_indexes(gres) == indexes
+    assert parse.gpu_type(gres) == gpu_type
+
+
+def test_unreachable_controller_output_is_a_transient_error() -> None:
+    # Slurm 22.05 exits 0 here, with an "errors" entry and no data.
+    for name in ("sinfo_unreachable.json", "squeue_unreachable.json"):
+        with pytest.raises(SchedulerError) as caught:
+            parse.parse_json(text(name), name)
+        assert caught.value.permanent is False
+        assert "Unspecified error" in str(caught.value)
+
+
+def test_output_that_is_not_json_is_a_permanent_error() -> None:
+    with pytest.raises(SchedulerError, match="squeue --json: output is not JSON") as caught:
+        parse.parse_json("squeue: invalid option -- 'json'", "squeue --json")
+    assert caught.value.permanent
+
+
+# -- nodes ---------------------------------------------------------------------------------------
+
+
+def test_nodes_have_their_partition_as_pool_and_gres_as_gpus() -> None:
+    nodes = {n["name"]: n for n in parse.parse_nodes(document("sinfo_drained.json"), SETTINGS)}
+
+    assert {k: nodes["n1"][k] for k in ("pool", "gpu_model", "gpus", "state")} == {
+        "pool": "gpu",
+        "gpu_model": "H100-SXM5-80GB",
+        "gpus": 8,
+        "state": "ready",
+    }
+    assert (nodes["s1"]["pool"], nodes["s1"]["gpu_model"], nodes["s1"]["gpus"]) == (
+        "small",
+        "a100",
+        4,
+    )
+    assert 0 <= nodes["n1"]["cpu_util"] <= 1
+
+
+def test_a_drained_node_with_running_jobs_is_cordoned_and_drained_once_they_end() -> None:
+    draining = parse.parse_nodes(document("sinfo_draining.json"), SETTINGS)
+    drained = parse.parse_nodes(document("sinfo_drained.json"), SETTINGS)
+
+    assert {n["name"]: n["state"] for n in draining}["s1"] == "cordoned"
+    assert {n["name"]: n["state"] for n in drained}["s1"] == "drained"
+
+
+@pytest.mark.parametrize(
+    ("record", "state"),
+    [
+        ({"state": "idle", "state_flags": []}, "ready"),
+        ({"state": "idle", "state_flags": ["NOT_RESPONDING"]}, "ready"),
+        ({"state": "down", "state_flags": ["NOT_RESPONDING"]}, "down"),
+        ({"state": "allocated", "state_flags": ["DRAIN"]}, "cordoned"),
+        ({"state": "idle", "state_flags": ["DRAIN"]}, "drained"),
+        ({"state": ["IDLE", "DRAIN"]}, "drained"),  # newer data parsers
+        ({"state": "future"}, "down"),
+    ],
+)
+def test_node_states(record, state) -> None:
+    assert parse.node_state(record) == state
+
+
+def test_configured_partitions_limit_the_nodes() -> None:
+    settings = parse.ParseSettings(partitions=frozenset({"small"}))
+
+    assert [n["name"] for n in parse.parse_nodes(document("sinfo_drained.json"), settings)] == [
+        "s1"
+    ]
+
+
+# -- jobs ----------------------------------------------------------------------------------------
+
+
+def test_a_running_job_has_its_gpu_indexes(jobs) -> None:
+    single = job(jobs, "1")
+
+    assert (single["state"], single["pods"], single["gpus_per_pod"], single["gang"]) == (
+        "running",
+        1,
+        2,
+        False,
+    )
+    assert single["allocation"] == [{"node": "n1", "gpus": [0, 1]}]
+    assert (single["tenant"], single["queue"], single["pool"]) == ("team-a", "team-a", "gpu")
+    assert single["started"] is not None
+    assert single["ended"] is None
+
+
+def test_a_multi_node_job_is_a_gang_of_one_pod_per_node(jobs) -> None:
+    multi = job(jobs, "2")
+    # Cross-check with the other output Slurm gives for the same job.
+    detail = {
+        node: parse.expand_indexes(indexes)
+        for node, indexes in re.findall(
+            r"Nodes=(\S+) .*GRES=gpu:h100:\d+\(IDX:([^)]*)\)", text("scontrol_show_job_multi.txt")
+        )
+    }
+
+    assert (multi["pods"], multi["gpus_per_pod"], multi["gang"], multi["min_member"]) == (
+        2,
+        3,
+        True,
+        2,
+    )
+    assert {pod["node"]: pod["gpus"] for pod in multi["allocation"]} == detail
+    assert detail == {"n1": [2, 3, 4], "n2": [0, 1, 2]}
+
+
+def test_pending_jobs_keep_slurms_reason_and_hold_nothing(jobs) -> None:
+    reasons = {j["id"]: j["pending_reason"] for j in jobs.jobs if j["state"] == "pending"}
+
+    assert reasons == {
+        "3_4": "Resources",
+        "3_5": "Resources",
+        "4": "AssocGrpGRES",
+        "5": "Dependency",
+        "6": "Resources",
+        "14": "ReqNodeNotAvail",
+    }
+    assert all(not j["allocation"] for j in jobs.jobs if j["state"] == "pending")
+    big = job(jobs, "6")
+    assert (big["pods"], big["gpus_per_pod"], big["gang"]) == (2, 8, True)
+
+
+def test_array_tasks_expand_running_and_pending(jobs) -> None:
+    tasks = {j["id"]: j["state"] for j in jobs.jobs if j["name"] == "arr"}
+
+    assert tasks == {f"3_{n}": "running" if n < 4 else "pending" for n in range(6)}
+    held = [pod["gpus"] for j in jobs.jobs if j["name"] == "arr" for pod in j["allocation"]]
+    assert sorted(held) == [[0], [1], [2], [3]]
+
+
+def test_array_expansion_has_a_limit() -> None:
+    parsed = parse.parse_jobs(document("squeue.json"), parse.ParseSettings(array_expand_limit=1))
+
+    assert [j["id"] for j in parsed.jobs if j["name"] == "arr" and j["state"] == "pending"] == [
+        "3_4"
+    ]
+    assert parsed.truncated_arrays == ["3"]
+
+
+def test_ended_jobs_map_to_completed_and_failed(jobs) -> None:
+    states = {j["id"]: (j["state"], jobs.native[j["id"]]["native_state"]) for j in jobs.jobs}
+
+    assert states["7"] == ("completed", "COMPLETED")
+    assert states["8"] == ("failed", "FAILED")
+    assert states["9"] == ("failed", "CANCELLED")
+    assert job(jobs, "8")["ended"] is not None
+
+
+@pytest.mark.parametrize(
+    ("record", "shape"),
+    [
+        ({"node_count": 2, "tres_per_node": "gres:gpu:4"}, (2, 4)),
+        ({"node_count": 1, "tres_per_job": "gres:gpu:2"}, (1, 2)),
+        ({"node_count": 2, "tres_per_job": "gres:gpu:3"}, (3, 1)),
+        ({"node_count": 2, "tres_per_task": "gres:gpu:1", "tasks": 8}, (2, 4)),
+        ({"node_count": 1}, (1, 0)),
+    ],
+)
+def test_requested_shapes(record, shape) -> None:
+    assert parse._requested_gpus(record, "gpu") == shape
+
+
+def test_uneven_allocations_split_into_equal_pods() -> None:
+    pods, size, allocation = parse._split_pods([("n1", [0, 1, 2, 3]), ("n2", [5, 6])])
+
+    assert (pods, size) == (3, 2)
+    assert allocation == [
+        {"node": "n1", "gpus": [0, 1]},
+        {"node": "n1", "gpus": [2, 3]},
+        {"node": "n2", "gpus": [5, 6]},
+    ]
+
+
+# -- partitions and accounts ---------------------------------------------------------------------
+
+
+def test_partition_lln_is_the_placement() -> None:
+    partitions = parse.parse_partitions(text("scontrol_show_partition.txt"))
+
+    assert {name: parse.placement_of(p) for name, p in partitions.items()} == {
+        "gpu": "binpack",
+        "small": "spread",
+    }
+    assert partitions["gpu"]["Nodes"] == "n[1-2]"
+
+
+def test_accounts_are_queues_with_fairshare_weight_and_gpu_limit() -> None:
+    queues = parse.parse_queues(text("sshare.txt"), text("sacctmgr_associations.txt"))
+
+    assert queues == [
+        {"name": "team-a", "tenant": "team-a", "weight": 4.0},
+        {"name": "team-b", "tenant": "team-b", "weight": 1.0, "capability_gpus": 4.0},
+    ]
+
+
+def test_a_scontrol_line_keeps_a_reason_with_spaces() -> None:
+    pairs = parse.parse_key_values(text("scontrol_show_node_drained.txt"))
+
+    assert pairs["State"] == "IDLE+DRAIN"
+    assert pairs["Reason"].startswith("gpuobs: Xid 79 [root@")
+
+
+# -- the whole scheduler part --------------------------------------------------------------------
+
+
+def test_recorded_state_is_a_valid_snapshot() -> None:
+    state = scheduler_state(reads(), SETTINGS)
+    snap = snapshot_format.load(
+        {
+            "format": snapshot_format.FORMAT,
+            "cluster": "recorded",
+            "as_of": "2026-11-29T09:20:00Z",
+            "scheduler": state.scheduler,
+            "nodes": state.nodes,
+            "queues": state.queues,
+            "jobs": state.jobs,
+        }
+    )
+
+    assert snap.total_gpus == 20
+    assert len(snap.allocations) == 2 + 6 + 4
+    assert snap.placement("small") == "spread"
+    assert set(snap.queues.index) == {"team-a", "team-b"}
+
+
+def test_without_accounting_tenants_seen_in_jobs_become_queues_of_weight_one() -> None:
+    without = reads()
+    without = SlurmReads(
+        without.nodes_document, without.jobs, without.partitions, [], without.read_at
+    )
+
+    queues = scheduler_state(without, SETTINGS).queues
+
+    assert queues == [
+        {"name": "team-a", "tenant": "team-a", "weight": 1},
+        {"name": "team-b", "tenant": "team-b", "weight": 1},
+    ]
+
+
+# -- events --------------------------------------------------------------------------------------
+
+NOW = 1795944000
+
+
+def derive(cursor: parse.EventCursor, sinfo: str = "sinfo_draining.json", now: int = NOW):
+    return parse.derive_events(
+        parse.parse_jobs(document("squeue.json"), SETTINGS), document(sinfo), cursor, now=now
+    )
+
+
+def test_pending_reasons_become_failed_scheduling_events_with_the_original_reason() -> None:
+    events, _ = derive(parse.EventCursor())
+    failed = {e["job"]: e for e in events if e["kind"] == "failed_scheduling"}
+
+    assert {j: e["reason"] for j, e in failed.items()} == {
+        "3_4": "Resources",
+        "3_5": "Resources",
+        "4": "AssocGrpGRES",
+        "5": "Dependency",
+        "6": "Resources",
+        "14": "ReqNodeNotAvail",
+    }
+    assert failed["14"]["message"] == "ReqNodeNotAvail, UnavailableNodes:s1"
+    assert failed["5"]["time"] == parse.epoch_time(NOW)
+
+
+def test_a_pending_reason_is_reported_again_only_when_it_changes() -> None:
+    _, cursor = derive(parse.EventCursor())
+    changed = parse.EventCursor(cursor.time, {**cursor.pending, "6": "Priority"})
+
+    again, _ = derive(changed, now=NOW + 60)
+
+    assert [(e["job"], e["reason"]) for e in again if e["kind"] == "failed_scheduling"] == [
+        ("6", "Resources")
+    ]
+
+
+def test_a_drain_is_a_node_drained_event_at_the_time_it_was_set() -> None:
+    events, _ = derive(parse.EventCursor(), sinfo="sinfo_drained.json")
+    drained = [e for e in events if e["kind"] == "node_drained"]
+    record = next(n for n in document("sinfo_drained.json")["nodes"] if n["name"] == "s1")
+
+    assert [(e["node"], e["reason"]) for e in drained] == [("s1", "gpuobs: Xid 79")]
+    assert drained[0]["time"] == parse.epoch_time(record["reason_changed_at"])
+    assert drained[0]["message"] == "node s1 drained by root: gpuobs: Xid 79"
+
+
+def test_ended_jobs_are_events_with_slurms_state_as_reason() -> None:
+    events, _ = derive(parse.EventCursor())
+    ended = {e["job"]: e for e in events if e["kind"] in {"completed", "failed"}}
+
+    assert {job: (e["kind"], e["reason"]) for job, e in ended.items()} == {
+        "7": ("completed", "COMPLETED"),
+        "8": ("failed", "FAILED"),
+        "9": ("failed", "CANCELLED"),
+    }
+    assert ended["8"]["message"] == "job 8 ended FAILED (exit code 3:0)"
+
+
+def test_a_job_cancelled_while_pending_never_started(jobs) -> None:
+    events, _ = derive(parse.EventCursor())
+
+    assert job(jobs, "9")["started"] is None
+    assert not [e for e in events if e["kind"] == "started" and e["job"] == "9"]
+    assert [e["job"] for e in events if e["kind"] == "started" and e["job"] in {"7", "8"}] == [
+        "7",
+        "8",
+    ]
+
+
+def test_the_cursor_skips_job_events_older_than_its_time() -> None:
+    first, cursor = derive(parse.EventCursor())
+    later = parse.EventCursor(time=NOW + 3600, pending=cursor.pending)
+
+    again, _ = derive(later, now=NOW + 3600)
+
+    assert any(e["kind"] == "submitted" for e in first)
+    assert not [e for e in again if e["kind"] in {"submitted", "started", "completed", "failed"}]
+
+
+def test_every_event_has_a_stable_dedup_key() -> None:
+    first, _ = derive(parse.EventCursor())
+    second, _ = derive(parse.EventCursor())
+
+    keys = [e["dedup_key"] for e in first]
+    assert len(keys) == len(set(keys))
+    assert keys == [e["dedup_key"] for e in second]
+
+
+def test_the_cursor_round_trips_and_a_garbled_one_starts_afresh() -> None:
+    cursor = parse.EventCursor(time=NOW, pending={"6": "Resources"})
+
+    assert parse.EventCursor.parse(cursor.dump()) == cursor
+    assert parse.EventCursor.parse("not json") == parse.EventCursor()
+    assert parse.EventCursor.parse(json.dumps({"v": 99})) == parse.EventCursor()
+
+
+# -- configuration -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ({"slurm_confg": "/etc/slurm/slurm.conf"}, "scheduler_config.slurm_confg"),
+        ({"slurm_conf": "slurm.conf"}, "scheduler_config.slurm_conf"),
+        ({"timeout_s": 0}, "scheduler_config.timeout_s"),
+        ({"timeout_s": "10"}, "scheduler_config.timeout_s"),
+        ({"accounting": "yes"}, "scheduler_config.accounting"),
+        ({"partitions": ["gpu; rm -rf /"]}, "scheduler_config.partitions"),
+        ({"gpu_models": ["h100"]}, "scheduler_config.gpu_models"),
+    ],
+)
+def test_bad_config_is_a_permanent_error_naming_the_field(config, field) -> None:
+    with pytest.raises(SchedulerError, match=re.escape(field)) as caught:
+        SlurmSettings.from_config(config)
+    assert caught.value.permanent
+
+
+def test_config_defaults() -> None:
+    settings = SlurmSettings.from_config({})
+
+    assert (settings.timeout_s, settings.accounting, settings.slurm_conf) == (10.0, False, None)
