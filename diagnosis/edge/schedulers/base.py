@@ -19,17 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-
-class SchedulerError(RuntimeError):
-    """The scheduler could not be read or refused a change.
-
-    ``permanent``: retrying the same call cannot help (bad config, a change the scheduler
-    rejects); otherwise it may (timeout, connection refused, 5xx).
-    """
-
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
-        super().__init__(message)
-        self.permanent = permanent
+from diagnosis.edge.errors import SchedulerError
 
 
 @dataclass(frozen=True)

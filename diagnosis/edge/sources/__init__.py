@@ -13,13 +13,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-
-class CollectError(RuntimeError):
-    """A data source could not deliver. ``permanent`` says whether retrying can help."""
-
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
-        super().__init__(message)
-        self.permanent = permanent
+from diagnosis.edge.errors import CollectError
 
 
 class ClusterLike(Protocol):
