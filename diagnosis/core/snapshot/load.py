@@ -1,325 +1,37 @@
-"""The cluster snapshot: load, validate and dump ``gpuobs.snapshot/v1`` (DESIGN.md section 4).
-
-A :class:`ClusterSnapshot` is the frozen boundary object between the integrations and the pure
-core. It holds pandas frames with fixed columns:
-
-``nodes``        one row per node (index: name): pool, gpu_model, gpus, state, cpu_util
-``gpus``         one row per physical GPU of every node (``nodes[].gpus`` of them), whether or not
-                 ``gpus[]`` reported it: node, index, pool, uuid, health, reported, nvlink_domain,
-                 numa and flattened metric statistics ``<metric>_<stat>`` (NaN when absent)
-``xids``         one row per reported Xid: node, index, code, time
-``jobs``         one row per job (index: id), with ``tp`` and ``bound_pods`` flattened
-``allocations``  one row per allocated GPU: job, pod, order, node, index
-``queues``       one row per queue (index: name)
-``events``       one row per scheduler event
-
-The module imports neither Django nor HTTP.
-"""
+"""Loading a ``gpuobs.snapshot/v1`` document into a :class:`ClusterSnapshot`: parse, validate
+(every problem reported at once, each prefixed by its JSON path) and build the frames."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-FORMAT = "gpuobs.snapshot/v1"
-DEFAULT_WINDOW_S = 900
-
-NODE_STATES = ("ready", "cordoned", "drained", "down")
-GPU_HEALTH = ("ok", "unhealthy")
-JOB_STATES = ("pending", "running", "completed", "failed", "preempted")
-EVENT_KINDS = (
-    "submitted",
-    "scheduled",
-    "failed_scheduling",
-    "started",
-    "preempted",
-    "evicted",
-    "completed",
-    "failed",
-    "node_cordoned",
-    "node_drained",
-    "xid",
+from diagnosis.core.snapshot.checks import Checker, SnapshotError
+from diagnosis.core.snapshot.frame import (
+    EVENT_COLUMNS,
+    FRACTION_METRICS,
+    GPU_BASE_COLUMNS,
+    GPU_METRICS,
+    JOB_COLUMNS,
+    NODE_COLUMNS,
+    QUEUE_COLUMNS,
+    XID_COLUMNS,
+    ClusterSnapshot,
 )
-
-# Per-GPU window statistics: metric -> statistics the core reads. Other statistics found in a
-# document are kept too (as ``<metric>_<stat>`` columns) and dumped back.
-GPU_METRICS: dict[str, tuple[str, ...]] = {
-    "util": ("mean", "p10", "p90"),
-    "tensor_active": ("mean",),
-    "fb_used_frac": ("mean",),
-    "power_w": ("mean",),
-    "temp_c": ("max",),
-    "pcie_rx_Bps": ("mean",),
-    "nvlink_Bps": ("mean",),
-}
-FRACTION_METRICS = frozenset({"util", "tensor_active", "fb_used_frac"})
-
-NODE_COLUMNS = ["pool", "gpu_model", "gpus", "state", "cpu_util"]
-GPU_BASE_COLUMNS = ["node", "index", "pool", "uuid", "health", "reported", "nvlink_domain", "numa"]
-JOB_COLUMNS = [
-    "name",
-    "tenant",
-    "queue",
-    "pool",
-    "kind",
-    "priority",
-    "state",
-    "submitted",
-    "started",
-    "ended",
-    "pods",
-    "gpus_per_pod",
-    "gang",
-    "min_member",
-    "tp",
-    "achieved_tflops_per_gpu",
-    "pending_reason",
-    "partial_since",
-    "preemptions",
-    "bound_pods",
-]
-ALLOCATION_COLUMNS = ["job", "pod", "order", "node", "index"]
-QUEUE_COLUMNS = ["tenant", "weight", "deserved_gpus", "capability_gpus"]
-EVENT_COLUMNS = ["time", "kind", "job", "node", "reason", "message"]
-XID_COLUMNS = ["node", "index", "code", "time"]
-
-
-class SnapshotError(ValueError):
-    """A snapshot document that cannot be loaded. ``errors`` holds one line per problem."""
-
-    def __init__(self, errors: list[str]) -> None:
-        self.errors = errors
-        shown = "; ".join(errors[:5])
-        more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
-        super().__init__(f"invalid snapshot: {shown}{more}")
-
-
-@dataclass(frozen=True, eq=False)
-class ClusterSnapshot:
-    cluster: str
-    as_of: pd.Timestamp
-    window_s: int
-    scheduler: Mapping[str, Any]
-    nodes: pd.DataFrame
-    gpus: pd.DataFrame
-    xids: pd.DataFrame
-    jobs: pd.DataFrame
-    allocations: pd.DataFrame
-    queues: pd.DataFrame
-    events: pd.DataFrame
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def window_start(self) -> pd.Timestamp:
-        return self.as_of - pd.Timedelta(seconds=self.window_s)
-
-    @property
-    def total_gpus(self) -> int:
-        return len(self.gpus)
-
-    def placement(self, pool: str) -> str | None:
-        """The scheduler's GPU placement policy for a pool, when the adapter reported one."""
-        placement = self.scheduler.get("placement") or {}
-        return placement.get(pool)
-
-
-# ----------------------------------------------------------------------------------------------
-# Validation helpers: every check appends an error naming the JSON path and carries on, so that
-# one run reports every problem of a document.
-
-
-class _Checker:
-    def __init__(self) -> None:
-        self.errors: list[str] = []
-
-    def error(self, path: str, message: str) -> None:
-        self.errors.append(f"{path}: {message}")
-
-    def mapping(self, value: Any, path: str) -> dict[str, Any] | None:
-        if not isinstance(value, dict):
-            self.error(path, f"expected an object, got {_type_name(value)}")
-            return None
-        return value
-
-    def array(self, value: Any, path: str) -> list[Any]:
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            self.error(path, f"expected an array, got {_type_name(value)}")
-            return []
-        return value
-
-    def required(self, obj: Mapping[str, Any], key: str, path: str) -> Any:
-        if key not in obj or obj[key] is None:
-            self.error(f"{path}.{key}" if path else key, "required field is missing")
-            return None
-        return obj[key]
-
-    def string(self, obj: Mapping[str, Any], key: str, path: str, *, required: bool = False):
-        value = obj.get(key)
-        if type(value) is str and value:  # fast path for the common case, same result
-            return value
-        value = self.required(obj, key, path) if required else value
-        if value is None:
-            return None
-        if not isinstance(value, str) or (required and not value):
-            self.error(_join(path, key), f"expected a non-empty string, got {value!r}")
-            return None
-        return value
-
-    def integer(
-        self,
-        obj: Mapping[str, Any],
-        key: str,
-        path: str,
-        *,
-        required: bool = False,
-        minimum: int | None = None,
-        default: int | None = None,
-    ) -> int | None:
-        value = obj.get(key)
-        if type(value) is int and (minimum is None or value >= minimum):  # fast path
-            return value
-        value = self.required(obj, key, path) if required else value
-        if value is None:
-            return default
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or value != int(value)
-        ):
-            self.error(_join(path, key), f"expected an integer, got {value!r}")
-            return default
-        if minimum is not None and value < minimum:
-            self.error(_join(path, key), f"must be >= {minimum}, got {value!r}")
-            return default
-        return int(value)
-
-    def number(
-        self,
-        obj: Mapping[str, Any],
-        key: str,
-        path: str,
-        *,
-        fraction: bool = False,
-        minimum: float | None = None,
-    ) -> float:
-        value = obj.get(key)
-        if (  # fast path for the common case (a float in range), same result
-            type(value) is float
-            and (0.0 <= value <= 1.0 if fraction else math.isfinite(value))
-            and (minimum is None or value >= minimum)
-        ):
-            return value
-        if value is None:
-            return math.nan
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            self.error(_join(path, key), f"expected a number, got {value!r}")
-            return math.nan
-        if fraction and not 0.0 <= value <= 1.0:
-            self.error(_join(path, key), f"a fraction must lie in 0..1, got {value!r}")
-            return math.nan
-        if minimum is not None and value < minimum:
-            self.error(_join(path, key), f"must be >= {minimum}, got {value!r}")
-            return math.nan
-        return float(value)
-
-    def boolean(self, obj: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
-        value = obj.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            self.error(_join(path, key), f"expected true or false, got {value!r}")
-            return default
-        return value
-
-    def choice(
-        self,
-        obj: Mapping[str, Any],
-        key: str,
-        path: str,
-        choices: Iterable[str],
-        *,
-        default: str | None = None,
-    ) -> str | None:
-        value = obj.get(key)
-        if value is None:
-            if default is None:
-                self.error(_join(path, key), "required field is missing")
-            return default
-        if value not in choices:
-            allowed = ", ".join(choices)
-            self.error(_join(path, key), f"{value!r} is not one of: {allowed}")
-            return default
-        return value
-
-    def time(
-        self, obj: Mapping[str, Any], key: str, path: str, *, required: bool = False
-    ) -> pd.Timestamp:
-        value = self.required(obj, key, path) if required else obj.get(key)
-        if value is None:
-            return pd.NaT
-        parsed = parse_time(value)
-        if parsed is None:
-            self.error(
-                _join(path, key),
-                f"{value!r} is not an RFC 3339 time with a zone (e.g. 2026-11-29T08:00:00Z)",
-            )
-            return pd.NaT
-        return parsed
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def _type_name(value: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string"}.get(
-        type(value), type(value).__name__
-    )
-
-
-def parse_time(value: Any) -> pd.Timestamp | None:
-    """An RFC 3339 timestamp with a zone designator, as UTC; None when unparsable."""
-    if not isinstance(value, str) or "T" not in value.upper():
-        return None
-    text = value.strip()
-    if text[-1] in "zZ":
-        text = text[:-1] + "+00:00"
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        return None
-    return pd.Timestamp(parsed.astimezone(UTC))
-
-
-def format_time(value: Any) -> str | None:
-    if value is None or pd.isna(value):
-        return None
-    stamp = pd.Timestamp(value).tz_convert("UTC")
-    text = stamp.strftime("%Y-%m-%dT%H:%M:%S")
-    if stamp.microsecond:
-        text += f".{stamp.microsecond:06d}".rstrip("0")
-    return text + "Z"
-
-
-# ----------------------------------------------------------------------------------------------
-# Loading
+from diagnosis.core.vocabulary import (
+    DEFAULT_WINDOW_S,
+    EVENT_KINDS,
+    GPU_HEALTH,
+    JOB_STATES,
+    NODE_STATES,
+    SNAPSHOT_FORMAT,
+)
 
 
 def load(source: str | Path | bytes | Mapping[str, Any]) -> ClusterSnapshot:
@@ -360,7 +72,7 @@ def validate(document: Any) -> list[str]:
 
 class _Loader:
     def __init__(self, document: Any) -> None:
-        self.check = _Checker()
+        self.check = Checker()
         self.document = document
 
     def build(self) -> ClusterSnapshot:
@@ -371,8 +83,10 @@ class _Loader:
         fmt = document.get("format")
         if fmt is None:
             raise SnapshotError(["format: required field is missing"])
-        if fmt != FORMAT:
-            raise SnapshotError([f"format: unknown format version {fmt!r} (expected {FORMAT!r})"])
+        if fmt != SNAPSHOT_FORMAT:
+            raise SnapshotError(
+                [f"format: unknown format version {fmt!r} (expected {SNAPSHOT_FORMAT!r})"]
+            )
 
         cluster = check.string(document, "cluster", "", required=True)
         as_of = check.time(document, "as_of", "", required=True)
@@ -786,166 +500,3 @@ def _indexed(frame: pd.DataFrame, column: str) -> pd.DataFrame:
 
 def _valid_index(index: Any, count: int) -> bool:
     return isinstance(index, int) and not isinstance(index, bool) and 0 <= index < count
-
-
-# ----------------------------------------------------------------------------------------------
-# Dumping
-
-
-def dump(snapshot: ClusterSnapshot) -> dict[str, Any]:
-    """The ``gpuobs.snapshot/v1`` document of a snapshot; ``load(dump(s))`` equals ``s``."""
-    document: dict[str, Any] = {
-        "format": FORMAT,
-        "cluster": snapshot.cluster,
-        "as_of": format_time(snapshot.as_of),
-        "window_s": int(snapshot.window_s),
-        "scheduler": dict(snapshot.scheduler),
-        "nodes": _dump_nodes(snapshot),
-        "gpus": _dump_gpus(snapshot),
-        "queues": [
-            _drop_none(
-                {
-                    "name": q.name,
-                    "tenant": _text(q.tenant),
-                    "weight": _plain(q.weight),
-                    "deserved_gpus": _plain(q.deserved_gpus),
-                    "capability_gpus": _plain(q.capability_gpus),
-                }
-            )
-            for q in snapshot.queues.itertuples(index=False)
-        ],
-        "jobs": _dump_jobs(snapshot),
-        "events": [
-            {
-                "time": format_time(e.time),
-                "kind": e.kind,
-                "job": _text(e.job),
-                "node": _text(e.node),
-                "reason": _text(e.reason),
-                "message": _text(e.message),
-            }
-            for e in snapshot.events.itertuples(index=False)
-        ],
-    }
-    document.update(snapshot.extra)
-    return document
-
-
-def dumps(snapshot: ClusterSnapshot, *, indent: int | None = None) -> str:
-    return json.dumps(dump(snapshot), indent=indent, allow_nan=False)
-
-
-def _dump_nodes(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
-    topology: dict[str, dict[str, Any]] = {}
-    for node, group in snapshot.gpus.groupby("node", sort=False):
-        domains = group["nvlink_domain"].to_numpy()
-        numa = group["numa"].to_numpy()
-        entry: dict[str, Any] = {}
-        if (domains >= 0).any():
-            entry["nvlink_domains"] = [
-                group["index"].to_numpy()[domains == d].tolist()
-                for d in sorted(set(domains[domains >= 0].tolist()))
-            ]
-        if (numa >= 0).all() and len(numa):
-            entry["numa"] = numa.tolist()
-        if entry:
-            topology[node] = entry
-    nodes = []
-    for n in snapshot.nodes.itertuples(index=False):
-        node = _drop_none(
-            {
-                "name": n.name,
-                "pool": n.pool,
-                "gpu_model": _text(n.gpu_model),
-                "gpus": int(n.gpus),
-                "state": n.state,
-                "cpu_util": _plain(n.cpu_util),
-            }
-        )
-        if n.name in topology:
-            node["topology"] = topology[n.name]
-        nodes.append(node)
-    return nodes
-
-
-def _dump_gpus(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
-    gpus = snapshot.gpus
-    metric_columns = [c for c in gpus.columns if c not in GPU_BASE_COLUMNS]
-    xids: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for x in snapshot.xids.itertuples(index=False):
-        xids.setdefault((x.node, int(x.index)), []).append(
-            {"code": int(x.code), "time": format_time(x.time)}
-        )
-    out = []
-    for record in gpus[gpus["reported"]].to_dict("records"):
-        entry: dict[str, Any] = {"node": record["node"], "index": int(record["index"])}
-        if _text(record["uuid"]) is not None:
-            entry["uuid"] = record["uuid"]
-        entry["health"] = record["health"]
-        for column in metric_columns:
-            value = record[column]
-            if value is None or math.isnan(value):
-                continue
-            metric, stat = column.rsplit("_", 1)
-            entry.setdefault(metric, {})[stat] = _plain(value)
-        key = (entry["node"], entry["index"])
-        if key in xids:
-            entry["xid"] = xids[key]
-        out.append(entry)
-    return out
-
-
-def _dump_jobs(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
-    allocation: dict[str, list[dict[str, Any]]] = {}
-    for (job, _pod), group in snapshot.allocations.groupby(["job", "pod"], sort=False):
-        allocation.setdefault(job, []).append(
-            {"node": group["node"].iat[0], "gpus": group["index"].tolist()}
-        )
-    jobs = []
-    for j in snapshot.jobs.itertuples(index=False):
-        job = {
-            "id": j.id,
-            "name": _text(j.name),
-            "tenant": _text(j.tenant),
-            "queue": _text(j.queue),
-            "pool": _text(j.pool),
-            "kind": _text(j.kind),
-            "priority": int(j.priority),
-            "state": j.state,
-            "submitted": format_time(j.submitted),
-            "started": format_time(j.started),
-            "ended": format_time(j.ended),
-            "pods": int(j.pods),
-            "gpus_per_pod": int(j.gpus_per_pod),
-            "gang": bool(j.gang),
-            "min_member": int(j.min_member),
-            "allocation": allocation.get(j.id, []),
-            "pending_reason": _text(j.pending_reason),
-            "partial_since": format_time(j.partial_since),
-            "preemptions": int(j.preemptions),
-        }
-        if not math.isnan(j.tp):
-            job["parallelism"] = {"tp": int(j.tp)}
-        if not math.isnan(j.achieved_tflops_per_gpu):
-            job["achieved_tflops_per_gpu"] = float(j.achieved_tflops_per_gpu)
-        jobs.append(job)
-    return jobs
-
-
-def _text(value: Any) -> str | None:
-    """A text field as JSON carries it: None for a missing one (pandas may hold it as NaN)."""
-    return value if isinstance(value, str) else None
-
-
-def _plain(value: Any) -> Any:
-    """A JSON-ready Python number (None for NaN; ints stay ints)."""
-    if value is None:
-        return None
-    value = float(value)
-    if math.isnan(value):
-        return None
-    return int(value) if value.is_integer() else value
-
-
-def _drop_none(mapping: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in mapping.items() if value is not None}

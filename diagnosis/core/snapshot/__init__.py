@@ -1,0 +1,44 @@
+"""The cluster snapshot: load, validate and dump ``gpuobs.snapshot/v1`` (DESIGN.md section 4).
+
+A :class:`ClusterSnapshot` is the frozen boundary object between the integrations and the pure
+core. It holds pandas frames with fixed columns:
+
+``nodes``        one row per node (index: name): pool, gpu_model, gpus, state, cpu_util
+``gpus``         one row per physical GPU of every node (``nodes[].gpus`` of them), whether or not
+                 ``gpus[]`` reported it: node, index, pool, uuid, health, reported, nvlink_domain,
+                 numa and flattened metric statistics ``<metric>_<stat>`` (NaN when absent)
+``xids``         one row per reported Xid: node, index, code, time
+``jobs``         one row per job (index: id), with ``tp`` and ``bound_pods`` flattened
+``allocations``  one row per allocated GPU: job, pod, order, node, index
+``queues``       one row per queue (index: name)
+``events``       one row per scheduler event
+
+The package's modules: ``frame`` (the snapshot, its columns and times), ``checks`` (validation
+helpers and :class:`SnapshotError`), ``load`` and ``dump``. The words of the format (its id,
+states, kinds) come from :mod:`diagnosis.core.vocabulary`. It imports neither Django nor HTTP.
+"""
+
+from diagnosis.core.snapshot.checks import SnapshotError
+from diagnosis.core.snapshot.dump import dump, dumps
+from diagnosis.core.snapshot.frame import (
+    GPU_METRICS,
+    ClusterSnapshot,
+    format_time,
+    parse_time,
+)
+from diagnosis.core.snapshot.load import load, load_file, validate
+from diagnosis.core.vocabulary import SNAPSHOT_FORMAT as FORMAT
+
+__all__ = [
+    "FORMAT",
+    "GPU_METRICS",
+    "ClusterSnapshot",
+    "SnapshotError",
+    "dump",
+    "dumps",
+    "format_time",
+    "load",
+    "load_file",
+    "parse_time",
+    "validate",
+]

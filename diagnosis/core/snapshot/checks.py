@@ -1,0 +1,181 @@
+"""Validating a snapshot document: every check appends an error naming the JSON path and carries
+on, so that one run reports every problem of a document (:class:`SnapshotError` lists them)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pandas as pd
+
+from diagnosis.core.snapshot.frame import parse_time
+
+
+class SnapshotError(ValueError):
+    """A snapshot document that cannot be loaded. ``errors`` holds one line per problem."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+        shown = "; ".join(errors[:5])
+        more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+        super().__init__(f"invalid snapshot: {shown}{more}")
+
+
+class Checker:
+    """Collects the problems of one document: each check returns the value it read (or a
+    default) and records an error, naming the JSON path, when the value is wrong."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def error(self, path: str, message: str) -> None:
+        self.errors.append(f"{path}: {message}")
+
+    def mapping(self, value: Any, path: str) -> dict[str, Any] | None:
+        if not isinstance(value, dict):
+            self.error(path, f"expected an object, got {type_name(value)}")
+            return None
+        return value
+
+    def array(self, value: Any, path: str) -> list[Any]:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.error(path, f"expected an array, got {type_name(value)}")
+            return []
+        return value
+
+    def required(self, obj: Mapping[str, Any], key: str, path: str) -> Any:
+        if key not in obj or obj[key] is None:
+            self.error(f"{path}.{key}" if path else key, "required field is missing")
+            return None
+        return obj[key]
+
+    def string(self, obj: Mapping[str, Any], key: str, path: str, *, required: bool = False):
+        value = obj.get(key)
+        if type(value) is str and value:  # fast path for the common case, same result
+            return value
+        value = self.required(obj, key, path) if required else value
+        if value is None:
+            return None
+        if not isinstance(value, str) or (required and not value):
+            self.error(join(path, key), f"expected a non-empty string, got {value!r}")
+            return None
+        return value
+
+    def integer(
+        self,
+        obj: Mapping[str, Any],
+        key: str,
+        path: str,
+        *,
+        required: bool = False,
+        minimum: int | None = None,
+        default: int | None = None,
+    ) -> int | None:
+        value = obj.get(key)
+        if type(value) is int and (minimum is None or value >= minimum):  # fast path
+            return value
+        value = self.required(obj, key, path) if required else value
+        if value is None:
+            return default
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value != int(value)
+        ):
+            self.error(join(path, key), f"expected an integer, got {value!r}")
+            return default
+        if minimum is not None and value < minimum:
+            self.error(join(path, key), f"must be >= {minimum}, got {value!r}")
+            return default
+        return int(value)
+
+    def number(
+        self,
+        obj: Mapping[str, Any],
+        key: str,
+        path: str,
+        *,
+        fraction: bool = False,
+        minimum: float | None = None,
+    ) -> float:
+        value = obj.get(key)
+        if (  # fast path for the common case (a float in range), same result
+            type(value) is float
+            and (0.0 <= value <= 1.0 if fraction else math.isfinite(value))
+            and (minimum is None or value >= minimum)
+        ):
+            return value
+        if value is None:
+            return math.nan
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            self.error(join(path, key), f"expected a number, got {value!r}")
+            return math.nan
+        if fraction and not 0.0 <= value <= 1.0:
+            self.error(join(path, key), f"a fraction must lie in 0..1, got {value!r}")
+            return math.nan
+        if minimum is not None and value < minimum:
+            self.error(join(path, key), f"must be >= {minimum}, got {value!r}")
+            return math.nan
+        return float(value)
+
+    def boolean(self, obj: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
+        value = obj.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            self.error(join(path, key), f"expected true or false, got {value!r}")
+            return default
+        return value
+
+    def choice(
+        self,
+        obj: Mapping[str, Any],
+        key: str,
+        path: str,
+        choices: Iterable[str],
+        *,
+        default: str | None = None,
+    ) -> str | None:
+        value = obj.get(key)
+        if value is None:
+            if default is None:
+                self.error(join(path, key), "required field is missing")
+            return default
+        if value not in choices:
+            allowed = ", ".join(choices)
+            self.error(join(path, key), f"{value!r} is not one of: {allowed}")
+            return default
+        return value
+
+    def time(
+        self, obj: Mapping[str, Any], key: str, path: str, *, required: bool = False
+    ) -> pd.Timestamp:
+        value = self.required(obj, key, path) if required else obj.get(key)
+        if value is None:
+            return pd.NaT
+        parsed = parse_time(value)
+        if parsed is None:
+            self.error(
+                join(path, key),
+                f"{value!r} is not an RFC 3339 time with a zone (e.g. 2026-11-29T08:00:00Z)",
+            )
+            return pd.NaT
+        return parsed
+
+
+def join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def type_name(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string"}.get(
+        type(value), type(value).__name__
+    )
