@@ -4,9 +4,9 @@ difference, metric by metric, against the spread between seeds.
 For each seed the simulator is rebuilt from the snapshot (its jobs, bound as listed; the remaining
 work of running jobs and the work of pending ones estimated) and run ``horizon_s`` forward with
 arrivals resampled from the snapshot's recent submissions
-(:func:`diagnosis.core.simulate.replay.replay`). Arrivals depend only on the seed, so the current and
-the proposed run of a seed see the same workload and their difference is paired. The current runs
-are shared by every draft with the same queue order.
+(:func:`diagnosis.core.simulate.replay.replay`). Arrivals depend only on the seed, so the current
+and the proposed run of a seed see the same workload and their difference is paired. The current
+runs are shared by every draft with the same queue order.
 
 Per metric, with ``g_i`` the improvement of seed i (``proposed - current`` for a metric where
 higher is better, ``current - proposed`` where lower is better, the reduction of the distance to

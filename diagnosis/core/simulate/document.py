@@ -11,27 +11,26 @@ from __future__ import annotations
 import hashlib
 import math
 from bisect import bisect_left
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 
 from diagnosis.core.rules.facts import peak_tflops
 from diagnosis.core.simulate.jobs import DATA_STARVED
 from diagnosis.core.simulate.metrics import REPORTED_MFU, SAMPLE_S, hash_uniform, window_statistics
-from diagnosis.core.simulate.simulator import (
+from diagnosis.core.simulate.state import (
     BEHIND_BLOCKED_JOB,
-    MAX_RETAINED_JOBS,
-    NODE_STATES,
+    DOWN,
     PARTIALLY_BOUND,
     UNSCHEDULABLE,
+    ClusterState,
+    Job,
 )
+from diagnosis.core.vocabulary import NODE_STATES, SNAPSHOT_FORMAT, format_time
 
-if TYPE_CHECKING:
-    from diagnosis.core.simulate.simulator import Simulator, _Job
-
-FORMAT = "gpuobs.snapshot/v1"
 MAX_EVENTS = 10000
+MAX_RETAINED_JOBS = 5000
 
 # Decimal places kept per metric in the document.
 _ROUNDING = {
@@ -45,11 +44,11 @@ _ROUNDING = {
 }
 
 
-def build_document(sim: Simulator, window_s: int) -> dict[str, Any]:
+def build_document(sim: ClusterState, window_s: int) -> dict[str, Any]:
     now = sim.now
     clock = _Clock(sim.spec.start)
     document = {
-        "format": FORMAT,
+        "format": SNAPSHOT_FORMAT,
         "cluster": sim.spec.name,
         "as_of": clock.iso(now),
         "window_s": int(window_s),
@@ -80,15 +79,12 @@ class _Clock:
         if t is None:
             return None
         ms = self.start_ms + round(t * 1000)
-        moment = datetime.fromtimestamp(ms // 1000, UTC)
-        text = moment.strftime("%Y-%m-%dT%H:%M:%S")
-        fraction = ms % 1000
-        if fraction:
-            text += f".{fraction:03d}".rstrip("0")
-        return text + "Z"
+        return format_time(
+            datetime.fromtimestamp(ms // 1000, UTC) + timedelta(milliseconds=ms % 1000)
+        )
 
 
-def _nodes(sim: Simulator) -> list[dict[str, Any]]:
+def _nodes(sim: ClusterState) -> list[dict[str, Any]]:
     cpu = _cpu_util(sim)
     nodes = []
     for n, spec in enumerate(sim.node_specs):
@@ -112,7 +108,7 @@ def _nodes(sim: Simulator) -> list[dict[str, Any]]:
     return nodes
 
 
-def _cpu_util(sim: Simulator) -> np.ndarray:
+def _cpu_util(sim: ClusterState) -> np.ndarray:
     """Host CPU: light, rising with the GPUs its running jobs use; near saturation on hosts of
     data-starved jobs (their input pipelines burn the CPUs); unknown on nodes that are down."""
     running = np.zeros(sim.total_gpus, dtype=bool)
@@ -132,7 +128,7 @@ def _cpu_util(sim: Simulator) -> np.ndarray:
     cpu = 0.04 + 0.30 * share + 0.04 * noise
     for n in starved_nodes:
         cpu[n] = 0.92 + 0.06 * noise[n]
-    cpu[sim.node_state == NODE_STATES.index("down")] = np.nan
+    cpu[sim.node_state == DOWN] = np.nan
     return np.clip(cpu, 0.0, 1.0)
 
 
@@ -144,14 +140,14 @@ def _window_times(now: float, window_s: int) -> np.ndarray:
     return np.arange(first, last + 1, dtype=np.float64) * SAMPLE_S
 
 
-def _gpus(sim: Simulator, window_s: int, clock: _Clock) -> list[dict[str, Any]]:
+def _gpus(sim: ClusterState, window_s: int, clock: _Clock) -> list[dict[str, Any]]:
     stats = window_statistics(sim.sample_metrics(_window_times(sim.now, window_s)))
     window_start = sim.now - window_s
     xids: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for t, n, index, code in sim.xids:
         if window_start <= t <= sim.now:
             xids.setdefault((n, index), []).append({"code": code, "time": clock.iso(t)})
-    uuids = _uuids(sim)
+    uuids = gpu_uuids(sim)
     columns = [
         (metric, stat, values, _ROUNDING[metric])
         for metric, by_stat in stats.items()
@@ -178,7 +174,9 @@ def _gpus(sim: Simulator, window_s: int, clock: _Clock) -> list[dict[str, Any]]:
     return gpus
 
 
-def _uuids(sim: Simulator) -> list[str]:
+def gpu_uuids(sim: ClusterState) -> list[str]:
+    """Each GPU's UUID (in GPU number order), as nvidia-smi writes one: stable for a cluster
+    name, node name and GPU index."""
     cached = getattr(sim, "_gpu_uuids", None)
     if cached is None:
         cached = []
@@ -192,7 +190,7 @@ def _uuids(sim: Simulator) -> list[str]:
     return cached
 
 
-def _queues(sim: Simulator) -> list[dict[str, Any]]:
+def _queues(sim: ClusterState) -> list[dict[str, Any]]:
     queues = []
     for queue in sim.queues:
         entry: dict[str, Any] = {"name": queue.name, "tenant": queue.tenant}
@@ -209,7 +207,7 @@ def _number(value: float) -> float | int:
     return int(value) if float(value).is_integer() else float(value)
 
 
-def retained_jobs(sim: Simulator) -> list[_Job]:
+def retained_jobs(sim: ClusterState) -> list[Job]:
     """Live jobs, plus ended jobs inside the retention period or started after the oldest
     pending job of their pool was submitted (possible overtakers), newest kept first."""
     now = sim.now
@@ -233,11 +231,11 @@ def retained_jobs(sim: Simulator) -> list[_Job]:
     return sorted([*sim.live.values(), *kept], key=lambda job: job.number)
 
 
-def _jobs(sim: Simulator, clock: _Clock) -> list[dict[str, Any]]:
+def _jobs(sim: ClusterState, clock: _Clock) -> list[dict[str, Any]]:
     return [_job(sim, job, clock) for job in retained_jobs(sim)]
 
 
-def _job(sim: Simulator, job: _Job, clock: _Clock) -> dict[str, Any]:
+def _job(sim: ClusterState, job: Job, clock: _Clock) -> dict[str, Any]:
     spec = job.spec
     entry: dict[str, Any] = {
         "id": spec.id,
@@ -276,7 +274,7 @@ def _job(sim: Simulator, job: _Job, clock: _Clock) -> dict[str, Any]:
     return entry
 
 
-def _pending_reason(sim: Simulator, job: _Job) -> str:
+def _pending_reason(sim: ClusterState, job: Job) -> str:
     if job.pods:
         return PARTIALLY_BOUND
     blocker = sim.blocker[job.pool]
@@ -285,7 +283,7 @@ def _pending_reason(sim: Simulator, job: _Job) -> str:
     return job.reason or UNSCHEDULABLE
 
 
-def _events(sim: Simulator, window_s: int, clock: _Clock) -> list[dict[str, Any]]:
+def _events(sim: ClusterState, window_s: int, clock: _Clock) -> list[dict[str, Any]]:
     events = sim.events
     start = sim.event_cursor
     if sim.last_snapshot_at is None:

@@ -138,7 +138,7 @@ def infer_profiles(snap: snapshot_format.ClusterSnapshot) -> dict[str, str]:
     means = joined.groupby("job", sort=False)[stats_columns].mean()
     profiles: dict[str, str] = {}
     for job_id, row in means.iterrows():
-        kind = snap.jobs.at[job_id, "kind"] if job_id in snap.jobs.index else None
+        kind = snap.jobs.loc[job_id, "kind"] if job_id in snap.jobs.index else None
         util = row["util_mean"]
         spread = row["util_p90"] - row["util_p10"]
         if kind == "inference":
@@ -254,7 +254,7 @@ def _allocations_by_job(
     out: dict[str, list[tuple[str, list[int]]]] = {}
     allocations = snap.allocations.sort_values(["job", "pod", "order"], kind="stable")
     for (job, _pod), group in allocations.groupby(["job", "pod"], sort=False):
-        out.setdefault(job, []).append((group["node"].iat[0], group["index"].tolist()))
+        out.setdefault(job, []).append((group["node"].iloc[0], group["index"].tolist()))
     return out
 
 

@@ -10,14 +10,12 @@ a policy cannot look good by never starting a job.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from diagnosis.core.simulate.jobs import SIZE_CLASSES, size_class
-
-if TYPE_CHECKING:
-    from diagnosis.core.simulate.simulator import Simulator
+from diagnosis.core.simulate.state import ClusterState
 
 
 @dataclass(frozen=True)
@@ -61,7 +59,7 @@ class Summary:
         return out
 
 
-def summarize(sim: Simulator) -> Summary:
+def summarize(sim: ClusterState) -> Summary:
     elapsed = sim.now
     capacity_s = sim.total_gpus * elapsed
     seconds = sim.gpu_seconds

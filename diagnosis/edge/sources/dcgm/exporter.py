@@ -19,7 +19,7 @@ from typing import TextIO
 
 import numpy as np
 
-from diagnosis.core.simulate.document import _uuids
+from diagnosis.core.simulate.document import gpu_uuids
 from diagnosis.edge.sources.dcgm import fields as dcgm
 
 DRIVER_VERSION = "560.35.03"
@@ -229,7 +229,7 @@ class SimExporter:
         self.host_label = host_label
         self.profiling = profiling
         sim = runtime.simulator
-        uuids = _uuids(sim)  # the UUIDs the simulator's snapshots carry
+        uuids = gpu_uuids(sim)  # the UUIDs the simulator's snapshots carry
         self.gpus = [
             GpuIdentity(
                 host=sim.node_names[int(sim.gpu_node[g])],
