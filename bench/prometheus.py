@@ -38,12 +38,16 @@ from pathlib import Path
 
 import numpy as np
 import requests
+from prometheus_api_client import MetricRangeDataFrame
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from diagnosis.core import snapshot as snapshot_format  # noqa: E402
 from diagnosis.edge.sources.dcgm import fields as dcgm  # noqa: E402
 from diagnosis.edge.sources.dcgm.exporter import GpuIdentity, label_text  # noqa: E402
+from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document  # noqa: E402
+from diagnosis.edge.sources.prometheus.wire import parse_matrix  # noqa: E402
 
 STEP = 15
 POINTS = 241  # an hour, both ends
@@ -232,9 +236,6 @@ def scheduler_doc(gpus: int) -> dict:
 def measure_collection(url: str, gpus: int, t0: float, runs: int, *, shards: bool) -> dict:
     """One collection, the whole cluster at once or (``shards``) each of its three pools as a
     shard, run one after another in this process as the embedded mode does."""
-    from diagnosis.core import snapshot as snapshot_format
-    from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document
-
     config = PrometheusConfig.parse(
         {
             "url": url,
@@ -272,10 +273,6 @@ def measure_collection(url: str, gpus: int, t0: float, runs: int, *, shards: boo
 
 
 def measure_parsing(url: str, t0: float, runs: int) -> dict:
-    from prometheus_api_client import MetricRangeDataFrame
-
-    from diagnosis.edge.sources.prometheus import parse_matrix
-
     start = t0 - STEP * (POINTS - 1)
     body = requests.post(
         f"{url}/api/v1/query_range",

@@ -3,17 +3,24 @@ cycle path (``run_cluster_cycle`` / ``record_cycle``), PostgreSQL."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import uuid
 from datetime import timedelta
 
 import pytest
 
+from diagnosis import tasks
 from diagnosis.actions.cycles import record_cycle, run_cluster_cycle
 from diagnosis.choices import DataSourceStatus
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.edge.sim import runtime as sim_runtime
-from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document
+from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document, shard_payloads
 from diagnosis.models import ClusterCycle, Finding, Snapshot
 from diagnosis.tasks import run_collect_shards
+from gpuobs import celery_app
+from tests.conftest import REPO_ROOT
 from tests.edge.test_prometheus import scheduler_doc
 from tests.support.prometheus_fixtures import sim_cluster
 
@@ -223,8 +230,6 @@ def test_cycles_keep_the_source_report(make_sim_cluster, prometheus):
 
 
 def shard_payloads_of_the_mixed_pools(url: str, planted) -> list[dict]:
-    from diagnosis.edge.sources.prometheus import shard_payloads
-
     document = scheduler_doc([("mx-prof", 2), ("mx-dev", 2)])
     document["nodes"][1]["pool"] = "old"
     config = PrometheusConfig.parse(
@@ -236,14 +241,6 @@ def shard_payloads_of_the_mixed_pools(url: str, planted) -> list[dict]:
 @pytest.fixture
 def collect_worker(redis_url, tmp_path):
     """A real Celery worker on the ``collect`` queue (shards need no database)."""
-    import os
-    import subprocess
-    import sys
-    import uuid
-
-    from gpuobs import celery_app
-    from tests.conftest import REPO_ROOT
-
     celery_app.control.purge()
     log = tmp_path / "worker.log"
     with log.open("w") as out:
@@ -294,9 +291,6 @@ def test_shards_run_on_a_real_worker(collect_worker, prometheus, planted_history
 def test_shards_no_worker_takes_run_in_the_cycle(
     redis_url, prometheus, planted_history, monkeypatch
 ):
-    from diagnosis import tasks
-    from gpuobs import celery_app
-
     celery_app.control.purge()
     monkeypatch.setattr(tasks, "SHARD_WAIT_S", 0.5)
     payloads = shard_payloads_of_the_mixed_pools(prometheus.url, planted_history)

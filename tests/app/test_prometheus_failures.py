@@ -8,12 +8,8 @@ import time
 
 import pytest
 
-from diagnosis.edge.sources.prometheus import (
-    PrometheusClient,
-    PrometheusConfig,
-    PrometheusError,
-    collect_document,
-)
+from diagnosis.edge.sources.prometheus import PrometheusConfig, PrometheusError, collect_document
+from diagnosis.edge.sources.prometheus.client import PrometheusClient
 from tests.edge.test_prometheus import scheduler_doc
 
 pytestmark = pytest.mark.prometheus

@@ -13,12 +13,8 @@ import pytest
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.edge.sim import source as sim_source
-from diagnosis.edge.sources.prometheus import (
-    PrometheusClient,
-    PrometheusConfig,
-    collect,
-    collect_document,
-)
+from diagnosis.edge.sources.prometheus import PrometheusConfig, collect, collect_document
+from diagnosis.edge.sources.prometheus.client import PrometheusClient
 from tests.support.prometheus_fixtures import (
     LOWER_UTIL,
     MIG_INSTANCES,

@@ -12,15 +12,8 @@ import pytest
 from diagnosis.edge.sources.dcgm import fields as dcgm
 from diagnosis.edge.sources.dcgm.exporter import MetricFamily, Series, exposition, write_openmetrics
 from diagnosis.edge.sources.dcgm.stats import xid_events
-from diagnosis.edge.sources.prometheus import (
-    ConfigError,
-    Matrix,
-    PrometheusConfig,
-    family_queries,
-    parse_matrix,
-    parse_vector,
-    plan_range,
-)
+from diagnosis.edge.sources.prometheus import ConfigError, PrometheusConfig
+from diagnosis.edge.sources.prometheus.client import plan_range
 from diagnosis.edge.sources.prometheus.promql import (
     Matcher,
     PromQLError,
@@ -28,6 +21,8 @@ from diagnosis.edge.sources.prometheus.promql import (
     quote,
     regex_alternatives,
 )
+from diagnosis.edge.sources.prometheus.queries import family_queries
+from diagnosis.edge.sources.prometheus.wire import Matrix, parse_matrix, parse_vector
 
 # -- escaping ------------------------------------------------------------------------------------
 
@@ -107,7 +102,7 @@ def test_a_collection_is_a_fixed_set_of_queries():
         ({"url": "http://p", "min_coverage": 2}, "metrics_config.min_coverage: must lie in"),
         ({"url": "http://p", "host_label": "node"}, "metrics_config.host_label: one of"),
         ({"url": "http://p", "matchers": {"rack": "1"}}, "label 'rack' is not on the allowlist"),
-        ({"url": "http://p", "token": "x"}, "metrics_config: unknown setting(s) token"),
+        ({"url": "http://p", "token": "x"}, "metrics_config.token: unknown setting"),
         ({"url": "http://p", "ca_file": "/nonexistent.pem"}, "metrics_config.ca_file: no such"),
     ],
 )

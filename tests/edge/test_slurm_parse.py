@@ -12,6 +12,7 @@ from diagnosis.core import snapshot as snapshot_format
 from diagnosis.edge.schedulers.base import SchedulerError
 from diagnosis.edge.schedulers.slurm import parse
 from diagnosis.edge.schedulers.slurm.adapter import SlurmReads, SlurmSettings, scheduler_state
+from diagnosis.edge.schedulers.slurm.parse import jobs as slurm_jobs
 from tests.conftest import REPO_ROOT
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "slurm"
@@ -242,11 +243,11 @@ def test_ended_jobs_map_to_completed_and_failed(jobs) -> None:
     ],
 )
 def test_requested_shapes(record, shape) -> None:
-    assert parse._requested_gpus(record, "gpu") == shape
+    assert slurm_jobs._requested_gpus(record, "gpu") == shape
 
 
 def test_uneven_allocations_split_into_equal_pods() -> None:
-    pods, size, allocation = parse._split_pods([("n1", [0, 1, 2, 3]), ("n2", [5, 6])])
+    pods, size, allocation = slurm_jobs._split_pods([("n1", [0, 1, 2, 3]), ("n2", [5, 6])])
 
     assert (pods, size) == (3, 2)
     assert allocation == [

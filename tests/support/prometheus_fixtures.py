@@ -13,6 +13,7 @@ Every process started here is stopped at the end (its process group is killed).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, TypeVar
@@ -32,11 +34,13 @@ import numpy as np
 import pytest
 import requests
 
+from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.edge.sources.dcgm import fields as dcgm
 from diagnosis.edge.sources.dcgm.exporter import (
     GpuIdentity,
     MetricFamily,
     Series,
+    SimExporter,
     write_openmetrics,
 )
 from tests.conftest import REPO_ROOT, require_binary, running_in_ci
@@ -245,8 +249,6 @@ class History:
 
 
 def gpu_uuid(cluster: str, host: str, index: int) -> str:
-    import hashlib
-
     digest = hashlib.blake2b(f"{cluster}/{host}/{index}".encode(), digest_size=16).hexdigest()
     return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:]}"
 
@@ -434,9 +436,6 @@ def sim_cluster(t0: float, *, name: str = SIM_SCENARIO_CLUSTER, url: str = "") -
 
 def plant_simulator(history: History) -> None:
     """The simulator's ``small`` scenario, the hour before t0, as its exporter shows it."""
-    from diagnosis.edge.sim import runtime as sim_runtime
-    from diagnosis.edge.sources.dcgm.exporter import SimExporter
-
     cluster = sim_cluster(history.t0, name="simsmall-history")
     runtime = sim_runtime.runtime_for(cluster)
     try:
@@ -521,8 +520,6 @@ class FaultyProxy:
     rest unchanged (gzip included)."""
 
     def __init__(self, target: str, *, status: int = 503, failures: int | None = None) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
         proxy = self
         self.target = target
         self.status = status

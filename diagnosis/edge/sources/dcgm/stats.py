@@ -1,13 +1,13 @@
 """From Prometheus's answers about dcgm-exporter series to the snapshot's per-GPU statistics.
 
 Column-wise throughout: each answer arrives as a list of label dicts and an array of values (one
-per series); series are keyed by :func:`diagnosis.edge.sources.dcgm.fields.uuid_of` and the MIG instance,
-factorised once, and every statistic becomes a dense numpy column over those keys. No I/O, no
-Django.
+per series); series are keyed by :func:`diagnosis.edge.sources.dcgm.fields.uuid_of` and the MIG
+instance, factorised once, and every statistic becomes a dense numpy column over those keys. No
+I/O, no Django.
 
-What the answers hold (see ``prometheus.family_queries``): ``util`` (``mean``, ``p10``, ``p90``
-per GPU or MIG instance, ``src`` ``prof`` for ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` or ``dev`` for
-``DCGM_FI_DEV_GPU_UTIL`` in percent), ``tensor`` (``mean`` per GPU or instance), and per
+What the answers hold (see ``prometheus.queries.family_queries``): ``util`` (``mean``, ``p10``,
+``p90`` per GPU or MIG instance, ``src`` ``prof`` for ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` or ``dev``
+for ``DCGM_FI_DEV_GPU_UTIL`` in percent), ``tensor`` (``mean`` per GPU or instance), and per
 physical GPU ``memory`` (``frac``), ``power`` (``mean``), ``temperature`` (``max``), ``pcie``
 (``mean`` of ``rx`` and ``tx``), ``nvlink`` (``mean`` of ``prof`` bytes/s or of the ``total``
 field in its own unit); ``inventory`` (``last`` sample time per series, with the labels that say
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from diagnosis.core.vocabulary import format_time
 from diagnosis.edge.sources.dcgm import fields as dcgm
 
 Answer = tuple[list[dict[str, str]], np.ndarray]  # labels per series, value per series
@@ -355,8 +356,5 @@ def place(
 
 
 def iso(seconds: float) -> str:
-    moment = datetime.fromtimestamp(round(seconds, 3), UTC)
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    if moment.microsecond:
-        text += f".{moment.microsecond // 1000:03d}".rstrip("0")
-    return text + "Z"
+    """Unix seconds as RFC 3339 UTC, to the millisecond (``2026-11-29T08:00:00.25Z``)."""
+    return format_time(datetime.fromtimestamp(round(seconds, 3), UTC))

@@ -1,0 +1,217 @@
+"""``squeue --json`` jobs in the snapshot's vocabulary: states, ids (array tasks, heterogeneous
+components), requested and allocated GPUs as pods, and pending arrays expanded."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from diagnosis.edge.schedulers.slurm.parse.values import (
+    ParseSettings,
+    epoch_time,
+    expand_hostlist,
+    gpu_count,
+    gpu_indexes,
+    int_value,
+    split_top_level,
+    text_value,
+)
+
+# -- jobs ----------------------------------------------------------------------------------------
+
+JOB_STATES = {
+    "PENDING": "pending",
+    "REQUEUED": "pending",
+    "REQUEUE_HOLD": "pending",
+    "REQUEUE_FED": "pending",
+    "RUNNING": "running",
+    "CONFIGURING": "running",
+    "COMPLETING": "running",
+    "SUSPENDED": "running",
+    "STOPPED": "running",
+    "SIGNALING": "running",
+    "RESIZING": "running",
+    "STAGE_OUT": "running",
+    "COMPLETED": "completed",
+    "PREEMPTED": "preempted",
+    # Every other end (FAILED, CANCELLED, TIMEOUT, NODE_FAIL, BOOT_FAIL, DEADLINE,
+    # OUT_OF_MEMORY, SPECIAL_EXIT, REVOKED) is a failure to finish the work.
+}
+ENDED = frozenset({"completed", "failed", "preempted"})
+
+
+def job_state(record: Mapping[str, Any]) -> tuple[str, str]:
+    """(snapshot state, Slurm's own state word) of a job record."""
+    raw = record.get("job_state")
+    words = [str(w).upper() for w in raw] if isinstance(raw, list) else [text_value(raw).upper()]
+    native = next((w for w in words if w), "UNKNOWN")
+    return JOB_STATES.get(native, "failed"), native
+
+
+def job_id(record: Mapping[str, Any]) -> str:
+    """``123``; an array task ``123_4``; a heterogeneous job component ``123+1``."""
+    array_job = int_value(record.get("array_job_id"))
+    task = int_value(record.get("array_task_id"))
+    if array_job and task is not None:
+        return f"{array_job}_{task}"
+    het = int_value(record.get("het_job_id"))
+    if het:
+        return f"{het}+{int_value(record.get('het_job_offset')) or 0}"
+    return str(int_value(record.get("job_id")) or text_value(record.get("job_id")))
+
+
+def array_tasks(record: Mapping[str, Any]) -> list[int]:
+    """The task numbers of an array's pending meta-record (``0-5%2`` → 0..5)."""
+    text = text_value(record.get("array_task_string")).split("%")[0]
+    tasks: list[int] = []
+    for piece in text.split(","):
+        low, _, rest = piece.partition("-")
+        high, _, step = rest.partition(":")
+        if not low.isdigit():
+            continue
+        stop = int(high) if high.isdigit() else int(low)
+        tasks.extend(range(int(low), stop + 1, int(step) if step.isdigit() else 1))
+    return tasks
+
+
+def _allocation(record: Mapping[str, Any], gres_name: str) -> list[tuple[str, list[int]]]:
+    """(node, GPU indexes) for each allocated node, in Slurm's order (gres_detail is parallel
+    to the job's allocated nodes)."""
+    resources = record.get("job_resources") or {}
+    nodes = [
+        text_value(n.get("nodename"))
+        for n in (resources.get("allocated_nodes") or [])
+        if isinstance(n, Mapping)
+    ]
+    if not nodes or not all(nodes):
+        nodes = expand_hostlist(text_value(resources.get("nodes") or record.get("nodes")))
+    details = [d for d in record.get("gres_detail") or [] if isinstance(d, str)]
+    pairs = []
+    for node, detail in zip(nodes, details, strict=False):
+        indexes = gpu_indexes(detail, gres_name)
+        if indexes:
+            pairs.append((node, indexes))
+    return pairs
+
+
+def _requested_gpus(record: Mapping[str, Any], gres_name: str) -> tuple[int, int]:
+    """(pods, gpus per pod) a job asks for: one pod per node."""
+    nodes = max(1, int_value(record.get("node_count")) or 1)
+    per_node = gpu_count(record.get("tres_per_node"), gres_name)
+    if per_node:
+        return nodes, per_node
+    total = gpu_count(record.get("tres_per_job"), gres_name)
+    per_task = gpu_count(record.get("tres_per_task"), gres_name)
+    if per_task:
+        total = per_task * max(1, int_value(record.get("tasks")) or 1)
+    if not total:
+        return nodes, 0
+    if total % nodes == 0:
+        return nodes, total // nodes
+    return total, 1  # uneven over its nodes: one-GPU pods
+
+
+def _split_pods(
+    allocation: list[tuple[str, list[int]]],
+) -> tuple[int, int, list[dict[str, Any]]]:
+    """Pods of equal size from per-node GPU lists (one pod per node when even, else the
+    greatest common size)."""
+    size = 0
+    for _, indexes in allocation:
+        size = math.gcd(size, len(indexes))
+    pods = [
+        {"node": node, "gpus": indexes[start : start + size]}
+        for node, indexes in allocation
+        for start in range(0, len(indexes), size)
+    ]
+    return len(pods), size, pods
+
+
+@dataclass
+class ParsedJobs:
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    native: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> facts for events
+    truncated_arrays: list[str] = field(default_factory=list)
+
+
+def parse_jobs(document: Mapping[str, Any], settings: ParseSettings) -> ParsedJobs:
+    """``squeue --json`` → snapshot jobs; pending array meta-records expand into their tasks
+    (at most ``array_expand_limit`` each; the arrays cut short are listed)."""
+    parsed = ParsedJobs()
+    for record in document.get("jobs") or []:
+        if not isinstance(record, Mapping):
+            continue
+        for job, facts in _jobs_of(record, settings, parsed):
+            if job["id"] in parsed.native:
+                continue
+            parsed.jobs.append(job)
+            parsed.native[job["id"]] = facts
+    return parsed
+
+
+def _jobs_of(
+    record: Mapping[str, Any], settings: ParseSettings, parsed: ParsedJobs
+) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    partition = split_top_level(text_value(record.get("partition")))
+    pool = partition[0] if partition else None
+    if settings.partitions and pool not in settings.partitions:
+        return
+    state, native = job_state(record)
+    pods, per_pod = _requested_gpus(record, settings.gres_name)
+    allocation: list[dict[str, Any]] = []
+    if state == "running":
+        bound = _allocation(record, settings.gres_name)
+        if bound:
+            pods, per_pod, allocation = _split_pods(bound)
+    account = text_value(record.get("account"))
+    tenant = account or text_value(record.get("user_name")) or None
+    reason = text_value(record.get("state_reason"))
+    pending_reason = reason if state == "pending" and reason not in {"", "None"} else None
+    submitted = epoch_time(record.get("submit_time"))
+    ran = state != "pending" and bool(text_value(record.get("nodes")) or allocation)
+    job: dict[str, Any] = {
+        "id": job_id(record),
+        "name": text_value(record.get("name")) or None,
+        "tenant": tenant,
+        "queue": tenant,
+        "pool": pool,
+        "kind": None,
+        "priority": int_value(record.get("priority")) or 0,
+        "state": state,
+        "submitted": submitted,
+        # A job cancelled while pending gets start = end = the cancel time, but no nodes.
+        "started": epoch_time(record.get("start_time")) if ran else None,
+        "ended": epoch_time(record.get("end_time")) if state in ENDED else None,
+        "pods": pods,
+        "gpus_per_pod": per_pod,
+        "gang": pods > 1,
+        "min_member": pods,
+        "allocation": allocation,
+        "pending_reason": pending_reason,
+        "preemptions": int_value(record.get("restart_cnt")) or 0,
+    }
+    facts = {
+        "native_state": native,
+        "reason": reason,
+        "description": text_value(record.get("state_description")),
+        "submit_epoch": int_value(record.get("submit_time")) or 0,
+        "start_epoch": (int_value(record.get("start_time")) or 0) if ran else 0,
+        "end_epoch": int_value(record.get("end_time")) or 0,
+        "nodes": text_value(record.get("nodes")),
+        "exit_code": int_value(record.get("exit_code")),
+    }
+    if submitted is None:
+        return  # a record without a submit time is not a job we can place in time
+    array_job = int_value(record.get("array_job_id"))
+    meta = int_value(record.get("array_task_id")) is None and record.get("array_task_string")
+    if array_job and meta:
+        tasks = array_tasks(record)
+        if len(tasks) > settings.array_expand_limit:
+            parsed.truncated_arrays.append(str(array_job))
+            tasks = tasks[: settings.array_expand_limit]
+        for task in tasks:
+            yield {**job, "id": f"{array_job}_{task}"}, facts
+        return
+    yield job, facts

@@ -1,0 +1,346 @@
+"""The Prometheus source's settings: a cluster's ``metrics_config``, declared once
+(:data:`CONFIG`: every key with its type, default and meaning) and parsed by
+:meth:`PrometheusConfig.parse` through that one declaration (every error names its key)::
+
+    {"url": "https://prometheus.example.org",
+     "matchers": {"cluster": "a100-east"},      # extra label matchers on every series
+     "host_label": "auto",                      # or "Hostname" / "hostname"
+     "timeout_s": 30, "retries": 2, "backoff_s": 0.5,
+     "verify_tls": true, "ca_file": "/etc/ssl/prom-ca.pem",
+     "bearer_token_env": "PROM_TOKEN",          # or "bearer_token_file", or basic auth:
+     "username": "gpuobs", "password_env": "PROM_PASSWORD",
+     "window_s": 900, "scrape_interval_s": 15, "min_coverage": 0.95,
+     "shard_min_gpus": 4096}
+
+Secrets never sit in the config: it names the environment variable (or file) holding them; those
+keys are declared ``secret``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from diagnosis.core.vocabulary import DEFAULT_WINDOW_S
+from diagnosis.edge import errors
+from diagnosis.edge.config import REQUIRED, ConfigSpec, Setting
+from diagnosis.edge.sources.dcgm import fields as dcgm
+from diagnosis.edge.sources.prometheus.promql import (
+    ALLOWED_LABELS,
+    LABEL_NAME,
+    Matcher,
+    Selection,
+    matchers_from_mapping,
+)
+
+MIN_COVERAGE = 0.95
+
+
+class ConfigError(errors.ConfigError, errors.CollectError):
+    """Settings a collection cannot work with: permanent, and a :class:`CollectError` too (a
+    cycle records a failed collection). Each of ``problems`` names its key
+    (``metrics_config.timeout_s: expected a number``)."""
+
+    def __init__(self, problems: list[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        # past errors.ConfigError's "what: " prefix: each problem already names its key
+        super(errors.ConfigError, self).__init__("; ".join(self.problems), permanent=True)
+
+
+# -- the declared settings -----------------------------------------------------------------------
+
+
+def _http_url(value: str) -> str:
+    if not value:
+        raise ValueError("required (e.g. http://prometheus:9090)")
+    parsed = urlparse(value)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError(f"expected an http(s) URL, got {value!r}")
+    return value.rstrip("/")
+
+
+def _label_values(value: dict) -> dict:
+    if not all(isinstance(v, str) for v in value.values()):
+        raise ValueError("expected an object of label -> value")
+    return value
+
+
+def _label_names(value: list) -> list:
+    if not all(isinstance(n, str) and LABEL_NAME.fullmatch(n) for n in value):
+        raise ValueError("expected a list of label names")
+    return value
+
+
+def _optional(value: str) -> str | None:
+    return value or None  # an empty string is no setting
+
+
+def _existing_file(value: str) -> str | None:
+    if value and not os.path.isfile(value):
+        raise ValueError(f"no such file {value!r}")
+    return value or None
+
+
+def _number(
+    low: float | None = None, high: float | None = None, *, to: Callable[[Any], Any] | None = None
+) -> Callable[[Any], Any]:
+    """A check of a number key: not NaN, within ``[low, high]``, converted by ``to``."""
+
+    def check(value: float) -> Any:
+        if math.isnan(value):
+            raise ValueError(f"expected a number, got {value!r}")
+        below, above = low is not None and value < low, high is not None and value > high
+        if below or above or (to is int and math.isinf(value)):
+            raise ValueError(f"must lie in [{low}, {high}], got {value!r}")
+        return value if to is None else to(value)
+
+    return check
+
+
+class _Settings(ConfigSpec):
+    """The declared keys, plus the one check that reads two of them: a matcher's label must be
+    on the allowlist or declared in ``extra_label_names``."""
+
+    def parse(self, raw: Any) -> dict[str, Any]:
+        values = super().parse(raw)
+        problems = [
+            f"matchers: label {name!r} is not on the allowlist; add it to extra_label_names"
+            for name in values["matchers"]
+            if name not in ALLOWED_LABELS and name not in values["extra_label_names"]
+        ]
+        if problems:
+            raise errors.ConfigError(problems, what=self.what)
+        return values
+
+
+CONFIG = _Settings(
+    (
+        Setting(
+            "url",
+            str,
+            REQUIRED,
+            "Prometheus (or Thanos, Mimir, VictoriaMetrics) base URL, http or https",
+            check=_http_url,
+        ),
+        Setting(
+            "matchers",
+            dict,
+            {},
+            "label -> value matchers added to every series (the cluster's external labels)",
+            check=_label_values,
+        ),
+        Setting(
+            "extra_label_names",
+            list,
+            [],
+            "label names beyond the allowlist that matchers may use",
+            check=_label_names,
+        ),
+        Setting(
+            "host_label",
+            str,
+            "auto",
+            "dcgm-exporter's host label; auto tries both spellings",
+            choices=("auto", *dcgm.HOST_LABELS),
+        ),
+        Setting("timeout_s", float, 30.0, "per query", check=_number(0.1, 600, to=float)),
+        Setting(
+            "retries", float, 2, "per query, transient failures only", check=_number(0, 10, to=int)
+        ),
+        Setting(
+            "backoff_s",
+            float,
+            0.5,
+            "first pause between retries (doubling)",
+            check=_number(0, 60, to=float),
+        ),
+        Setting("verify_tls", bool, True, "check the server's certificate"),
+        Setting(
+            "ca_file", str, None, "CA bundle for the server's certificate", check=_existing_file
+        ),
+        Setting(
+            "bearer_token_env",
+            str,
+            None,
+            "environment variable holding a bearer token",
+            secret=True,
+            check=_optional,
+        ),
+        Setting(
+            "bearer_token_file",
+            str,
+            None,
+            "file holding a bearer token",
+            secret=True,
+            check=_optional,
+        ),
+        Setting("username", str, None, "basic-auth user", check=_optional),
+        Setting(
+            "password_env",
+            str,
+            None,
+            "environment variable holding the basic-auth password",
+            secret=True,
+            check=_optional,
+        ),
+        Setting(
+            "window_s",
+            float,
+            DEFAULT_WINDOW_S,
+            "the window the statistics cover, seconds",
+            check=_number(60, to=int),
+        ),
+        Setting(
+            "scrape_interval_s",
+            float,
+            None,
+            "dcgm-exporter's scrape interval (default: estimated from the samples)",
+            check=_number(0.1),
+        ),
+        Setting(
+            "max_data_age_s",
+            float,
+            None,
+            "newest sample older than this: not judged (default: two scrape intervals)",
+            check=_number(1),
+        ),
+        Setting(
+            "min_coverage",
+            float,
+            MIN_COVERAGE,
+            "share of the GPUs that must answer for the metric rules to be judged",
+            check=_number(0, 1, to=float),
+        ),
+        Setting(
+            "parallel_queries", float, 4, "queries in flight at once", check=_number(1, 16, to=int)
+        ),
+        Setting(
+            "deadline_s",
+            float,
+            120.0,
+            "the whole collection, seconds",
+            check=_number(1, 3600, to=float),
+        ),
+        Setting(
+            "shard_min_gpus",
+            float,
+            4096,
+            "a cluster this large is collected per node pool, as shards",
+            check=_number(1, to=int),
+        ),
+        Setting(
+            "nvlink_total_unit_Bps",
+            float,
+            1e6,
+            "unit of DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL in bytes/s",
+            check=_number(0, to=float),
+        ),
+    ),
+    what="metrics_config",
+)
+
+
+@dataclass(frozen=True)
+class PrometheusConfig:
+    """One cluster's parsed settings (the keys and defaults are :data:`CONFIG`'s)."""
+
+    url: str
+    matchers: tuple[tuple[str, str], ...]
+    extra_label_names: frozenset[str]
+    host_label: str
+    timeout_s: float
+    retries: int
+    backoff_s: float
+    verify_tls: bool
+    ca_file: str | None
+    bearer_token_env: str | None
+    bearer_token_file: str | None
+    username: str | None
+    password_env: str | None
+    window_s: int
+    scrape_interval_s: float | None
+    max_data_age_s: float | None
+    min_coverage: float
+    parallel_queries: int
+    deadline_s: float
+    shard_min_gpus: int
+    nvlink_total_unit_Bps: float
+
+    @classmethod
+    def parse(
+        cls, raw: Mapping[str, Any] | None, prefix: str = "metrics_config"
+    ) -> PrometheusConfig:
+        """The typed settings, or :class:`ConfigError` naming every bad key
+        (``<prefix>.<key>: ...``)."""
+        try:
+            values = CONFIG.parse(raw)
+        except errors.ConfigError as exc:
+            joint = "." if raw is None or isinstance(raw, Mapping) else ": "
+            raise ConfigError([f"{prefix}{joint}{problem}" for problem in exc.problems]) from None
+        values["matchers"] = tuple(sorted(values["matchers"].items()))
+        values["extra_label_names"] = frozenset(values["extra_label_names"])
+        return cls(**values)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The settings as a plain dict (what a shard task carries); no secrets are in it."""
+        out: dict[str, Any] = {}
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if name == "matchers":
+                value = dict(value)
+            elif name == "extra_label_names":
+                value = sorted(value)
+            if value is not None:
+                out[name] = value
+        return out
+
+    def auth(self) -> tuple[dict[str, str], tuple[str, str] | None]:
+        """Headers and basic-auth pair, read from the environment or the token file now."""
+        headers: dict[str, str] = {}
+        token = None
+        if self.bearer_token_env:
+            token = os.environ.get(self.bearer_token_env)
+            if not token:
+                raise ConfigError(
+                    f"metrics_config.bearer_token_env: environment variable "
+                    f"{self.bearer_token_env} is not set"
+                )
+        elif self.bearer_token_file:
+            try:
+                with open(self.bearer_token_file, encoding="utf-8") as handle:
+                    token = handle.read().strip()
+            except OSError as exc:
+                raise ConfigError(
+                    f"metrics_config.bearer_token_file: cannot read {self.bearer_token_file}: "
+                    f"{exc.strerror}"
+                ) from None
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+            return headers, None
+        if self.username:
+            password = os.environ.get(self.password_env or "", "")
+            if self.password_env and not password:
+                raise ConfigError(
+                    f"metrics_config.password_env: environment variable {self.password_env} "
+                    "is not set"
+                )
+            return headers, (self.username, password)
+        return headers, None
+
+    def selection(self, hosts: Sequence[str] | None = None) -> Selection:
+        """The series of this cluster (and, for a shard, of these hosts only)."""
+        fixed = matchers_from_mapping(dict(self.matchers))
+        if not hosts:
+            return Selection(fixed, ((),), self.extra_label_names)
+        labels = dcgm.HOST_LABELS if self.host_label == "auto" else (self.host_label,)
+        alternatives = tuple((Matcher.any_of(label, hosts),) for label in labels)
+        return Selection(fixed, alternatives, self.extra_label_names)
+
+    def node_selection(self, hosts: Sequence[str] | None = None) -> Selection:
+        fixed = matchers_from_mapping(dict(self.matchers))
+        alternatives = ((Matcher.any_of("nodename", hosts),),) if hosts else ((),)
+        return Selection(fixed, alternatives, self.extra_label_names)

@@ -1,0 +1,175 @@
+"""The PromQL of one collection: one server-side aggregated instant query per metric family
+(:func:`family_queries`), their fallbacks, and the Xid detail range query. The text is built with
+:mod:`diagnosis.edge.sources.prometheus.promql` (every label value quoted, label names from the
+allowlist); nothing here talks to a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from diagnosis.edge.sources.dcgm import fields as dcgm
+from diagnosis.edge.sources.prometheus.promql import (
+    Matcher,
+    Selection,
+    by,
+    duration,
+    tagged,
+    union,
+)
+
+K = dcgm.KEY_LABELS  # a GPU or one of its MIG instances
+U = dcgm.UUID_LABELS  # a physical GPU
+# The time of a series' latest sample: the instant selector finds it within the lookback
+# (5 min); when none is that recent, the subquery finds older ones in the window (it costs as
+# much as all the other families together at 16,384 GPUs, so it is the fallback;
+# ``timestamp(last_over_time(...))`` would give the evaluation time instead).
+LAST_SAMPLE = "timestamp({s})"
+LAST_SAMPLE_IN_WINDOW = "timestamp({s}) or max_over_time(timestamp({s})[{w}:])"
+
+
+def family_queries(
+    selection: Selection, node_selection: Selection, window_s: float, *, fallback: bool = False
+) -> dict[str, str]:
+    """The instant queries of one collection, one per metric family (DESIGN.md section 3).
+
+    Aggregation happens in Prometheus: a GPU's series split by changing pod labels are summed
+    back together (means as sum over count, so they stay exact), and each answer carries one
+    value per GPU (or MIG instance) and statistic, told apart by the ``stat`` and ``src`` labels.
+
+    With ``fallback``, the ``inventory``, ``util`` and ``nvlink`` queries that are sent again
+    when the first answers leave GPUs out: latest samples older than the lookback, and the
+    fields of GPUs without profiling (``DCGM_FI_DEV_GPU_UTIL``,
+    ``DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL``) beside the profiling ones.
+    """
+    w = duration(window_s)
+    last = LAST_SAMPLE_IN_WINDOW if fallback else LAST_SAMPLE
+
+    def over(template: str, metric: str) -> str:
+        return selection.over(template.replace("{w}", w), metric)
+
+    def total(metric: str, group: Sequence[str]) -> str:
+        return f"sum {by(group)} ({over('sum_over_time({s}[{w}])', metric)})"
+
+    def samples(metric: str, group: Sequence[str]) -> str:
+        return f"sum {by(group)} ({over('count_over_time({s}[{w}])', metric)})"
+
+    def mean(metric: str, group: Sequence[str]) -> str:
+        return f"{total(metric, group)} / {samples(metric, group)}"
+
+    def either(first: str, second: str, group: Sequence[str]) -> str:
+        return f"({first}) or on ({', '.join(group)}) ({second})"
+
+    def util(metric: str, src: str) -> str:
+        return union(
+            [
+                tagged(mean(metric, K), stat="mean", src=src),
+                tagged(
+                    f"min {by(K)} ({over('quantile_over_time(0.1, {s}[{w}])', metric)})",
+                    stat="p10",
+                    src=src,
+                ),
+                tagged(
+                    f"max {by(K)} ({over('quantile_over_time(0.9, {s}[{w}])', metric)})",
+                    stat="p90",
+                    src=src,
+                ),
+            ]
+        )
+
+    used, free = total(dcgm.FB_USED, U), total(dcgm.FB_FREE, U)
+    reserved = f"({total(dcgm.FB_RESERVED, U)} or {free} * 0)"
+    nvlink_rx = total(dcgm.NVLINK_RX_BYTES, U)
+    nvlink_bytes = f"({nvlink_rx} + ({total(dcgm.NVLINK_TX_BYTES, U)} or {nvlink_rx} * 0))"
+    nvlink = tagged(f"{nvlink_bytes} / {samples(dcgm.NVLINK_RX_BYTES, U)}", stat="mean", src="prof")
+    return {
+        "inventory": union(
+            [
+                tagged(
+                    f"max {by(dcgm.INVENTORY_LABELS)} ({over(last, dcgm.GR_ENGINE_ACTIVE)}"
+                    f" or {over(last, dcgm.GPU_UTIL)})",
+                    stat="last",
+                ),
+                tagged(
+                    f"max ({over('count_over_time({s}[{w}])', dcgm.GR_ENGINE_ACTIVE)} or "
+                    f"{over('count_over_time({s}[{w}])', dcgm.GPU_UTIL)})",
+                    stat="samples",
+                ),
+            ]
+        ),
+        "util": (
+            either(util(dcgm.GR_ENGINE_ACTIVE, "prof"), util(dcgm.GPU_UTIL, "dev"), K)
+            if fallback
+            else util(dcgm.GR_ENGINE_ACTIVE, "prof")
+        ),
+        "tensor": tagged(mean(dcgm.TENSOR_ACTIVE, K), stat="mean"),
+        "memory": tagged(f"{used} / ({used} + {free} + {reserved})", stat="frac"),
+        "power": tagged(mean(dcgm.POWER_USAGE, U), stat="mean"),
+        "temperature": tagged(
+            f"max {by(U)} ({over('max_over_time({s}[{w}])', dcgm.GPU_TEMP)})", stat="max"
+        ),
+        "pcie": union(
+            [
+                tagged(mean(dcgm.PCIE_RX_BYTES, U), stat="mean", src="rx"),
+                tagged(mean(dcgm.PCIE_TX_BYTES, U), stat="mean", src="tx"),
+            ]
+        ),
+        "nvlink": (
+            either(
+                nvlink, tagged(mean(dcgm.NVLINK_BANDWIDTH_TOTAL, U), stat="mean", src="total"), U
+            )
+            if fallback
+            else nvlink
+        ),
+        "xid": union(
+            [
+                tagged(
+                    f"max {by((*K, 'err_code'))} ("
+                    f"{over('max_over_time({s}[{w}])', dcgm.XID_ERRORS)}) > 0",
+                    stat="max",
+                    src="gauge",
+                ),
+                tagged(
+                    f"max {by((*K, 'xid'))} ("
+                    f"{over('max_over_time({s}[{w}])', dcgm.XID_ERRORS_COUNT)}) > 0",
+                    stat="max",
+                    src="count",
+                ),
+            ]
+        ),
+        "cpu": (
+            f"(1 - avg by (instance) ("
+            f"{_node_over(selection, 'rate({s}[{w}])'.replace('{w}', w))})) "
+            f"* on (instance) group_left (nodename) max by (instance, nodename) ("
+            f"{node_selection.over('{s}', 'node_uname_info')})"
+        ),
+    }
+
+
+def _node_over(selection: Selection, template: str) -> str:
+    fixed = Selection(selection.matchers, ((),), selection.extra_label_names)
+    return fixed.over(template, "node_cpu_seconds_total", (Matcher.equal("mode", "idle"),))
+
+
+def xid_range_query(selection: Selection, uuids: Sequence[str]) -> str:
+    """The Xid gauge and the exporter's Xid counter of a few GPUs, for finding when each Xid
+    appeared."""
+    alternatives = tuple((Matcher.any_of(label, uuids),) for label in dcgm.UUID_LABELS)
+    narrowed = replace(
+        selection,
+        alternatives=tuple(
+            (*alt, *uuid_alt) for alt in selection.alternatives for uuid_alt in alternatives
+        ),
+    )
+    return union(
+        [
+            tagged(
+                f"max {by((*K, 'err_code'))} ({narrowed.over('{s}', dcgm.XID_ERRORS)})", src="gauge"
+            ),
+            tagged(
+                f"max {by((*K, 'xid'))} ({narrowed.over('{s}', dcgm.XID_ERRORS_COUNT)})",
+                src="count",
+            ),
+        ]
+    )
