@@ -27,7 +27,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from diagnosis.actions.cycles import run_cluster_cycle
 from diagnosis.core import snapshot as snapshot_format
-from diagnosis.edge.sources import CollectError
+from diagnosis.edge.errors import CollectError
 from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document
 from diagnosis.edge.sources.prometheus.promql import PromQLError
 from diagnosis.models import Cluster

@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from django.core.management.base import BaseCommand, CommandError
 
 from diagnosis.core import snapshot as snapshot_format
+from diagnosis.edge.errors import CollectError
 from diagnosis.edge.sim import runtime as sim_runtime
-from diagnosis.edge.sources import CollectError
 from diagnosis.edge.sources.dcgm.exporter import SimExporter
 from diagnosis.edge.sources.prometheus.promql import LABEL_NAME
 from diagnosis.models import Cluster, ClusterCycle
