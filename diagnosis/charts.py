@@ -234,7 +234,7 @@ ACCENT = "#2f5ddc"
 ACTIVITY = "#1a7f37"
 
 
-def _layout(**overrides: Any) -> dict[str, Any]:
+def figure_layout(**overrides: Any) -> dict[str, Any]:
     # template "none": plotly's default template would add ~7 kB of JSON to every figure.
     layout: dict[str, Any] = {
         "template": "none",
@@ -248,7 +248,7 @@ def _layout(**overrides: Any) -> dict[str, Any]:
     return layout
 
 
-def _axis(**overrides: Any) -> dict[str, Any]:
+def axis_style(**overrides: Any) -> dict[str, Any]:
     axis = {"gridcolor": GRID, "zerolinecolor": GRID, "linecolor": GRID, "automargin": True}
     axis.update(overrides)
     return axis
@@ -297,11 +297,13 @@ def gpu_hours_waterfall(
     # The layout goes to the constructor: update_layout() costs four times as much (a deep copy).
     figure = go.Figure(
         data=[waterfall],
-        layout=_layout(
+        layout=figure_layout(
             height=380,
             showlegend=False,
-            xaxis=_axis(type="category", tickfont={"size": 12}),
-            yaxis=_axis(title={"text": "GPU-hours"}, rangemode="tozero", range=[0, top * 1.12]),
+            xaxis=axis_style(type="category", tickfont={"size": 12}),
+            yaxis=axis_style(
+                title={"text": "GPU-hours"}, rangemode="tozero", range=[0, top * 1.12]
+            ),
         ),
     )
     return figure
@@ -343,13 +345,13 @@ def utilization_trend(cycles: pd.DataFrame) -> go.Figure:
     ]
     figure = go.Figure(
         data=traces,
-        layout=_layout(
+        layout=figure_layout(
             height=300,
             hovermode="x unified",
             legend={"orientation": "h", "x": 0, "y": 1.12},
             margin={"l": 64, "r": 16, "t": 40, "b": 40},
-            xaxis=_axis(type="date"),
-            yaxis=_axis(tickformat=".0%", range=[0, 1.02], title={"text": "utilization"}),
+            xaxis=axis_style(type="date"),
+            yaxis=axis_style(tickformat=".0%", range=[0, 1.02], title={"text": "utilization"}),
         ),
     )
     return figure
@@ -413,10 +415,12 @@ def recommendation_impact(impact: Mapping[str, Any]) -> go.Figure | None:
                 ),
                 **at,
             )
-        figure.update_yaxes(title_text=unit, **at, **_axis(rangemode="tozero"))
-    figure.update_xaxes(**_axis())
+        figure.update_yaxes(title_text=unit, **at, **axis_style(rangemode="tozero"))
+    figure.update_xaxes(**axis_style())
     figure.update_layout(
-        **_layout(height=60 + 270 * lines, margin={"l": 56, "r": 16, "t": 56, "b": 32}, bargap=0.35)
+        **figure_layout(
+            height=60 + 270 * lines, margin={"l": 56, "r": 16, "t": 56, "b": 32}, bargap=0.35
+        )
     )
     figure.update_annotations(font={"size": 12})
     return figure

@@ -11,6 +11,7 @@ from typing import Any
 from django.db import transaction
 
 from diagnosis.choices import SchedulerEventKind
+from diagnosis.core.vocabulary import parse_time, time_problem
 from diagnosis.edge.schedulers.base import EventBatch
 from diagnosis.models import (
     Cluster,
@@ -33,14 +34,12 @@ class RecordedEvents:
 
 def _event_time(value: Any, where: str) -> datetime:
     if isinstance(value, datetime):
-        moment = value
-    else:
-        try:
-            moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-        except ValueError:
-            raise SchedulerEventError(f"{where}.time is not an RFC 3339 time: {value!r}") from None
-    if moment.tzinfo is None:
-        raise SchedulerEventError(f"{where}.time has no time zone: {value!r}")
+        if value.tzinfo is None:
+            raise SchedulerEventError(f"{where}.time has no time zone: {value!r}")
+        return value
+    moment = parse_time(value)
+    if moment is None:
+        raise SchedulerEventError(f"{where}.time {time_problem(value)}: {value!r}")
     return moment
 
 

@@ -1,4 +1,5 @@
-"""Snapshot files: storing an imported ``gpuobs.snapshot/v1`` document and, optionally, its findings."""
+"""Snapshot files: storing an imported ``gpuobs.snapshot/v1`` document and, optionally, its
+findings."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from diagnosis.core import fairness
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.rules.engine import Diagnosis
 from diagnosis.core.rules.facts import SnapshotFacts
+from diagnosis.core.vocabulary import LIVE_JOB_STATES
 from diagnosis.models import (
     Cluster,
     ClusterCycle,
@@ -58,9 +59,6 @@ JOB_CHANGING_FIELDS = (
     "ended_at",
     "preemptions",
 )
-
-
-LIVE_JOB_STATES = ("pending", "running")
 
 
 @dataclass(frozen=True)

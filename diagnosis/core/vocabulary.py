@@ -37,6 +37,24 @@ def parse_time(value: Any) -> datetime | None:
     """An RFC 3339 time with a zone designator (``Z``/``z`` or an offset), as an aware UTC
     datetime; None when absent or unparsable. Fractions beyond microseconds (Alertmanager and
     Go write nanoseconds) are cut to microseconds."""
+    moment = _read_time(value)
+    if moment is None or moment.tzinfo is None:
+        return None
+    return moment.astimezone(UTC)
+
+
+def time_problem(value: Any) -> str | None:
+    """Why :func:`parse_time` refuses ``value``, as the words an error message goes on with:
+    ``"has no time zone"`` (a date-time without ``Z`` or an offset) or ``"is not an RFC 3339
+    time"``; None when it is a valid time."""
+    moment = _read_time(value)
+    if moment is None:
+        return "is not an RFC 3339 time"
+    return "has no time zone" if moment.tzinfo is None else None
+
+
+def _read_time(value: Any) -> datetime | None:
+    """An RFC 3339 date-time as written, zone or none; None when it is not one."""
     if not isinstance(value, str) or "T" not in value.upper():
         return None
     text = value.strip()
@@ -47,12 +65,9 @@ def parse_time(value: Any) -> datetime | None:
         digits = len(rest) - len(rest.lstrip("0123456789"))
         text = f"{head}.{rest[: min(digits, 6)]}{rest[digits:]}"
     try:
-        moment = datetime.fromisoformat(text)
+        return datetime.fromisoformat(text)
     except ValueError:
         return None
-    if moment.tzinfo is None:
-        return None
-    return moment.astimezone(UTC)
 
 
 def format_time(moment: datetime) -> str:

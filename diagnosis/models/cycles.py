@@ -12,9 +12,8 @@ from typing import Any
 from django.db import models
 from django.utils import timezone
 
+from diagnosis.core.vocabulary import SNAPSHOT_FORMAT, parse_time, time_problem
 from diagnosis.models.inventory import Cluster
-
-SNAPSHOT_FORMAT = "gpuobs.snapshot/v1"
 
 
 class SnapshotDocumentError(ValueError):
@@ -25,12 +24,9 @@ def _document_as_of(document: dict[str, Any]) -> datetime:
     raw = document.get("as_of")
     if raw is None:
         raise SnapshotDocumentError("snapshot document has no 'as_of'")
-    try:
-        as_of = datetime.fromisoformat(raw)
-    except (TypeError, ValueError):
-        raise SnapshotDocumentError(f"snapshot 'as_of' is not an RFC 3339 time: {raw!r}") from None
-    if as_of.tzinfo is None:
-        raise SnapshotDocumentError(f"snapshot 'as_of' has no time zone: {raw!r}")
+    as_of = parse_time(raw)
+    if as_of is None:
+        raise SnapshotDocumentError(f"snapshot 'as_of' {time_problem(raw)}: {raw!r}")
     return as_of
 
 

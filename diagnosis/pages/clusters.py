@@ -51,6 +51,7 @@ from diagnosis.choices import FindingState, Severity
 from diagnosis.core import xid_catalog
 from diagnosis.core.rules.base import SEVERITIES, Rule
 from diagnosis.core.rules.registry import all_rules
+from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import Cluster, ClusterCycle, Finding
 from diagnosis.roles import is_tenant_scoped
 
@@ -570,8 +571,8 @@ def _incident_row(finding: Finding) -> IncidentRow:
         XidCode(
             code=int(entry["code"]),
             count=entry.get("count"),
-            first=_parse_time(entry.get("first")),
-            last=_parse_time(entry.get("last")),
+            first=parse_time(entry.get("first")),
+            last=parse_time(entry.get("last")),
             info=xid_catalog.lookup(int(entry["code"])),
         )
         for entry in _dicts(evidence.get("codes"))
@@ -587,13 +588,6 @@ def _incident_row(finding: Finding) -> IncidentRow:
         jobs=jobs,
         tenants=[str(t) for t in tenants],
     )
-
-
-def _parse_time(value: Any) -> datetime | None:
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
-    except ValueError:
-        return None
 
 
 def _dicts(value: Any) -> list[Mapping[str, Any]]:

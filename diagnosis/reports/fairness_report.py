@@ -41,6 +41,7 @@ from diagnosis.access import (
     tenants_for_user,
 )
 from diagnosis.core import fairness
+from diagnosis.core.vocabulary import format_time
 from diagnosis.models import Cluster, PoolRollup, Tenant, TenantRollup
 from diagnosis.reports.period import ReportPeriod
 from diagnosis.roles import User, is_tenant_scoped
@@ -88,7 +89,7 @@ class FairnessReportData:
             "format": REPORT_FORMAT,
             "cluster": self.cluster.name,
             **self.period.as_dict(),
-            "generated_at": _iso(self.generated_at),
+            "generated_at": format_time(self.generated_at),
             "scope": {
                 "tenant_scoped": self.tenant_scoped,
                 "tenants": list(self.visible_tenants) if self.visible_tenants is not None else None,
@@ -305,10 +306,6 @@ def _share_series(
             }
         )
     return out.sort_values(["tenant", "bin"]).reset_index(drop=True)
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def subscription_period(frequency: str, end: datetime) -> ReportPeriod:

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from diagnosis.charts import ACCENT, BUCKET_LABELS, INK, MUTED, _axis, _layout
+from diagnosis.charts import ACCENT, BUCKET_LABELS, INK, MUTED, axis_style, figure_layout
 from diagnosis.core.fairness import SIZE_CLASSES, TENANT_BUCKETS
 from diagnosis.reports.fairness_report import FairnessReportData
 
@@ -65,13 +65,13 @@ def share_over_time(data: FairnessReportData) -> go.Figure:
             )
     return go.Figure(
         data=traces,
-        layout=_layout(
+        layout=figure_layout(
             height=360,
             hovermode="x unified",
             legend={"orientation": "v", "x": 1.02, "y": 1},
             margin={"l": 64, "r": 16, "t": 16, "b": 40},
-            xaxis=_axis(type="date"),
-            yaxis=_axis(
+            xaxis=axis_style(type="date"),
+            yaxis=axis_style(
                 tickformat=".0%", rangemode="tozero", title={"text": "share of usable GPUs"}
             ),
         ),
@@ -102,13 +102,13 @@ def waits_by_size_class(data: FairnessReportData) -> go.Figure:
     ]
     return go.Figure(
         data=bars,
-        layout=_layout(
+        layout=figure_layout(
             height=300,
             barmode="group",
             legend={"orientation": "h", "x": 0, "y": 1.12},
             margin={"l": 64, "r": 16, "t": 40, "b": 40},
-            xaxis=_axis(type="category"),
-            yaxis=_axis(title={"text": "wait (hours)"}, rangemode="tozero"),
+            xaxis=axis_style(type="category"),
+            yaxis=axis_style(title={"text": "wait (hours)"}, rangemode="tozero"),
         ),
     )
 
@@ -129,7 +129,7 @@ def tenant_breakdown(data: FairnessReportData) -> go.Figure:
     ]
     return go.Figure(
         data=bars,
-        layout=_layout(
+        layout=figure_layout(
             height=max(260, 140 + 24 * len(rows)),
             barmode="stack",
             legend={
@@ -141,7 +141,7 @@ def tenant_breakdown(data: FairnessReportData) -> go.Figure:
                 "traceorder": "normal",
             },
             margin={"l": 120, "r": 16, "t": 16, "b": 40},
-            xaxis=_axis(title={"text": "GPU-hours"}, rangemode="tozero", side="top"),
-            yaxis=_axis(type="category"),
+            xaxis=axis_style(title={"text": "GPU-hours"}, rangemode="tozero", side="top"),
+            yaxis=axis_style(type="category"),
         ),
     )

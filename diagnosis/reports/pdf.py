@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from functools import lru_cache
 
 import reportlab
@@ -42,6 +41,7 @@ from reportlab.platypus.flowables import Flowable
 from diagnosis.charts import ACCENT, ACTIVITY, BUCKET_LABELS, INK, MUTED
 from diagnosis.core.fairness import SIZE_CLASSES, TENANT_BUCKETS, TenantRow
 from diagnosis.reports.fairness_report import FairnessReportData
+from diagnosis.reports.period import minute_stamp
 
 FONT = "GpuobsVera"
 FONT_BOLD = "GpuobsVera-Bold"
@@ -379,7 +379,8 @@ def render_pdf(data: FairnessReportData) -> bytes:
     summary = [
         [
             "Period",
-            f"{_stamp(data.period.start)} – {_stamp(data.period.end)} ({data.period.label})",
+            f"{minute_stamp(data.period.start)} – {minute_stamp(data.period.end)} "
+            f"({data.period.label})",
         ],
         ["Shown", scope],
         ["Cycles", f"{data.cycles} covering {report.covered_s / 3600:,.1f} h"],
@@ -390,7 +391,7 @@ def render_pdf(data: FairnessReportData) -> bytes:
         ],
         ["Entitlement from", data.entitlement_basis or "—"],
         ["Jain's index", "—" if report.jain_index is None else f"{report.jain_index:.3f}"],
-        ["Generated", _stamp(data.generated_at)],
+        ["Generated", minute_stamp(data.generated_at)],
     ]
     story: list[Flowable] = [
         Paragraph(_esc(title), styles["title"]),
@@ -456,7 +457,3 @@ DEFINITIONS = (
     "utilization of its busy GPU-seconds where known. Idle GPU-hours: allocated-idle plus "
     "held-by-partial-gang.",
 )
-
-
-def _stamp(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")

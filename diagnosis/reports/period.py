@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
+from diagnosis.core.vocabulary import format_time
+
 PRESETS: dict[str, timedelta] = {
     "24h": timedelta(hours=24),
     "7d": timedelta(days=7),
@@ -42,14 +44,14 @@ class ReportPeriod:
     def label(self) -> str:
         if self.preset:
             return PRESET_LABELS[self.preset]
-        return f"{_short(self.start)} – {_short(self.end)}"
+        return f"{minute_stamp(self.start)} – {minute_stamp(self.end)}"
 
     def query(self) -> dict[str, str]:
         """The exact range as query parameters (what a download link carries)."""
-        return {"from": _iso(self.start), "to": _iso(self.end)}
+        return {"from": format_time(self.start), "to": format_time(self.end)}
 
     def as_dict(self) -> dict[str, Any]:
-        return {"from": _iso(self.start), "to": _iso(self.end), "preset": self.preset}
+        return {"from": format_time(self.start), "to": format_time(self.end), "preset": self.preset}
 
     @classmethod
     def preset_ending(cls, preset: str, end: datetime) -> ReportPeriod:
@@ -101,9 +103,6 @@ def _text(value: Any) -> str:
     return str(value).strip() if value is not None else ""
 
 
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def _short(moment: datetime) -> str:
+def minute_stamp(moment: datetime) -> str:
+    """A moment as people read it in a report: ``2026-11-29 08:00 UTC``."""
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")

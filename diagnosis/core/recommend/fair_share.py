@@ -27,6 +27,7 @@ import pandas as pd
 from diagnosis.core.fairness import water_fill
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.snapshot import ClusterSnapshot
+from diagnosis.core.vocabulary import LIVE_JOB_STATES
 
 _EPS = 1e-9
 
@@ -74,7 +75,7 @@ def queue_shares(snapshot: ClusterSnapshot, facts: SnapshotFacts | None = None) 
     """Every queue's demand, held GPUs and fair share in ``snapshot`` (see the module doc)."""
     facts = facts or SnapshotFacts(snapshot)
     jobs = snapshot.jobs
-    live = jobs[jobs["state"].isin(["pending", "running"])]
+    live = jobs[jobs["state"].isin(LIVE_JOB_STATES)]
     queue_of = job_queue_names(live)
     held = facts.job_held_gpus.reindex(live.index).to_numpy()
     request = facts.job_requests.reindex(live.index).to_numpy()
@@ -90,15 +91,16 @@ def queue_shares(snapshot: ClusterSnapshot, facts: SnapshotFacts | None = None) 
     )
     listed = snapshot.queues
     names = sorted(set(listed.index) | set(per_queue.index))
-    demand = {
-        n: float(per_queue.at[n, "held"] + per_queue.at[n, "asked"]) if n in per_queue.index else 0
-        for n in names
-    }
-    weights = {n: float(listed.at[n, "weight"]) if n in listed.index else 1.0 for n in names}
+    queue_demand = (per_queue["held"] + per_queue["asked"]).to_dict()
+    listed_weight = listed["weight"].to_dict()
+    listed_deserved = listed["deserved_gpus"].to_dict()
+    listed_tenant = listed["tenant"].to_dict()
+    demand = {n: float(queue_demand[n]) if n in queue_demand else 0 for n in names}
+    weights = {n: float(listed_weight[n]) if n in listed_weight else 1.0 for n in names}
     deserved = {
-        n: float(listed.at[n, "deserved_gpus"])
+        n: float(listed_deserved[n])
         for n in names
-        if n in listed.index and not pd.isna(listed.at[n, "deserved_gpus"])
+        if n in listed_deserved and not pd.isna(listed_deserved[n])
     }
     wanting = [n for n in names if demand[n] > 0]
     basis = "deserved" if wanting and all(deserved.get(n, 0) > 0 for n in wanting) else "weight"
@@ -110,7 +112,7 @@ def queue_shares(snapshot: ClusterSnapshot, facts: SnapshotFacts | None = None) 
     for n in names:
         row = per_queue.loc[n] if n in per_queue.index else None
         asked = int(row["asked"]) if row is not None else 0
-        tenant = listed.at[n, "tenant"] if n in listed.index else None
+        tenant = listed_tenant.get(n)
         out[n] = QueueShare(
             queue=n,
             tenant=None if tenant is None or pd.isna(tenant) else str(tenant),

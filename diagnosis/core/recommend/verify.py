@@ -37,12 +37,12 @@ from diagnosis.core.recommend.base import DRAIN_NODE, PLACEMENT_POLICY, QUEUE_WE
 from diagnosis.core.recommend.fair_share import queue_shares
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.snapshot import ClusterSnapshot, format_time
+from diagnosis.core.vocabulary import UNAVAILABLE_NODE_STATES
 
 WATCHING = "watching"
 VERIFIED = "verified"
 WORSE = "worse"
 INCONCLUSIVE = "inconclusive"
-DRAINED_STATES = ("cordoned", "drained", "down")
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ def in_effect(kind: str, target: str, to: Any, snapshot: ClusterSnapshot) -> boo
         if name not in nodes.index:
             return None
         state = str(nodes.at[name, "state"])
-        return state in DRAINED_STATES if to == "drained" else state == to
+        return state in UNAVAILABLE_NODE_STATES if to == "drained" else state == to
     return None
 
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from diagnosis.core.vocabulary import parse_time
+
 WEBHOOK_VERSION = "4"
 # Alertmanager sends this for "no end time" (Go's zero time).
 ZERO_TIME_PREFIX = "0001-01-01"
@@ -133,22 +135,6 @@ class _Checker:
 
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
-
-
-def parse_time(raw: str) -> datetime | None:
-    """An RFC 3339 time (Alertmanager writes nanoseconds; Python keeps microseconds) in UTC."""
-    text = raw.strip().replace("z", "Z")
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    head, dot, rest = text.partition(".")
-    if dot:  # trim fractions beyond microseconds
-        digits = len(rest) - len(rest.lstrip("0123456789"))
-        text = f"{head}.{rest[: min(digits, 6)]}{rest[digits:]}"
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return moment.astimezone(UTC) if moment.tzinfo else None
 
 
 def parse_webhook(payload: Any) -> WebhookMessage:
