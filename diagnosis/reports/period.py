@@ -84,7 +84,9 @@ class ReportPeriod:
 
 
 def parse_moment(text: str, field: str) -> datetime:
-    """An ISO 8601 date or date-time as an aware UTC datetime."""
+    """An ISO 8601 date or date-time as an aware UTC datetime. Wider than RFC 3339
+    (:func:`diagnosis.core.vocabulary.parse_time`) on purpose: people type these ranges, so a
+    date is its midnight UTC, a time without a zone is UTC and a space may stand for the ``T``."""
     try:
         if len(text) == 10:
             moment = datetime.combine(date.fromisoformat(text), time(0), tzinfo=UTC)
