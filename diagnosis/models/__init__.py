@@ -6,12 +6,7 @@ Only the named functions in :mod:`diagnosis.actions` write these models; views, 
 tasks read them or call an action.
 """
 
-from diagnosis.models.cycles import (
-    SNAPSHOT_FORMAT,
-    ClusterCycle,
-    Snapshot,
-    SnapshotDocumentError,
-)
+from diagnosis.models.cycles import ClusterCycle, Snapshot, SnapshotDocumentError
 from diagnosis.models.findings import Finding, FindingEvent, RuleOverride
 from diagnosis.models.incidents import Incident
 from diagnosis.models.inventory import (
@@ -33,7 +28,6 @@ from diagnosis.models.rollups import PoolRollup, RollupFigures, TenantRollup
 from diagnosis.models.subscriptions import ReportFrequency, ReportSubscription
 
 __all__ = [
-    "SNAPSHOT_FORMAT",
     "AuditEntry",
     "AuditEntryImmutableError",
     "AuditEntryQuerySet",
