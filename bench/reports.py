@@ -39,12 +39,33 @@ import django  # noqa: E402
 
 django.setup()
 
+from django.contrib.auth.models import Group, User  # noqa: E402
+from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
+from django.test import Client  # noqa: E402
 from django.test.utils import (  # noqa: E402
     setup_databases,
     setup_test_environment,
     teardown_databases,
 )
+
+from diagnosis.actions import cycles as cycle_actions  # noqa: E402
+from diagnosis.actions.findings import record_findings  # noqa: E402
+from diagnosis.actions.tenancy import record_tenancy  # noqa: E402
+from diagnosis.core import snapshot as snapshot_format  # noqa: E402
+from diagnosis.core.diagnose import diagnose  # noqa: E402
+from diagnosis.models import (  # noqa: E402
+    Cluster,
+    ClusterCycle,
+    Finding,
+    Job,
+    PoolRollup,
+    Tenant,
+    TenantRollup,
+)
+from diagnosis.reports.fairness_report import build_fairness_report  # noqa: E402
+from diagnosis.reports.pdf import render_pdf  # noqa: E402
+from diagnosis.reports.period import ReportPeriod  # noqa: E402
 
 JSON_BUDGET_S = 3.0
 PDF_BUDGET_S = 10.0
@@ -57,18 +78,6 @@ END = datetime(2026, 11, 29, 0, 0, tzinfo=UTC)
 
 def fill(days: int) -> tuple[object, object]:
     """The cluster, its 50 tenants, and ``days`` of minute rollups, jobs and findings."""
-    from django.contrib.auth.models import User
-
-    from diagnosis.models import (
-        Cluster,
-        ClusterCycle,
-        Finding,
-        Job,
-        PoolRollup,
-        Tenant,
-        TenantRollup,
-    )
-
     cluster = Cluster.objects.create(name="bench", enabled=False)
     tenants = Tenant.objects.bulk_create(
         [Tenant(cluster=cluster, name=f"tenant-{i:02d}") for i in range(TENANTS)]
@@ -180,8 +189,6 @@ def fill(days: int) -> tuple[object, object]:
         )
     admin = User.objects.create_user("bench-admin", is_superuser=True, is_staff=True)
     manager = User.objects.create_user("bench-manager", email="m@example.org")
-    from django.contrib.auth.models import Group
-
     manager.groups.add(Group.objects.get(name="manager"))
     for tenant in tenants[:2]:
         tenant.managers.add(manager)
@@ -202,12 +209,6 @@ def timed(function, runs: int) -> tuple[float, object]:
 
 
 def measure_reports(cluster, users, days: int, runs: int) -> list[tuple[str, float, float | None]]:
-    from django.test import Client
-
-    from diagnosis.reports.fairness_report import build_fairness_report
-    from diagnosis.reports.pdf import render_pdf
-    from diagnosis.reports.period import ReportPeriod
-
     admin, manager = users
     results = []
     for label, delta in (("24 h", timedelta(hours=24)), ("7 d", timedelta(days=7))):
@@ -251,12 +252,9 @@ def measure_reports(cluster, users, days: int, runs: int) -> list[tuple[str, flo
 def measure_cycle_writes(runs: int) -> list[tuple[str, float, float | None]]:
     """``record_tenancy`` on a 16,384-GPU snapshot: the first cycle and later ones. The cycle's
     other steps run untimed before it (rules, accounting, findings), as in ``record_cycle``."""
-    import bench.rules as rules_bench
-    from diagnosis.actions.findings import record_findings
-    from diagnosis.actions.tenancy import record_tenancy
-    from diagnosis.core import snapshot as snapshot_format
-    from diagnosis.core.diagnose import diagnose
-    from diagnosis.models import Cluster, ClusterCycle
+    # lazy: bench/rules.py sets OMP_NUM_THREADS & co. in os.environ on import; the report timings
+    # before this one run without them, as they always have
+    import bench.rules as rules_bench  # noqa: PLC0415 -- it sets thread counts on import
 
     document = rules_bench.build_document(GPUS)
     cluster = Cluster.objects.create(name="bench-cycles", enabled=False)
@@ -286,12 +284,8 @@ def measure_cycle_writes(runs: int) -> list[tuple[str, float, float | None]]:
 
 def measure_demo_writes(cycles: int = 30) -> list[tuple[str, float, float | None]]:
     """``record_tenancy`` on the 1,024-GPU demo cluster (the seed scenario)."""
-    from django.core.management import call_command
-
-    from diagnosis.actions import cycles
-
     seconds_of: list[float] = []
-    original = cycles.record_tenancy
+    original = cycle_actions.record_tenancy
 
     def timed_tenancy(*args, **kwargs):
         started = time.perf_counter()
@@ -299,11 +293,11 @@ def measure_demo_writes(cycles: int = 30) -> list[tuple[str, float, float | None
         seconds_of.append(time.perf_counter() - started)
         return result
 
-    cycles.record_tenancy = timed_tenancy
+    cycle_actions.record_tenancy = timed_tenancy
     try:
         call_command("demo", cycles=cycles, stdout=open(os.devnull, "w"))  # noqa: SIM115
     finally:
-        cycles.record_tenancy = original
+        cycle_actions.record_tenancy = original
     return [
         (
             f"cycle's tenant side, 1,024-GPU demo (median of {cycles})",
