@@ -1,10 +1,11 @@
 """Shared fixtures: the named world of users, builders, real services, and `require_binary`.
 
-The world: ``alice`` is staff and superuser (an admin), ``bob`` a viewer, ``carol`` and ``dave``
-SREs, ``erin`` on-call, ``mallory`` a manager (of no tenant until a test says so), ``nobody`` a
-user with no role. Build more with
-``make_user``; build clusters with ``make_cluster``. Tests run against real PostgreSQL
-(DATABASE_URL) and real Redis (REDIS_URL, db 15); ``make test`` sets both.
+The world (tests/support/world.py says who each is): ``alice`` is staff and superuser (an admin),
+``bob`` a viewer, ``carol`` and ``dave`` SREs, ``erin`` on-call, ``mallory`` a manager (of no
+tenant until a test says so), ``nobody`` a user with no role. Build more with ``make_user``; build
+clusters with ``make_cluster``, and the simulated ``lab`` cluster with the fixture of that name.
+Tests run against real PostgreSQL (DATABASE_URL) and real Redis (REDIS_URL, db 15); ``make test``
+sets both.
 """
 
 from __future__ import annotations
@@ -20,9 +21,21 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
+from diagnosis.edge.sim import runtime as sim_runtime
+from diagnosis.models import Cluster
+from gpuobs import celery_app
+from tests.support.world import create_person, create_user, logged_in_client
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["tests.support.prometheus_fixtures"]
-DEFAULT_PASSWORD = "correct horse battery staple"
+LAB_CONFIG = {"scenario": "small", "seed": 1, "clock": "step", "step_s": 900}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "lab(name='lab', **fields): the name and cluster fields of the module's `lab` fixture",
+    )
 
 
 def running_in_ci() -> bool:
@@ -77,8 +90,6 @@ def redis_url() -> str:
 @pytest.fixture
 def celery_eager() -> Iterator[None]:
     """Run tasks in-process for one test, as the embedded mode does."""
-    from gpuobs import celery_app
-
     saved = celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates
     celery_app.conf.task_always_eager = True
     celery_app.conf.task_eager_propagates = True
@@ -90,76 +101,43 @@ def celery_eager() -> Iterator[None]:
 
 @pytest.fixture
 def make_user(db: None) -> Callable[..., User]:
-    from django.contrib.auth.models import Group
-
-    def build(
-        username: str,
-        *,
-        staff: bool = False,
-        superuser: bool = False,
-        roles: tuple[str, ...] = (),
-    ) -> User:
-        user = User.objects.create_user(
-            username=username,
-            email=f"{username}@example.org",
-            password=DEFAULT_PASSWORD,
-            is_staff=staff or superuser,
-            is_superuser=superuser,
-        )
-        for role in roles:
-            # get_or_create: transactional tests flush the groups the migration made
-            user.groups.add(Group.objects.get_or_create(name=role)[0])
-        return user
-
-    return build
+    """``make_user(username, staff=False, superuser=False, roles=())``: someone not in the world."""
+    return create_user
 
 
 @pytest.fixture
-def alice(make_user: Callable[..., User]) -> User:
-    """An administrator: staff and superuser."""
-    return make_user("alice", superuser=True)
+def alice(db: None) -> User:
+    return create_person("alice")
 
 
 @pytest.fixture
-def bob(make_user: Callable[..., User]) -> User:
-    """A plain viewer: can log in and read, nothing more."""
-    return make_user("bob", roles=("viewer",))
+def bob(db: None) -> User:
+    return create_person("bob")
 
 
 @pytest.fixture
-def carol(make_user: Callable[..., User]) -> User:
-    """An SRE: proposes, approves (others' requests) and applies recommendations."""
-    return make_user("carol", roles=("sre",))
+def carol(db: None) -> User:
+    return create_person("carol")
 
 
 @pytest.fixture
-def dave(make_user: Callable[..., User]) -> User:
-    """A second SRE, to approve what carol asked for."""
-    return make_user("dave", roles=("sre",))
+def dave(db: None) -> User:
+    return create_person("dave")
 
 
 @pytest.fixture
-def erin(make_user: Callable[..., User]) -> User:
-    """On-call: incidents, and node drains (even her own)."""
-    return make_user("erin", roles=("oncall",))
+def erin(db: None) -> User:
+    return create_person("erin")
 
 
 @pytest.fixture
-def mallory(make_user: Callable[..., User]) -> User:
-    """A manager: sees only the tenants she manages (none until a test gives her some)."""
-    return make_user("mallory", roles=("manager",))
+def mallory(db: None) -> User:
+    return create_person("mallory")
 
 
 @pytest.fixture
-def nobody(make_user: Callable[..., User]) -> User:
-    """Can log in but has no role: reads nothing."""
-    return make_user("nobody")
-
-
-def logged_in_client(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
+def nobody(db: None) -> User:
+    return create_person("nobody")
 
 
 @pytest.fixture
@@ -173,10 +151,26 @@ def bob_client(bob: User) -> Client:
 
 
 @pytest.fixture
-def make_cluster(db: None) -> Callable[..., Any]:
-    from diagnosis.models import Cluster
-
+def make_cluster(db: None) -> Callable[..., Cluster]:
     def build(name: str = "demo", **fields: Any) -> Cluster:
         return Cluster.objects.create(name=name, **fields)
 
     return build
+
+
+@pytest.fixture
+def lab(request: pytest.FixtureRequest, make_cluster: Callable[..., Cluster]) -> Iterator[Cluster]:
+    """The simulator's small scenario (4 nodes x 8 GPUs, queues team-a and team-b, pool a100 under
+    spread), 15 simulated minutes a cycle; its simulator is forgotten afterwards.
+
+    It is called ``lab`` and in dry-run, as every new cluster is; a module names it and sets other
+    fields with a mark, e.g. ``pytest.mark.lab("lab-api", dry_run=False)`` for writes on.
+    """
+    mark = request.node.get_closest_marker("lab")
+    name = mark.args[0] if mark and mark.args else "lab"
+    fields = mark.kwargs if mark else {}
+    cluster = make_cluster(
+        name, scheduler_kind="sim", metrics_kind="sim", scheduler_config=dict(LAB_CONFIG), **fields
+    )
+    yield cluster
+    sim_runtime.forget(cluster.name)

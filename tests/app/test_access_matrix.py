@@ -10,12 +10,13 @@ import io
 
 import pypdf
 import pytest
+from django.contrib.auth.models import User
 from django.test import Client
 
 from diagnosis.access import incidents_for_user
 from diagnosis.models import Cluster, Finding, Incident, Tenant
-from tests.conftest import logged_in_client
 from tests.support.fairness_world import PERIOD, record_two_tenant_cycles
+from tests.support.world import create_person, logged_in_client
 
 pytestmark = pytest.mark.django_db
 QUERY = f"from={PERIOD['from']}&to={PERIOD['to']}"
@@ -23,27 +24,12 @@ READERS = ["alice", "bob", "carol", "erin"]
 EVERYONE = [*READERS, "mallory", "nobody"]
 
 
-# The named world of tests/conftest.py, made once for the module (committed, like the
-# clusters; removed after the module).
-ROLES = {
-    "alice": ("admin",),
-    "bob": ("viewer",),
-    "carol": ("sre",),
-    "erin": ("oncall",),
-    "mallory": ("manager",),
-    "nobody": (),
-}
-
-
 @pytest.fixture(scope="module")
 def world(django_db_setup, django_db_blocker):
-    from django.contrib.auth.models import Group, User
-
+    """The named world (tests/support/world.py) and the clusters, made once for the module
+    (committed; removed after the module)."""
     with django_db_blocker.unblock():
-        users = {}
-        for name, roles in ROLES.items():
-            users[name] = User.objects.create_user(name, email=f"{name}@example.org")
-            users[name].groups.set(Group.objects.filter(name__in=roles))
+        users = {name: create_person(name) for name in EVERYONE}
         cluster = record_two_tenant_cycles("idle", idle=True)
         Tenant.objects.get(cluster=cluster, name="alpha").managers.add(users["mallory"])
         elsewhere = Cluster.objects.create(name="elsewhere", enabled=False)

@@ -1,9 +1,9 @@
-"""The recommendation workflow against the loopback Kubernetes API server (tests/support/kube_server.py),
-through the real ``kubernetes`` client: Volcano queue weights, the binpack arguments in the
-scheduler ConfigMap and node drains; Kueue fair-sharing weights. Every custom object written is
-validated by the server against the real CRD schema (../shared/data/crds); dry runs carry
-``dryRun=All`` and store nothing; a stale resourceVersion gets ``409 Conflict`` and stops the
-apply; a value changed by hand stops it before writing."""
+"""The recommendation workflow against the loopback Kubernetes API server
+(tests/support/kube_server.py), through the real ``kubernetes`` client: Volcano queue weights, the
+binpack arguments in the scheduler ConfigMap and node drains; Kueue fair-sharing weights. Every
+custom object written is validated by the server against the real CRD schema
+(../shared/data/crds); dry runs carry ``dryRun=All`` and store nothing; a stale resourceVersion
+gets ``409 Conflict`` and stops the apply; a value changed by hand stops it before writing."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from diagnosis.models import AuditEntry, Cluster, Recommendation
 from tests.conftest import running_in_ci
 from tests.support import kube_server
 from tests.support.kube_server import KubeApiServer, adapter_config, load_fixture, serving
+from tests.support.records import make_recommendation
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.django_db]
 
@@ -72,9 +73,7 @@ def approve(carol, dave, erin, run_tasks):
     (on-call) alone. The approval sends the dry run."""
 
     def build(cluster: Cluster, kind: str, target: str, change: dict[str, Any]):
-        rec = Recommendation.objects.create(
-            cluster=cluster, kind=kind, target=target, change=change
-        )
+        rec = make_recommendation(cluster, kind, target, change)
         if kind == "drain-node":
             return run_tasks(approve_recommendation, rec, erin)
         request_recommendation(rec, carol)
@@ -211,13 +210,8 @@ def test_a_weight_changed_by_hand_stops_the_apply_before_writing(
 
 def test_an_unreachable_api_server_is_retried_then_fails(kube_api, make_kube_cluster) -> None:
     cluster = make_kube_cluster("volcano")
-    rec = Recommendation.objects.create(
-        cluster=cluster,
-        kind="queue-weight",
-        target="queue:team-b",
-        change={"from": 2, "to": 4},
-        state="applying",
-        apply_key="k1",
+    rec = make_recommendation(
+        cluster, change={"from": 2, "to": 4}, state="applying", apply_key="k1"
     )
     kube_api.stop()
 

@@ -17,7 +17,8 @@ import pytest
 from diagnosis.actions.cycles import run_cluster_cycle
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster
-from tests.conftest import DEFAULT_PASSWORD, REPO_ROOT, require_binary, running_in_ci
+from tests.conftest import REPO_ROOT, require_binary, running_in_ci
+from tests.support.world import DEFAULT_PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -39,7 +40,7 @@ TIMEOUT_MS = 20_000
 def chromium() -> str:
     path = require_binary("chromium", "apt-get install chromium")
     try:
-        import playwright.sync_api  # noqa: F401
+        import playwright.sync_api  # noqa: F401, PLC0415 -- is playwright installed?
     except ImportError:
         message = "playwright is not installed: pip install -r requirements-dev.txt"
         if running_in_ci():
@@ -77,7 +78,10 @@ def simulated_cluster(settings) -> Iterator[Cluster]:
 def test_overview_and_a_finding_in_a_real_browser(
     chromium: str, live_server, simulated_cluster: Cluster, bob
 ) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import (  # noqa: PLC0415 -- optional: `chromium` skips without it
+        expect,
+        sync_playwright,
+    )
 
     base = live_server.url
     errors: list[str] = []

@@ -16,7 +16,8 @@ from diagnosis.actions.review import request_recommendation, set_cluster_writes
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster, Recommendation
 from tests.app.test_browser import CHROMIUM_ARGS, TIMEOUT_MS, chromium  # noqa: F401 (a fixture)
-from tests.conftest import DEFAULT_PASSWORD, REPO_ROOT
+from tests.conftest import REPO_ROOT
+from tests.support.world import DEFAULT_PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -62,7 +63,10 @@ def test_dave_approves_and_applies_binpack_in_a_browser(
     requested: Recommendation,
     dave,
 ) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import (  # noqa: PLC0415 -- optional: `chromium` skips without it
+        expect,
+        sync_playwright,
+    )
 
     base = live_server.url
     errors: list[str] = []

@@ -25,16 +25,6 @@ def _fresh_simulators():
         sim_runtime.forget(name)
 
 
-@pytest.fixture
-def lab(make_cluster):
-    return make_cluster(
-        "lab",
-        scheduler_kind="sim",
-        metrics_kind="sim",
-        scheduler_config={"scenario": "small", "seed": 1, "clock": "step", "step_s": 900},
-    )
-
-
 def latest_snapshot(cluster):
     return Snapshot.objects.filter(cluster=cluster).latest().load_document()
 

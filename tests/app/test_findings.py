@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.core.exceptions import ValidationError
 
 from diagnosis.actions.findings import cluster_overrides, record_findings, set_rule_override
 from diagnosis.core.rules.engine import run_rules
+from diagnosis.core.rules.registry import get_rule
 from diagnosis.models import Finding, FindingEvent
 from tests.support.builders import AS_OF, SnapshotBuilder
 
@@ -15,8 +18,6 @@ pytestmark = pytest.mark.django_db
 
 def idle_cluster(minutes_later: float = 0, *, idle: bool = True):
     """One running job on 8 GPUs: idle (util 0.01) or busy (0.9), as of AS_OF + minutes."""
-    from datetime import timedelta
-
     builder = SnapshotBuilder(as_of=AS_OF + timedelta(minutes=minutes_later))
     builder.pool("a100", nodes=1)
     builder.job("j1", node="a100-000", waited="3h", util=0.01 if idle else 0.9, fb_used_frac=0.5)
@@ -41,8 +42,6 @@ def test_a_new_hit_is_stored_pending_with_a_history_row(make_cluster):
 
 
 def test_it_fires_after_the_rules_for_duration(make_cluster):
-    from diagnosis.core.rules.registry import get_rule
-
     for_minutes = get_rule("idle-allocation").for_s / 60
     cluster = make_cluster()
     record(cluster, idle_cluster(0))
@@ -65,8 +64,6 @@ def test_recording_the_same_snapshot_twice_changes_nothing(make_cluster):
 
 
 def test_a_firing_finding_resolves_after_keep_firing_for(make_cluster):
-    from diagnosis.core.rules.registry import get_rule
-
     rule = get_rule("idle-allocation")
     cluster = make_cluster()
     record(cluster, idle_cluster(0))

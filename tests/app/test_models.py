@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from django.db import IntegrityError
+from django.db.models import ProtectedError
 from django.utils import timezone
 
 from diagnosis.models import (
@@ -58,8 +59,6 @@ def test_audit_entry_refuses_to_be_deleted() -> None:
 
 
 def test_a_cluster_with_an_audit_trail_cannot_be_deleted(make_cluster) -> None:
-    from django.db.models import ProtectedError
-
     cluster = make_cluster()
     AuditEntry.objects.create(actor="alice", action="enable-writes", cluster=cluster)
 

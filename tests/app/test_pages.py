@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from html import unescape
 
+import pandas as pd
 import pytest
 from django.contrib.staticfiles import finders
 from django.test import Client
@@ -27,6 +28,7 @@ from diagnosis.core.rules.registry import all_rules
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster, ClusterCycle, Finding
 from diagnosis.pages.clusters import Freshness
+from diagnosis.templatetags.gpuobs import evidence_table
 from tests.support.builders import SnapshotBuilder
 
 pytestmark = pytest.mark.django_db
@@ -476,8 +478,6 @@ def test_finding_detail_shows_evidence_history_and_the_rules_doc(bob_client: Cli
 
 
 def test_evidence_renders_nested_values_readably() -> None:
-    from diagnosis.templatetags.gpuobs import evidence_table
-
     html = evidence_table(
         {
             "wait_s": 20400,
@@ -558,8 +558,6 @@ def test_the_cluster_list_costs_the_same_for_many_clusters(
 
 
 def test_chart_module_builds_the_trend_from_a_dataframe() -> None:
-    import pandas as pd
-
     start = datetime(2026, 11, 29, tzinfo=UTC)
     frame = pd.DataFrame(
         {

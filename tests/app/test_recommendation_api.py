@@ -4,41 +4,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
-from diagnosis.edge.sim import runtime as sim_runtime
-from diagnosis.models import AuditEntry, Cluster, Recommendation
-from tests.conftest import logged_in_client
+from diagnosis.models import AuditEntry, Recommendation
+from tests.support.records import make_recommendation
+from tests.support.world import logged_in_client
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.lab("lab-api", dry_run=False)]
 
 LIST = "/api/recommendations/"
 
 
 @pytest.fixture
-def lab(make_cluster) -> Iterator[Cluster]:
-    cluster = make_cluster(
-        "lab-api",
-        scheduler_kind="sim",
-        metrics_kind="sim",
-        dry_run=False,
-        scheduler_config={"scenario": "small", "seed": 1, "clock": "step", "step_s": 900},
-    )
-    yield cluster
-    sim_runtime.forget(cluster.name)
-
-
-@pytest.fixture
 def rec(lab) -> Recommendation:
-    return Recommendation.objects.create(
-        cluster=lab,
-        kind="queue-weight",
-        target="queue:team-b",
-        change={"from": 1, "to": 3},
+    return make_recommendation(
+        lab,
+        "queue-weight",
+        "queue:team-b",
+        {"from": 1, "to": 3},
         impact={"summary": "Raise queue team-b's weight from 1 to 3.", "verdict": "improves"},
     )
 
@@ -86,9 +71,7 @@ def test_no_role_and_a_tenant_manager_see_no_recommendation(rec, nobody, mallory
 
 def test_the_list_filters_by_cluster_state_and_kind(rec, make_cluster, bob) -> None:
     other = make_cluster("other")
-    Recommendation.objects.create(
-        cluster=other, kind="drain-node", target="node:n1", change={"to": "drained"}
-    )
+    make_recommendation(other, "drain-node", "node:n1", {"to": "drained"})
     client = logged_in_client(bob)
 
     def targets(query: str) -> list[str]:

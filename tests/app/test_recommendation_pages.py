@@ -5,9 +5,9 @@ and the admin's write switch."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.test import Client
 
 from diagnosis.actions.review import (
@@ -15,11 +15,11 @@ from diagnosis.actions.review import (
     reject_recommendation,
     request_recommendation,
 )
-from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import AuditEntry, Cluster, Recommendation
-from tests.conftest import logged_in_client
+from tests.support.records import make_recommendation
+from tests.support.world import logged_in_client
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.lab("lab-pages", dry_run=False)]
 
 IMPACT = {
     "method": "simulated",
@@ -46,26 +46,9 @@ IMPACT = {
 
 
 @pytest.fixture
-def lab(make_cluster) -> Iterator[Cluster]:
-    cluster = make_cluster(
-        "lab-pages",
-        scheduler_kind="sim",
-        metrics_kind="sim",
-        dry_run=False,
-        scheduler_config={"scenario": "small", "seed": 1, "clock": "step", "step_s": 900},
-    )
-    yield cluster
-    sim_runtime.forget(cluster.name)
-
-
-@pytest.fixture
 def rec(lab) -> Recommendation:
-    return Recommendation.objects.create(
-        cluster=lab,
-        kind="queue-weight",
-        target="queue:team-b",
-        change={"from": 1, "to": 3},
-        impact=IMPACT,
+    return make_recommendation(
+        lab, "queue-weight", "queue:team-b", {"from": 1, "to": 3}, impact=IMPACT
     )
 
 
@@ -278,8 +261,6 @@ def test_an_admin_turns_writes_on_from_the_list(make_cluster, alice, carol) -> N
 
 
 def test_the_admin_site_keeps_the_switch_for_admins(make_cluster, make_user, alice) -> None:
-    from django.contrib.auth.models import Permission
-
     cluster = make_cluster("east")
     staff = make_user("sam", staff=True, roles=("sre",))
     staff.user_permissions.add(

@@ -15,10 +15,12 @@ import pypdf
 import pytest
 from django.core import mail
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from diagnosis.actions.cycles import record_cycle
 from diagnosis.actions.subscriptions import send_due_report_subscriptions, subscribe_to_report
 from diagnosis.models import (
+    Cluster,
     Finding,
     Job,
     PoolRollup,
@@ -29,7 +31,9 @@ from diagnosis.models import (
 )
 from diagnosis.reports.csv_export import CSV_COLUMNS
 from diagnosis.reports.period import PeriodError, ReportPeriod
-from tests.conftest import REPO_ROOT, logged_in_client
+from gpuobs import celery_app
+from tests.conftest import REPO_ROOT
+from tests.support.builders import SnapshotBuilder
 from tests.support.fairness_world import (
     CYCLES,
     PERIOD,
@@ -38,6 +42,7 @@ from tests.support.fairness_world import (
     record_two_tenant_cycles,
     two_tenant_snapshot,
 )
+from tests.support.world import logged_in_client
 
 pytestmark = pytest.mark.django_db
 QUERY = f"from={PERIOD['from']}&to={PERIOD['to']}"
@@ -262,8 +267,6 @@ def test_the_command_as_a_manager_reports_only_their_tenants(acme, mallory, tmp_
 
 
 def test_the_command_names_a_bad_option(acme):
-    from django.core.management.base import CommandError
-
     with pytest.raises(CommandError, match="--to"):
         call_command("report", "fairness", cluster="acme", start="2026-11-29", end="soon")
 
@@ -352,16 +355,11 @@ def test_the_page_subscribes_and_cancels(acme, bob):
 
 
 def test_beat_checks_the_subscriptions_hourly():
-    from gpuobs import celery_app
-
     entry = celery_app.conf.beat_schedule["fairness report subscriptions"]
     assert (entry["task"], entry["schedule"]) == ("diagnosis.tasks.send_report_subscriptions", 3600)
 
 
 def test_a_namespaced_job_id_has_its_page_and_api_answer(alice_client):
-    from diagnosis.models import Cluster
-    from tests.support.builders import SnapshotBuilder
-
     cluster = Cluster.objects.create(name="kube", enabled=False)
     snap = (
         SnapshotBuilder(as_of=START, cluster="kube")

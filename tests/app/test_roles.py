@@ -1,6 +1,7 @@
 """Roles as groups (DESIGN.md section 10) and the questions access checks ask of them."""
 
 import pytest
+from django.contrib.auth.models import Group
 
 from diagnosis.roles import (
     Role,
@@ -18,8 +19,6 @@ pytestmark = pytest.mark.django_db
 
 
 def test_the_role_groups_exist(django_user_model):
-    from django.contrib.auth.models import Group
-
     assert set(Group.objects.values_list("name", flat=True)) >= {r.value for r in Role}
 
 

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
-from tests.conftest import DEFAULT_PASSWORD
+from tests.support.world import DEFAULT_PASSWORD
 
 pytestmark = pytest.mark.django_db
 

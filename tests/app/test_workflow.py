@@ -5,14 +5,15 @@ re-read target, guarded write); lapsed approvals; the append-only audit trail.""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
-from django.db import connections
+from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
 from diagnosis.actions.apply import perform_apply
+from diagnosis.actions.cycles import run_cluster_cycle
 from diagnosis.actions.review import (
     approve_recommendation,
     reject_recommendation,
@@ -22,45 +23,34 @@ from diagnosis.actions.review import (
     set_cluster_writes,
 )
 from diagnosis.actions.workflow import WorkflowDenied, WorkflowError
-from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import (
     AuditEntry,
     AuditEntryImmutableError,
     Cluster,
     Recommendation,
+    Snapshot,
 )
 from diagnosis.tasks import actuate_recommendation
+from tests.support.records import make_recommendation
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.lab(dry_run=False)]
 
 WEIGHT = {"from": 1, "to": 3}  # team-b's weight in the small scenario is 1
 
 
 @pytest.fixture
-def lab(make_cluster) -> Iterator[Cluster]:
-    """The small scenario (4 nodes x 8 GPUs, queues team-a and team-b, pool a100 under spread)
-    with writes on."""
-    cluster = make_cluster(
-        "lab",
-        scheduler_kind="sim",
-        metrics_kind="sim",
-        dry_run=False,
-        scheduler_config={"scenario": "small", "seed": 1, "clock": "step", "step_s": 900},
-    )
-    yield cluster
-    sim_runtime.forget("lab")
-
-
-@pytest.fixture
 def proposal(lab: Cluster) -> Callable[..., Recommendation]:
+    """A recommendation of the lab (writes on: the module's mark), by default raising team-b's
+    weight from 1 to 3."""
+
     def build(
         kind: str = "queue-weight", target: str = "queue:team-b", change=None, **fields
     ) -> Recommendation:
-        return Recommendation.objects.create(
-            cluster=fields.pop("cluster", lab),
-            kind=kind,
-            target=target,
-            change=dict(WEIGHT) if change is None else change,
+        return make_recommendation(
+            fields.pop("cluster", lab),
+            kind,
+            target,
+            dict(WEIGHT) if change is None else change,
             impact={"summary": "raise team-b's weight", "verdict": "improves"},
             **fields,
         )
@@ -199,9 +189,6 @@ def test_applying_writes_once_and_audits_before_and_after(
 
 
 def test_the_applied_change_shows_in_the_next_cycle(lab, proposal, carol, dave, run_tasks):
-    from diagnosis.actions.cycles import run_cluster_cycle
-    from diagnosis.models import Snapshot
-
     rec = approved(proposal(), carol, dave, run_tasks)
     run_tasks(request_apply, rec, dave)
     run_cluster_cycle(Cluster.objects.get(pk=lab.pk))
@@ -411,8 +398,6 @@ def test_the_actions_only_ever_add_audit_rows(lab, proposal, carol, dave, run_ta
 
 
 def test_one_open_recommendation_per_target(proposal) -> None:
-    from django.db import IntegrityError, transaction
-
     proposal()
     with pytest.raises(IntegrityError), transaction.atomic():
         proposal(change={"from": 1, "to": 2})

@@ -11,12 +11,14 @@ import pytest
 from django.utils import timezone
 
 from diagnosis.actions.cycles import run_cluster_cycle
+from diagnosis.actions.review import reject_recommendation
 from diagnosis.actions.simulator import apply_sim_change
 from diagnosis.core.recommend.base import Generator
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import AuditEntry, Cluster, ClusterCycle, Finding, Recommendation, Snapshot
+from tests.support.records import make_recommendation
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.lab("lab-cycle")]
 
 STEP_S = 600
 FIRST_FRAGMENTATION_CYCLE = 3  # the seed scenario's hpo burst is blocked from 0:30
@@ -37,18 +39,6 @@ def demo(make_cluster) -> Iterator[Cluster]:
             "step_s": STEP_S,
             "started_at": start.isoformat(),
         },
-    )
-    yield cluster
-    sim_runtime.forget(cluster.name)
-
-
-@pytest.fixture
-def lab(make_cluster) -> Iterator[Cluster]:
-    cluster = make_cluster(
-        "lab-cycle",
-        scheduler_kind="sim",
-        metrics_kind="sim",
-        scheduler_config={"scenario": "small", "seed": 1, "clock": "step", "step_s": 900},
     )
     yield cluster
     sim_runtime.forget(cluster.name)
@@ -96,11 +86,8 @@ def test_the_next_cycle_keeps_the_open_proposal_and_its_impact(demo) -> None:
 
 def test_a_different_change_for_the_target_supersedes_the_open_one(demo) -> None:
     cycles(demo, FIRST_FRAGMENTATION_CYCLE - 1)
-    old = Recommendation.objects.create(
-        cluster=demo,
-        kind="placement-policy",
-        target="pool:a100",
-        change={"from": "spread", "to": "best-fit"},
+    old = make_recommendation(
+        demo, "placement-policy", "pool:a100", {"from": "spread", "to": "best-fit"}
     )
 
     cycle = cycles(demo, 1)
@@ -113,8 +100,6 @@ def test_a_different_change_for_the_target_supersedes_the_open_one(demo) -> None
 
 
 def test_a_rejected_change_is_not_proposed_again_at_once(demo, carol) -> None:
-    from diagnosis.actions.review import reject_recommendation
-
     cycles(demo, FIRST_FRAGMENTATION_CYCLE)
     reject_recommendation(binpack_proposal(demo), carol, "not during the sweep")
 
@@ -136,10 +121,9 @@ def test_a_proposal_whose_findings_resolved_expires(lab) -> None:
         first_seen=timezone.now(),
         last_seen=timezone.now(),
     )
-    rec = Recommendation.objects.create(
-        cluster=lab, kind="queue-weight", target="queue:nobody", change={"from": 1, "to": 2}
+    rec = make_recommendation(
+        lab, target="queue:nobody", change={"from": 1, "to": 2}, findings=[gone]
     )
-    rec.motivating_findings.add(gone)
 
     cycles(lab, 1)
 
@@ -151,10 +135,9 @@ def test_a_proposal_whose_findings_resolved_expires(lab) -> None:
 def test_a_proposal_whose_finding_still_fires_stays(demo) -> None:
     cycles(demo, 1)
     still = Finding.objects.get(cluster=demo, subject="job:research-tp")  # spread over 2 nodes
-    rec = Recommendation.objects.create(
-        cluster=demo, kind="queue-weight", target="queue:nobody", change={"from": 1, "to": 2}
+    rec = make_recommendation(
+        demo, target="queue:nobody", change={"from": 1, "to": 2}, findings=[still]
     )
-    rec.motivating_findings.add(still)
 
     cycles(demo, 1)
 
@@ -174,13 +157,13 @@ def test_a_drain_proposal_outlives_its_xid_and_expires_once_drained(lab) -> None
         first_seen=cycle.as_of,
         last_seen=cycle.as_of,
     )
-    drain = Recommendation.objects.create(
-        cluster=lab,
-        kind="drain-node",
-        target=f"node:{node}",
-        change={"from": "ready", "to": "drained", "reason": f"gpuobs: Xid 79 on {node}/3"},
+    drain = make_recommendation(
+        lab,
+        "drain-node",
+        f"node:{node}",
+        {"from": "ready", "to": "drained", "reason": f"gpuobs: Xid 79 on {node}/3"},
+        findings=[xid],
     )
-    drain.motivating_findings.add(xid)
 
     cycles(lab, 1)
     drain.refresh_from_db()
@@ -197,10 +180,8 @@ def test_a_drain_proposal_outlives_its_xid_and_expires_once_drained(lab) -> None
 
 
 def test_the_cycle_lapses_approvals_past_their_time(lab, dave) -> None:
-    rec = Recommendation.objects.create(
-        cluster=lab,
-        kind="queue-weight",
-        target="queue:team-b",
+    rec = make_recommendation(
+        lab,
         change={"from": 1, "to": 2},
         state="approved",
         approved_by=dave,
@@ -243,11 +224,11 @@ def applied_spread(cluster: Cluster, *, baseline: float) -> Recommendation:
     """A change to spread recorded as applied at the latest cycle, with ``baseline`` fragmented
     GPUs before it (the state the workflow leaves after a write)."""
     latest = ClusterCycle.objects.filter(cluster=cluster).latest()
-    return Recommendation.objects.create(
-        cluster=cluster,
-        kind="placement-policy",
-        target="pool:a100",
-        change={"from": "binpack", "to": "spread"},
+    return make_recommendation(
+        cluster,
+        "placement-policy",
+        "pool:a100",
+        {"from": "binpack", "to": "spread"},
         state="applied",
         applied_at=timezone.now(),
         apply_result={"before": "binpack", "after": "spread", "command": "sim apply ..."},

@@ -11,12 +11,16 @@ from typing import TypeVar
 import pytest
 
 from diagnosis.actions.review import approve_recommendation, request_apply, request_recommendation
-from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import AuditEntry, Cluster, Recommendation
 from diagnosis.tasks import actuate_recommendation
 from tests.app.test_celery import celery_worker_process
+from tests.support.records import make_recommendation
 
-pytestmark = [pytest.mark.celery_worker, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.celery_worker,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.lab("lab-worker", dry_run=False),
+]
 
 T = TypeVar("T")
 
@@ -39,35 +43,21 @@ def actuate_worker(redis_url: str, tmp_path):
 
 
 def test_a_real_actuate_worker_applies_once_despite_a_redelivery(
-    actuate_worker, make_cluster, carol, dave
+    actuate_worker, lab, carol, dave
 ) -> None:
-    cluster = make_cluster(
-        "lab-worker",
-        scheduler_kind="sim",
-        metrics_kind="sim",
-        dry_run=False,
-        scheduler_config={"scenario": "small", "seed": 1, "clock": "step", "step_s": 900},
-    )
-    rec = Recommendation.objects.create(
-        cluster=cluster, kind="queue-weight", target="queue:team-b", change={"from": 1, "to": 3}
-    )
-    try:
-        request_recommendation(rec, carol)
-        approve_recommendation(rec, dave)  # its dry run goes to the worker
-        wait_for(
-            lambda: Recommendation.objects.get(pk=rec.pk).dry_run_result, "the worker's dry run"
-        )
+    rec = make_recommendation(lab, "queue-weight", "queue:team-b", {"from": 1, "to": 3})
+    request_recommendation(rec, carol)
+    approve_recommendation(rec, dave)  # its dry run goes to the worker
+    wait_for(lambda: Recommendation.objects.get(pk=rec.pk).dry_run_result, "the worker's dry run")
 
-        rec = request_apply(rec, dave)
-        applied = wait_for(
-            lambda: Recommendation.objects.filter(pk=rec.pk, state="applied").first(),
-            "the worker's apply",
-        )
-        again = actuate_recommendation.apply_async((rec.pk, rec.apply_key)).get(timeout=60)
-    finally:
-        sim_runtime.forget(cluster.name)
+    rec = request_apply(rec, dave)
+    applied = wait_for(
+        lambda: Recommendation.objects.filter(pk=rec.pk, state="applied").first(),
+        "the worker's apply",
+    )
+    again = actuate_recommendation.apply_async((rec.pk, rec.apply_key)).get(timeout=60)
 
-    changes = Cluster.objects.get(pk=cluster.pk).scheduler_config["changes"]
+    changes = Cluster.objects.get(pk=lab.pk).scheduler_config["changes"]
     assert [c["change"]["to"] for c in changes] == [3]
     assert again["outcome"] == "duplicate"
     assert applied.apply_result["after"] == 3

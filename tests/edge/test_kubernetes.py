@@ -1,6 +1,6 @@
 """The Volcano and Kueue adapters driving the real ``kubernetes`` client against the loopback API
-server of tests/support/kube_server.py: initial list (paged), watch events, 410 Gone, client timeouts,
-events, and writes (dry run and real, optimistic concurrency)."""
+server of tests/support/kube_server.py: initial list (paged), watch events, 410 Gone, client
+timeouts, events, and writes (dry run and real, optimistic concurrency)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,12 @@ from diagnosis.core import snapshot
 from diagnosis.edge.schedulers.base import SchedulerError, adapter_for
 from diagnosis.edge.schedulers.kubernetes import client as kube_client
 from diagnosis.edge.schedulers.kubernetes.kueue import KueueAdapter
-from diagnosis.edge.schedulers.kubernetes.volcano import VolcanoAdapter, placement_of
+from diagnosis.edge.schedulers.kubernetes.volcano import (
+    QUEUES,
+    VolcanoAdapter,
+    placement_of,
+    with_placement,
+)
 from tests.support.kube_server import KubeApiServer, adapter_config, load_fixture, serving
 
 pytestmark = pytest.mark.kubernetes
@@ -185,7 +190,7 @@ def test_watch_timeout_keeps_state_and_resumes(volcano, kube_api: KubeApiServer)
 
     assert time.monotonic() - started < 10
     assert during == first
-    queues = kube_client.mirror(adapter.key, volcano_queues())
+    queues = kube_client.mirror(adapter.key, QUEUES)
     assert queues.stats.watch_timeouts == 1
     kube_api.hang_watches = False
     queue = kube_api.get("Queue", "team-b")
@@ -193,12 +198,6 @@ def test_watch_timeout_keeps_state_and_resumes(volcano, kube_api: KubeApiServer)
     kube_api.put(queue)
     assert by_name(adapter.read_state().queues)["team-b"]["weight"] == 7
     assert queues.stats.lists == 1  # resumed by watching, never listed again
-
-
-def volcano_queues():
-    from diagnosis.edge.schedulers.kubernetes.volcano import QUEUES
-
-    return QUEUES
 
 
 def test_unreachable_api_is_a_transient_error(volcano, kube_api: KubeApiServer) -> None:
@@ -364,8 +363,6 @@ def test_spread_takes_gpus_out_of_binpack_only() -> None:
             }
         ]
     }
-    from diagnosis.edge.schedulers.kubernetes.volcano import with_placement
-
     spread = with_placement(conf, "spread", "nvidia.com/gpu", 10)
     assert placement_of(conf, "nvidia.com/gpu") == "binpack"
     assert placement_of(spread, "nvidia.com/gpu") == "spread"

@@ -10,7 +10,8 @@
 
 Times are relative to ``as_of`` (default 2026-11-29T08:00:00Z): ``waited="2h"`` means submitted
 two hours before ``as_of``; ``ran="45m"`` means started 45 minutes before it. Everything goes
-through :func:`diagnosis.core.snapshot.load`, so a builder never makes a snapshot the loader rejects.
+through :func:`diagnosis.core.snapshot.load`, so a builder never makes a snapshot the loader
+rejects. (Rows in the database that a test sets up directly: tests/support/records.py.)
 """
 
 from __future__ import annotations

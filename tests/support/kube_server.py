@@ -39,6 +39,8 @@ from urllib.parse import parse_qs, urlsplit
 import jsonschema
 import yaml
 
+from diagnosis.edge.schedulers.kubernetes import client as kube_client
+
 TESTS = Path(__file__).resolve().parent.parent
 FIXTURES = TESTS / "fixtures" / "kubernetes"
 SHARED_DATA = Path(os.environ.get("GPUOBS_SHARED_DATA") or TESTS.parent.parent / "shared" / "data")
@@ -147,8 +149,6 @@ def serving(
     """A fresh loopback API server (validating custom objects against the shared CRDs when they
     are present) and a kubeconfig pointing at it, named by $GPUOBS_TEST_KUBECONFIG; the
     adapters' per-process mirrors are dropped before and after."""
-    from diagnosis.edge.schedulers.kubernetes import client as kube_client
-
     kube_client.forget_mirrors()
     server = KubeApiServer(
         token=secrets.token_hex(16),

@@ -20,6 +20,7 @@ from diagnosis.actions.review import (
 )
 from diagnosis.actions.workflow import TransientApplyError
 from diagnosis.models import AuditEntry, Cluster, Recommendation
+from tests.support.records import make_recommendation
 from tests.support.slurm_cluster import free_port
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db]
@@ -50,7 +51,7 @@ def run_tasks(celery_eager, django_capture_on_commit_callbacks):
 
 
 def approved(cluster, kind, target, change, requester, approver, run_tasks) -> Recommendation:
-    rec = Recommendation.objects.create(cluster=cluster, kind=kind, target=target, change=change)
+    rec = make_recommendation(cluster, kind, target, change)
     if requester is not None:
         request_recommendation(rec, requester)
     return run_tasks(approve_recommendation, rec, approver)
@@ -219,11 +220,11 @@ def test_an_unreachable_controller_is_retried_then_fails(slurm, cluster, carol, 
     Cluster.objects.filter(pk=cluster.pk).update(
         scheduler_config={**cluster.scheduler_config, "slurm_conf": str(unreachable)}
     )
-    rec = Recommendation.objects.create(
-        cluster=cluster,
-        kind="placement-policy",
-        target="pool:gpu",
-        change={"from": "spread", "to": "binpack"},
+    rec = make_recommendation(
+        cluster,
+        "placement-policy",
+        "pool:gpu",
+        {"from": "spread", "to": "binpack"},
         state="applying",
         apply_key="k1",
     )

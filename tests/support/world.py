@@ -1,0 +1,72 @@
+"""The named world of users, defined once: who alice, bob, carol, dave, erin, mallory, nobody are.
+
+tests/conftest.py makes a fixture of each (``alice``, ``bob``, ...) and ``make_user`` for anyone
+else; a module that wants the world once for all its tests (tests/app/test_access_matrix.py)
+calls :func:`create_person` itself. Every person's password is :data:`DEFAULT_PASSWORD`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import Group, User
+from django.test import Client
+
+DEFAULT_PASSWORD = "correct horse battery staple"
+
+
+@dataclass(frozen=True)
+class Person:
+    about: str
+    roles: tuple[str, ...] = ()
+    superuser: bool = False
+
+
+WORLD = {
+    "alice": Person("An administrator: staff and superuser.", superuser=True),
+    "bob": Person("A plain viewer: can log in and read, nothing more.", roles=("viewer",)),
+    "carol": Person(
+        "An SRE: proposes, approves (others' requests) and applies recommendations.",
+        roles=("sre",),
+    ),
+    "dave": Person("A second SRE, to approve what carol asked for.", roles=("sre",)),
+    "erin": Person("On-call: incidents, and node drains (even her own).", roles=("oncall",)),
+    "mallory": Person(
+        "A manager: sees only the tenants she manages (none until a test gives her some).",
+        roles=("manager",),
+    ),
+    "nobody": Person("Can log in but has no role: reads nothing."),
+}
+
+
+def create_user(
+    username: str,
+    *,
+    staff: bool = False,
+    superuser: bool = False,
+    roles: tuple[str, ...] = (),
+) -> User:
+    user = User.objects.create_user(
+        username=username,
+        email=f"{username}@example.org",
+        password=DEFAULT_PASSWORD,
+        is_staff=staff or superuser,
+        is_superuser=superuser,
+    )
+    for role in roles:
+        # get_or_create: transactional tests flush the groups the migration made
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+    return user
+
+
+def create_person(name: str) -> User:
+    """One of the world, as :data:`WORLD` describes them."""
+    person = WORLD[name]
+    return create_user(name, superuser=person.superuser, roles=person.roles)
+
+
+def logged_in_client(user: AbstractBaseUser) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
