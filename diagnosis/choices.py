@@ -3,20 +3,25 @@
 Values are the words of the snapshot format and of the API; labels are what pages show.
 """
 
+from typing import Any
+
 from django.db import models
 
-
-class SchedulerKind(models.TextChoices):
-    SIM = "sim", "Built-in simulator"
-    SLURM = "slurm", "Slurm"
-    VOLCANO = "volcano", "Volcano"
-    KUEUE = "kueue", "Kueue"
+from diagnosis.core.plugins import Registry
+from diagnosis.edge.schedulers.registry import ADAPTERS
+from diagnosis.edge.sources.registry import SOURCES
 
 
-class MetricsKind(models.TextChoices):
-    SIM = "sim", "Built-in simulator"
-    PROMETHEUS = "prometheus", "Prometheus"
-    NONE = "none", "None (scheduler only)"
+def _registry_choices(name: str, registry: Registry[Any]) -> type[models.TextChoices]:
+    """Choices whose values and labels are a plugin registry's ids and labels, in its order
+    (member names: the ids in capitals, ``SchedulerKind.SIM``)."""
+    members = [(pid.upper().replace("-", "_"), (pid, label)) for pid, label in registry.choices()]
+    return models.TextChoices(name, members)  # type: ignore[return-value]
+
+
+# The scheduler adapters and metric sources, from their registries (diagnosis/edge/*/registry.py).
+SchedulerKind = _registry_choices("SchedulerKind", ADAPTERS)
+MetricsKind = _registry_choices("MetricsKind", SOURCES)
 
 
 class DataSourceStatus(models.TextChoices):

@@ -12,9 +12,7 @@ before/after and the scheduler's answer.
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -24,22 +22,27 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from diagnosis.actions.simulator import current_sim_value, write_sim_change
 from diagnosis.actions.workflow import (
     APPLIED_STATES,
     SYSTEM_ACTUATE,
     TransientApplyError,
     actor_name,
     audit,
-    locked,
+    lock_recommendation,
     save_fields,
 )
 from diagnosis.choices import RecommendationKind, RecommendationState
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.recommend import verify
 from diagnosis.core.recommend.base import plain
-from diagnosis.edge.schedulers.base import ChangeResult, SchedulerError, adapter_for
-from diagnosis.edge.sim import scheduler as sim_scheduler
+from diagnosis.edge.schedulers.base import (
+    ChangeResult,
+    SchedulerAdapter,
+    SchedulerError,
+    observed_value,
+    same_value,
+)
+from diagnosis.edge.schedulers.registry import adapter_spec
 from diagnosis.models import Cluster, ClusterCycle, Recommendation, Snapshot
 
 State = RecommendationState
@@ -57,26 +60,6 @@ def scheduler_change(rec: Recommendation) -> dict[str, Any]:
     return out
 
 
-def observed_value(value: Any) -> Any:
-    """A value as adapters report it, made comparable with a recommendation's ``from``/``to``:
-    a node record's ``state``; Kubernetes' ``schedulable`` as the snapshot's ``ready``; numbers
-    as floats."""
-    if isinstance(value, Mapping):
-        value = value.get("state")
-    if value == "schedulable":
-        return "ready"
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return value
-
-
-def same_value(a: Any, b: Any) -> bool:
-    a, b = observed_value(a), observed_value(b)
-    if isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b)
-    return a == b
-
-
 def result_dict(result: ChangeResult) -> dict[str, Any]:
     return {
         "applied": result.applied,
@@ -89,63 +72,39 @@ def result_dict(result: ChangeResult) -> dict[str, Any]:
     }
 
 
-class SimulatedScheduler:
-    """The built-in simulator as a scheduler the workflow writes to: a dry run checks the change
-    against the simulator; a write appends it to the cluster's replayable change log
-    (``diagnosis.actions.write_sim_change``), effective from the next scheduling pass."""
-
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
-
-    def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
-
-        write = {k: v for k, v in change.items() if k != "from"}  # "from": a guard, not a write
-        command = "sim apply " + json.dumps(write, sort_keys=True)
-        expected = change.get("to", "drained" if change.get("kind") == "drain-node" else None)
-        try:
-            if dry_run:
-                cluster = Cluster.objects.get(pk=self.cluster.pk)
-                before = current_sim_value(cluster, change)
-                check_from(change, before)
-                sim_scheduler.apply(cluster, change, dry_run=True)
-                return ChangeResult(
-                    applied=False,
-                    dry_run=True,
-                    before=before,
-                    after=expected,
-                    command=command,
-                    message="dry run: the simulator takes this change",
-                )
-            with transaction.atomic():
-                _, before = write_sim_change(
-                    self.cluster, write, check=lambda value: check_from(change, value)
-                )
-        except sim_scheduler.ChangeError as exc:
-            raise SchedulerError(str(exc), permanent=True) from exc
-        return ChangeResult(
-            applied=True,
-            dry_run=False,
-            before=before,
-            after=expected,
-            command=command,
-            message="recorded: effective from the simulator's next scheduling pass",
-        )
+def scheduler_for(cluster: Cluster) -> SchedulerAdapter:
+    """The adapter that applies changes to a cluster (its ``scheduler_kind``), built from the
+    cluster's ``scheduler_config``."""
+    return adapter_spec(cluster.scheduler_kind).build(
+        cluster.scheduler_config, cluster=cluster.name
+    )
 
 
-def check_from(change: Mapping[str, Any], value: Any) -> None:
-    if "from" in change and not same_value(change["from"], value):
-        raise SchedulerError(
-            f"{change.get('kind')} {change.get('target')}: the target changed since the "
-            f"recommendation (now {value!r}, expected {change['from']!r})",
-            permanent=True,
-        )
+def record_scheduler_change(cluster: Cluster, record: Mapping[str, Any]) -> None:
+    """Append an accepted change to the cluster's replayable change log
+    (``scheduler_config["changes"]``); the caller holds the cluster's row lock."""
+    config = dict(cluster.scheduler_config)
+    config["changes"] = [*config.get("changes", []), dict(record)]
+    cluster.scheduler_config = config
+    cluster.save(update_fields=["scheduler_config"])
 
 
-def scheduler_for(cluster: Cluster) -> Any:
-    """What applies changes to a cluster: its scheduler adapter, or the simulator."""
-    if cluster.scheduler_kind == "sim":
-        return SimulatedScheduler(cluster)
-    return adapter_for(cluster.scheduler_kind, cluster.scheduler_config)
+def _apply(cluster: Cluster, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
+    """One ``apply`` of the cluster's adapter. An adapter that keeps its changes in the
+    cluster's ``scheduler_config`` (the registry's ``change_log``: the simulator) is built from
+    the cluster's latest row -- for a write, locked, and the ``ChangeResult.record`` it returns
+    is appended to the log in the same transaction."""
+    if not adapter_spec(cluster.scheduler_kind).change_log:
+        return scheduler_for(cluster).apply(change, dry_run=dry_run)
+    rows = Cluster.objects.filter(pk=cluster.pk)
+    if dry_run:
+        return scheduler_for(rows.get()).apply(change, dry_run=True)
+    with transaction.atomic():
+        latest = rows.select_for_update().get()
+        result = scheduler_for(latest).apply(change, dry_run=False)
+        if result.record is not None:
+            record_scheduler_change(latest, result.record)
+    return result
 
 
 def ask_scheduler(cluster: Cluster, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
@@ -153,7 +112,7 @@ def ask_scheduler(cluster: Cluster, change: Mapping[str, Any], *, dry_run: bool)
     adapter (a connection error it did not wrap) is taken as a transient SchedulerError: the
     outcome is unknown, so the apply is retried, and a retry re-reads the target first."""
     try:
-        return scheduler_for(cluster).apply(change, dry_run=dry_run)
+        return _apply(cluster, change, dry_run=dry_run)
     except SchedulerError:
         raise
     except Exception as exc:
@@ -163,9 +122,9 @@ def ask_scheduler(cluster: Cluster, change: Mapping[str, Any], *, dry_run: bool)
 
 def is_conflict(exc: SchedulerError) -> bool:
     """A write the scheduler refused because the target changed under it (the adapters' own
-    ``from`` check, or Kubernetes' 409 Conflict on a stale resourceVersion)."""
-    text = str(exc)
-    return "changed since the recommendation" in text or "409 Conflict" in text
+    ``from`` check, or Kubernetes' 409 Conflict on a stale resourceVersion): the adapter says
+    so with ``conflict``."""
+    return exc.conflict
 
 
 def run_dry_run(recommendation_id: int) -> dict[str, Any]:
@@ -182,7 +141,7 @@ def run_dry_run(recommendation_id: int) -> dict[str, Any]:
     result["target_changed"] = _changed_since(rec, result.get("before"))
     result["writes_enabled"] = not rec.cluster.dry_run
     with transaction.atomic():
-        rec = locked(rec)
+        rec = lock_recommendation(rec)
         rec.dry_run_result = result
         save_fields(rec, "dry_run_result")
         audit(rec, SYSTEM_ACTUATE, "dry-run", before=result.get("before"), after=result)
@@ -268,7 +227,7 @@ def perform_apply(recommendation_id: int, key: str, *, final_attempt: bool = Tru
 
 
 def _relock(rec: Recommendation, key: str) -> Recommendation | None:
-    rec = locked(rec)
+    rec = lock_recommendation(rec)
     return rec if rec.state == State.APPLYING and rec.apply_key == key else None
 
 
@@ -319,7 +278,7 @@ def _record_applied(
             },
         )
         if rec.rollback_of_id is not None:
-            original = locked(rec.rollback_of_id)
+            original = lock_recommendation(rec.rollback_of_id)
             if original.state in APPLIED_STATES:
                 original.state = State.ROLLED_BACK
                 original.status_message = f"rolled back by #{rec.pk}"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from diagnosis.edge.sources.prometheus import PrometheusConfig
 from diagnosis.models import (
     Cluster,
 )
@@ -15,11 +14,10 @@ def create_prometheus_demo_cluster(
 ) -> Cluster:
     """A simulated cluster whose GPU metrics come from Prometheus (the demo with
     ``serve_exporter``): the scenario in real time (``speed`` 1, so the simulator's clock is
-    Prometheus's), enabled for cycles, in dry-run."""
+    Prometheus's), enabled for cycles, in dry-run. Its settings are checked as a cycle checks
+    them (``ConfigError`` naming the bad key)."""
 
-    metrics_config = {"url": prometheus_url, "scrape_interval_s": 15}
-    PrometheusConfig.parse(metrics_config)
-    return Cluster.objects.create(
+    cluster = Cluster(
         name=name,
         scheduler_kind="sim",
         scheduler_config={
@@ -31,6 +29,9 @@ def create_prometheus_demo_cluster(
             "changes": [],
         },
         metrics_kind="prometheus",
-        metrics_config=metrics_config,
+        metrics_config={"url": prometheus_url, "scrape_interval_s": 15},
         dry_run=True,
     )
+    cluster.check_settings()
+    cluster.save(force_insert=True)
+    return cluster

@@ -22,8 +22,9 @@ from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.diagnose import diagnose
 from diagnosis.core.rules.engine import Diagnosis
 from diagnosis.core.rules.registry import all_rules
+from diagnosis.edge.errors import IntegrationError
 from diagnosis.edge.schedulers.base import EventBatch
-from diagnosis.edge.sources import CollectError, collector_for
+from diagnosis.edge.sources.registry import source_spec
 from diagnosis.models import (
     Cluster,
     ClusterCycle,
@@ -38,19 +39,23 @@ ShardRunner = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 def run_cluster_cycle(cluster: Cluster, *, shard_runner: ShardRunner | None = None) -> ClusterCycle:
     """Run one diagnosis cycle of a cluster (DESIGN.md section 3): collect, then record.
 
-    ``shard_runner`` runs the shards of a collector that can fan out (a Celery group:
-    ``diagnosis.tasks.run_collect_shards``); without one, shards are collected here, one after
-    another. The caller (``diagnosis.tasks.run_cycle``) holds the cluster's cycle lock. A source that
-    fails leaves a failed ClusterCycle row and the cluster's status saying why; the last good
-    snapshot, findings and rollups stay as they were (nothing is resolved for lack of data).
+    The cluster's settings are checked first against what its adapter and source declare
+    (:meth:`Cluster.check_settings`). ``shard_runner`` runs the shards of a source that can fan
+    out (the registry's ``shards``; a Celery group: ``diagnosis.tasks.run_collect_shards``);
+    without one, shards are collected here, one after another. The caller
+    (``diagnosis.tasks.run_cycle``) holds the cluster's cycle lock. Bad settings or a source
+    that fails leave a failed ClusterCycle row and the cluster's status saying why; the last
+    good snapshot, findings and rollups stay as they were (nothing is resolved for lack of data).
     """
 
     started = time.perf_counter()
     previous = ClusterCycle.objects.filter(cluster=cluster, ok=True).order_by("-as_of").first()
     try:
-        collector = collector_for(cluster)
+        cluster.check_settings()
+        source = source_spec(cluster.metrics_kind)
+        collector = source.collector()
         options: dict[str, Any] = {}
-        if shard_runner is not None and getattr(collector, "shards", False):
+        if shard_runner is not None and source.shards:
             options["shard_runner"] = shard_runner
         document = collector(
             cluster, previous_as_of=previous.as_of if previous else None, **options
@@ -60,7 +65,7 @@ def run_cluster_cycle(cluster: Cluster, *, shard_runner: ShardRunner | None = No
         if isinstance(collection, Mapping) and "event_cursor" in collection:
             events = EventBatch(list(document.get("events") or []), collection["event_cursor"])
             record_scheduler_events(cluster, events)
-    except (CollectError, SchedulerEventError, snapshot_format.SnapshotError) as exc:
+    except (IntegrationError, SchedulerEventError, snapshot_format.SnapshotError) as exc:
         message = f"{type(exc).__name__}: {exc}"
         return _record_failed_cycle(cluster, message, time.perf_counter() - started)
     return record_cycle(cluster, snap, started=started, collection=collection)
@@ -182,18 +187,14 @@ def record_recommendation_step(
     cycle.save(update_fields=["recommendations", "seconds"])
 
 
-# Rules whose verdicts rest on the GPUs' metrics (util, memory, tensor activity, Xids). When the
-# metrics cover too few GPUs or are too old, these are "not judged" -- never "healthy".
-GPU_METRIC_RULES = ("idle-allocation", "data-starvation", "low-mfu", "xid")
-
-
 def metrics_not_judged(collection: Mapping[str, Any] | None) -> dict[str, str]:
-    """Rule id -> why it is not judged this cycle (empty when the metrics can be judged by)."""
+    """Rule id -> why it is not judged this cycle (empty when the metrics can be judged by):
+    when the GPU metrics cover too few GPUs or are too old, the rules that read them
+    (``Rule.reads_gpu_metrics``) are "not judged" -- never "healthy"."""
     if not isinstance(collection, Mapping) or collection.get("judgeable", True):
         return {}
     reason = "; ".join(collection.get("problems") or []) or "GPU metrics incomplete"
-    rules = all_rules()
-    return {rule_id: reason for rule_id in GPU_METRIC_RULES if rule_id in rules}
+    return {rule_id: reason for rule_id, rule in all_rules().items() if rule.reads_gpu_metrics}
 
 
 def _skipped_counts(

@@ -13,7 +13,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from diagnosis import roles
-from diagnosis.actions.apply import observed_value
 from diagnosis.actions.enqueue import apply_on_commit, dry_run_on_commit
 from diagnosis.actions.workflow import (
     APPLIED_STATES,
@@ -23,12 +22,13 @@ from diagnosis.actions.workflow import (
     WorkflowError,
     actor_name,
     audit,
-    locked,
+    lock_recommendation,
     require_change,
     require_state,
     save_fields,
 )
 from diagnosis.choices import RecommendationKind, RecommendationState
+from diagnosis.edge.schedulers.base import observed_value
 from diagnosis.models import (
     AuditEntry,
     Cluster,
@@ -41,7 +41,7 @@ State = RecommendationState
 def request_recommendation(rec: Recommendation, user: AbstractBaseUser) -> Recommendation:
     """An SRE asks for a proposed change to be made (someone else then approves it)."""
     with transaction.atomic():
-        rec = locked(rec)
+        rec = lock_recommendation(rec)
         if not roles.can_apply(user, rec.kind):
             raise WorkflowDenied("requesting a change needs the sre role (or oncall, for a drain)")
         require_change(rec, "request")
@@ -63,7 +63,7 @@ def approve_recommendation(rec: Recommendation, user: AbstractBaseUser) -> Recom
     ``GPUOBS_APPROVAL_TTL_SECONDS``; a dry run is sent on commit so the diff is shown."""
 
     with transaction.atomic():
-        rec = locked(rec)
+        rec = lock_recommendation(rec)
         allowed, why = roles.can_approve(user, rec.kind, requested_by=None)
         if not allowed:
             raise WorkflowDenied(why)
@@ -114,7 +114,7 @@ def reject_recommendation(
 ) -> Recommendation:
     """Reject a proposed or approved recommendation (advice too: dismissed)."""
     with transaction.atomic():
-        rec = locked(rec)
+        rec = lock_recommendation(rec)
         if not roles.can_apply(user, rec.kind):
             raise WorkflowDenied("rejecting needs the sre role (or oncall, for a drain)")
         require_state(rec, State.PROPOSED, State.APPROVED, doing="reject")
@@ -137,7 +137,7 @@ def request_dry_run(rec: Recommendation, user: AbstractBaseUser) -> Recommendati
     recommendation's diff); runs on the ``actuate`` queue."""
 
     with transaction.atomic():
-        rec = locked(rec)
+        rec = lock_recommendation(rec)
         if not roles.can_apply(user, rec.kind):
             raise WorkflowDenied("a dry run needs the sre role (or oncall, for a drain)")
         require_change(rec, "dry-run")
@@ -146,7 +146,7 @@ def request_dry_run(rec: Recommendation, user: AbstractBaseUser) -> Recommendati
     return rec
 
 
-def lapsed(rec: Recommendation) -> str:
+def lapse_reason(rec: Recommendation) -> str:
     return f"the approval lapsed at {rec.expires_at:%Y-%m-%d %H:%M} UTC"
 
 
@@ -166,14 +166,14 @@ def request_apply(rec: Recommendation, user: AbstractBaseUser | None) -> Recomme
 
     lapsed = False
     with transaction.atomic():
-        rec = locked(rec)
+        rec = lock_recommendation(rec)
         if user is not None and not roles.can_apply(user, rec.kind):
             raise WorkflowDenied("applying needs the sre role (or oncall, for a drain)")
         require_change(rec, "apply")
         require_state(rec, State.APPROVED, doing="apply")
         now = timezone.now()
         if rec.expires_at is not None and rec.expires_at <= now:
-            expire(rec, actor_name(user), lapsed(rec))
+            expire(rec, actor_name(user), lapse_reason(rec))
             lapsed = True
         else:
             rec.state = State.APPLYING
@@ -210,7 +210,7 @@ def create_rollback(
     rec: Recommendation, *, user: AbstractBaseUser | None, reason: str, approved: bool = True
 ) -> Recommendation:
     with transaction.atomic():
-        rec = locked(rec)
+        rec = lock_recommendation(rec)
         require_change(rec, "roll back")
         require_state(rec, *APPLIED_STATES, doing="roll back")
         if rec.rollbacks.filter(state__in=OPEN_STATES).exists():

@@ -3,18 +3,20 @@ and metric sources (sentry's ``utils/registry.py``; healthchecks' ``TRANSPORTS``
 
 A :class:`Registry` holds plugins keyed by a stable ``id``, in the order they were added; a
 second plugin with an id already taken is a :class:`DuplicatePluginError` when the registry is
-built (at start-up). Plugins are either *discovered* (every module of a package that defines
-the agreed attribute, :func:`discover`: the rules and generators) or *declared* in one place
-(the adapters and sources, whose order the model's ``choices`` keep). The model ``choices`` of a
-registry come from :meth:`Registry.choices`.
+built (at start-up: ``DiagnosisConfig.ready`` builds all four). Plugins are either *discovered*
+(every module of a package that defines the agreed attribute, :func:`discover`: the rules and
+generators) or *declared* in one place (the adapters and sources, whose order the model's
+``choices`` keep); a declared plugin names its code as ``"module:attribute"``, imported on first
+use (:func:`load`), so one integration's missing dependency never breaks the others. The model
+``choices`` of a registry come from :meth:`Registry.choices`.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Iterable, Iterator
-from typing import Generic, TypeVar
+from collections.abc import Iterable
+from typing import Any, TypeVar
 
 Plugin = TypeVar("Plugin")
 
@@ -23,62 +25,38 @@ class DuplicatePluginError(RuntimeError):
     """Two plugins claim the same id."""
 
 
-class Registry(Generic[Plugin]):
-    """Plugins by id, in the order given; ``what`` names them in errors ("rule", "adapter")."""
+class Registry(dict[str, Plugin]):
+    """Plugins by id, in the order given; ``what`` names them in errors ("rule", "adapter").
+
+    A plain mapping once built (it is a ``dict``: the engine and the pages read it like one, and
+    a test may swap one entry for the length of the test); only building it checks the ids.
+    """
 
     def __init__(
         self,
-        plugins: Iterable[Plugin],
+        plugins: Iterable[Plugin] = (),
         *,
         what: str,
         error: type[DuplicatePluginError] = DuplicatePluginError,
     ) -> None:
+        super().__init__()
         self.what = what
-        self._plugins: dict[str, Plugin] = {}
         for plugin in plugins:
             plugin_id = plugin.id  # type: ignore[attr-defined]
-            if plugin_id in self._plugins:
+            if plugin_id in self:
                 raise error(f"{what} id {plugin_id!r} is defined twice")
-            self._plugins[plugin_id] = plugin
+            self[plugin_id] = plugin
 
-    def __getitem__(self, plugin_id: str) -> Plugin:
-        try:
-            return self._plugins[plugin_id]
-        except KeyError:
-            known = ", ".join(self._plugins)
-            raise KeyError(f"unknown {self.what} {plugin_id!r} (known: {known})") from None
-
-    def __contains__(self, plugin_id: object) -> bool:
-        return plugin_id in self._plugins
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._plugins)
-
-    def __len__(self) -> int:
-        return len(self._plugins)
-
-    def get(self, plugin_id: str, default: Plugin | None = None) -> Plugin | None:
-        return self._plugins.get(plugin_id, default)
-
-    def items(self) -> Iterable[tuple[str, Plugin]]:
-        return self._plugins.items()
-
-    def values(self) -> Iterable[Plugin]:
-        return self._plugins.values()
+    def __missing__(self, plugin_id: str) -> Plugin:
+        known = ", ".join(self)
+        raise KeyError(f"unknown {self.what} {plugin_id!r} (known: {known})")
 
     def as_dict(self) -> dict[str, Plugin]:
-        return dict(self._plugins)
+        return dict(self)
 
     def choices(self) -> list[tuple[str, str]]:
         """``(id, label)`` pairs for a model field's ``choices``."""
-        return [(pid, getattr(p, "label", pid)) for pid, p in self._plugins.items()]
-
-
-def collect(
-    plugins: Iterable[Plugin], *, what: str, error: type[DuplicatePluginError]
-) -> dict[str, Plugin]:
-    """The plugins keyed by id, in the order given; a repeated id raises ``error``."""
-    return Registry(plugins, what=what, error=error).as_dict()
+        return [(pid, getattr(p, "label", pid)) for pid, p in self.items()]
 
 
 def discover(package_name: str, attribute: str, kind: type[Plugin]) -> list[Plugin]:
@@ -92,3 +70,12 @@ def discover(package_name: str, attribute: str, kind: type[Plugin]) -> list[Plug
         if isinstance(plugin, kind):
             found.append(plugin)
     return found
+
+
+def load(target: str) -> Any:
+    """The object a declared plugin names, ``"package.module:attribute"``, imported now (an
+    ``ImportError`` of the module, e.g. its client library missing, is the caller's to word)."""
+    module_name, colon, attribute = target.partition(":")
+    if not colon or not module_name or not attribute:
+        raise ValueError(f"plugin target {target!r} must look like package.module:attribute")
+    return getattr(importlib.import_module(module_name), attribute)

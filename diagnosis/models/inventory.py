@@ -4,7 +4,10 @@ nodes, GPUs, tenants, queues, jobs and scheduler events.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 
 from diagnosis.choices import (
@@ -16,6 +19,9 @@ from diagnosis.choices import (
     SchedulerEventKind,
     SchedulerKind,
 )
+from diagnosis.edge.errors import ConfigError, IntegrationError
+from diagnosis.edge.schedulers.registry import adapter_spec
+from diagnosis.edge.sources.registry import source_spec
 
 
 class Cluster(models.Model):
@@ -61,6 +67,41 @@ class Cluster(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def check_settings(self) -> None:
+        """Check ``scheduler_config`` and ``metrics_config`` against the settings the cluster's
+        adapter and source declare (one validator, ``ConfigSpec.parse``: when an admin saves the
+        cluster and when a cycle starts). Raises :class:`ConfigError` naming every bad key, or
+        the :class:`IntegrationError` of an integration that is unknown or cannot load."""
+        for kind_field, config_field, spec_of in INTEGRATIONS:
+            spec_of(getattr(self, kind_field)).config_spec().parse(getattr(self, config_field))
+
+    def clean(self) -> None:
+        """The integration settings are checked as a cycle checks them, each error on its field
+        and naming the key (``scheduler_config.timeout_s: expected a number``)."""
+        super().clean()
+        errors: dict[str, list[str]] = {}
+        for kind_field, config_field, spec_of in INTEGRATIONS:
+            try:
+                spec_of(getattr(self, kind_field)).config_spec().parse(getattr(self, config_field))
+            except ConfigError as exc:
+                raw = getattr(self, config_field)
+                keyed = raw is None or isinstance(raw, Mapping)  # else: not an object at all
+                errors[config_field] = [
+                    f"{config_field}.{p}" if keyed else f"{config_field}: {p}" for p in exc.problems
+                ]
+            except IntegrationError as exc:
+                errors[kind_field] = [str(exc)]
+        if errors:
+            raise ValidationError(errors)
+
+
+# A cluster's integrations: the field naming each, the field holding its settings, and how the
+# registry finds its declaration (diagnosis/edge/schedulers/registry.py, .../sources/registry.py).
+INTEGRATIONS = (
+    ("scheduler_kind", "scheduler_config", adapter_spec),
+    ("metrics_kind", "metrics_config", source_spec),
+)
 
 
 class Node(models.Model):

@@ -11,8 +11,8 @@ from django.core.management import call_command
 from diagnosis.actions.cycles import run_cluster_cycle
 from diagnosis.actions.simulator import apply_sim_change
 from diagnosis.core.rules.registry import all_rules
+from diagnosis.edge.schedulers.base import ChangeError
 from diagnosis.edge.sim import runtime as sim_runtime
-from diagnosis.edge.sim.runtime import ChangeError
 from diagnosis.models import AuditEntry, Cluster, ClusterCycle, Finding, Snapshot
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ import pytest
 
 from diagnosis.actions.cycles import run_cluster_cycle
 from diagnosis.actions.events import record_scheduler_events
-from diagnosis.edge.schedulers.base import adapter_for
+from diagnosis.edge.schedulers.registry import adapter_for
 from diagnosis.models import Cluster, Finding, SchedulerEvent, Snapshot
 from tests.support.kube_server import KubeApiServer, load_fixture, serving
 from tests.support.kube_server import adapter_config as config

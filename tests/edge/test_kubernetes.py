@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from diagnosis.core import snapshot
-from diagnosis.edge.schedulers.base import SchedulerError, adapter_for
+from diagnosis.edge.schedulers.base import SchedulerError
 from diagnosis.edge.schedulers.kubernetes import client as kube_client
 from diagnosis.edge.schedulers.kubernetes.kueue import KueueAdapter
 from diagnosis.edge.schedulers.kubernetes.volcano import (
@@ -22,6 +22,7 @@ from diagnosis.edge.schedulers.kubernetes.volcano import (
     placement_of,
     with_placement,
 )
+from diagnosis.edge.schedulers.registry import adapter_for
 from tests.support.kube_server import KubeApiServer, adapter_config, load_fixture, serving
 
 pytestmark = pytest.mark.kubernetes
@@ -236,7 +237,7 @@ def test_unknown_or_mistyped_settings_are_named() -> None:
     with pytest.raises(SchedulerError) as caught:
         VolcanoAdapter({"pool_lable": "x", "page_size": "many"})
     assert "pool_lable: unknown setting" in str(caught.value)
-    assert "page_size: expected int" in str(caught.value)
+    assert "page_size: expected a whole number" in str(caught.value)
 
 
 # -- Volcano: events -----------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""The generator registry: every module of ``diagnosis.core.recommend.builtin`` that defines ``GENERATOR`` is a
-recommendation generator, keyed by its stable id."""
+"""The generator registry: every module of ``diagnosis.core.recommend.builtin`` that defines
+``GENERATOR`` is a recommendation generator, keyed by its stable id (a
+:class:`~diagnosis.core.plugins.Registry`)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ class DuplicateGeneratorError(plugins.DuplicatePluginError):
     """Two generator modules claim the same id: a start-up error."""
 
 
-def collect(generators: Iterable[Generator]) -> dict[str, Generator]:
-    return plugins.collect(generators, what="generator", error=DuplicateGeneratorError)
+def collect(generators: Iterable[Generator]) -> plugins.Registry[Generator]:
+    return plugins.Registry(generators, what="generator", error=DuplicateGeneratorError)
 
 
 @cache
-def all_generators() -> dict[str, Generator]:
+def all_generators() -> plugins.Registry[Generator]:
     """Every generator, keyed by its stable id, in module-name order."""
     return collect(plugins.discover("diagnosis.core.recommend.builtin", "GENERATOR", Generator))

@@ -117,6 +117,9 @@ class Rule:
     for_s: int = 0
     keep_firing_for_s: int = 300
     enabled_by_default: bool = True
+    # The verdict rests on the GPUs' metrics (util, memory, tensor activity, Xids): when the
+    # metrics cover too few GPUs or are too old, the rule is "not judged", never "healthy".
+    reads_gpu_metrics: bool = False
 
     def defaults(self) -> dict[str, float | int]:
         return {t.name: t.default for t in self.thresholds}

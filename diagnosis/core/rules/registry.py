@@ -1,4 +1,5 @@
-"""The rule registry: every module of ``diagnosis.core.rules.builtin`` that defines ``RULE`` is a rule."""
+"""The rule registry: every module of ``diagnosis.core.rules.builtin`` that defines ``RULE`` is a
+rule, keyed by its stable id (a :class:`~diagnosis.core.plugins.Registry`)."""
 
 from __future__ import annotations
 
@@ -13,19 +14,16 @@ class DuplicateRuleError(plugins.DuplicatePluginError):
     """Two rule modules claim the same id: a start-up error."""
 
 
-def collect(rules: Iterable[Rule]) -> dict[str, Rule]:
-    return plugins.collect(rules, what="rule", error=DuplicateRuleError)
+def collect(rules: Iterable[Rule]) -> plugins.Registry[Rule]:
+    return plugins.Registry(rules, what="rule", error=DuplicateRuleError)
 
 
 @cache
-def all_rules() -> dict[str, Rule]:
+def all_rules() -> plugins.Registry[Rule]:
     """Every rule, keyed by its stable id, in module-name order."""
     return collect(plugins.discover("diagnosis.core.rules.builtin", "RULE", Rule))
 
 
 def get_rule(rule_id: str) -> Rule:
-    try:
-        return all_rules()[rule_id]
-    except KeyError:
-        known = ", ".join(all_rules())
-        raise KeyError(f"unknown rule {rule_id!r} (known: {known})") from None
+    """The rule of that id, or a ``KeyError`` naming the known ones."""
+    return all_rules()[rule_id]

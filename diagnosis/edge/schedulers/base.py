@@ -1,25 +1,36 @@
 """The scheduler adapter protocol (the edge): read state, read events, apply a change.
 
-An adapter speaks its scheduler's language (Slurm commands, Kubernetes objects) and answers in
-the snapshot's vocabulary (DESIGN.md section 4): ``read_state`` gives the ``nodes``, ``queues``,
-``jobs`` and ``scheduler`` sections of a ``gpuobs.snapshot/v1`` document as plain dicts;
-``read_events`` gives normalized ``events`` entries (plus a ``dedup_key`` each) and a cursor to
-continue from; ``apply`` makes (or, with ``dry_run``, only checks and shows) one change.
+An adapter speaks its scheduler's language (Slurm commands, Kubernetes objects, the built-in
+simulator) and answers in the snapshot's vocabulary (DESIGN.md section 4): ``read_state`` gives
+the ``nodes``, ``queues``, ``jobs`` and ``scheduler`` sections of a ``gpuobs.snapshot/v1``
+document as plain dicts; ``read_events`` gives normalized ``events`` entries (plus a
+``dedup_key`` each) and a cursor to continue from; ``apply`` makes (or, with ``dry_run``, only
+checks and shows) one change.
 
-Adapters are registered by stable id in :data:`ADAPTERS` and imported lazily. They are built from
-the cluster's ``scheduler_config``; secrets come from the environment (names given in the
-config, e.g. ``"token_env": "SLURM_JWT"``), never from the database in clear, and never shown
-back.
+Adapters are declared by stable id in :mod:`diagnosis.edge.schedulers.registry` and imported
+lazily. Each is built from the cluster's ``scheduler_config`` (and told the cluster's name),
+which it checks against the :class:`~diagnosis.edge.config.ConfigSpec` its module declares
+(:func:`parse_config`); secrets come from the environment (names given in the config, e.g.
+``"kubeconfig_env": "KUBECONFIG"``), never from the database in clear, and never shown back.
 """
 
 from __future__ import annotations
 
-import importlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from diagnosis.edge.errors import SchedulerError
+from diagnosis.edge.config import ConfigSpec
+from diagnosis.edge.errors import ConfigError, SchedulerError
+
+
+class ChangeError(SchedulerError):
+    """A change the scheduler cannot take (a target it does not have, a value it refuses):
+    always permanent, retrying cannot help."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, permanent=True)
 
 
 @dataclass(frozen=True)
@@ -32,12 +43,20 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class SchedulerState:
-    """The scheduler's part of a snapshot, in the snapshot's vocabulary."""
+    """The scheduler's part of a snapshot, in the snapshot's vocabulary.
+
+    ``gpus``: the GPUs the scheduler itself knows (``node``, ``index``, ``uuid``, ``health``;
+    no metrics) -- most know none, and the snapshot then has every node's GPUs, healthy.
+    ``as_of``: the scheduler's own time of this state (RFC 3339) when it keeps a clock of its
+    own (the simulator); None: the state is as of now.
+    """
 
     nodes: list[dict[str, Any]]
     queues: list[dict[str, Any]]
     jobs: list[dict[str, Any]]
     scheduler: dict[str, Any] = field(default_factory=dict)  # {"kind", "placement": {pool: p}}
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    as_of: str | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +74,9 @@ class ChangeResult:
 
     ``command`` is the exact write, as a person would run it (``scontrol update ...``, the JSON
     patch of a Kubernetes object); ``before``/``after`` the target's value around it.
+    ``record``: for an adapter that keeps its changes in the cluster's
+    ``scheduler_config["changes"]`` (the simulator, which replays them), the entry the caller
+    appends there, in the transaction that holds the cluster's row; None for the others.
     """
 
     applied: bool
@@ -63,10 +85,14 @@ class ChangeResult:
     after: Any
     command: str
     message: str = ""
+    record: Mapping[str, Any] | None = None
 
 
 @runtime_checkable
 class SchedulerAdapter(Protocol):
+    """Built as ``Adapter(scheduler_config, cluster=name)``; a bad config is a permanent
+    :class:`SchedulerError` naming the key."""
+
     id: ClassVar[str]
     capabilities: ClassVar[Capabilities]
 
@@ -77,29 +103,37 @@ class SchedulerAdapter(Protocol):
     def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult: ...
 
 
-ADAPTERS: dict[str, str] = {
-    # id -> "module:Class"; each class takes (config: Mapping[str, Any]).
-    "slurm": "diagnosis.edge.schedulers.slurm.adapter:SlurmAdapter",
-    "volcano": "diagnosis.edge.schedulers.kubernetes.volcano:VolcanoAdapter",
-    "kueue": "diagnosis.edge.schedulers.kubernetes.kueue:KueueAdapter",
-}
-
-
-def adapter_class(kind: str) -> type:
-    target = ADAPTERS.get(kind)
-    if target is None:
-        known = ", ".join(sorted(ADAPTERS))
-        raise SchedulerError(f"no scheduler adapter {kind!r} (known: {known})", permanent=True)
-    module_name, _, attribute = target.partition(":")
+def parse_config(spec: ConfigSpec, raw: Any) -> dict[str, Any]:
+    """``raw`` checked against an adapter's declared settings (:meth:`ConfigSpec.parse`), or a
+    permanent :class:`SchedulerError` naming every bad key as ``scheduler_config.KEY``."""
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SchedulerError(
-            f"scheduler adapter {kind!r} is not available: {exc}", permanent=True
-        ) from exc
-    return getattr(module, attribute)
+        return spec.parse(raw)
+    except ConfigError as exc:
+        if raw is not None and not isinstance(raw, Mapping):
+            raise SchedulerError(f"{spec.what} must be an object", permanent=True) from exc
+        problems = "; ".join(f"{spec.what}.{problem}" for problem in exc.problems)
+        raise SchedulerError(problems, permanent=True) from exc
 
 
-def adapter_for(kind: str, config: Mapping[str, Any]) -> SchedulerAdapter:
-    """A configured adapter for a cluster's ``scheduler_kind`` and ``scheduler_config``."""
-    return adapter_class(kind)(config)
+# -- values as adapters report them --------------------------------------------------------------
+
+
+def observed_value(value: Any) -> Any:
+    """A value as adapters report it, made comparable with a recommendation's ``from``/``to``:
+    a node record's ``state``; Kubernetes' ``schedulable`` as the snapshot's ``ready``; numbers
+    as floats."""
+    if isinstance(value, Mapping):
+        value = value.get("state")
+    if value == "schedulable":
+        return "ready"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two reported values say the same (weights compared as numbers)."""
+    a, b = observed_value(a), observed_value(b)
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b)
+    return a == b

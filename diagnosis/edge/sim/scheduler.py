@@ -1,5 +1,7 @@
-"""The built-in simulator as a scheduler that accepts changes (placement policy, queue weight,
-node drain), effective from its next scheduling pass.
+"""The built-in simulator as a scheduler adapter (the ``sim`` entry of
+:mod:`diagnosis.edge.schedulers.registry`): it reads the simulated cluster's state and events
+and accepts changes (placement policy, queue weight, node drain and resume), effective from its
+next scheduling pass.
 
 A change is a plain dict, as recommendations carry it::
 
@@ -8,51 +10,147 @@ A change is a plain dict, as recommendations carry it::
     {"kind": "drain-node", "target": "node:gpu-017", "reason": "Xid 79"}
     {"kind": "resume-node", "target": "node:gpu-017"}
 
-:func:`apply` checks it against the running simulator and returns the record to append to the
-cluster's ``scheduler_config["changes"]`` (the caller persists it), so that every process
-replays the same changes at the same simulated times.
+The simulator lives in this process (:mod:`diagnosis.edge.sim.runtime`), but every process must
+see the same cluster: :meth:`SimScheduler.apply` therefore returns, with the change it made, the
+record ``{"at": simulated seconds, "change": change}`` (``ChangeResult.record``) that the caller
+appends to the cluster's ``scheduler_config["changes"]``, which other processes replay at the
+same simulated times. The caller builds the adapter from the cluster's latest
+``scheduler_config`` (for a write: under the cluster's row lock), so the changes other processes
+recorded are caught up first.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from diagnosis.core.simulate.policy import SetPlacement, SetQueueWeight
-from diagnosis.edge.sim.runtime import ChangeError, change_from_dict, runtime_for
-from diagnosis.edge.sources import ClusterLike
+from diagnosis.edge.errors import CollectError, SchedulerError
+from diagnosis.edge.schedulers.base import (
+    Capabilities,
+    ChangeError,
+    ChangeResult,
+    EventBatch,
+    SchedulerState,
+    parse_config,
+    same_value,
+)
+from diagnosis.edge.schedulers.targets import TARGET_KINDS
+from diagnosis.edge.sim.runtime import (
+    CONFIG,
+    SimCluster,
+    SimRuntime,
+    catch_up_changes,
+    change_from_dict,
+    runtime_for,
+    snapshot_document,
+)
+
+GPU_FIELDS = ("node", "index", "uuid", "health")  # what a scheduler knows of a GPU
 
 
-def current_value(cluster: ClusterLike, change: Mapping[str, Any]) -> Any:
-    """What the change's target is set to now (for the diff shown before applying)."""
-    simulator = runtime_for(cluster).simulator
-    parsed = change_from_dict(change)
-    try:
-        simulator.validate_change(parsed)
-    except (KeyError, ValueError) as exc:
-        raise ChangeError(f"{change.get('kind')}: {exc.args[0] if exc.args else exc}") from None
-    if isinstance(parsed, SetPlacement):
-        return simulator.placement.get(parsed.pool)
-    if isinstance(parsed, SetQueueWeight):
-        return simulator.queues[simulator.queue_number[parsed.queue]].weight
-    return simulator.node_state_of(parsed.node)
+class SimScheduler:
+    id: ClassVar[str] = "sim"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        change_kinds=frozenset(TARGET_KINDS), dry_run=True
+    )
 
+    def __init__(self, config: Mapping[str, Any] | None, *, cluster: str = "") -> None:
+        parse_config(CONFIG, config)
+        self.cluster = SimCluster(name=cluster, scheduler_config=dict(config or {}))
+        self._read: dict[str, Any] | None = None
 
-def apply(cluster: ClusterLike, change: Mapping[str, Any], *, dry_run: bool) -> dict[str, Any]:
-    """Check a change against the simulator; unless ``dry_run``, apply it from the next pass.
+    # -- reading ---------------------------------------------------------------------------------
 
-    Returns the record ``{"at": simulated seconds, "change": change}`` to persist.
-    """
-    runtime = runtime_for(cluster)
-    parsed = change_from_dict(change)
-    with runtime.lock:
+    def _snapshot(self) -> dict[str, Any]:
+        try:
+            return snapshot_document(self.cluster)
+        except CollectError as exc:
+            raise SchedulerError(str(exc), permanent=exc.permanent) from exc
+
+    def read_state(self) -> SchedulerState:
+        """The simulated cluster at its clock's time (the simulator runs there first, as the sim
+        source does), without GPU metrics; ``as_of`` is the simulated time."""
+        document = self._read = self._snapshot()
+        return SchedulerState(
+            nodes=list(document.get("nodes") or []),
+            queues=list(document.get("queues") or []),
+            jobs=list(document.get("jobs") or []),
+            scheduler=dict(document.get("scheduler") or {}),
+            gpus=[
+                {key: gpu[key] for key in GPU_FIELDS if key in gpu}
+                for gpu in document.get("gpus") or []
+            ],
+            as_of=document.get("as_of"),
+        )
+
+    def read_events(self, cursor: str | None) -> EventBatch:
+        """The events of the window that the last ``read_state`` read (a fresh read when there
+        was none); the cursor is that read's simulated time. Stored events are told apart by
+        their content, so the windows' overlap stores nothing twice."""
+        document = self._read if self._read is not None else self._snapshot()
+        self._read = None
+        return EventBatch(events=list(document.get("events") or []), cursor=document.get("as_of"))
+
+    # -- changing --------------------------------------------------------------------------------
+
+    def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
+        """Check a change against the simulator, caught up with the recorded changes; unless
+        ``dry_run``, apply it from the next pass and return the record to persist. With
+        ``"from"`` in the change, a target whose value is no longer that is a conflict."""
+        write = {k: v for k, v in change.items() if k != "from"}  # "from": a guard, not a write
+        command = "sim apply " + json.dumps(write, sort_keys=True)
+        expected = change.get("to", "drained" if change.get("kind") == "drain-node" else None)
+        parsed = change_from_dict(write)
+        try:
+            runtime = runtime_for(self.cluster)
+            with runtime.lock:
+                before = self._current_value(runtime, parsed, write)
+                check_from(change, before)
+                record = {"at": runtime.simulator.now, "change": write}
+                if not dry_run:
+                    runtime.simulator.apply(parsed)
+                    runtime.applied_changes += 1
+        except CollectError as exc:
+            raise SchedulerError(str(exc), permanent=exc.permanent) from exc
+        if dry_run:
+            message = "dry run: the simulator takes this change"
+        else:
+            message = "recorded: effective from the simulator's next scheduling pass"
+        return ChangeResult(
+            applied=not dry_run,
+            dry_run=dry_run,
+            before=before,
+            after=expected,
+            command=command,
+            message=message,
+            record=None if dry_run else record,
+        )
+
+    def _current_value(self, runtime: SimRuntime, parsed: Any, change: Mapping[str, Any]) -> Any:
+        """What the change's target is set to now, once the changes recorded by other processes
+        have taken effect (a scheduling pass at the current simulated second)."""
         simulator = runtime.simulator
+        now = simulator.now
+        catch_up_changes(self.cluster, runtime, now)
+        simulator.run_until(now)
         try:
             simulator.validate_change(parsed)
         except (KeyError, ValueError) as exc:
             raise ChangeError(f"{change.get('kind')}: {exc.args[0] if exc.args else exc}") from None
-        record = {"at": simulator.now, "change": dict(change)}
-        if not dry_run:
-            simulator.apply(parsed)
-            runtime.applied_changes += 1
-    return record
+        if isinstance(parsed, SetPlacement):
+            return simulator.placement.get(parsed.pool)
+        if isinstance(parsed, SetQueueWeight):
+            return simulator.queues[simulator.queue_number[parsed.queue]].weight
+        return simulator.node_state_of(parsed.node)
+
+
+def check_from(change: Mapping[str, Any], value: Any) -> None:
+    """Refuse a change whose ``from`` is no longer the target's value (a conflict)."""
+    if "from" in change and not same_value(change["from"], value):
+        raise SchedulerError(
+            f"{change.get('kind')} {change.get('target')}: the target changed since the "
+            f"recommendation (now {value!r}, expected {change['from']!r})",
+            conflict=True,
+        )

@@ -166,4 +166,5 @@ RULE = Rule(
     evaluate=evaluate,
     for_s=600,
     keep_firing_for_s=300,
+    reads_gpu_metrics=True,
 )

@@ -172,4 +172,5 @@ RULE = Rule(
     evaluate=evaluate,
     for_s=900,
     keep_firing_for_s=600,
+    reads_gpu_metrics=True,
 )

@@ -197,4 +197,5 @@ RULE = Rule(
     evaluate=evaluate,
     for_s=0,
     keep_firing_for_s=0,
+    reads_gpu_metrics=True,
 )

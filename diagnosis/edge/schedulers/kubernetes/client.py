@@ -38,7 +38,8 @@ from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import ReadTimeoutError
 
-from diagnosis.edge.schedulers.base import SchedulerError
+from diagnosis.edge.config import ConfigSpec, Setting
+from diagnosis.edge.schedulers.base import SchedulerError, parse_config
 
 HTTP_GONE = 410
 HTTP_CONFLICT = 409
@@ -47,68 +48,89 @@ HTTP_CONFLICT = 409
 # -- configuration -------------------------------------------------------------------------------
 
 
+def _at_least_one(value: int) -> int:
+    if value < 1:
+        raise ValueError("must be >= 1")
+    return value
+
+
+def _positive(value: float) -> float:
+    if value <= 0:
+        raise ValueError("must be > 0")
+    return float(value)
+
+
+# The settings both Kubernetes adapters take; each adapter's CONFIG adds its own.
+KUBE_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "kubeconfig_env",
+        str,
+        "KUBECONFIG",
+        "the environment variable holding the kubeconfig's path",
+        secret=True,
+    ),
+    Setting("context", str, "", "a context of that kubeconfig (empty: its current context)"),
+    Setting("in_cluster", bool, False, "use the pod's service account instead of a kubeconfig"),
+    Setting(
+        "request_timeout_s",
+        float,
+        30.0,
+        "a list page or a write must answer within this",
+        check=_positive,
+    ),
+    Setting(
+        "watch_timeout_s",
+        int,
+        2,
+        "how long each sync watches for changes (timeoutSeconds)",
+        check=_at_least_one,
+    ),
+    Setting("page_size", int, 500, "list page size (limit/continue)", check=_at_least_one),
+    Setting("gpu_resource", str, "nvidia.com/gpu", "the extended resource that counts GPUs"),
+    Setting("pool_label", str, "nvidia.com/gpu.product", "node label naming the node's pool"),
+    Setting("model_label", str, "nvidia.com/gpu.product", "node label naming the GPU model"),
+    Setting("default_pool", str, "default", "pool of a GPU node without the pool label"),
+    Setting(
+        "gpu_index_annotation", str, "volcano.sh/gpu-index", "'0,1,2,3' on a bound pod, if present"
+    ),
+    Setting("tenant_label", str, "gpuobs.io/tenant", "label on a queue naming its tenant"),
+    Setting(
+        "kind_label", str, "gpuobs.io/kind", "label (PodGroup/Workload/pod) naming the job's kind"
+    ),
+)
+
+
 @dataclass(frozen=True)
 class KubeSettings:
-    """The Kubernetes part of a Volcano or Kueue cluster's ``scheduler_config``.
+    """The Kubernetes part of a Volcano or Kueue cluster's ``scheduler_config``
+    (:data:`KUBE_SETTINGS`: every key is optional; an unknown key or a value of the wrong type
+    is refused with an error naming it -- a typo must not silently fall back to a default)."""
 
-    Every key is optional; an unknown key or a value of the wrong type is refused with an error
-    naming it (a typo must not silently fall back to a default).
-    """
-
-    kubeconfig_env: str = "KUBECONFIG"  # the variable holding the kubeconfig's path
-    context: str = ""  # a context of that kubeconfig ("" = its current context)
-    in_cluster: bool = False  # use the pod's service account instead of a kubeconfig
-    request_timeout_s: float = 30.0  # a list page or a write must answer within this
-    watch_timeout_s: int = 2  # how long each sync watches for changes (server timeoutSeconds)
-    page_size: int = 500  # list page size (limit/continue)
+    kubeconfig_env: str = "KUBECONFIG"
+    context: str = ""
+    in_cluster: bool = False
+    request_timeout_s: float = 30.0
+    watch_timeout_s: int = 2
+    page_size: int = 500
     gpu_resource: str = "nvidia.com/gpu"
-    pool_label: str = "nvidia.com/gpu.product"  # node label naming the node's pool
-    model_label: str = "nvidia.com/gpu.product"  # node label naming the GPU model
-    default_pool: str = "default"  # pool of a GPU node without the pool label
-    gpu_index_annotation: str = "volcano.sh/gpu-index"  # "0,1,2,3" on a bound pod, if present
-    tenant_label: str = "gpuobs.io/tenant"  # label on a queue naming its tenant
-    kind_label: str = "gpuobs.io/kind"  # label (PodGroup/Workload/pod) naming the job's kind
+    pool_label: str = "nvidia.com/gpu.product"
+    model_label: str = "nvidia.com/gpu.product"
+    default_pool: str = "default"
+    gpu_index_annotation: str = "volcano.sh/gpu-index"
+    tenant_label: str = "gpuobs.io/tenant"
+    kind_label: str = "gpuobs.io/kind"
 
     @classmethod
     def parse(
-        cls, config: Mapping[str, Any], extra: Mapping[str, type | tuple[type, ...]] | None = None
+        cls, config: Mapping[str, Any] | None, spec: ConfigSpec
     ) -> tuple[KubeSettings, dict[str, Any]]:
-        """The common settings and the adapter's own keys (``extra``: key -> accepted types)."""
-        if not isinstance(config, Mapping):
-            raise SchedulerError("scheduler_config must be an object", permanent=True)
-        extra = dict(extra or {})
-        known = {f.name: f for f in fields(cls)}
-        values: dict[str, Any] = {}
-        own: dict[str, Any] = {}
-        problems: list[str] = []
-        for key, value in config.items():
-            if key in known:
-                wanted = type(getattr(cls, key))
-                accepted: tuple[type, ...] = (int, float) if wanted is float else (wanted,)
-                if isinstance(value, bool) and wanted is not bool:
-                    accepted = ()
-                if not isinstance(value, accepted):
-                    problems.append(f"{key}: expected {wanted.__name__}, got {value!r}")
-                    continue
-                values[key] = float(value) if wanted is float else value
-            elif key in extra:
-                if not isinstance(value, extra[key]) or isinstance(value, bool) != (
-                    extra[key] is bool
-                ):
-                    problems.append(f"{key}: unexpected value {value!r}")
-                    continue
-                own[key] = value
-            else:
-                problems.append(f"{key}: unknown setting")
-        settings = cls(**values)
-        for name in ("watch_timeout_s", "page_size"):
-            if getattr(settings, name) < 1:
-                problems.append(f"{name}: must be >= 1")
-        if settings.request_timeout_s <= 0:
-            problems.append("request_timeout_s: must be > 0")
-        if problems:
-            raise SchedulerError("scheduler_config: " + "; ".join(sorted(problems)), permanent=True)
-        return settings, own
+        """The common settings and the adapter's own keys, checked against the adapter's
+        ``spec`` (:data:`KUBE_SETTINGS` plus its own), or a permanent :class:`SchedulerError`
+        naming every bad key."""
+        values = parse_config(spec, config)
+        common = {f.name for f in fields(cls)}
+        settings = cls(**{k: v for k, v in values.items() if k in common})
+        return settings, {k: v for k, v in values.items() if k not in common}
 
 
 def api_client(settings: KubeSettings) -> k8s.ApiClient:

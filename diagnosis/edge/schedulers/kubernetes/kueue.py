@@ -1,8 +1,8 @@
 """Kueue (``kueue.x-k8s.io``) as a scheduler adapter.
 
 Reads Nodes, Pods, Events, Workloads, ClusterQueues and LocalQueues through
-:mod:`diagnosis.edge.schedulers.kubernetes.client` (list, then watch from the resourceVersion). Kueue admits
-quota; kube-scheduler places pods, so the adapter reports no placement policy.
+:mod:`diagnosis.edge.schedulers.kubernetes.client` (list, then watch from the resourceVersion).
+Kueue admits quota; kube-scheduler places pods, so the adapter reports no placement policy.
 
 - A **Workload** is a job: its pod sets give the shape (the pod sets that ask GPUs; their counts
   add up to ``pods``, ``minCount`` to ``min_member``, the largest per-pod ask is
@@ -19,7 +19,8 @@ quota; kube-scheduler places pods, so the adapter reports no placement policy.
 Writes: ``queue-weight`` sets ``ClusterQueue.spec.fairSharing.weight`` (merge patch with the
 resourceVersion; ``dryRun=All`` for a dry run); ``drain-node`` cordons and evicts.
 
-Settings: those of :class:`~diagnosis.edge.schedulers.kubernetes.client.KubeSettings` plus ``api_version``
+Settings (:data:`CONFIG`): those of
+:data:`~diagnosis.edge.schedulers.kubernetes.client.KUBE_SETTINGS` plus ``api_version``
 (``v1beta1``, the default, or ``v1beta2``) and ``flavor_pools`` (ResourceFlavor name → pool, so a
 pending workload's pool is known before it runs).
 """
@@ -34,6 +35,7 @@ from typing import Any, ClassVar
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from diagnosis.edge.config import ConfigSpec, Setting
 from diagnosis.edge.schedulers.base import (
     Capabilities,
     ChangeResult,
@@ -43,6 +45,7 @@ from diagnosis.edge.schedulers.base import (
 )
 from diagnosis.edge.schedulers.kubernetes import objects
 from diagnosis.edge.schedulers.kubernetes.client import (
+    KUBE_SETTINGS,
     NODES,
     PODS,
     KubeConnection,
@@ -58,11 +61,33 @@ from diagnosis.edge.schedulers.kubernetes.client import (
     sync_all,
     transport_errors_as_scheduler_errors,
 )
-from diagnosis.edge.schedulers.kubernetes.volcano import check_unchanged, target_name, write_error
+from diagnosis.edge.schedulers.kubernetes.volcano import check_unchanged, write_error
+from diagnosis.edge.schedulers.targets import target_name
 
 GROUP = "kueue.x-k8s.io"
 API_VERSIONS = ("v1beta1", "v1beta2")
 POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+
+
+def _flavor_pools(value: dict[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()}
+
+
+# A Kueue cluster's ``scheduler_config``: the Kubernetes settings and Kueue's own.
+CONFIG = ConfigSpec(
+    (
+        *KUBE_SETTINGS,
+        Setting("api_version", str, "v1beta1", "Kueue's API version", choices=API_VERSIONS),
+        Setting(
+            "flavor_pools",
+            dict,
+            {},
+            "ResourceFlavor name -> pool (a pending workload's pool is known before it runs)",
+            check=_flavor_pools,
+        ),
+    ),
+    what="scheduler_config",
+)
 
 
 class KueueAdapter(KubeConnection):
@@ -71,20 +96,15 @@ class KueueAdapter(KubeConnection):
         change_kinds=frozenset({"queue-weight", "drain-node"})
     )
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
-        self.settings, own = KubeSettings.parse(config, {"api_version": str, "flavor_pools": dict})
-        self.version = str(own.get("api_version", "v1beta1"))
-        if self.version not in API_VERSIONS:
-            raise SchedulerError(
-                f"scheduler_config: api_version must be one of {', '.join(API_VERSIONS)}, "
-                f"not {self.version!r}",
-                permanent=True,
-            )
-        self.flavor_pools = {str(k): str(v) for k, v in own.get("flavor_pools", {}).items()}
+    def __init__(self, config: Mapping[str, Any] | None, *, cluster: str = "") -> None:
+        self.cluster = cluster
+        self.settings, own = KubeSettings.parse(config, CONFIG)
+        self.version = own["api_version"]
+        self.flavor_pools = own["flavor_pools"]
         self.workloads = custom_resource(GROUP, self.version, "workloads")
         self.cluster_queues = custom_resource(GROUP, self.version, "clusterqueues")
         self.local_queues = custom_resource(GROUP, self.version, "localqueues")
-        self.key = config_key(config)
+        self.key = config_key(config or {})
 
     def read_state(self) -> SchedulerState:
         resources = (NODES, PODS, self.workloads, self.cluster_queues, self.local_queues)
@@ -112,12 +132,11 @@ class KueueAdapter(KubeConnection):
     @transport_errors_as_scheduler_errors("kueue: applying a change")
     def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
         kind = change.get("kind")
-        target = str(change.get("target") or "")
         if kind == "queue-weight":
-            return self._set_weight(target_name(target, "queue:"), change, dry_run=dry_run)
+            return self._set_weight(target_name(change), change, dry_run=dry_run)
         if kind == "drain-node":
             return objects.drain_node(
-                self.api, self.settings, change, target_name(target, "node:"), dry_run=dry_run
+                self.api, self.settings, change, target_name(change), dry_run=dry_run
             )
         if kind == "placement-policy":
             raise SchedulerError(

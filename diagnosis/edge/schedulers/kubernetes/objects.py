@@ -12,7 +12,6 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -20,6 +19,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils.quantity import parse_quantity
 
+from diagnosis.core.vocabulary import format_time, parse_time
 from diagnosis.edge.schedulers.base import ChangeResult, EventBatch, SchedulerError
 from diagnosis.edge.schedulers.kubernetes.client import (
     EVENTS,
@@ -45,19 +45,8 @@ HOLDING_PHASES = ("Pending", "Running")
 def rfc3339(value: Any) -> str | None:
     """A Kubernetes time (``2026-11-29T07:59:00Z`` or a MicroTime with fractions) as RFC 3339
     UTC with ``Z``; None when absent or unparsable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        return None
-    moment = moment.astimezone(UTC)
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    if moment.microsecond:
-        text += f".{moment.microsecond:06d}".rstrip("0")
-    return text + "Z"
+    moment = parse_time(value)
+    return None if moment is None else format_time(moment)
 
 
 def quantity(value: Any) -> Decimal | None:
@@ -455,7 +444,7 @@ def drain_node(
         raise SchedulerError(
             f"node {node_name} changed since the recommendation (resourceVersion {expected} → "
             f"{version}); re-read it before draining",
-            permanent=True,
+            conflict=True,
         )
     before = "cordoned" if (node.get("spec") or {}).get("unschedulable") else "schedulable"
     reason = str(change.get("reason") or "drained by gpuobs")
@@ -469,7 +458,8 @@ def drain_node(
     except ApiException as exc:
         if exc.status == HTTP_CONFLICT:
             raise SchedulerError(
-                f"node {node_name} changed while cordoning it (409 Conflict); try again"
+                f"node {node_name} changed while cordoning it (409 Conflict); try again",
+                conflict=True,
             ) from exc
         raise scheduler_error(exc, f"cordoning node {node_name}") from exc
     try:

@@ -1,11 +1,12 @@
 """Volcano (``scheduling.volcano.sh/v1beta1``) as a scheduler adapter.
 
-Reads Nodes, Pods, Events, PodGroups and Queues through :mod:`diagnosis.edge.schedulers.kubernetes.client`
-(list, then watch from the resourceVersion) and the volcano-scheduler ConfigMap (the binpack
-plugin decides the GPU placement policy). A PodGroup is a job: ``minMember`` makes it a gang, its
-pods (annotation ``scheduling.k8s.io/group-name``) give its shape and allocation, the phase and
-the ``Unschedulable`` condition (reasons ``NotEnoughResources``, ``NotEnoughTasks``) its state
-and pending reason. A GPU pod outside any PodGroup is a job of one pod.
+Reads Nodes, Pods, Events, PodGroups and Queues through
+:mod:`diagnosis.edge.schedulers.kubernetes.client` (list, then watch from the resourceVersion)
+and the volcano-scheduler ConfigMap (the binpack plugin decides the GPU placement policy). A
+PodGroup is a job: ``minMember`` makes it a gang, its pods (annotation
+``scheduling.k8s.io/group-name``) give its shape and allocation, the phase and the
+``Unschedulable`` condition (reasons ``NotEnoughResources``, ``NotEnoughTasks``) its state and
+pending reason. A GPU pod outside any PodGroup is a job of one pod.
 
 Writes (:meth:`VolcanoAdapter.apply`), each with optimistic concurrency (the object's
 resourceVersion in the patch) and ``dryRun=All`` for a dry run:
@@ -15,8 +16,9 @@ resourceVersion in the patch) and ``dryRun=All`` for a dry run:
   binpack is scheduler-wide, so the change applies to every pool);
 - ``drain-node``: ``spec.unschedulable`` plus eviction of the node's pods.
 
-Settings (``scheduler_config``): those of :class:`~diagnosis.edge.schedulers.kubernetes.client.KubeSettings`
-plus ``scheduler_configmap`` (``namespace/name``, default
+Settings (``scheduler_config``, :data:`CONFIG`): those of
+:data:`~diagnosis.edge.schedulers.kubernetes.client.KUBE_SETTINGS` plus
+``scheduler_configmap`` (``namespace/name``, default
 ``volcano-system/volcano-scheduler-configmap``), ``scheduler_conf_key`` (default
 ``volcano-scheduler.conf``) and ``binpack_gpu_weight`` (default 10). See docs/integrations.md.
 """
@@ -32,6 +34,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from diagnosis.edge.config import ConfigSpec, Setting
 from diagnosis.edge.schedulers.base import (
     Capabilities,
     ChangeResult,
@@ -42,6 +45,7 @@ from diagnosis.edge.schedulers.base import (
 from diagnosis.edge.schedulers.kubernetes import objects
 from diagnosis.edge.schedulers.kubernetes.client import (
     HTTP_CONFLICT,
+    KUBE_SETTINGS,
     NODES,
     PODS,
     KubeConnection,
@@ -57,6 +61,7 @@ from diagnosis.edge.schedulers.kubernetes.client import (
     sync_all,
     transport_errors_as_scheduler_errors,
 )
+from diagnosis.edge.schedulers.targets import target_name
 
 GROUP, VERSION = "scheduling.volcano.sh", "v1beta1"
 PODGROUPS = custom_resource(GROUP, VERSION, "podgroups")
@@ -68,31 +73,59 @@ DEFAULT_CONF_KEY = "volcano-scheduler.conf"
 BINPACK = "binpack"
 
 
+def _namespaced(value: str) -> str:
+    namespace, _, name = value.partition("/")
+    if not namespace or not name:
+        raise ValueError("must look like namespace/name")
+    return value
+
+
+def _at_least_one(value: int) -> int:
+    if value < 1:
+        raise ValueError("must be >= 1")
+    return value
+
+
+# A Volcano cluster's ``scheduler_config``: the Kubernetes settings and the scheduler's own.
+CONFIG = ConfigSpec(
+    (
+        *KUBE_SETTINGS,
+        Setting(
+            "scheduler_configmap",
+            str,
+            DEFAULT_CONFIGMAP,
+            "namespace/name of the volcano-scheduler ConfigMap",
+            check=_namespaced,
+        ),
+        Setting(
+            "scheduler_conf_key", str, DEFAULT_CONF_KEY, "the ConfigMap's key holding the conf"
+        ),
+        Setting(
+            "binpack_gpu_weight",
+            int,
+            10,
+            "the binpack plugin's GPU weight that placement-policy binpack sets",
+            check=_at_least_one,
+        ),
+    ),
+    what="scheduler_config",
+)
+
+
 class VolcanoAdapter(KubeConnection):
     id: ClassVar[str] = "volcano"
     capabilities: ClassVar[Capabilities] = Capabilities(
         change_kinds=frozenset({"placement-policy", "queue-weight", "drain-node"})
     )
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
-        self.settings, own = KubeSettings.parse(
-            config,
-            {"scheduler_configmap": str, "scheduler_conf_key": str, "binpack_gpu_weight": int},
-        )
-        namespace, _, name = str(own.get("scheduler_configmap", DEFAULT_CONFIGMAP)).partition("/")
-        if not namespace or not name:
-            raise SchedulerError(
-                "scheduler_config: scheduler_configmap must look like namespace/name",
-                permanent=True,
-            )
+    def __init__(self, config: Mapping[str, Any] | None, *, cluster: str = "") -> None:
+        self.cluster = cluster
+        self.settings, own = KubeSettings.parse(config, CONFIG)
+        namespace, _, name = own["scheduler_configmap"].partition("/")
         self.configmap = (namespace, name)
-        self.conf_key = str(own.get("scheduler_conf_key", DEFAULT_CONF_KEY))
-        self.binpack_gpu_weight = int(own.get("binpack_gpu_weight", 10))
-        if self.binpack_gpu_weight < 1:
-            raise SchedulerError(
-                "scheduler_config: binpack_gpu_weight must be >= 1", permanent=True
-            )
-        self.key = config_key(config)
+        self.conf_key = own["scheduler_conf_key"]
+        self.binpack_gpu_weight = own["binpack_gpu_weight"]
+        self.key = config_key(config or {})
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -127,14 +160,13 @@ class VolcanoAdapter(KubeConnection):
     @transport_errors_as_scheduler_errors("volcano: applying a change")
     def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
         kind = change.get("kind")
-        target = str(change.get("target") or "")
         if kind == "queue-weight":
-            return self._set_queue_weight(target_name(target, "queue:"), change, dry_run=dry_run)
+            return self._set_queue_weight(target_name(change), change, dry_run=dry_run)
         if kind == "placement-policy":
             return self._set_placement(change, dry_run=dry_run)
         if kind == "drain-node":
             return objects.drain_node(
-                self.api, self.settings, change, target_name(target, "node:"), dry_run=dry_run
+                self.api, self.settings, change, target_name(change), dry_run=dry_run
             )
         known = ", ".join(sorted(self.capabilities.change_kinds))
         raise SchedulerError(f"volcano cannot apply {kind!r} (it takes: {known})", permanent=True)
@@ -211,7 +243,7 @@ class VolcanoAdapter(KubeConnection):
         return conf, configmap
 
     def _set_placement(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
-        target_name(str(change.get("target") or ""), "pool:")
+        target_name(change)
         policy = change.get("to")
         if policy not in ("binpack", "spread"):
             raise SchedulerError(
@@ -518,12 +550,6 @@ def with_placement(
 # -- writes: shared checks -----------------------------------------------------------------------
 
 
-def target_name(target: str, prefix: str) -> str:
-    if not target.startswith(prefix) or len(target) == len(prefix):
-        raise SchedulerError(f"target must look like {prefix}NAME, got {target!r}", permanent=True)
-    return target[len(prefix) :]
-
-
 def queue_weight_value(value: Any) -> int:
     """A Volcano queue weight: an integer in 1..65535 (a float with no fraction is accepted)."""
     low, high = WEIGHT_RANGE
@@ -553,14 +579,14 @@ def check_unchanged(change: Mapping[str, Any], obj: Mapping[str, Any], current: 
         raise SchedulerError(
             f"{what} changed since the recommendation: expected {change['from']!r}, "
             f"found {current!r}",
-            permanent=True,
+            conflict=True,
         )
     expected = change.get("resource_version")
     version = meta(obj).get("resourceVersion")
     if expected and expected != version:
         raise SchedulerError(
             f"{what} changed since the recommendation (resourceVersion {expected} → {version})",
-            permanent=True,
+            conflict=True,
         )
 
 
@@ -568,6 +594,6 @@ def write_error(exc: ApiException, what: str) -> SchedulerError:
     if exc.status == HTTP_CONFLICT:
         return SchedulerError(
             f"{what} changed while writing it (409 Conflict: {exc.reason}); re-read and retry",
-            permanent=True,
+            conflict=True,
         )
     return scheduler_error(exc, f"writing {what}")

@@ -34,14 +34,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from diagnosis.edge.config import ConfigSpec, Setting
 from diagnosis.edge.schedulers.base import (
     Capabilities,
     ChangeResult,
     EventBatch,
     SchedulerError,
     SchedulerState,
+    parse_config,
 )
 from diagnosis.edge.schedulers.slurm import parse
+from diagnosis.edge.schedulers.targets import target_name
 
 DEFAULT_TIMEOUT_S = 10.0
 STDERR_LIMIT = 2000
@@ -59,9 +62,87 @@ TRANSIENT = re.compile(
 # -- configuration -------------------------------------------------------------------------------
 
 
+def _text(value: str) -> str:
+    if not value:
+        raise ValueError("expected a non-empty string, got ''")
+    return value
+
+
+def _absolute_path(value: str) -> str:
+    _text(value)
+    if not os.path.isabs(value):
+        raise ValueError(f"expected an absolute path, got {value!r}")
+    return value
+
+
+def _at_least(minimum: float, words: str):
+    def check(value: float) -> float:
+        if value < minimum:
+            raise ValueError(f"expected {words}, got {value!r}")
+        return value
+
+    return check
+
+
+def _positive_seconds(value: float) -> float:
+    if value <= 0:
+        raise ValueError(f"expected a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _partitions(value: list[Any]) -> tuple[str, ...]:
+    if not all(isinstance(p, str) and SAFE_NAME.match(p) for p in value):
+        raise ValueError(f"expected a list of partition names, got {value!r}")
+    return tuple(value)
+
+
+def _gpu_models(value: dict[str, Any]) -> dict[str, str]:
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ValueError(f"expected an object of GRES type -> GPU model name, got {value!r}")
+    return dict(value)
+
+
+# A cluster's ``scheduler_config`` for Slurm (see the module doc).
+CONFIG = ConfigSpec(
+    (
+        Setting("slurm_conf", str, None, "SLURM_CONF for every command", check=_absolute_path),
+        Setting(
+            "bin_dir",
+            str,
+            None,
+            "where the Slurm commands are (default: PATH)",
+            check=_absolute_path,
+        ),
+        Setting("timeout_s", float, DEFAULT_TIMEOUT_S, "per command", check=_positive_seconds),
+        Setting("accounting", bool, False, "read sshare/sacctmgr; allow queue-weight changes"),
+        Setting(
+            "partitions", list, (), "only these pools (default: every partition)", check=_partitions
+        ),
+        Setting("gpu_models", dict, {}, "GRES type -> GPU model name", check=_gpu_models),
+        Setting("gres_name", str, "gpu", "the GRES that counts GPUs", check=_text),
+        Setting(
+            "array_expand_limit",
+            int,
+            1000,
+            "pending array tasks expanded per array",
+            check=_at_least(1, "an integer >= 1"),
+        ),
+        Setting(
+            "event_overlap_s",
+            int,
+            300,
+            "how far back each read looks again for events",
+            check=_at_least(0, "an integer >= 0"),
+        ),
+    ),
+    what="scheduler_config",
+)
+
+
 @dataclass(frozen=True)
 class SlurmSettings:
-    """A cluster's ``scheduler_config`` for Slurm, checked (errors name the field)."""
+    """A cluster's ``scheduler_config`` for Slurm, checked against :data:`CONFIG` (errors name
+    the field)."""
 
     slurm_conf: str | None = None
     bin_dir: str | None = None
@@ -70,75 +151,20 @@ class SlurmSettings:
     event_overlap_s: int = 300
     parse: parse.ParseSettings = field(default_factory=parse.ParseSettings)
 
-    KEYS: ClassVar[frozenset[str]] = frozenset(
-        {
-            "slurm_conf",
-            "bin_dir",
-            "timeout_s",
-            "accounting",
-            "partitions",
-            "gpu_models",
-            "gres_name",
-            "array_expand_limit",
-            "event_overlap_s",
-        }
-    )
-
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> SlurmSettings:
-        config = dict(config or {})
-
-        def bad(key: str, expected: str) -> SchedulerError:
-            return SchedulerError(
-                f"scheduler_config.{key}: expected {expected}, got {config[key]!r}", permanent=True
-            )
-
-        unknown = sorted(set(config) - cls.KEYS)
-        if unknown:
-            known = ", ".join(sorted(cls.KEYS))
-            raise SchedulerError(
-                f"scheduler_config.{unknown[0]}: unknown key for Slurm (known: {known})",
-                permanent=True,
-            )
-        for key in ("slurm_conf", "bin_dir", "gres_name"):
-            if key in config and not (isinstance(config[key], str) and config[key]):
-                raise bad(key, "a non-empty string")
-        for key in ("slurm_conf", "bin_dir"):
-            if key in config and not os.path.isabs(config[key]):
-                raise bad(key, "an absolute path")
-        timeout = config.get("timeout_s", DEFAULT_TIMEOUT_S)
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise bad("timeout_s", "a positive number of seconds")
-        accounting = config.get("accounting", False)
-        if not isinstance(accounting, bool):
-            raise bad("accounting", "true or false")
-        partitions = config.get("partitions", [])
-        if not isinstance(partitions, list) or not all(
-            isinstance(p, str) and SAFE_NAME.match(p) for p in partitions
-        ):
-            raise bad("partitions", "a list of partition names")
-        models = config.get("gpu_models", {})
-        if not isinstance(models, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in models.items()
-        ):
-            raise bad("gpu_models", "an object of GRES type -> GPU model name")
-        integers = {}
-        for key, default, minimum in (("array_expand_limit", 1000, 1), ("event_overlap_s", 300, 0)):
-            value = config.get(key, default)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise bad(key, f"an integer >= {minimum}")
-            integers[key] = value
+        values = parse_config(CONFIG, config)
         return cls(
-            slurm_conf=config.get("slurm_conf"),
-            bin_dir=config.get("bin_dir"),
-            timeout_s=float(timeout),
-            accounting=accounting,
-            event_overlap_s=integers["event_overlap_s"],
+            slurm_conf=values["slurm_conf"],
+            bin_dir=values["bin_dir"],
+            timeout_s=float(values["timeout_s"]),
+            accounting=values["accounting"],
+            event_overlap_s=values["event_overlap_s"],
             parse=parse.ParseSettings(
-                gres_name=config.get("gres_name", "gpu"),
-                gpu_models=dict(models),
-                partitions=frozenset(partitions),
-                array_expand_limit=integers["array_expand_limit"],
+                gres_name=values["gres_name"],
+                gpu_models=dict(values["gpu_models"]),
+                partitions=frozenset(values["partitions"]),
+                array_expand_limit=values["array_expand_limit"],
             ),
         )
 
@@ -266,8 +292,13 @@ class SlurmAdapter:
     )
 
     def __init__(
-        self, config: Mapping[str, Any] | None, *, clock: Callable[[], float] = time.time
+        self,
+        config: Mapping[str, Any] | None,
+        *,
+        cluster: str = "",
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        self.cluster = cluster
         self.settings = SlurmSettings.from_config(config)
         self.log = CommandLog()
         self.commands = SlurmCommands(self.settings, self.log)
@@ -360,7 +391,7 @@ class SlurmAdapter:
             raise SchedulerError(
                 f"{change['kind']} {change['target']}: the target changed since the "
                 f"recommendation (now {before!r}, expected {change['from']!r})",
-                permanent=True,
+                conflict=True,
             )
         command = shlex.join(plan.command)
         if dry_run:
@@ -381,7 +412,7 @@ class SlurmAdapter:
     def _plan(self, change: Mapping[str, Any]) -> _Plan:
         kind = change.get("kind")
         if kind == "placement-policy":
-            pool = _target(change, "pool:")
+            pool = _target(change)
             to = change.get("to")
             if to not in ("binpack", "spread"):
                 raise SchedulerError(
@@ -394,7 +425,7 @@ class SlurmAdapter:
                 lambda before: to,
             )
         if kind in ("drain-node", "resume-node"):
-            node = _target(change, "node:")
+            node = _target(change)
             if kind == "drain-node":
                 reason = str(change.get("reason") or "drained by gpuobs")
                 if not reason.isprintable() or len(reason) > 255:
@@ -418,7 +449,7 @@ class SlurmAdapter:
 
             return _Plan(command, lambda: self._node_state(node), expected)
         if kind == "queue-weight":
-            account = _target(change, "queue:")
+            account = _target(change)
             if not self.settings.accounting:
                 raise SchedulerError(
                     "queue-weight: needs Slurm accounting (slurmdbd); set "
@@ -496,13 +527,6 @@ class _Plan:
     expected: Callable[[Any], Any]  # its value after the change, given the value before
 
 
-def _target(change: Mapping[str, Any], prefix: str) -> str:
-    target = str(change.get("target", ""))
-    name = target[len(prefix) :] if target.startswith(prefix) else ""
-    if not SAFE_NAME.match(name):
-        raise SchedulerError(
-            f"{change.get('kind')}: target must look like {prefix}NAME (letters, digits, "
-            f"'.', '_', '-'), got {target!r}",
-            permanent=True,
-        )
-    return name
+def _target(change: Mapping[str, Any]) -> str:
+    """The target's name, safe as one argument of a Slurm command."""
+    return target_name(change, pattern=SAFE_NAME, words="letters, digits, '.', '_', '-'")
