@@ -12,7 +12,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from diagnosis.actions.review import expire
+from diagnosis.actions.review import expire, lapse_reason
 from diagnosis.actions.verification import verify_applied
 from diagnosis.actions.workflow import OPEN_STATES, REJECTION_QUIET, SYSTEM_CYCLE, save_fields
 from diagnosis.choices import FindingState, RecommendationKind, RecommendationState
@@ -151,7 +151,7 @@ def lapse_approvals(cluster: Cluster) -> int:
         for rec in Recommendation.objects.select_for_update().filter(
             cluster=cluster, state=State.APPROVED, expires_at__lte=now
         ):
-            expire(rec, SYSTEM_CYCLE, lapsed(rec))
+            expire(rec, SYSTEM_CYCLE, lapse_reason(rec))
             lapsed += 1
     return lapsed
 

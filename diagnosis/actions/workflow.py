@@ -89,7 +89,7 @@ def audit(
     )
 
 
-def locked(rec: Recommendation | int) -> Recommendation:
+def lock_recommendation(rec: Recommendation | int) -> Recommendation:
     pk = rec if isinstance(rec, int) else rec.pk
     return Recommendation.objects.select_for_update().select_related("cluster").get(pk=pk)
 

@@ -82,7 +82,7 @@ def test_two_concurrent_cycles_of_one_cluster_run_once(
     first_cycle_started, finish_first_cycle = threading.Event(), threading.Event()
     cycles_run: list[str] = []
 
-    def slow_cycle(cluster: Cluster) -> None:
+    def slow_cycle(cluster: Cluster, **options) -> None:
         cycles_run.append(cluster.name)
         first_cycle_started.set()
         assert finish_first_cycle.wait(timeout=30)
@@ -119,7 +119,7 @@ def test_a_failing_cycle_releases_its_lock(
     cluster = make_cluster("east")
     forget_cycle_lock(cluster)
 
-    def broken_cycle(cluster: Cluster) -> None:
+    def broken_cycle(cluster: Cluster, **options) -> None:
         raise RuntimeError("scheduler unreachable")
 
     monkeypatch.setattr(tasks, "run_cluster_cycle", broken_cycle)
