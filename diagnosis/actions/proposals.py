@@ -19,6 +19,7 @@ from diagnosis.choices import FindingState, RecommendationKind, RecommendationSt
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.recommend.base import plain
 from diagnosis.core.recommend.engine import recommend
+from diagnosis.edge.schedulers.targets import target_name
 from diagnosis.models import (
     Cluster,
     Finding,
@@ -171,7 +172,7 @@ def expire_resolved(
         if (rec.kind, rec.target) in proposed_keys:
             continue
         if rec.kind == RecommendationKind.DRAIN_NODE:
-            node = rec.target.removeprefix("node:")
+            node = target_name({"kind": rec.kind, "target": rec.target})
             state = str(nodes.at[node, "state"]) if node in nodes.index else None
             if state in ("drained", "down"):
                 expire(rec, SYSTEM_CYCLE, f"node {node} is {state} already")

@@ -4,8 +4,8 @@ A pending job with no allocation is *fragmentation-blocked* when it is not place
 not fit on the free GPUs node by node), yet the free GPUs of its pool add up to at least its
 request, and its queue's capability would not be exceeded by admitting it (GPUs the queue's jobs
 hold now + the request <= ``capability_gpus``; see
-:attr:`~diagnosis.core.rules.facts.SnapshotFacts.pending_placement`). The rule fires once per pool in
-which such a job has waited at least ``min_wait``.
+:attr:`~diagnosis.core.rules.facts.SnapshotFacts.pending_placement`). The rule fires once per
+pool in which such a job has waited at least ``min_wait``.
 
 Jobs with a null pool may use every node; they are judged against the whole cluster and reported
 under the cluster's only pool, or under ``cluster:<name>`` when it has several pools.

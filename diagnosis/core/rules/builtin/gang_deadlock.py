@@ -41,8 +41,8 @@ def evaluate(
     findings = []
     for members in sets:
         rows = gangs.loc[list(members)]
-        pool = rows["pool"].iat[0]
-        scope_free = int(rows["scope_free"].iat[0])
+        pool = rows["pool"].iloc[0]
+        scope_free = int(rows["scope_free"].iloc[0])
         held = int(rows["held_gpus"].sum())
         evidence = {
             "pool": None if pd.isna(pool) else str(pool),

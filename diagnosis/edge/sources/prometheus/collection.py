@@ -223,6 +223,3 @@ def collect(
     document["cluster"] = cluster.name
     document["collection"].update(remember)
     return document
-
-
-collect.shards = True  # type: ignore[attr-defined]  # run_cluster_cycle passes a shard runner
