@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import re
+import time
+import tracemalloc
 
+import jsonschema
 import pytest
 
 from diagnosis.core import snapshot as snapshot_format
@@ -13,6 +16,7 @@ from diagnosis.edge.schedulers.base import SchedulerError
 from diagnosis.edge.schedulers.slurm import parse
 from diagnosis.edge.schedulers.slurm.adapter import SlurmReads, SlurmSettings, scheduler_state
 from diagnosis.edge.schedulers.slurm.parse import jobs as slurm_jobs
+from diagnosis.edge.schedulers.slurm.parse import values as slurm_values
 from tests.conftest import REPO_ROOT
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "slurm"
@@ -446,3 +450,195 @@ def test_config_defaults() -> None:
     settings = SlurmSettings.from_config({})
 
     assert (settings.timeout_s, settings.accounting, settings.slurm_conf) == (10.0, False, None)
+
+
+# -- data parser v0.0.41 .. v0.0.44 (Slurm 24.05 .. 25.11) ---------------------------------------
+# tests/fixtures/slurm/v0.0.4x/: documents shaped by SchedMD's published OpenAPI schemas (see the
+# README there); the same cluster and jobs as the real 22.05 recording above.
+
+LAYOUTS = ("v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44")
+
+
+def layout(version: str, name: str) -> dict:
+    return document(f"{version}/{name}")
+
+
+@pytest.mark.parametrize("version", LAYOUTS)
+@pytest.mark.parametrize(
+    ("name", "root"),
+    [
+        ("squeue.json", "openapi_job_info_resp"),
+        ("scontrol_show_nodes.json", "openapi_nodes_resp"),
+        ("partitions.json", "openapi_partition_resp"),
+    ],
+)
+def test_layout_fixtures_follow_schedmds_schemas(version, name, root) -> None:
+    schemas = json.loads(text(f"{version}/openapi-schemas.json"))
+    validator = jsonschema.Draft202012Validator({**schemas, "$ref": f"#/$defs/{version}_{root}"})
+    fixture = layout(version, name)
+
+    assert list(validator.iter_errors(fixture)) == []
+    broken = json.loads(json.dumps(fixture))
+    broken[next(iter(k for k in broken if k in {"jobs", "nodes", "partitions"}))][0]["name"] = 7
+    assert list(validator.iter_errors(broken))  # the check can fail
+
+
+@pytest.mark.parametrize("version", LAYOUTS)
+@pytest.mark.parametrize("name", ["sinfo.json", "scontrol_show_nodes.json"])
+def test_layout_nodes_parse_in_both_node_documents(version, name) -> None:
+    nodes = {n["name"]: n for n in parse.parse_nodes(layout(version, name), SETTINGS)}
+
+    assert {k: (n["pool"], n["gpu_model"], n["gpus"], n["state"]) for k, n in nodes.items()} == {
+        "n1": ("gpu", "H100-SXM5-80GB", 8, "ready"),
+        "n2": ("gpu", "H100-SXM5-80GB", 8, "ready"),
+        "s1": ("small", "a100", 4, "cordoned"),  # ["MIXED", "DRAIN"]
+    }
+    assert nodes["n1"]["cpu_util"] == round(433 / 100 / 32, 4)
+
+
+@pytest.mark.parametrize("version", LAYOUTS)
+def test_layout_jobs_have_their_nodes_and_gpu_indexes(version) -> None:
+    parsed = parse.parse_jobs(layout(version, "squeue.json"), SETTINGS)
+    by_id = {j["id"]: j for j in parsed.jobs}
+
+    assert by_id["1"]["allocation"] == [{"node": "n1", "gpus": [0, 1]}]
+    assert by_id["2"]["allocation"] == [
+        {"node": "n1", "gpus": [2, 3, 4]},
+        {"node": "n2", "gpus": [0, 1, 2]},
+    ]
+    assert (by_id["2"]["pods"], by_id["2"]["gpus_per_pod"], by_id["2"]["gang"]) == (2, 3, True)
+    assert [by_id[f"3_{t}"]["state"] for t in range(6)] == ["running"] * 2 + ["pending"] * 4
+    assert (by_id["6"]["state"], by_id["6"]["pods"], by_id["6"]["gpus_per_pod"]) == (
+        "pending",
+        2,
+        8,
+    )
+    assert by_id["6"]["pending_reason"] == "Resources"
+    assert (by_id["7"]["state"], by_id["8"]["state"]) == ("completed", "failed")
+    assert parsed.native["8"]["exit_code"] == 3 << 8
+    assert parsed.refused == []
+
+
+@pytest.mark.parametrize("version", LAYOUTS)
+def test_layout_events_read_drains_from_the_sinfo_layout(version) -> None:
+    events, _ = parse.derive_events(
+        parse.parse_jobs(layout(version, "squeue.json"), SETTINGS),
+        layout(version, "sinfo.json"),
+        parse.EventCursor(),
+        now=NOW,
+    )
+    drained = [e for e in events if e["kind"] == "node_drained"]
+
+    assert [(e["node"], e["reason"], e["message"]) for e in drained] == [
+        ("s1", "gpuobs: Xid 79", "node s1 draining by root: gpuobs: Xid 79")
+    ]
+    assert [e["message"] for e in events if e["job"] == "8" and e["kind"] == "failed"] == [
+        "job 8 ended FAILED (exit code 3:0)"
+    ]
+
+
+def test_a_sinfo_entry_of_several_nodes_and_partitions_gives_one_record_per_node() -> None:
+    entry = layout("v0.0.42", "sinfo.json")["sinfo"][0]
+    grouped = {**entry, "nodes": {**entry["nodes"], "nodes": ["n1", "n2"], "total": 2}}
+    again = {**grouped, "partition": {"name": "debug"}}
+
+    records = parse.node_records({"sinfo": [grouped, again]})
+
+    assert [(r["name"], r["partitions"]) for r in records] == [
+        ("n1", ["gpu", "debug"]),
+        ("n2", ["gpu", "debug"]),
+    ]
+    assert all("cpu_load" not in r for r in records)  # a group's load is nobody's own
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        (["MIXED", "DRAIN", "NOT_RESPONDING"], "cordoned"),
+        (["IDLE", "NOT_RESPONDING", "DRAIN"], "drained"),
+        (["DOWN", "NOT_RESPONDING"], "down"),
+        (["IDLE", "PLANNED"], "ready"),
+    ],
+)
+def test_list_states_read_their_base_state_first(state, expected) -> None:
+    assert parse.node_state({"state": state}) == expected
+
+
+# -- bounded work on hostile records -------------------------------------------------------------
+
+
+def _gpu_job_24_11() -> dict:
+    """A 2-node GPU job in Slurm 24.11's layout with realistic per-node socket/core lists: the
+    record that made the v0.0.38-only parser read ``job_resources`` as a host list (2.9 GB)."""
+    record = json.loads(json.dumps(layout("v0.0.42", "squeue.json")["jobs"][1]))
+    for node in record["job_resources"]["nodes"]["allocation"]:
+        node["sockets"] = [
+            {"index": s, "cores": [{"index": c, "status": ["ALLOCATED"]} for c in range(8)]}
+            for s in range(2)
+        ]
+    return record
+
+
+def _bounded(call) -> tuple[object, float, int]:
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        result = call()
+        return result, time.perf_counter() - started, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_24_11_gpu_job_with_core_lists_parses_in_bounded_time_and_memory() -> None:
+    document = {"jobs": [_gpu_job_24_11()]}
+
+    parsed, seconds, peak = _bounded(lambda: parse.parse_jobs(document, SETTINGS))
+
+    assert [pod["node"] for pod in parsed.jobs[0]["allocation"]] == ["n1", "n2"]
+    assert seconds < 1.0
+    assert peak < 5 * 2**20
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (
+            {"nodes": "n[1-99999999]", "job_resources": {"nodes": {"list": "n[1-99999999]"}}},
+            "range",
+        ),
+        ({"nodes": "a[1-1000]b[1-1000]c[1-1000]", "job_resources": {}}, "more than"),
+        ({"nodes": "n[[1-2]]", "job_resources": {}}, "not a host list"),
+        ({"gres_detail": ["gpu:h100:3(IDX:0-4000000000)"]}, "past 1023"),
+    ],
+)
+def test_hostile_host_and_index_lists_are_refused_not_expanded(change, why) -> None:
+    record = {**_gpu_job_24_11(), **change}
+    document = {"jobs": [record, layout("v0.0.42", "squeue.json")["jobs"][0]]}
+
+    parsed, seconds, peak = _bounded(lambda: parse.parse_jobs(document, SETTINGS))
+
+    assert [j["id"] for j in parsed.jobs] == ["1"]  # the others still read
+    assert len(parsed.refused) == 1
+    assert parsed.refused[0].startswith("job 2: ")
+    assert why in parsed.refused[0]
+    assert seconds < 1.0
+    assert peak < 5 * 2**20
+
+
+def test_a_huge_array_range_builds_no_more_than_its_limit() -> None:
+    record = {**layout("v0.0.42", "squeue.json")["jobs"][4], "array_task_string": "0-4000000000"}
+
+    parsed, seconds, peak = _bounded(
+        lambda: parse.parse_jobs({"jobs": [record]}, parse.ParseSettings(array_expand_limit=10))
+    )
+
+    assert len(parsed.jobs) == 10
+    assert parsed.truncated_arrays == ["3"]
+    assert seconds < 1.0
+    assert peak < 2**20
+
+
+def test_an_object_is_never_read_as_text() -> None:
+    assert parse.expand_hostlist(slurm_values.text_value({"count": 2, "list": "n[1-2]"})) == []
+    with pytest.raises(parse.ExpansionError):
+        parse.expand_hostlist(str({"count": 2, "list": "n[1-2]"}))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagnosis.edge.schedulers.slurm.parse.jobs import ParsedJobs
-from diagnosis.edge.schedulers.slurm.parse.nodes import node_drain, node_state
+from diagnosis.edge.schedulers.slurm.parse.nodes import node_drain, node_records, node_state
 from diagnosis.edge.schedulers.slurm.parse.values import epoch_time, int_value, text_value
 
 # -- events --------------------------------------------------------------------------------------
@@ -146,9 +146,7 @@ def derive_events(
                         message=message,
                     )
                 )
-    for record in nodes_document.get("nodes") or []:
-        if not isinstance(record, Mapping):
-            continue
+    for record in node_records(nodes_document):
         drain = node_drain(record)
         name = text_value(record.get("name"))
         if drain is None or not name:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagnosis.edge.schedulers.slurm.parse.values import (
+    ExpansionError,
     ParseSettings,
     epoch_time,
     expand_hostlist,
@@ -62,31 +63,56 @@ def job_id(record: Mapping[str, Any]) -> str:
     return str(int_value(record.get("job_id")) or text_value(record.get("job_id")))
 
 
-def array_tasks(record: Mapping[str, Any]) -> list[int]:
-    """The task numbers of an array's pending meta-record (``0-5%2`` → 0..5)."""
+def array_tasks(record: Mapping[str, Any], limit: int | None = None) -> list[int]:
+    """The task numbers of an array's pending meta-record (``0-5%2`` → 0..5), at most
+    ``limit`` of them (never more are built: ``0-4000000000`` is a valid array string)."""
     text = text_value(record.get("array_task_string")).split("%")[0]
     tasks: list[int] = []
     for piece in text.split(","):
+        if limit is not None and len(tasks) >= limit:
+            break
         low, _, rest = piece.partition("-")
         high, _, step = rest.partition(":")
         if not low.isdigit():
             continue
         stop = int(high) if high.isdigit() else int(low)
-        tasks.extend(range(int(low), stop + 1, int(step) if step.isdigit() else 1))
+        numbers = range(int(low), stop + 1, max(1, int(step)) if step.isdigit() else 1)
+        room = len(numbers) if limit is None else min(len(numbers), limit - len(tasks))
+        tasks.extend(numbers[:room])
     return tasks
+
+
+def allocated_nodes(record: Mapping[str, Any]) -> list[str]:
+    """The job's allocated nodes in Slurm's order, which ``gres_detail`` follows.
+
+    ``job_resources`` changed shape: v0.0.38 (22.05) has ``allocated_nodes[].nodename`` and a
+    host-list string ``nodes``; v0.0.41+ (24.05+) has ``nodes`` as an object with
+    ``allocation[]`` (``index``, ``name``, per-socket core lists) and a host-list ``list``.
+    The per-core lists are never read."""
+    resources = record.get("job_resources")
+    resources = resources if isinstance(resources, Mapping) else {}
+    nodes = resources.get("nodes")
+    if isinstance(nodes, Mapping):
+        allocation = [n for n in nodes.get("allocation") or [] if isinstance(n, Mapping)]
+        ordered = sorted(allocation, key=lambda n: int_value(n.get("index")) or 0)
+        names = [text_value(n.get("name")) for n in ordered]
+        if names and all(names):
+            return names
+        return expand_hostlist(text_value(nodes.get("list")) or text_value(record.get("nodes")))
+    names = [
+        text_value(n.get("nodename"))
+        for n in (resources.get("allocated_nodes") or [])
+        if isinstance(n, Mapping)
+    ]
+    if names and all(names):
+        return names
+    return expand_hostlist(text_value(nodes) or text_value(record.get("nodes")))
 
 
 def _allocation(record: Mapping[str, Any], gres_name: str) -> list[tuple[str, list[int]]]:
     """(node, GPU indexes) for each allocated node, in Slurm's order (gres_detail is parallel
     to the job's allocated nodes)."""
-    resources = record.get("job_resources") or {}
-    nodes = [
-        text_value(n.get("nodename"))
-        for n in (resources.get("allocated_nodes") or [])
-        if isinstance(n, Mapping)
-    ]
-    if not nodes or not all(nodes):
-        nodes = expand_hostlist(text_value(resources.get("nodes") or record.get("nodes")))
+    nodes = allocated_nodes(record)
     details = [d for d in record.get("gres_detail") or [] if isinstance(d, str)]
     pairs = []
     for node, detail in zip(nodes, details, strict=False):
@@ -94,6 +120,18 @@ def _allocation(record: Mapping[str, Any], gres_name: str) -> list[tuple[str, li
         if indexes:
             pairs.append((node, indexes))
     return pairs
+
+
+def exit_status(value: Any) -> int | None:
+    """A job's exit as a wait status (``code << 8 | signal``): v0.0.38 prints the status
+    itself; v0.0.40+ an object ``{"status": [...], "return_code": {...}, "signal": {"id":
+    {...}}}``."""
+    if isinstance(value, Mapping):
+        code = int_value(value.get("return_code")) or 0
+        signal = value.get("signal")
+        number = int_value(signal.get("id")) if isinstance(signal, Mapping) else None
+        return (code & 0xFFFFFF) << 8 | ((number or 0) & 0xFF)
+    return int_value(value)
 
 
 def _requested_gpus(record: Mapping[str, Any], gres_name: str) -> tuple[int, int]:
@@ -134,6 +172,7 @@ class ParsedJobs:
     jobs: list[dict[str, Any]] = field(default_factory=list)
     native: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> facts for events
     truncated_arrays: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # "job 12: why": records not read
 
 
 def parse_jobs(document: Mapping[str, Any], settings: ParseSettings) -> ParsedJobs:
@@ -143,7 +182,12 @@ def parse_jobs(document: Mapping[str, Any], settings: ParseSettings) -> ParsedJo
     for record in document.get("jobs") or []:
         if not isinstance(record, Mapping):
             continue
-        for job, facts in _jobs_of(record, settings, parsed):
+        try:
+            found = list(_jobs_of(record, settings, parsed))
+        except ExpansionError as exc:
+            parsed.refused.append(f"job {job_id(record)}: {exc}")
+            continue
+        for job, facts in found:
             if job["id"] in parsed.native:
                 continue
             parsed.jobs.append(job)
@@ -200,14 +244,14 @@ def _jobs_of(
         "start_epoch": (int_value(record.get("start_time")) or 0) if ran else 0,
         "end_epoch": int_value(record.get("end_time")) or 0,
         "nodes": text_value(record.get("nodes")),
-        "exit_code": int_value(record.get("exit_code")),
+        "exit_code": exit_status(record.get("exit_code")),
     }
     if submitted is None:
         return  # a record without a submit time is not a job we can place in time
     array_job = int_value(record.get("array_job_id"))
     meta = int_value(record.get("array_task_id")) is None and record.get("array_task_string")
     if array_job and meta:
-        tasks = array_tasks(record)
+        tasks = array_tasks(record, settings.array_expand_limit + 1)
         if len(tasks) > settings.array_expand_limit:
             parsed.truncated_arrays.append(str(array_job))
             tasks = tasks[: settings.array_expand_limit]

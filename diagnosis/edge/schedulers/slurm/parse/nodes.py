@@ -9,6 +9,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from diagnosis.edge.schedulers.slurm.parse.values import (
+    HOSTLIST_LIMIT,
+    ExpansionError,
     ParseSettings,
     flag_set,
     gpu_count,
@@ -32,10 +34,10 @@ def node_state(record: Mapping[str, Any]) -> str:
     """
     base = text_value(record.get("state")).upper()
     flags = flag_set(record.get("state_flags"))
-    if isinstance(record.get("state"), list):  # newer parsers: ["IDLE", "DRAIN"]
-        states = flag_set(record.get("state"))
-        base = next((s for s in states if s not in DRAIN_FLAGS), "")
-        flags |= states
+    if isinstance(record.get("state"), list):  # v0.0.39+: ["MIXED", "DRAIN", ...], base first
+        words = [str(w).upper() for w in record["state"]]
+        base = next((w for w in words if w not in DRAIN_FLAGS), "")
+        flags |= set(words)
     if base in DOWN_STATES or "DOWN" in flags:
         return "down"
     if flags & DRAIN_FLAGS:
@@ -51,24 +53,85 @@ def node_pool(record: Mapping[str, Any], settings: ParseSettings) -> str | None:
     return partitions[0] if partitions else "(none)"
 
 
+def node_records(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The node records of a nodes document, whichever layout it has.
+
+    - ``{"nodes": [...]}``: ``sinfo --json`` of Slurm 22.05 (v0.0.38), ``scontrol show nodes
+      --json`` and slurmrestd's ``/nodes`` (v0.0.39+): one record per node;
+    - ``{"sinfo": [...]}``: ``sinfo --json`` since 23.02 (v0.0.39+), one entry per partition
+      and group of alike nodes (``nodes.nodes`` their names, ``node.state``, ``gres.total``,
+      ``reason.{description,time,user}``). Entries become one record per node, a node in
+      several partitions keeping them in order. A group's CPU load is kept only for a group
+      of one node (for several it is their minimum and maximum, nobody's own).
+    """
+    if "nodes" in document or "sinfo" not in document:
+        return [r for r in document.get("nodes") or [] if isinstance(r, Mapping)]
+    records: dict[str, dict[str, Any]] = {}
+    for entry in document.get("sinfo") or []:
+        if not isinstance(entry, Mapping):
+            continue
+        group = _mapping(entry.get("nodes"))
+        names = [n for n in group.get("nodes") or [] if isinstance(n, str) and n]
+        partition = text_value(_mapping(entry.get("partition")).get("name")) or None
+        for name in names[:HOSTLIST_LIMIT]:
+            record = records.get(name)
+            if record is None:
+                if len(records) >= HOSTLIST_LIMIT:
+                    break
+                record = records[name] = _sinfo_record(name, entry, alone=len(names) == 1)
+            if partition and partition not in record["partitions"]:
+                record["partitions"].append(partition)
+    return list(records.values())
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _sinfo_record(name: str, entry: Mapping[str, Any], *, alone: bool) -> dict[str, Any]:
+    """One node's record, in the ``nodes`` layout's keys, from a v0.0.39+ ``sinfo`` entry."""
+    reason = entry.get("reason")
+    reason = reason if isinstance(reason, Mapping) else {"description": reason}
+    cpus = _mapping(entry.get("cpus"))
+    record: dict[str, Any] = {
+        "name": name,
+        "partitions": [],
+        "state": [str(s) for s in _mapping(entry.get("node")).get("state") or []],
+        "gres": text_value(_mapping(entry.get("gres")).get("total")),
+        "gres_used": text_value(_mapping(entry.get("gres")).get("used")),
+        "reason": text_value(reason.get("description")),
+        "reason_changed_at": reason.get("time"),
+        "reason_set_by_user": text_value(reason.get("user")) or None,
+        "sockets": _mapping(entry.get("sockets")).get("maximum"),
+        "cores": _mapping(entry.get("cores")).get("maximum"),
+    }
+    if alone:
+        record["cpus"] = cpus.get("maximum")
+        record["cpu_load"] = _mapping(cpus.get("load")).get("maximum")
+    return record
+
+
 def parse_nodes(document: Mapping[str, Any], settings: ParseSettings) -> list[dict[str, Any]]:
-    """``sinfo --json`` → snapshot nodes (only nodes of the configured partitions, if any)."""
+    """``sinfo --json`` (either layout, :func:`node_records`) → snapshot nodes (only nodes of
+    the configured partitions, if any)."""
     nodes: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for record in document.get("nodes") or []:
-        if not isinstance(record, Mapping):
-            continue
+    for record in node_records(document):
         name = text_value(record.get("name") or record.get("hostname"))
         pool = node_pool(record, settings)
         if not name or name in seen or pool is None:
             continue
+        try:
+            gres_type = gpu_type(record.get("gres"), settings.gres_name)
+            gpus = gpu_count(record.get("gres"), settings.gres_name)
+        except ExpansionError:
+            continue  # a GRES string no node has (indexes past 1023): not a node we can read
         seen.add(name)
-        gres_type = gpu_type(record.get("gres"), settings.gres_name)
         node: dict[str, Any] = {
             "name": name,
             "pool": pool,
             "gpu_model": settings.gpu_models.get(gres_type or "", gres_type),
-            "gpus": gpu_count(record.get("gres"), settings.gres_name),
+            "gpus": gpus,
             "state": node_state(record),
         }
         load, cpus = int_value(record.get("cpu_load")), int_value(record.get("cpus"))

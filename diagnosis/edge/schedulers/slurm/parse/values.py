@@ -60,11 +60,13 @@ def int_value(value: Any) -> int | None:
 
 
 def text_value(value: Any) -> str:
-    """A string field as text: "" when absent, a list's items joined with commas."""
-    if value is None:
+    """A string field as text: "" when absent, a list's items joined with commas. An object is
+    never text (since v0.0.41 ``job_resources.nodes`` is one; its ``repr`` read as a host list
+    multiplied names by the million): it gives ""."""
+    if value is None or isinstance(value, Mapping):
         return ""
     if isinstance(value, list):  # newer parsers give some strings as lists (job_state)
-        return ",".join(str(v) for v in value)
+        return ",".join(str(v) for v in value if not isinstance(v, Mapping | list))
     return str(value)
 
 
@@ -104,43 +106,87 @@ def split_top_level(text: str, separator: str = ",") -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def expand_hostlist(text: str) -> list[str]:
-    """Slurm's host list (``n[1-2],gpu-[001-003,007]``) as names, in order."""
+# Bounds on what one field may expand to: a record can name at most this many hosts (Slurm's
+# own largest clusters have ~10^4 nodes) or GPU indexes per node, and a host list is at most
+# this long. Beyond them the field is refused (:class:`ExpansionError`), never expanded.
+HOSTLIST_LIMIT = 65_536
+HOSTLIST_TEXT_LIMIT = 1 << 20
+INDEX_LIMIT = 1024
+
+
+class ExpansionError(ValueError):
+    """A host list or index list that is malformed or would expand past its bound."""
+
+
+_HOST_RANGE = re.compile(r"\[([^\[\]]*)\]")
+
+
+def expand_hostlist(text: str, limit: int = HOSTLIST_LIMIT) -> list[str]:
+    """Slurm's host list (``n[1-2],gpu-[001-003,007]``, ``rack[1-2]-n[1-2]``) as names, in
+    order; at most ``limit`` names (:class:`ExpansionError` past it, or for text that is not a
+    host list: nested or unbalanced brackets, braces, quotes)."""
+    text = text or ""
+    if len(text) > HOSTLIST_TEXT_LIMIT:
+        raise ExpansionError(f"host list of {len(text)} characters (at most {HOSTLIST_TEXT_LIMIT})")
+    if any(c in text for c in "{}'\"") or ": " in text:
+        raise ExpansionError(f"not a host list: {text[:80]!r}")
     names: list[str] = []
-    for item in split_top_level(text or ""):
-        names.extend(_expand_one(item))
+    for item in split_top_level(text):
+        names.extend(_expand_one(item, limit - len(names)))
     return names
 
 
-def _expand_one(item: str) -> list[str]:
-    match = re.search(r"\[([^\]]*)\]", item)
-    if match is None:
-        return [item]
-    prefix, suffix = item[: match.start()], item[match.end() :]
-    expanded: list[str] = []
-    for piece in match.group(1).split(","):
+def _expand_one(item: str, budget: int) -> list[str]:
+    """One host-list item, its bracket groups expanded left to right, within ``budget``."""
+    pieces: list[list[str]] = []  # literal text and range alternatives, in order
+    position = 0
+    for match in _HOST_RANGE.finditer(item):
+        pieces.append([item[position : match.start()]])
+        pieces.append(_range_values(match.group(1), budget))
+        position = match.end()
+    pieces.append([item[position:]])
+    if any(c in "".join(p[0] for p in pieces[::2]) for c in "[]"):
+        raise ExpansionError(f"not a host list (brackets): {item[:80]!r}")
+    count = 1
+    for choices in pieces:
+        count *= len(choices)
+        if count > budget:
+            raise ExpansionError(f"host list names more than {HOSTLIST_LIMIT} hosts: {item[:80]!r}")
+    names = [""]
+    for choices in pieces:
+        names = [f"{name}{choice}" for name in names for choice in choices]
+    return names
+
+
+def _range_values(body: str, budget: int) -> list[str]:
+    values: list[str] = []
+    for piece in body.split(","):
         low, _, high = piece.partition("-")
         if high and low.isdigit() and high.isdigit():
+            start, stop = int(low), int(high)
+            if stop < start or stop - start + 1 > budget - len(values):
+                raise ExpansionError(f"host range [{piece}] is reversed or too long")
             width = len(low) if low.startswith("0") else 0
-            numbers = [str(n).zfill(width) for n in range(int(low), int(high) + 1)]
-        else:
-            numbers = [piece]
-        for number in numbers:
-            expanded.extend(_expand_one(f"{prefix}{number}{suffix}"))
-    return expanded
+            values.extend(str(n).zfill(width) for n in range(start, stop + 1))
+        elif piece:
+            values.append(piece)
+        if len(values) > budget:
+            raise ExpansionError(f"host list names more than {HOSTLIST_LIMIT} hosts")
+    return values
 
 
-def expand_indexes(text: str) -> list[int]:
-    """``0-2,5`` → [0, 1, 2, 5]; ``N/A`` or empty → []."""
+def expand_indexes(text: str, limit: int = INDEX_LIMIT) -> list[int]:
+    """``0-2,5`` → [0, 1, 2, 5]; ``N/A`` or empty → []. Indexes at or past ``limit`` (no node
+    has 1024 GPUs) are refused with :class:`ExpansionError`."""
     indexes: list[int] = []
     for piece in (text or "").split(","):
         low, _, high = piece.strip().partition("-")
         if not low.isdigit():
             continue
-        if high.isdigit():
-            indexes.extend(range(int(low), int(high) + 1))
-        else:
-            indexes.append(int(low))
+        stop = int(high) if high.isdigit() else int(low)
+        if stop >= limit or int(low) >= limit:
+            raise ExpansionError(f"GPU index range {piece.strip()!r} is past {limit - 1}")
+        indexes.extend(range(int(low), stop + 1))
     return indexes
 
 
