@@ -27,8 +27,28 @@ from diagnosis.models import (
 from diagnosis.roles import can_administer
 
 
+class AdminRoleOnly:
+    """A model an admin (the gpuobs role, DESIGN §10) alone may see and change here: a Django
+    staff flag and model permissions are not enough (their settings name data sources)."""
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return can_administer(request.user) and super().has_module_permission(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return can_administer(request.user) and super().has_view_permission(request, obj)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return can_administer(request.user) and super().has_add_permission(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return can_administer(request.user) and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return can_administer(request.user) and super().has_delete_permission(request, obj)
+
+
 @admin.register(Cluster)
-class ClusterAdmin(admin.ModelAdmin):
+class ClusterAdmin(AdminRoleOnly, admin.ModelAdmin):
     list_display = [
         "name",
         "scheduler_kind",
@@ -40,7 +60,7 @@ class ClusterAdmin(admin.ModelAdmin):
     ]
     list_filter = ["enabled", "dry_run", "scheduler_kind", "metrics_kind", "status"]
     search_fields = ["name"]
-    readonly_fields = ["last_cycle_at", "status_changed_at", "created_at"]
+    readonly_fields = ["last_cycle_at", "status_changed_at", "status_detail", "created_at"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Cluster | None = None) -> list[str]:
         """The write switch (``dry_run``) and auto-rollback are an admin's (role) to change."""
@@ -139,7 +159,7 @@ class FindingAdmin(admin.ModelAdmin):
 
 
 @admin.register(RuleOverride)
-class RuleOverrideAdmin(admin.ModelAdmin):
+class RuleOverrideAdmin(AdminRoleOnly, admin.ModelAdmin):
     list_display = ["cluster", "rule_id", "threshold", "value", "updated_at"]
     list_filter = ["cluster", "rule_id"]
 

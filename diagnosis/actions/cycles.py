@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from diagnosis.actions.events import SchedulerEventError, record_scheduler_events
 from diagnosis.actions.findings import cluster_overrides, record_findings
+from diagnosis.actions.notifications import notify_after_cycle
 from diagnosis.actions.proposals import record_recommendations
 from diagnosis.actions.tenancy import record_tenancy
 from diagnosis.choices import DataSourceStatus
@@ -22,7 +23,7 @@ from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.diagnose import diagnose
 from diagnosis.core.rules.engine import Diagnosis
 from diagnosis.core.rules.registry import all_rules
-from diagnosis.edge.errors import IntegrationError
+from diagnosis.edge.errors import CollectError, ConfigError, IntegrationError, SchedulerError
 from diagnosis.edge.schedulers.base import EventBatch
 from diagnosis.edge.sources.registry import source_spec
 from diagnosis.models import (
@@ -66,25 +67,68 @@ def run_cluster_cycle(cluster: Cluster, *, shard_runner: ShardRunner | None = No
             events = EventBatch(list(document.get("events") or []), collection["event_cursor"])
             record_scheduler_events(cluster, events)
     except (IntegrationError, SchedulerEventError, snapshot_format.SnapshotError) as exc:
-        message = f"{type(exc).__name__}: {exc}"
-        return _record_failed_cycle(cluster, message, time.perf_counter() - started)
-    return record_cycle(cluster, snap, started=started, collection=collection)
+        detail = f"{type(exc).__name__}: {exc}"
+        return _record_failed_cycle(
+            cluster, failure_summary(cluster, exc), time.perf_counter() - started, detail=detail
+        )
+    try:
+        return record_cycle(cluster, snap, started=started, collection=collection)
+    except Exception as exc:  # a cycle that fails is always recorded, with its error
+        logger.exception("cycle of cluster %s failed while recording", cluster.name)
+        message = f"recording the cycle failed: {type(exc).__name__}"
+        return _record_failed_cycle(
+            cluster, message, time.perf_counter() - started, detail=f"{message}: {exc}"
+        )
 
 
-def _record_failed_cycle(cluster: Cluster, message: str, seconds: float) -> ClusterCycle:
+def failure_summary(cluster: Cluster, exc: Exception) -> str:
+    """What a reader may be told of a failed collection: which integration failed and how
+    (bad settings, temporary, permanent), never where (host, port, the remote's answer, a
+    URL's user); the full text is the cluster's ``status_detail``, for admins, and the log."""
+    if isinstance(exc, ConfigError):
+        how = "its settings are invalid"
+    elif isinstance(exc, IntegrationError):
+        how = "permanent failure" if exc.permanent else "temporary failure, retried next cycle"
+    else:
+        how = "invalid data"
+    if isinstance(exc, SchedulerError):
+        what = f"scheduler ({cluster.scheduler_kind})"
+    elif isinstance(exc, CollectError):
+        what = f"metrics source ({cluster.metrics_kind})"
+    elif isinstance(exc, IntegrationError):
+        what = "integration"
+    elif isinstance(exc, snapshot_format.SnapshotError):
+        return f"collection failed: the snapshot is invalid: {exc}"[:500]
+    else:
+        what = "scheduler events"
+    return f"{what} failed: {how}"
+
+
+def _record_failed_cycle(
+    cluster: Cluster, message: str, seconds: float, *, detail: str = ""
+) -> ClusterCycle:
+    detail = detail or message
+    logger.warning("cycle of cluster %s failed: %s", cluster.name, detail)
     with transaction.atomic():
         now = timezone.now()
         _set_status(cluster, DataSourceStatus.ERROR, message, now)
+        cluster.status_detail = detail
         cluster.last_cycle_at = now
         cluster.save(
-            update_fields=["status", "status_message", "status_changed_at", "last_cycle_at"]
+            update_fields=[
+                "status",
+                "status_message",
+                "status_detail",
+                "status_changed_at",
+                "last_cycle_at",
+            ]
         )
         last = ClusterCycle.objects.filter(cluster=cluster, ok=True).order_by("-as_of").first()
         return ClusterCycle.objects.create(
             cluster=cluster,
             as_of=last.as_of if last else now,
             ok=False,
-            error=message,
+            error=detail,  # the whole text: shown to admins only (the pages show status_message)
             seconds=seconds,
         )
 
@@ -158,11 +202,19 @@ def record_cycle(
             "; ".join(problems),
             now,
         )
+        cluster.status_detail = ""
         cluster.last_cycle_at = now
         cluster.save(
-            update_fields=["status", "status_message", "status_changed_at", "last_cycle_at"]
+            update_fields=[
+                "status",
+                "status_message",
+                "status_detail",
+                "status_changed_at",
+                "last_cycle_at",
+            ]
         )
     record_recommendation_step(cluster, snap, diagnosis, cycle)
+    notify_after_cycle(cluster)  # step 5, enqueued on commit: the cycle never waits for it
     return cycle
 
 

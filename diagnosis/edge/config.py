@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagnosis.edge import secrets
 from diagnosis.edge.errors import ConfigError
 
 REQUIRED: Any = object()  # the default of a key that must be given
@@ -34,6 +35,11 @@ class Setting:
 
     ``check`` takes the value (already of ``kind``) and returns it normalized, or raises
     ``ValueError`` with a message saying what is wrong (the key is added by the validator).
+
+    ``reference`` says what a value refers to (:mod:`diagnosis.edge.secrets`): ``"env"`` (the
+    default of a ``secret`` key) an environment variable named ``GPUOBS_SECRET_*``, ``"file"`` a
+    file under the deployment's secrets directory. A value other than the declared default must
+    be such a reference: a database row can name no other variable or file of the server.
     """
 
     key: str
@@ -43,6 +49,21 @@ class Setting:
     secret: bool = False
     choices: tuple[Any, ...] = ()
     check: Callable[[Any], Any] | None = None
+    reference: str = ""
+
+    @property
+    def refers_to(self) -> str:
+        return self.reference or ("env" if self.secret else "")
+
+    def check_reference(self, value: Any) -> None:
+        """Raise ValueError unless ``value`` is an allowed reference (or the code's default)."""
+        kind = self.refers_to
+        if not kind or not isinstance(value, str) or not value or value == self.default:
+            return
+        if kind == "env":
+            secrets.check_env_reference(value)
+        else:
+            secrets.check_file_reference(value)
 
     @property
     def required(self) -> bool:
@@ -118,6 +139,11 @@ class ConfigSpec:
             if setting.choices and value not in setting.choices:
                 allowed = ", ".join(map(str, setting.choices))
                 problems.append(f"{setting.key}: one of {allowed}, got {value!r}")
+                continue
+            try:
+                setting.check_reference(value)
+            except ValueError as exc:
+                problems.append(f"{setting.key}: {exc}")
                 continue
             if setting.check is not None:
                 try:

@@ -51,7 +51,15 @@ class Cluster(models.Model):
     status = models.CharField(
         max_length=16, choices=DataSourceStatus.choices, default=DataSourceStatus.UNKNOWN
     )
-    status_message = models.TextField(blank=True)
+    status_message = models.TextField(
+        blank=True, help_text="What failed, for every reader: the integration and how, not where."
+    )
+    status_detail = models.TextField(
+        blank=True,
+        editable=False,
+        help_text="The full error of the last failed cycle (host, port, remote answer): "
+        "admins only.",
+    )
     status_changed_at = models.DateTimeField(null=True, blank=True)
     # The embedded mode's cycle lock (diagnosis.tasks.cluster_cycle_lock): with Redis the lock
     # lives in Redis and these stay empty.

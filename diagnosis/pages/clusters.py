@@ -53,7 +53,7 @@ from diagnosis.core.rules.base import SEVERITIES, Rule
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import Cluster, ClusterCycle, Finding
-from diagnosis.roles import is_tenant_scoped
+from diagnosis.roles import can_administer, is_tenant_scoped
 
 OPEN_STATES = (FindingState.PENDING, FindingState.FIRING)
 STATE_FILTERS = {
@@ -389,6 +389,11 @@ def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
         "findings_table": _open_findings_table(request, cluster, rules),
         "severities": SEVERITIES,
         "failed": latest is not None and not latest.ok,
+        # a failed cycle's whole error (host, port, remote answer) is for admins; others read
+        # the cluster's status message: which integration failed and how (issue #12)
+        "failure_text": (latest.error if can_administer(request.user) else cluster.status_message)
+        if latest is not None and not latest.ok
+        else "",
     }
     if good is not None:
         hour_rows = list(

@@ -37,7 +37,10 @@ def test_good_settings_pass() -> None:
         scheduler_kind="slurm",
         scheduler_config={"slurm_conf": "/etc/slurm/slurm.conf", "accounting": True},
         metrics_kind="prometheus",
-        metrics_config={"url": "http://prometheus:9090", "bearer_token_env": "PROM_TOKEN"},
+        metrics_config={
+            "url": "http://prometheus:9090",
+            "bearer_token_env": "GPUOBS_SECRET_PROM_TOKEN",
+        },
     ).full_clean()
 
 
@@ -103,7 +106,7 @@ def test_a_cycle_with_bad_settings_fails_saying_which_key(make_cluster) -> None:
     bad.refresh_from_db()
     assert not cycle.ok
     assert cycle.error.startswith("ConfigError: scheduler_config: clock: one of wall, step")
-    assert (bad.status, bad.status_message) == ("error", cycle.error)
+    assert (bad.status, bad.status_detail) == ("error", cycle.error)
     assert ClusterCycle.objects.filter(cluster=bad, ok=True).count() == 0
 
 

@@ -66,4 +66,4 @@ def test_an_unreachable_slurm_fails_the_cycle_and_says_why(slurm, cluster) -> No
     assert not cycle.ok
     assert "sinfo --json timed out" in cycle.error
     cluster.refresh_from_db()
-    assert (cluster.status, "timed out" in cluster.status_message) == ("error", True)
+    assert (cluster.status, "timed out" in cluster.status_detail) == ("error", True)

@@ -6,7 +6,6 @@ GPU limit as capability); GRES ``gpu`` with its indexes gives the allocation; mu
 are gangs; pending array tasks are expanded. A cluster's ``scheduler_config``::
 
     {"slurm_conf": "/etc/slurm/slurm.conf",  # SLURM_CONF for every command
-     "bin_dir": "/usr/bin",                  # where the Slurm commands are (default: PATH)
      "timeout_s": 10,                        # per command
      "accounting": true,                     # read sshare/sacctmgr; allow queue-weight changes
      "partitions": ["gpu"],                  # only these pools (default: every partition)
@@ -106,13 +105,6 @@ def _gpu_models(value: dict[str, Any]) -> dict[str, str]:
 CONFIG = ConfigSpec(
     (
         Setting("slurm_conf", str, None, "SLURM_CONF for every command", check=_absolute_path),
-        Setting(
-            "bin_dir",
-            str,
-            None,
-            "where the Slurm commands are (default: PATH)",
-            check=_absolute_path,
-        ),
         Setting("timeout_s", float, DEFAULT_TIMEOUT_S, "per command", check=_positive_seconds),
         Setting("accounting", bool, False, "read sshare/sacctmgr; allow queue-weight changes"),
         Setting(
@@ -156,7 +148,7 @@ class SlurmSettings:
         values = parse_config(CONFIG, config)
         return cls(
             slurm_conf=values["slurm_conf"],
-            bin_dir=values["bin_dir"],
+            bin_dir=deploy_bin_dir(),
             timeout_s=float(values["timeout_s"]),
             accounting=values["accounting"],
             event_overlap_s=values["event_overlap_s"],
@@ -167,6 +159,16 @@ class SlurmSettings:
                 array_expand_limit=values["array_expand_limit"],
             ),
         )
+
+
+# Where the Slurm commands are is the deployment's to say, never a cluster row's (DESIGN §10:
+# executables come from deploy-time settings): this environment variable, else PATH.
+BIN_DIR_ENV = "GPUOBS_SLURM_BIN_DIR"
+
+
+def deploy_bin_dir() -> str | None:
+    value = os.environ.get(BIN_DIR_ENV, "").strip()
+    return value if value and os.path.isabs(value) else None
 
 
 # -- running commands ----------------------------------------------------------------------------
@@ -219,7 +221,7 @@ class SlurmCommands:
             self.log.add(shown, time.perf_counter() - started, False)
             raise SchedulerError(
                 f"{args[0]} not found ({argv[0]}): install the Slurm client commands "
-                "or set scheduler_config.bin_dir",
+                f"or set {BIN_DIR_ENV} in the deployment",
                 permanent=True,
             ) from None
         except subprocess.TimeoutExpired as exc:

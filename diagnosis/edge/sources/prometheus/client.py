@@ -5,7 +5,6 @@ asks too much, and the record of what each query cost.
 
 from __future__ import annotations
 
-import gzip
 import math
 import threading
 import time
@@ -34,6 +33,10 @@ MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses query_range beyond this man
 MAX_SAMPLES = 25_000_000  # never ask one query for more (estimated) samples than this
 USER_AGENT = "gpuobs-prometheus-source"
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# One answer may be at most this large, on the wire and decoded (a gzip bomb stops here).
+MAX_WIRE_BYTES = 64 * 1024 * 1024
+MAX_BODY_BYTES = 256 * 1024 * 1024
+READ_CHUNK = 1024 * 1024
 
 
 # -- what one collection cost --------------------------------------------------------------------
@@ -150,7 +153,7 @@ class PrometheusClient:
         self.sleep = sleep
         headers, auth = config.auth()
         self.session = requests.Session()
-        self.session.verify = config.ca_file or config.verify_tls
+        self.session.verify = config.ca_bundle()
         self.connection = PrometheusConnect(
             url=config.url,
             headers=headers,
@@ -278,7 +281,7 @@ class PrometheusClient:
                     stream=True,
                 )
                 try:
-                    wire = response.raw.read(decode_content=False)
+                    wire = _read_capped(response.raw, MAX_WIRE_BYTES)
                 finally:
                     response.close()
             except (requests.Timeout, urllib3_exceptions.TimeoutError):
@@ -316,9 +319,41 @@ def _reason(exc: Exception) -> str:
     return text[:200]
 
 
-def _decode(wire: bytes, encoding: str) -> bytes:
+def _too_large(limit: int, what: str) -> PrometheusError:
+    return PrometheusError(
+        f"Prometheus's answer is larger than {limit // (1024 * 1024)} MiB {what}; "
+        "narrow the matchers or shard the cluster",
+        permanent=True,
+    )
+
+
+def _read_capped(raw: Any, limit: int) -> bytes:
+    """The answer's bytes as sent (still compressed), refusing more than ``limit``."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = raw.read(READ_CHUNK, decode_content=False)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit, "on the wire")
+        chunks.append(chunk)
+
+
+def _decode(wire: bytes, encoding: str, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The decoded body, refusing one that inflates beyond ``limit`` (without inflating it)."""
     if "gzip" in encoding:
-        return gzip.decompress(wire)
-    if "deflate" in encoding:
-        return zlib.decompress(wire)
-    return wire
+        wbits = 16 + zlib.MAX_WBITS
+    elif "deflate" in encoding:
+        wbits = zlib.MAX_WBITS
+    else:
+        return wire
+    inflater = zlib.decompressobj(wbits)
+    try:
+        body = inflater.decompress(wire, limit + 1)
+    except zlib.error as exc:
+        raise PrometheusError(f"Prometheus's answer is not valid {encoding}: {exc}") from None
+    if len(body) > limit or inflater.unconsumed_tail:
+        raise _too_large(limit, "decoded")
+    return body

@@ -6,27 +6,27 @@
      "matchers": {"cluster": "a100-east"},      # extra label matchers on every series
      "host_label": "auto",                      # or "Hostname" / "hostname"
      "timeout_s": 30, "retries": 2, "backoff_s": 0.5,
-     "verify_tls": true, "ca_file": "/etc/ssl/prom-ca.pem",
-     "bearer_token_env": "PROM_TOKEN",          # or "bearer_token_file", or basic auth:
-     "username": "gpuobs", "password_env": "PROM_PASSWORD",
+     "verify_tls": true, "ca_file": "prom-ca.pem",  # under GPUOBS_SECRETS_DIR
+     "bearer_token_env": "GPUOBS_SECRET_PROM_TOKEN",  # or "bearer_token_file", or basic auth:
+     "username": "gpuobs", "password_env": "GPUOBS_SECRET_PROM_PASSWORD",
      "window_s": 900, "scrape_interval_s": 15, "min_coverage": 0.95,
      "shard_min_gpus": 4096}
 
-Secrets never sit in the config: it names the environment variable (or file) holding them; those
-keys are declared ``secret``.
+Secrets never sit in the config: it names the environment variable (``GPUOBS_SECRET_*``) or the
+file (under the deployment's secrets directory) holding them (:mod:`diagnosis.edge.secrets`);
+those keys are declared ``secret``. The URL carries no user or password.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
 from diagnosis.core.vocabulary import DEFAULT_WINDOW_S
-from diagnosis.edge import errors
+from diagnosis.edge import errors, secrets
 from diagnosis.edge.config import REQUIRED, ConfigSpec, Setting
 from diagnosis.edge.sources.dcgm import fields as dcgm
 from diagnosis.edge.sources.prometheus.promql import (
@@ -58,8 +58,14 @@ def _http_url(value: str) -> str:
     if not value:
         raise ValueError("required (e.g. http://prometheus:9090)")
     parsed = urlparse(value)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise ValueError(f"expected an http(s) URL, got {value!r}")
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ValueError("expected an http(s) URL")
+    if parsed.username is not None or parsed.password is not None or "@" in parsed.netloc:
+        # never echoed: the value may hold a password
+        raise ValueError(
+            "must not carry a user or password; use username and password_env "
+            "(or bearer_token_env) instead"
+        )
     return value.rstrip("/")
 
 
@@ -79,9 +85,15 @@ def _optional(value: str) -> str | None:
     return value or None  # an empty string is no setting
 
 
-def _existing_file(value: str) -> str | None:
-    if value and not os.path.isfile(value):
-        raise ValueError(f"no such file {value!r}")
+def _secret_file(value: str) -> str | None:
+    """A file under the secrets directory (checked as a reference by the spec) that exists."""
+    if value:
+        try:
+            path = secrets.resolve_file(value)
+        except secrets.SecretError as exc:
+            raise ValueError(str(exc)) from None
+        if not path.is_file():
+            raise ValueError(f"no such file {value!r} in the secrets directory")
     return value or None
 
 
@@ -160,13 +172,18 @@ CONFIG = _Settings(
         ),
         Setting("verify_tls", bool, True, "check the server's certificate"),
         Setting(
-            "ca_file", str, None, "CA bundle for the server's certificate", check=_existing_file
+            "ca_file",
+            str,
+            None,
+            "CA bundle for the server's certificate, a file under the secrets directory",
+            check=_secret_file,
+            reference="file",
         ),
         Setting(
             "bearer_token_env",
             str,
             None,
-            "environment variable holding a bearer token",
+            "environment variable (GPUOBS_SECRET_*) holding a bearer token",
             secret=True,
             check=_optional,
         ),
@@ -174,16 +191,17 @@ CONFIG = _Settings(
             "bearer_token_file",
             str,
             None,
-            "file holding a bearer token",
+            "file under the secrets directory holding a bearer token",
             secret=True,
             check=_optional,
+            reference="file",
         ),
         Setting("username", str, None, "basic-auth user", check=_optional),
         Setting(
             "password_env",
             str,
             None,
-            "environment variable holding the basic-auth password",
+            "environment variable (GPUOBS_SECRET_*) holding the basic-auth password",
             secret=True,
             check=_optional,
         ),
@@ -302,34 +320,36 @@ class PrometheusConfig:
         """Headers and basic-auth pair, read from the environment or the token file now."""
         headers: dict[str, str] = {}
         token = None
-        if self.bearer_token_env:
-            token = os.environ.get(self.bearer_token_env)
-            if not token:
-                raise ConfigError(
-                    f"metrics_config.bearer_token_env: environment variable "
-                    f"{self.bearer_token_env} is not set"
-                )
-        elif self.bearer_token_file:
-            try:
-                with open(self.bearer_token_file, encoding="utf-8") as handle:
-                    token = handle.read().strip()
-            except OSError as exc:
-                raise ConfigError(
-                    f"metrics_config.bearer_token_file: cannot read {self.bearer_token_file}: "
-                    f"{exc.strerror}"
-                ) from None
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-            return headers, None
-        if self.username:
-            password = os.environ.get(self.password_env or "", "")
-            if self.password_env and not password:
-                raise ConfigError(
-                    f"metrics_config.password_env: environment variable {self.password_env} "
-                    "is not set"
-                )
-            return headers, (self.username, password)
+        try:
+            if self.bearer_token_env:
+                token = secrets.read_env(self.bearer_token_env)
+            elif self.bearer_token_file:
+                token = secrets.read_file(self.bearer_token_file)
+            if token:
+                headers["Authorization"] = f"Bearer {token}"
+                return headers, None
+            if self.username:
+                password = secrets.read_env(self.password_env) if self.password_env else ""
+                return headers, (self.username, password)
+        except secrets.SecretError as exc:
+            key = (
+                "bearer_token_env"
+                if self.bearer_token_env
+                else "bearer_token_file"
+                if self.bearer_token_file
+                else "password_env"
+            )
+            raise ConfigError(f"metrics_config.{key}: {exc}") from None
         return headers, None
+
+    def ca_bundle(self) -> str | bool:
+        """What ``requests`` verifies the server with: the CA file's real path, or the flag."""
+        if self.ca_file:
+            try:
+                return str(secrets.resolve_file(self.ca_file))
+            except secrets.SecretError as exc:
+                raise ConfigError(f"metrics_config.ca_file: {exc}") from None
+        return self.verify_tls
 
     def selection(self, hosts: Sequence[str] | None = None) -> Selection:
         """The series of this cluster (and, for a shard, of these hosts only)."""
