@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from diagnosis.core.rules.builtin.topology_misplacement import NUMA_UNKNOWN, RULE
+from diagnosis.core.rules.builtin.topology_misplacement import NUMA_UNKNOWN, NVLINK_UNKNOWN, RULE
 from diagnosis.core.rules.facts import SnapshotFacts
 from tests.support.builders import SnapshotBuilder
 
@@ -88,11 +88,23 @@ def test_tp_larger_than_any_domain_says_no_placement_keeps_it_inside():
     assert "larger than the biggest NVLink domain" in finding.evidence["better_placement"]
 
 
+PCIE_ONLY = [[g] for g in range(8)]  # said explicitly: every GPU is its own domain
+
+
 def test_tp_on_pcie_only_gpus_spans_domains():
     builder = SnapshotBuilder()
-    node(builder, "n1", domains=None)  # PCIe only: every GPU is its own domain
+    node(builder, "n1", domains=PCIE_ONLY)
     finding = one(builder.job("j1", gpus_per_pod=2, tp=2, node="n1").build())
     assert finding.evidence["kinds"] == ["tp-cross-nvlink"]
+
+
+def test_tp_on_a_node_without_topology_is_not_judged():
+    builder = SnapshotBuilder()
+    node(builder, "n1", domains=None)  # no topology known: not "PCIe only"
+    judgement = judge(builder.job("j1", gpus_per_pod=2, tp=2, node="n1").build())
+    assert not judgement.findings
+    assert judgement.not_judged[NVLINK_UNKNOWN] == 1
+    assert judgement.not_judged[NUMA_UNKNOWN] == 1
 
 
 # -- (b) pods across NVLink domains -------------------------------------------------------------
@@ -136,7 +148,7 @@ def test_pod_larger_than_every_domain_is_not_blamed():
 
 def test_pcie_only_node_with_two_gpu_pod_is_fine():
     builder = SnapshotBuilder()
-    node(builder, "n1", domains=None)
+    node(builder, "n1", domains=PCIE_ONLY)
     assert not judge(builder.job("j1", gpus_per_pod=2, node="n1").build()).findings
 
 

@@ -50,7 +50,7 @@ def test_topology_becomes_per_gpu_domain_and_numa():
     assert snap.gpus["numa"].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
 
 
-def test_absent_topology_means_one_domain_per_gpu():
+def test_absent_topology_means_unknown_domains():
     snap = SnapshotBuilder().pool("pcie", nodes=1, gpus=4, nvlink=False).build()
     assert snap.gpus["nvlink_domain"].tolist() == [-1, -1, -1, -1]
 

@@ -12,7 +12,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from diagnosis.core.snapshot import ClusterSnapshot
+from diagnosis.core.snapshot import GPU_KEY, ClusterSnapshot
 
 # Peak dense BF16 TFLOP/s per GPU, matched on the model name (longest key first).
 PEAK_BF16_TFLOPS: dict[str, float] = {
@@ -62,9 +62,10 @@ class SnapshotFacts:
         snap = self.snapshot
         gpus = snap.gpus.copy()
         gpus["node_state"] = gpus["node"].map(snap.nodes["state"]).to_numpy()
-        holder = snap.allocations.set_index(["node", "index"])["job"]
-        keys = pd.MultiIndex.from_arrays([gpus["node"], gpus["index"]])
-        gpus["job"] = holder.reindex(keys).to_numpy()
+        alloc = snap.allocations
+        holder = alloc[~alloc[GPU_KEY].duplicated().to_numpy()].set_index(GPU_KEY)["job"]
+        keys = pd.MultiIndex.from_arrays([gpus[c] for c in GPU_KEY])
+        gpus["job"] = holder.reindex(keys).to_numpy()  # a shared GPU: its first holder
         gpus["usable"] = (gpus["node_state"] == "ready").to_numpy() & (
             gpus["health"] == "ok"
         ).to_numpy()
@@ -124,9 +125,7 @@ class SnapshotFacts:
             "tensor_active_mean",
             "pcie_rx_Bps_mean",
         ]
-        joined = snap.allocations.merge(
-            snap.gpus[["node", "index", *columns]], on=["node", "index"], how="left"
-        )
+        joined = snap.allocations.merge(snap.gpus[[*GPU_KEY, *columns]], on=GPU_KEY, how="left")
         joined["util_spread"] = joined["util_p90"] - joined["util_p10"]
         joined["host_cpu"] = joined["node"].map(snap.nodes["cpu_util"]).to_numpy()
         grouped = joined.groupby("job", sort=False)

@@ -81,6 +81,7 @@ def policy_of(snap: snapshot_format.ClusterSnapshot) -> Policy:
 def cluster_of(snap: snapshot_format.ClusterSnapshot) -> ClusterSpec:
     """The snapshot's nodes (grouped by pool, in order of appearance) and queues."""
     gpus = snap.gpus
+    gpus = gpus[~gpus[["node", "index"]].duplicated().to_numpy()]  # MIG instances: one GPU
     by_node = dict(list(gpus.groupby("node", sort=False)))
     pools: dict[str, list[NodeSpec]] = {}
     for node in snap.nodes.itertuples(index=False):
@@ -133,7 +134,9 @@ def infer_profiles(snap: snapshot_format.ClusterSnapshot) -> dict[str, str]:
     """A metric profile per job holding GPUs, from its GPUs' window statistics."""
     stats_columns = ["util_mean", "util_p10", "util_p90", "tensor_active_mean"]
     joined = snap.allocations.merge(
-        snap.gpus[["node", "index", *stats_columns]], on=["node", "index"], how="left"
+        snap.gpus[[*snapshot_format.GPU_KEY, *stats_columns]],
+        on=snapshot_format.GPU_KEY,
+        how="left",
     )
     means = joined.groupby("job", sort=False)[stats_columns].mean()
     profiles: dict[str, str] = {}

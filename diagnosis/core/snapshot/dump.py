@@ -6,7 +6,12 @@ import json
 import math
 from typing import Any
 
-from diagnosis.core.snapshot.frame import GPU_BASE_COLUMNS, ClusterSnapshot, format_time
+from diagnosis.core.snapshot.frame import (
+    GPU_BASE_COLUMNS,
+    WHOLE_GPU,
+    ClusterSnapshot,
+    format_time,
+)
 from diagnosis.core.vocabulary import SNAPSHOT_FORMAT
 
 
@@ -55,7 +60,9 @@ def dumps(snapshot: ClusterSnapshot, *, indent: int | None = None) -> str:
 
 def _dump_nodes(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
     topology: dict[str, dict[str, Any]] = {}
-    for node, group in snapshot.gpus.groupby("node", sort=False):
+    gpus = snapshot.gpus
+    physical = gpus[~gpus[["node", "index"]].duplicated().to_numpy()]
+    for node, group in physical.groupby("node", sort=False):
         domains = group["nvlink_domain"].to_numpy()
         numa = group["numa"].to_numpy()
         entry: dict[str, Any] = {}
@@ -64,8 +71,8 @@ def _dump_nodes(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
                 group["index"].to_numpy()[domains == d].tolist()
                 for d in sorted(set(domains[domains >= 0].tolist()))
             ]
-        if (numa >= 0).all() and len(numa):
-            entry["numa"] = numa.tolist()
+        if (numa >= 0).any():
+            entry["numa"] = [int(m) if m >= 0 else None for m in numa.tolist()]
         if entry:
             topology[node] = entry
     nodes = []
@@ -100,6 +107,19 @@ def _dump_gpus(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
         if _text(record["uuid"]) is not None:
             entry["uuid"] = record["uuid"]
         entry["health"] = record["health"]
+        if _text(record["nvlink_clique"]) is not None:
+            entry["nvlink_clique"] = record["nvlink_clique"]
+        if record["index_guessed"]:
+            entry["index_guessed"] = True
+        if record["mig_instance"] != WHOLE_GPU:
+            entry["mig"] = _drop_none(
+                {
+                    "profile": _text(record["mig_profile"]),
+                    "instance": int(record["mig_instance"]),
+                    "parent_uuid": _text(record["mig_parent_uuid"]),
+                    "compute_fraction": _plain(record["capacity"]),
+                }
+            )
         for column in metric_columns:
             value = record[column]
             if value is None or math.isnan(value):
@@ -115,10 +135,26 @@ def _dump_gpus(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
 
 def _dump_jobs(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
     allocation: dict[str, list[dict[str, Any]]] = {}
-    for (job, _pod), group in snapshot.allocations.groupby(["job", "pod"], sort=False):
-        allocation.setdefault(job, []).append(
-            {"node": group["node"].iloc[0], "gpus": group["index"].tolist()}
+    gpus = snapshot.gpus
+    uuid_of = dict(
+        zip(
+            zip(gpus["node"], gpus["index"], gpus["mig_instance"], strict=True),
+            gpus["uuid"],
+            strict=True,
         )
+    )
+    for (job, _pod), group in snapshot.allocations.groupby(["job", "pod"], sort=False):
+        pod: dict[str, Any] = {"node": group["node"].iloc[0], "gpus": group["index"].tolist()}
+        instances = group["mig_instance"].tolist()
+        if any(i != WHOLE_GPU for i in instances):
+            pod["uuids"] = [
+                uuid_of.get((pod["node"], index, instance))
+                for index, instance in zip(pod["gpus"], instances, strict=True)
+            ]
+        share = float(group["share"].iloc[0])
+        if share != 1.0:
+            pod["share"] = share
+        allocation.setdefault(job, []).append(pod)
     jobs = []
     for j in snapshot.jobs.itertuples(index=False):
         job = {

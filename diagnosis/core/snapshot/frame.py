@@ -25,7 +25,29 @@ GPU_METRICS: dict[str, tuple[str, ...]] = {
 FRACTION_METRICS = frozenset({"util", "tensor_active", "fb_used_frac"})
 
 NODE_COLUMNS = ["pool", "gpu_model", "gpus", "state", "cpu_util"]
-GPU_BASE_COLUMNS = ["node", "index", "pool", "uuid", "health", "reported", "nvlink_domain", "numa"]
+GPU_BASE_COLUMNS = [
+    "node",
+    "index",
+    "mig_instance",
+    "pool",
+    "uuid",
+    "health",
+    "reported",
+    "nvlink_domain",
+    "numa",
+    "nvlink_clique",
+    "mig_profile",
+    "mig_parent_uuid",
+    "capacity",
+    "index_guessed",
+]
+# The key of one allocatable GPU unit: a whole GPU (``mig_instance`` -1) or one MIG instance of
+# it (``mig_instance`` = its GPU_I_ID). Joins between allocations and GPUs use all three.
+GPU_KEY = ["node", "index", "mig_instance"]
+WHOLE_GPU = -1
+# Compute slices of a MIG-capable GPU (A100, A30 has 4; H100, H200, B200 have 7): a profile
+# ``<n>g.<mem>`` holds n of them unless the document gives ``compute_fraction``.
+MIG_COMPUTE_SLICES = 7
 JOB_COLUMNS = [
     "name",
     "tenant",
@@ -48,7 +70,7 @@ JOB_COLUMNS = [
     "preemptions",
     "bound_pods",
 ]
-ALLOCATION_COLUMNS = ["job", "pod", "order", "node", "index"]
+ALLOCATION_COLUMNS = ["job", "pod", "order", "node", "index", "mig_instance", "share"]
 QUEUE_COLUMNS = ["tenant", "weight", "deserved_gpus", "capability_gpus"]
 EVENT_COLUMNS = ["time", "kind", "job", "node", "reason", "message"]
 XID_COLUMNS = ["node", "index", "code", "time"]
@@ -75,6 +97,7 @@ class ClusterSnapshot:
 
     @property
     def total_gpus(self) -> int:
+        """Allocatable GPU units (whole GPUs and MIG instances): the rows of ``gpus``."""
         return len(self.gpus)
 
     def placement(self, pool: str) -> str | None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +19,13 @@ from diagnosis.core.snapshot.frame import (
     EVENT_COLUMNS,
     FRACTION_METRICS,
     GPU_BASE_COLUMNS,
+    GPU_KEY,
     GPU_METRICS,
     JOB_COLUMNS,
+    MIG_COMPUTE_SLICES,
     NODE_COLUMNS,
     QUEUE_COLUMNS,
+    WHOLE_GPU,
     XID_COLUMNS,
     ClusterSnapshot,
 )
@@ -97,7 +102,9 @@ class _Loader:
             check.array(document.get("gpus"), "gpus"), nodes["pool"], node_gpus, topology
         )
         queues = self._queues(check.array(document.get("queues"), "queues"))
-        jobs, allocations = self._jobs(check.array(document.get("jobs"), "jobs"), node_gpus)
+        jobs, allocations = self._jobs(
+            check.array(document.get("jobs"), "jobs"), node_gpus, _units(gpus)
+        )
         events = self._events(check.array(document.get("events"), "events"))
         if check.errors:
             raise SnapshotError(check.errors)
@@ -164,7 +171,9 @@ class _Loader:
         return _indexed(frame, "name"), node_gpus, topology
 
     def _topology(self, value: Any, path: str, gpu_count: int) -> tuple[list[int], list[int]]:
-        """Per GPU: its NVLink domain number (-1 = alone on PCIe) and NUMA node (-1 = unknown)."""
+        """Per GPU: its NVLink domain number and NUMA node, -1 where unknown. Absent topology (or
+        a GPU no domain lists) is unknown, never "PCIe only": a GPU really without NVLink peers
+        is listed as a domain of its own."""
         domains = [-1] * gpu_count
         numa = [-1] * gpu_count
         if value is None:
@@ -183,13 +192,16 @@ class _Loader:
                     self.check.error(f"{group_path}[{g}]", f"GPU {index} is in two NVLink domains")
                 else:
                     domains[index] = d
-        numa_list = self.check.array(topology.get("numa"), f"{path}.numa")
+        numa_value = topology.get("numa")
+        numa_list = [] if numa_value is None else self.check.array(numa_value, f"{path}.numa")
         if numa_list and len(numa_list) != gpu_count:
             self.check.error(
                 f"{path}.numa", f"lists {len(numa_list)} NUMA nodes for {gpu_count} GPUs"
             )
         else:
             for g, numa_node in enumerate(numa_list):
+                if numa_node is None:
+                    continue  # unknown for this GPU (nvidia-smi prints N/A)
                 if isinstance(numa_node, bool) or not isinstance(numa_node, int) or numa_node < 0:
                     self.check.error(
                         f"{path}.numa[{g}]", f"expected a NUMA node number, got {numa_node!r}"
@@ -198,9 +210,36 @@ class _Loader:
                     numa[g] = numa_node
         return domains, numa
 
+    def _mig(self, gpu: dict[str, Any], path: str) -> dict[str, Any] | None:
+        """The ``mig`` object of a GPU entry as frame values, or None for a whole GPU."""
+        value = gpu.get("mig")
+        if value is None:
+            return None
+        check = self.check
+        mig = check.mapping(value, f"{path}.mig")
+        if mig is None:
+            return None
+        mig_path = f"{path}.mig"
+        instance = check.integer(mig, "instance", mig_path, required=True, minimum=0)
+        profile = check.string(mig, "profile", mig_path)
+        fraction = check.number(mig, "compute_fraction", mig_path, fraction=True)
+        if math.isnan(fraction) and profile is not None:
+            slices = _PROFILE_SLICES.match(profile)
+            if slices is not None:
+                fraction = min(int(slices.group(1)) / MIG_COMPUTE_SLICES, 1.0)
+        if instance is None:
+            return None
+        return {
+            "mig_instance": instance,
+            "mig_profile": profile,
+            "mig_parent_uuid": check.string(mig, "parent_uuid", mig_path),
+            "capacity": fraction,
+        }
+
     def _gpus(self, items: list[Any], node_pool: pd.Series, node_gpus: dict[str, int], topology):
         check = self.check
-        reported: dict[tuple[str, int], dict[str, Any]] = {}
+        reported: dict[tuple[str, int, int], dict[str, Any]] = {}
+        mig_split: dict[tuple[str, int], bool] = {}
         xid_rows: list[tuple[str, int, int, pd.Timestamp]] = []
         extra_columns: set[str] = set()
         for i, item in enumerate(items):
@@ -221,13 +260,27 @@ class _Loader:
                     f"GPU {index} does not exist on node {node} ({node_gpus[node]} GPUs)",
                 )
                 continue
-            if (node, index) in reported:
-                check.error(path, f"duplicate entry for GPU {node}/{index}")
+            mig = self._mig(gpu, path)
+            instance = WHOLE_GPU if mig is None else mig["mig_instance"]
+            if (node, index, instance) in reported:
+                what = "GPU" if mig is None else f"MIG instance {instance} of GPU"
+                check.error(path, f"duplicate entry for {what} {node}/{index}")
+                continue
+            split = mig_split.setdefault((node, index), mig is not None)
+            if split != (mig is not None):
+                check.error(
+                    path,
+                    f"GPU {node}/{index} is reported both whole and as MIG instances",
+                )
                 continue
             row: dict[str, Any] = {
                 "uuid": check.string(gpu, "uuid", path),
                 "health": check.choice(gpu, "health", path, GPU_HEALTH, default="ok"),
+                "nvlink_clique": check.string(gpu, "nvlink_clique", path),
+                "index_guessed": check.boolean(gpu, "index_guessed", path, default=False),
             }
+            if mig is not None:
+                row.update({k: v for k, v in mig.items() if k != "mig_instance"})
             for metric, value in gpu.items():
                 if metric in _GPU_NON_METRIC_KEYS or (
                     metric not in GPU_METRICS and not isinstance(value, dict)
@@ -251,7 +304,7 @@ class _Loader:
                 time = check.time(entry, "time", xid_path, required=True)
                 if code is not None and not pd.isna(time):
                     xid_rows.append((node, index, code, time))
-            reported[(node, index)] = row
+            reported[(node, index, instance)] = row
 
         names = list(node_gpus)
         counts = np.array([node_gpus[n] for n in names], dtype=np.int64)
@@ -269,20 +322,38 @@ class _Loader:
             detail = pd.DataFrame(list(reported.values()))
             detail.insert(0, "node", np.array([key[0] for key in reported], dtype=object))
             detail.insert(1, "index", np.array([key[1] for key in reported], dtype=np.int64))
+            detail.insert(2, "mig_instance", np.array([key[2] for key in reported], np.int64))
             frame = frame.merge(detail, on=["node", "index"], how="left", indicator="_merge")
             frame["reported"] = frame.pop("_merge").eq("both").to_numpy()
         else:
-            frame["uuid"] = None
-            frame["health"] = "ok"
             frame["reported"] = False
-        frame["health"] = frame["health"].fillna("ok")
-        frame["uuid"] = frame["uuid"].astype(object).where(frame["uuid"].notna(), None)
+        for column, default in (
+            ("uuid", None),
+            ("health", "ok"),
+            ("nvlink_clique", None),
+            ("mig_profile", None),
+            ("mig_parent_uuid", None),
+        ):
+            if column not in frame:
+                frame[column] = default
+            frame[column] = frame[column].astype(object).where(frame[column].notna(), default)
+        if "mig_instance" not in frame:
+            frame["mig_instance"] = WHOLE_GPU
+        frame["mig_instance"] = frame["mig_instance"].fillna(WHOLE_GPU).astype(np.int64)
+        if "capacity" not in frame:
+            frame["capacity"] = np.nan
+        whole = frame["mig_instance"].to_numpy() == WHOLE_GPU
+        frame["capacity"] = np.where(whole, 1.0, frame["capacity"].astype("float64"))
+        if "index_guessed" not in frame:
+            frame["index_guessed"] = False
+        frame["index_guessed"] = frame["index_guessed"].fillna(False).astype(bool)
         for column in metric_columns:
             if column not in frame:
                 frame[column] = np.nan
             frame[column] = frame[column].astype("float64")
         frame["pool"] = frame["node"].map(node_pool).astype(object)
         frame = frame[[*GPU_BASE_COLUMNS, *metric_columns]]
+        frame = frame.sort_values(GPU_KEY, kind="stable") if not whole.all() else frame
         xids = pd.DataFrame(xid_rows, columns=XID_COLUMNS)
         xids = xids.astype({"index": "int64", "code": "int64"})
         xids["time"] = pd.to_datetime(xids["time"], utc=True)
@@ -320,7 +391,7 @@ class _Loader:
         frame["weight"] = frame["weight"].fillna(1.0)
         return _indexed(frame, "name")
 
-    def _jobs(self, items: list[Any], node_gpus: dict[str, int]):
+    def _jobs(self, items: list[Any], node_gpus: dict[str, int], units: _Units):
         check = self.check
         rows: list[dict[str, Any]] = []
         alloc_job: list[str] = []
@@ -328,7 +399,10 @@ class _Loader:
         alloc_order: list[int] = []
         alloc_node: list[str] = []
         alloc_index: list[int] = []
-        owner: dict[tuple[str, int], str] = {}
+        alloc_instance: list[int] = []
+        alloc_share: list[float] = []
+        owner: dict[tuple[str, int, int], str] = {}
+        held: dict[tuple[str, int, int], float] = {}
         seen: set[str] = set()
         for i, item in enumerate(items):
             path = f"jobs[{i}]"
@@ -398,6 +472,19 @@ class _Loader:
                         f"{pod_path}.gpus",
                         f"pod holds {len(gpu_list)} GPUs but the job asks {gpus_per_pod} per pod",
                     )
+                uuids = pod.get("uuids")
+                if uuids is not None:
+                    uuids = check.array(uuids, f"{pod_path}.uuids")
+                    if len(uuids) != len(gpu_list):
+                        check.error(
+                            f"{pod_path}.uuids",
+                            f"lists {len(uuids)} devices for {len(gpu_list)} GPUs",
+                        )
+                        uuids = None
+                share = check.number(pod, "share", pod_path, fraction=True)
+                if not math.isnan(share) and share <= 0:
+                    check.error(f"{pod_path}.share", f"a share must be > 0, got {share!r}")
+                share = 1.0 if math.isnan(share) or share <= 0 else share
                 for g, index in enumerate(gpu_list):
                     gpu_path = f"{pod_path}.gpus[{g}]"
                     if node is None:
@@ -408,18 +495,28 @@ class _Loader:
                             f"GPU {index!r} does not exist on node {node} ({node_gpus[node]} GPUs)",
                         )
                         continue
-                    holder = owner.get((node, index))
-                    if holder is not None:
+                    instance = self._instance(
+                        units, node, index, uuids[g] if uuids else None, f"{pod_path}.uuids[{g}]"
+                    )
+                    if instance is None:
+                        continue
+                    key = (node, index, instance)
+                    holder = owner.get(key)
+                    if holder is not None and held[key] + share > 1.0 + 1e-9:
+                        what = "GPU" if instance == WHOLE_GPU else f"MIG instance {instance} of GPU"
                         check.error(
-                            gpu_path, f"GPU {node}/{index} is already allocated to job {holder}"
+                            gpu_path, f"{what} {node}/{index} is already allocated to job {holder}"
                         )
                         continue
-                    owner[(node, index)] = job_id or path
+                    owner.setdefault(key, job_id or path)
+                    held[key] = held.get(key, 0.0) + share
                     alloc_job.append(job_id)
                     alloc_pod.append(p)
                     alloc_order.append(order)
                     alloc_node.append(node)
                     alloc_index.append(index)
+                    alloc_instance.append(instance)
+                    alloc_share.append(share)
                     order += 1
             rows.append(row)
 
@@ -446,9 +543,39 @@ class _Loader:
                 "order": np.asarray(alloc_order, dtype=np.int64),
                 "node": pd.Series(alloc_node, dtype=object),
                 "index": np.asarray(alloc_index, dtype=np.int64),
+                "mig_instance": np.asarray(alloc_instance, dtype=np.int64),
+                "share": np.asarray(alloc_share, dtype="float64"),
             }
         )
         return _indexed(jobs, "id"), allocations
+
+    def _instance(self, units: _Units, node: str, index: int, uuid: Any, path: str) -> int | None:
+        """The unit an allocated GPU names: its MIG instance (found by ``uuid``) on a GPU split
+        into MIG instances, else the whole GPU (-1); None after an error."""
+        split = (node, index) in units.split
+        if uuid is None:
+            if split:
+                self.check.error(
+                    path.rsplit(".", 1)[0] + ".uuids",
+                    f"GPU {node}/{index} is split into MIG instances: name the instance's UUID",
+                )
+                return None
+            return WHOLE_GPU
+        if not isinstance(uuid, str) or not uuid:
+            self.check.error(path, f"expected a device UUID, got {uuid!r}")
+            return None
+        unit = units.by_uuid.get(uuid)
+        if unit is None:
+            if split:
+                self.check.error(
+                    path, f"{uuid!r} names no reported MIG instance of GPU {node}/{index}"
+                )
+                return None
+            return WHOLE_GPU  # a whole GPU whose metrics were not reported
+        if unit[:2] != (node, index):
+            self.check.error(path, f"{uuid!r} is GPU {unit[0]}/{unit[1]}, not {node}/{index}")
+            return None
+        return unit[2]
 
     def _events(self, items: list[Any]) -> pd.DataFrame:
         check = self.check
@@ -473,6 +600,31 @@ class _Loader:
         return frame
 
 
+@dataclass(frozen=True)
+class _Units:
+    """The allocatable units the GPU frame holds: by UUID, and the GPUs split into MIG."""
+
+    by_uuid: dict[str, tuple[str, int, int]]
+    split: frozenset[tuple[str, int]]
+
+
+def _units(gpus: pd.DataFrame) -> _Units:
+    reported = gpus[gpus["uuid"].notna().to_numpy()]
+    by_uuid = {
+        uuid: (node, int(index), int(instance))
+        for uuid, node, index, instance in zip(
+            reported["uuid"],
+            reported["node"],
+            reported["index"],
+            reported["mig_instance"],
+            strict=True,
+        )
+    }
+    mig = gpus[gpus["mig_instance"].to_numpy() != WHOLE_GPU]
+    split = frozenset(zip(mig["node"], mig["index"].astype(int), strict=True))
+    return _Units(by_uuid, split)
+
+
 _TOP_LEVEL_KEYS = frozenset(
     {
         "format",
@@ -487,7 +639,10 @@ _TOP_LEVEL_KEYS = frozenset(
         "events",
     }
 )
-_GPU_NON_METRIC_KEYS = frozenset({"node", "index", "uuid", "health", "xid"})
+_GPU_NON_METRIC_KEYS = frozenset(
+    {"node", "index", "uuid", "health", "xid", "mig", "nvlink_clique", "index_guessed"}
+)
+_PROFILE_SLICES = re.compile(r"^(\d+)g\.")
 
 
 def _indexed(frame: pd.DataFrame, column: str) -> pd.DataFrame:

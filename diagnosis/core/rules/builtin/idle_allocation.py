@@ -10,7 +10,7 @@ import pandas as pd
 from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold, evidence_number
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.rules.running_jobs import NO_UTIL, below, running_jobs_with_stats
-from diagnosis.core.snapshot import ClusterSnapshot
+from diagnosis.core.snapshot import GPU_KEY, WHOLE_GPU, ClusterSnapshot
 
 
 def evaluate(
@@ -70,23 +70,35 @@ def gpu_rows(
     alloc = snapshot.allocations
     alloc = alloc[alloc["job"].isin(job_ids)].sort_values(["job", "order"])
     state = facts.gpu_state[
-        ["node", "index", "util_mean", "fb_used_frac_mean", "health", "node_state"]
+        [*GPU_KEY, "uuid", "mig_profile", "util_mean", "fb_used_frac_mean", "health", "node_state"]
     ]
-    rows = alloc.merge(state, on=["node", "index"], how="left")
+    rows = alloc.merge(state, on=GPU_KEY, how="left")
     out: dict[str, list[dict[str, Any]]] = {}
-    columns = ("job", "node", "index", "util_mean", "fb_used_frac_mean", "health", "node_state")
-    for job, node, index, util, fb, health, node_state in zip(
+    columns = (
+        "job",
+        "node",
+        "index",
+        "mig_instance",
+        "mig_profile",
+        "uuid",
+        "util_mean",
+        "fb_used_frac_mean",
+        "health",
+        "node_state",
+    )
+    for job, node, index, instance, profile, uuid, util, fb, health, node_state in zip(
         *(rows[c].tolist() for c in columns), strict=True
     ):
-        out.setdefault(job, []).append(
-            {
-                "gpu": f"{node}/{int(index)}",
-                "util": evidence_number(util),
-                "fb_used_frac": evidence_number(fb),
-                "health": health,
-                "node_state": node_state,
-            }
-        )
+        entry = {
+            "gpu": f"{node}/{int(index)}",
+            "util": evidence_number(util),
+            "fb_used_frac": evidence_number(fb),
+            "health": health,
+            "node_state": node_state,
+        }
+        if instance != WHOLE_GPU:
+            entry["mig"] = {"instance": int(instance), "profile": profile, "uuid": uuid}
+        out.setdefault(job, []).append(entry)
     return out
 
 

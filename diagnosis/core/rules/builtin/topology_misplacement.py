@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,12 +30,16 @@ KIND_SEVERITY: dict[str, Severity] = {
     CROSS_NUMA: "info",
 }
 NUMA_UNKNOWN = "cross-numa not checked: NUMA node of its GPUs unknown"
+NVLINK_UNKNOWN = (
+    "tp-cross-nvlink / pod-cross-nvlink not checked: NVLink topology of its GPUs unknown"
+)
 EXAMPLES = 20  # crossing TP groups / pods listed in the evidence (all are counted)
 
-# A (node, value) pair as one integer: node code * _NODE_STRIDE + value. For NVLink domains the
-# value is the domain number, or _PCIE_BASE + the GPU's index for a GPU alone on PCIe (domain -1).
+# A (node, value) pair as one integer: node code * _NODE_STRIDE + value. A GPU's NVLink domain
+# id (``dom_id``) is that key for a node-local domain, ``_CLIQUE_BASE`` + the clique's number for
+# a GPU of a multi-node NVLink clique (one domain across nodes), and -1 when unknown.
 _NODE_STRIDE = 1 << 21
-_PCIE_BASE = 1 << 20
+_CLIQUE_BASE = 1 << 60
 
 
 def evaluate(
@@ -57,7 +62,11 @@ def evaluate(
     flags[jobs.spread, 3] = True
     flags[position[pods.job[pods.cross_numa]], 4] = True
 
-    not_judged = {NUMA_UNKNOWN: len(np.unique(pods.job[pods.numa_unknown]))}
+    nvlink_unknown = np.union1d(tp.job[tp.kind == -1], pods.job[pods.nvlink_unknown])
+    not_judged = {
+        NUMA_UNKNOWN: len(np.unique(pods.job[pods.numa_unknown])),
+        NVLINK_UNKNOWN: len(nvlink_unknown),
+    }
     hit = np.flatnonzero(flags.any(axis=1))
     if not len(hit):
         return Judgement((), not_judged)
@@ -73,10 +82,12 @@ def evaluate(
 
 
 class _Layout:
-    """Per node (in ``snapshot.nodes`` order): ``gpus``, ``max_domain`` (GPUs in its largest
-    NVLink domain; 1 when PCIe only), ``max_numa`` (GPUs on its fullest NUMA node) and
-    ``numa_known``; per GPU row of ``snapshot.gpus``: ``node`` (code), ``index``, ``domain``,
-    ``numa``."""
+    """Per node (in ``snapshot.nodes`` order): ``gpus``, ``max_domain`` (GPUs of the node in its
+    largest NVLink domain; 0 when unknown), ``nvlink_known`` (every GPU's domain known),
+    ``max_numa`` (GPUs on its fullest NUMA node) and ``numa_known``; per row of
+    ``snapshot.gpus``: ``node`` (code), ``index``, ``domain``, ``numa``, ``dom_id``. Per clique
+    (``clique_names``): ``clique_sizes`` (GPUs) and ``clique_nodes``. Sizes count physical GPUs
+    (a GPU split into MIG instances once)."""
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         nodes = snapshot.nodes
@@ -86,38 +97,61 @@ class _Layout:
         self.gpus = nodes["gpus"].to_numpy(dtype=np.int64)
         self.node = self.names.get_indexer(gpus["node"]).astype(np.int64)
         self.index = gpus["index"].to_numpy(dtype=np.int64)
+        self.instance = gpus["mig_instance"].to_numpy(dtype=np.int64)
         self.domain = gpus["nvlink_domain"].to_numpy(dtype=np.int64)
         self.numa = gpus["numa"].to_numpy(dtype=np.int64)
-        self.domain_keys, self.domain_sizes = _group_sizes(self.node, self.domain)
-        largest = np.zeros(count, dtype=np.int64)
-        np.maximum.at(largest, self.domain_keys // _NODE_STRIDE, self.domain_sizes)
-        self.max_domain = np.where(largest > 0, largest, np.minimum(self.gpus, 1))
-        self.pcie_gpus = np.bincount(self.node[self.domain < 0], minlength=count)
-        numa_keys, numa_sizes = _group_sizes(self.node, self.numa)
+        cliques = gpus["nvlink_clique"]
+        has_clique = cliques.notna().to_numpy()
+        codes, self.clique_names = pd.factorize(cliques)
+        self.clique = np.asarray(codes, dtype=np.int64)
+        self.dom_id = np.where(
+            has_clique,
+            _CLIQUE_BASE + self.clique,
+            np.where(self.domain >= 0, self.node * _NODE_STRIDE + self.domain, -1),
+        )
+        physical = ~gpus[["node", "index"]].duplicated().to_numpy()
+        p_node = self.node[physical]
+        p_dom = self.dom_id[physical]
+        known = p_dom >= 0
+        pairs, sizes = np.unique(
+            np.stack([p_node[known], p_dom[known]]), axis=1, return_counts=True
+        )
+        self.domain_node = pairs[0] if len(sizes) else np.zeros(0, dtype=np.int64)
+        self.domain_sizes = sizes
+        self.max_domain = np.zeros(count, dtype=np.int64)
+        np.maximum.at(self.max_domain, self.domain_node, self.domain_sizes)
+        self.nvlink_known = np.bincount(p_node[~known], minlength=count) == 0
+        p_clique = self.clique[physical]
+        self.clique_sizes = np.bincount(p_clique[p_clique >= 0], minlength=len(self.clique_names))
+        clique_node = np.unique(np.stack([p_clique[p_clique >= 0], p_node[p_clique >= 0]]), axis=1)
+        self.clique_nodes = np.bincount(clique_node[0], minlength=len(self.clique_names))
+        numa_keys, numa_sizes = _group_sizes(p_node, self.numa[physical])
         self.max_numa = np.zeros(count, dtype=np.int64)
         np.maximum.at(self.max_numa, numa_keys // _NODE_STRIDE, numa_sizes)
-        self.numa_known = np.bincount(self.node[self.numa < 0], minlength=count) == 0
+        self.numa_known = np.bincount(p_node[self.numa[physical] < 0], minlength=count) == 0
 
-    def rows_of(self, node: np.ndarray, index: np.ndarray) -> np.ndarray:
-        """Row positions in ``snapshot.gpus`` of the GPUs (node code, index)."""
+    def rows_of(self, node: np.ndarray, index: np.ndarray, instance: np.ndarray) -> np.ndarray:
+        """Row positions in ``snapshot.gpus`` of the GPU units (node code, index, instance)."""
         codes, first = np.unique(self.node, return_index=True)
         start = np.full(len(self.names), -1, dtype=np.int64)
         start[codes] = first
         rows = start[node] + index
         inside = (rows >= 0) & (rows < len(self.node))
-        if inside.all() and (self.node[rows] == node).all() and (self.index[rows] == index).all():
-            return rows  # the loader lays GPUs out node by node, index 0..n-1
-        keys = pd.MultiIndex.from_arrays([self.node, self.index])
-        return keys.get_indexer(pd.MultiIndex.from_arrays([node, index]))
+        if (
+            inside.all()
+            and (self.node[rows] == node).all()
+            and (self.index[rows] == index).all()
+            and (self.instance[rows] == instance).all()
+        ):
+            return rows  # the loader lays whole GPUs out node by node, index 0..n-1
+        keys = pd.MultiIndex.from_arrays([self.node, self.index, self.instance])
+        return keys.get_indexer(pd.MultiIndex.from_arrays([node, index, instance]))
 
     def tp_groups_per_node(self, tp: int) -> np.ndarray:
-        """How many whole TP groups of ``tp`` GPUs fit inside NVLink domains, per node."""
-        fits = np.bincount(
-            self.domain_keys // _NODE_STRIDE,
-            weights=self.domain_sizes // tp,
-            minlength=len(self.names),
+        """How many whole TP groups of ``tp`` GPUs fit inside the node's own NVLink domains."""
+        return np.bincount(
+            self.domain_node, weights=self.domain_sizes // tp, minlength=len(self.names)
         ).astype(np.int64)
-        return fits + (self.pcie_gpus if tp == 1 else 0)
 
 
 def _group_sizes(node: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -129,8 +163,8 @@ def _group_sizes(node: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.nd
 class _Placement:
     """Allocation rows of running jobs holding >= 2 GPUs, sorted by (job, order): ``job``
     (code in ``snapshot.jobs``), ``pod``, ``order``, ``node`` (code), ``index``, ``domain``,
-    ``numa`` and ``dom_id`` (the GPU's NVLink domain, unique across the cluster; a PCIe-only
-    GPU is a domain of its own)."""
+    ``numa``, ``clique`` (code, -1 none) and ``dom_id`` (the GPU's NVLink domain, unique across
+    the cluster, one id for a whole multi-node clique; -1 when unknown)."""
 
     def __init__(self, snapshot: ClusterSnapshot, layout: _Layout) -> None:
         jobs = snapshot.jobs
@@ -148,11 +182,12 @@ class _Placement:
         self.pod = alloc["pod"].to_numpy(dtype=np.int64)[keep]
         self.node = layout.names.get_indexer(alloc["node"].to_numpy()[keep]).astype(np.int64)
         self.index = alloc["index"].to_numpy(dtype=np.int64)[keep]
-        gpu_rows = layout.rows_of(self.node, self.index)
+        instance = alloc["mig_instance"].to_numpy(dtype=np.int64)[keep]
+        gpu_rows = layout.rows_of(self.node, self.index, instance)
         self.domain = layout.domain[gpu_rows]
         self.numa = layout.numa[gpu_rows]
-        own = np.where(self.domain >= 0, self.domain, _PCIE_BASE + self.index)
-        self.dom_id = self.node * _NODE_STRIDE + own
+        self.clique = layout.clique[gpu_rows]
+        self.dom_id = layout.dom_id[gpu_rows]
         self.rows = len(self.job)
 
 
@@ -180,7 +215,8 @@ class _Runs:
 
 def _tp_groups(placed: _Placement, jobs: pd.DataFrame) -> _Runs:
     """TP groups (consecutive ``tp`` GPUs in allocation order) of jobs with ``tp``; ``kind``
-    1 = spans nodes, 2 = spans NVLink domains on one node, 0 = fine; ``group`` number."""
+    1 = spans nodes outside one NVLink clique, 2 = spans NVLink domains, 0 = fine, -1 = not
+    judged (some GPU's NVLink domain unknown); ``group`` number."""
     tp = jobs["tp"].to_numpy(dtype="float64")[placed.job]
     rows = np.flatnonzero(~np.isnan(tp))
     group = placed.order[rows] // tp[rows].astype(np.int64) if len(rows) else rows
@@ -192,14 +228,25 @@ def _tp_groups(placed: _Placement, jobs: pd.DataFrame) -> _Runs:
         return runs
     node = placed.node[rows]
     dom = placed.dom_id[rows]
+    clique = placed.clique[rows]
     cross_node = np.minimum.reduceat(node, starts) != np.maximum.reduceat(node, starts)
-    cross_dom = np.minimum.reduceat(dom, starts) != np.maximum.reduceat(dom, starts)
-    runs.kind = np.where(cross_node, 1, np.where(cross_dom, 2, 0))
+    dom_min = np.minimum.reduceat(dom, starts)
+    cross_dom = dom_min != np.maximum.reduceat(dom, starts)
+    one_clique = (np.minimum.reduceat(clique, starts) >= 0) & (
+        np.minimum.reduceat(clique, starts) == np.maximum.reduceat(clique, starts)
+    )
+    unknown = dom_min < 0
+    runs.kind = np.where(
+        cross_node & ~one_clique,
+        1,
+        np.where(unknown, -1, np.where(cross_dom, 2, 0)),
+    )
     return runs
 
 
 def _pods(placed: _Placement, layout: _Layout) -> _Runs:
-    """Pods (each on one node): ``cross_nvlink`` (b), ``cross_numa`` (d), ``numa_unknown``."""
+    """Pods (each on one node): ``cross_nvlink`` (b), ``cross_numa`` (d), ``nvlink_unknown``,
+    ``numa_unknown``."""
     rows = np.arange(placed.rows)
     starts = _run_starts(placed.job, placed.pod)
     pods = _Runs(starts, rows, placed.job)
@@ -209,7 +256,10 @@ def _pods(placed: _Placement, layout: _Layout) -> _Runs:
     dom_max = np.maximum.reduceat(placed.dom_id, starts)
     numa_min = np.minimum.reduceat(placed.numa, starts)
     numa_max = np.maximum.reduceat(placed.numa, starts)
-    pods.cross_nvlink = (dom_min != dom_max) & (layout.max_domain[pods.node] >= pods.size)
+    pods.nvlink_unknown = (pods.size >= 2) & ((dom_min < 0) | ~layout.nvlink_known[pods.node])
+    pods.cross_nvlink = (
+        ~pods.nvlink_unknown & (dom_min != dom_max) & (layout.max_domain[pods.node] >= pods.size)
+    )
     pods.numa_unknown = (pods.size >= 2) & ((numa_min < 0) | ~layout.numa_known[pods.node])
     pods.cross_numa = (
         ~pods.numa_unknown & (numa_min != numa_max) & (layout.max_numa[pods.node] >= pods.size)
@@ -314,7 +364,21 @@ def _findings(
             if job_tp not in fits:
                 fits[job_tp] = layout.tp_groups_per_node(job_tp)
             used = np.unique(placed.node[first:end])
-            better_tp = (int(layout.max_domain[used].max()), int(fits[job_tp][used].max()))
+            cliques = np.unique(placed.clique[first:end])
+            cliques = cliques[cliques >= 0]
+            if len(cliques):  # multi-node NVLink: the clique is the domain to stay inside
+                sizes = layout.clique_sizes[cliques]
+                biggest = int(cliques[np.argmax(sizes)])
+                better_tp = _Advice(
+                    int(sizes.max()),
+                    int(sizes.max()) // job_tp,
+                    str(layout.clique_names[biggest]),
+                    int(layout.clique_nodes[biggest]),
+                )
+            else:
+                better_tp = _Advice(
+                    int(layout.max_domain[used].max()), int(fits[job_tp][used].max())
+                )
         findings.append(
             _finding(
                 {
@@ -343,13 +407,24 @@ def _findings(
     return tuple(findings)
 
 
+@dataclass(frozen=True)
+class _Advice:
+    """The NVLink domain a TP group could stay inside: ``largest`` GPUs, ``groups`` of tp in it;
+    for a multi-node clique its id and node count."""
+
+    largest: int
+    groups: int
+    clique: str | None = None
+    clique_nodes: int = 0
+
+
 def _finding(
     job: dict[str, Any],
     kinds: list[str],
     allocation: dict[str, list[int]],
     crossing_groups: list[dict[str, Any]],
     crossing_pods: dict[str, list[dict[str, Any]]],
-    better_tp: tuple[int, int] | None,
+    better_tp: _Advice | None,
     layout: _Layout,
 ) -> Finding:
     severity: Severity = "warning" if any(KIND_SEVERITY[k] == "warning" for k in kinds) else "info"
@@ -363,8 +438,21 @@ def _finding(
             n = sum(1 for g in crossing_groups if g["kind"] == kind)
             if n:
                 phrases.append(f"{n} of {job['tp_groups']} TP group(s) of {tp} GPUs span {where}")
-        largest, per_node = better_tp
-        if per_node == 0:
+        largest, per_node = better_tp.largest, better_tp.groups
+        if better_tp.clique is not None:
+            if per_node == 0:
+                better.append(
+                    f"TP {tp} is larger than NVLink clique {better_tp.clique} ({largest} GPUs "
+                    f"over {better_tp.clique_nodes} nodes): use tp <= {largest}."
+                )
+            else:
+                better.append(
+                    f"Keep each TP group of {tp} inside one NVLink clique: clique "
+                    f"{better_tp.clique} spans {better_tp.clique_nodes} nodes with {largest} "
+                    f"GPUs ({per_node} group(s) of {tp}); GPUs of different nodes in one clique "
+                    "share the NVLink fabric."
+                )
+        elif per_node == 0:
             better.append(
                 f"TP {tp} is larger than the biggest NVLink domain of these nodes ({largest} "
                 f"GPUs): no placement keeps a TP group inside one domain; use tp <= {largest}."

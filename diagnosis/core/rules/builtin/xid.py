@@ -30,6 +30,7 @@ def evaluate(
     # The GPUs with Xids, their holder, health and node state (read from the few nodes involved).
     state = facts.gpu_state
     state = state[state["node"].isin(per_code["node"].unique())]
+    state = state[~state[["node", "index"]].duplicated().to_numpy()]  # one row per physical GPU
     gpus = (
         per_code[["node", "index"]]
         .drop_duplicates()
