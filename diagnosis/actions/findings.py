@@ -171,22 +171,28 @@ def tag_finding_tenants(
     tenant_of_job: Mapping[str, str],
     tenant_ids: Mapping[str, int],
 ) -> int:
-    """Set ``Finding.tenant`` on the findings first seen in this cycle that concern exactly one
-    tenant (:func:`diagnosis.core.fairness.finding_tenant`); one UPDATE per tenant. Findings seen
-    before keep the tenant they got then, so the cost follows the new findings, not all hits."""
+    """Set ``Finding.tenant`` of every finding this diagnosis reported to the one tenant it
+    concerns now (:func:`diagnosis.core.fairness.finding_tenant`), or to none when it concerns
+    none or several. A finding's evidence is rewritten each cycle (an Xid's GPU gets another
+    tenant's job), so its tenant is recomputed from the same evidence each cycle, never kept
+    from when it was first seen (issue #12). Only findings whose tenant changes are written: one
+    UPDATE per new tenant. Returns how many were re-tagged."""
 
-    as_of = diagnosis.snapshot.as_of.to_pydatetime()
-    new = Finding.objects.filter(cluster=cluster, tenant__isnull=True, first_seen=as_of)
-    rows = list(new.values_list("pk", "rule_id", "subject"))
-    if not rows:
-        return 0
     hits = {(hit.rule, hit.subject): hit for hit in diagnosis.findings}
-    by_tenant: dict[int, list[int]] = {}
-    for pk, rule_id, subject in rows:
+    if not hits:
+        return 0
+    rows = Finding.objects.filter(
+        cluster=cluster, rule_id__in={rule for rule, _ in hits}
+    ).values_list("pk", "rule_id", "subject", "tenant_id")
+    by_tenant: dict[int | None, list[int]] = {}
+    for pk, rule_id, subject, current in rows.iterator(chunk_size=2000):
         hit = hits.get((rule_id, subject))
-        name = fairness.finding_tenant(hit, tenant_of_job) if hit is not None else None
-        if name is not None and name in tenant_ids:
-            by_tenant.setdefault(tenant_ids[name], []).append(pk)
+        if hit is None:
+            continue  # not reported this cycle: its evidence (and so its tenant) is unchanged
+        name = fairness.finding_tenant(hit, tenant_of_job)
+        wanted = tenant_ids.get(name) if name is not None else None
+        if wanted != current:
+            by_tenant.setdefault(wanted, []).append(pk)
     return sum(
         Finding.objects.filter(pk__in=pks).update(tenant_id=tid) for tid, pks in by_tenant.items()
     )
