@@ -85,6 +85,12 @@ ADAPTERS: plugins.Registry[AdapterSpec] = plugins.Registry(
             adapter="diagnosis.edge.schedulers.kubernetes.kueue:KueueAdapter",
             config="diagnosis.edge.schedulers.kubernetes.kueue:CONFIG",
         ),
+        AdapterSpec(
+            "yarn",
+            "YARN",
+            adapter="diagnosis.edge.schedulers.yarn.adapter:YarnAdapter",
+            config="diagnosis.edge.schedulers.yarn.adapter:CONFIG",
+        ),
     ],
     what="scheduler adapter",
     error=DuplicateAdapterError,

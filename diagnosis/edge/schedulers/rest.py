@@ -1,0 +1,72 @@
+"""GET one JSON document from a scheduler's REST API, bounded: a timeout per request, a cap on
+the bytes read (a hostile or broken server cannot fill the worker's memory), and errors in the
+:class:`SchedulerError` words the cycle understands (transient for timeouts, refused
+connections and 5xx; permanent for 4xx and answers that are not JSON objects).
+
+Used by the YARN adapter and Slurm's slurmrestd transport.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import requests
+
+from diagnosis.edge.errors import SchedulerError
+
+MAX_BYTES = 64 * 2**20
+CHUNK = 1 << 16
+
+
+def get_json(
+    session: requests.Session,
+    url: str,
+    *,
+    what: str,
+    timeout_s: float,
+    headers: Mapping[str, str] | None = None,
+    params: Mapping[str, str] | None = None,
+    max_bytes: int = MAX_BYTES,
+) -> dict[str, Any]:
+    """The JSON object at ``url``; ``what`` names the service in errors (never the headers)."""
+    try:
+        response = session.get(
+            url, headers=dict(headers or {}), params=params, timeout=timeout_s, stream=True
+        )
+    except requests.Timeout:
+        raise SchedulerError(
+            f"{what} did not answer within {timeout_s:g} s", permanent=False
+        ) from None
+    except requests.ConnectionError as exc:
+        reason = type(exc).__name__
+        raise SchedulerError(f"{what} is unreachable ({reason})", permanent=False) from None
+    try:
+        body = bytearray()
+        try:
+            for chunk in response.iter_content(CHUNK):
+                body.extend(chunk)
+                if len(body) > max_bytes:
+                    raise SchedulerError(
+                        f"{what} answered more than {max_bytes // 2**20} MiB", permanent=True
+                    )
+        except requests.RequestException:
+            raise SchedulerError(f"{what} broke off its answer", permanent=False) from None
+    finally:
+        response.close()
+    if response.status_code != 200:
+        snippet = bytes(body[:300]).decode("utf-8", errors="replace").strip()
+        raise SchedulerError(
+            f"{what} answered HTTP {response.status_code}" + (f": {snippet}" if snippet else ""),
+            permanent=response.status_code < 500 and response.status_code != 429,
+        )
+    try:
+        document = json.loads(bytes(body))
+    except ValueError:
+        raise SchedulerError(
+            f"{what} answered something that is not JSON", permanent=True
+        ) from None
+    if not isinstance(document, dict):
+        raise SchedulerError(f"{what} answered JSON that is not an object", permanent=True)
+    return document

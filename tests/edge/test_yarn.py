@@ -1,0 +1,267 @@
+"""The YARN adapter on answers shaped like Hadoop's ResourceManager REST API docs
+(tests/fixtures/yarn, see its README), served by a loopback server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from diagnosis.core import snapshot as snapshot_format
+from diagnosis.edge.errors import SchedulerError
+from diagnosis.edge.schedulers.registry import adapter_for
+from diagnosis.edge.schedulers.yarn import parse
+from diagnosis.edge.schedulers.yarn.adapter import YarnAdapter
+from tests.conftest import REPO_ROOT
+from tests.support.rest_server import serving
+
+FIXTURES = REPO_ROOT / "tests" / "fixtures" / "yarn"
+NOW_MS = 1795944000000  # 2026-11-29T09:20:00Z
+SETTINGS = parse.YarnSettings(gpu_models={"gpu": "A100-SXM4-80GB"})
+
+
+def fixture(name: str) -> dict:
+    return json.loads((FIXTURES / name).read_text())
+
+
+def routes(scheduler: str = "scheduler_capacity.json") -> dict:
+    def apps(query, headers):
+        finished = "FINISHED" in query.get("states", [""])[0]
+        return 200, fixture("apps_finished.json" if finished else "apps_live.json")
+
+    return {
+        "/ws/v1/cluster/nodes": (200, fixture("nodes.json")),
+        "/ws/v1/cluster/scheduler": (200, fixture(scheduler)),
+        "/ws/v1/cluster/apps": apps,
+    }
+
+
+def adapter(url: str, **config) -> YarnAdapter:
+    return adapter_for("yarn", {"url": url, **config}, cluster="hadoop")  # type: ignore[return-value]
+
+
+# -- parsing -------------------------------------------------------------------------------------
+
+
+def test_nodes_have_their_label_as_pool_and_yarn_gpus() -> None:
+    nodes = {n["name"]: n for n in parse.parse_nodes(fixture("nodes.json"), SETTINGS)}
+
+    assert {k: (n["pool"], n["gpus"], n["state"]) for k, n in nodes.items()} == {
+        "gpu-1.example.com": ("gpu", 8, "ready"),
+        "gpu-2.example.com": ("gpu", 8, "ready"),
+        "gpu-3.example.com": ("gpu", 8, "cordoned"),  # DECOMMISSIONING
+        "gpu-4.example.com": ("gpu", 8, "down"),  # UNHEALTHY
+        "cpu-1.example.com": ("default", 0, "ready"),
+    }
+    assert nodes["gpu-1.example.com"]["gpu_model"] == "A100-SXM4-80GB"
+    assert nodes["gpu-1.example.com"]["gpus_used"] == 4
+    assert "gpus_used" not in nodes["cpu-1.example.com"]
+
+
+def test_capacity_leaf_queues_take_their_absolute_capacity_of_the_gpus() -> None:
+    queues = parse.parse_queues(fixture("scheduler_capacity.json"), total_gpus=32)
+
+    assert queues == [
+        {
+            "name": "research",
+            "tenant": "research",
+            "weight": 42.0,
+            "deserved_gpus": 13.44,
+            "capability_gpus": 32.0,
+        },
+        {
+            "name": "prod",
+            "tenant": "prod",
+            "weight": 28.0,
+            "deserved_gpus": 8.96,
+            "capability_gpus": 16.0,
+        },
+        {
+            "name": "default",
+            "tenant": "default",
+            "weight": 30.0,
+            "deserved_gpus": 9.6,
+            "capability_gpus": 32.0,
+        },
+    ]
+
+
+def test_fair_leaf_queues_take_weight_and_gpu_min_max_where_reported() -> None:
+    queues = parse.parse_queues(fixture("scheduler_fair.json"), total_gpus=32)
+
+    assert queues == [
+        {"name": "root.default", "tenant": "root.default"},
+        {
+            "name": "root.teams.research",
+            "tenant": "root.teams.research",
+            "weight": 3.0,
+            "deserved_gpus": 8,
+            "capability_gpus": 24,
+        },
+        {
+            "name": "root.teams.prod",
+            "tenant": "root.teams.prod",
+            "weight": 1.0,
+            "deserved_gpus": 4,
+            "capability_gpus": 16,
+        },
+    ]
+
+
+def test_applications_are_jobs_without_a_guessed_allocation() -> None:
+    parsed = parse.parse_apps([fixture("apps_live.json"), fixture("apps_finished.json")], SETTINGS)
+    jobs = {j["id"][-4:]: j for j in parsed.jobs}
+
+    assert {k: j["state"] for k, j in jobs.items()} == {
+        "0001": "running",
+        "0002": "pending",
+        "0003": "pending",
+        "0004": "running",
+        "0005": "completed",
+        "0006": "failed",
+        "0007": "failed",
+    }
+    assert (jobs["0001"]["pods"], jobs["0001"]["allocation"], jobs["0001"]["gpus_per_pod"]) == (
+        3,
+        [],
+        0,
+    )
+    assert jobs["0001"]["preemptions"] == 1
+    assert (jobs["0002"]["pending_reason"], jobs["0002"]["started"]) == ("ACCEPTED", None)
+    assert jobs["0001"]["submitted"] == "2026-11-29T08:13:20Z"
+    assert jobs["0005"]["ended"] == parse.ms_time(1795943000000)
+
+
+def test_pending_diagnostics_are_failed_scheduling_events_reported_when_they_change() -> None:
+    parsed = parse.parse_apps([fixture("apps_live.json")], SETTINGS)
+    events, cursor = parse.derive_events(parsed, parse.EventCursor(), now_ms=NOW_MS)
+    failed = {e["job"][-4:]: e for e in events if e["kind"] == "failed_scheduling"}
+
+    assert set(failed) == {"0002", "0003"}
+    assert failed["0002"]["reason"] == "ACCEPTED"
+    assert "Queue's AM resource limit exceeded" in failed["0002"]["message"]
+
+    again, _ = parse.derive_events(parsed, cursor, now_ms=NOW_MS + 60_000)
+    assert [e for e in again if e["kind"] == "failed_scheduling"] == []
+
+
+@pytest.mark.parametrize(
+    "document",
+    [{}, {"nodes": None}, {"nodes": {"node": "x"}}, {"nodes": {"node": [1, None, {"state": 3}]}}],
+)
+def test_odd_node_answers_give_no_nodes_not_a_crash(document) -> None:
+    assert parse.parse_nodes(document, SETTINGS) == []
+
+
+def test_a_deeply_nested_queue_tree_is_cut_at_a_bounded_depth() -> None:
+    queue: dict = {"queueName": "leaf", "absoluteCapacity": 1.0}
+    for depth in range(5000):
+        queue = {"queueName": f"q{depth}", "queues": {"queue": [queue]}}
+    document = {"scheduler": {"schedulerInfo": {"type": "capacityScheduler", **queue}}}
+
+    assert parse.parse_queues(document, total_gpus=8) == []
+
+
+# -- the adapter against a loopback ResourceManager ----------------------------------------------
+
+
+def test_read_state_is_a_valid_snapshot_from_four_requests() -> None:
+    with serving(routes()) as server:
+        yarn = adapter(server.url, gpu_models={"gpu": "A100-SXM4-80GB"})
+        state = yarn.read_state()
+        batch = yarn.read_events(None)
+
+    snap = snapshot_format.load(
+        {
+            "format": snapshot_format.FORMAT,
+            "cluster": "hadoop",
+            "as_of": "2026-11-29T09:20:00Z",
+            "scheduler": state.scheduler,
+            "nodes": state.nodes,
+            "queues": state.queues,
+            "jobs": state.jobs,
+            "events": [{k: v for k, v in e.items() if k != "dedup_key"} for e in batch.events],
+        }
+    )
+    assert snap.total_gpus == 32
+    assert set(snap.queues.index) == {"research", "prod", "default"}
+    assert [r.path for r in server.requests] == [
+        "/ws/v1/cluster/nodes",
+        "/ws/v1/cluster/scheduler",
+        "/ws/v1/cluster/apps",
+        "/ws/v1/cluster/apps",
+    ]
+    assert server.requests[2].query["states"] == ["NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING"]
+    assert server.requests[3].query["states"] == ["FINISHED,FAILED,KILLED"]
+    kinds = {(e["kind"], e["job"][-4:]) for e in batch.events}
+    assert {("completed", "0005"), ("failed", "0006"), ("failed", "0007")} <= kinds
+    assert {("failed_scheduling", "0002"), ("failed_scheduling", "0003")} <= kinds
+
+
+def test_the_next_read_asks_for_applications_finished_since_its_cursor() -> None:
+    with serving(routes()) as server:
+        yarn = adapter(server.url, event_overlap_s=60)
+        yarn.read_state()
+        cursor = parse.EventCursor(time_ms=NOW_MS).dump()
+        yarn.read_events(cursor)
+
+    assert server.requests[-1].query["finishedTimeBegin"] == [str(NOW_MS - 60_000)]
+
+
+@pytest.mark.parametrize(
+    ("answer", "permanent", "words"),
+    [
+        ((503, {"RemoteException": {"message": "standby"}}), False, "HTTP 503"),
+        ((403, {"RemoteException": {"message": "denied"}}), True, "HTTP 403"),
+        ((200, b"<html>not json</html>"), True, "not JSON"),
+        ((200, [1, 2]), True, "not an object"),
+    ],
+)
+def test_failures_are_scheduler_errors_of_the_right_kind(answer, permanent, words) -> None:
+    with (
+        serving({**routes(), "/ws/v1/cluster/nodes": answer}) as server,
+        pytest.raises(SchedulerError, match=words) as caught,
+    ):
+        adapter(server.url).read_state()
+
+    assert caught.value.permanent is permanent
+
+
+def test_an_unreachable_resource_manager_is_a_transient_error() -> None:
+    with serving(routes()) as server:
+        url = server.url
+    with pytest.raises(SchedulerError, match="unreachable") as caught:
+        adapter(url, timeout_s=2).read_state()
+
+    assert caught.value.permanent is False
+
+
+def test_queue_weight_is_advice_only() -> None:
+    change = {"kind": "queue-weight", "target": "queue:research", "from": 42.0, "to": 50}
+    with serving(routes()) as server:
+        yarn = adapter(server.url)
+        shown = yarn.apply(change, dry_run=True)
+        with pytest.raises(SchedulerError, match="read and advise only") as caught:
+            yarn.apply(change, dry_run=False)
+
+    assert (shown.applied, shown.dry_run) == (False, True)
+    assert "yarn.scheduler.capacity.<parent path>.research.capacity to 50" in shown.command
+    assert "yarn rmadmin -refreshQueues" in shown.command
+    assert caught.value.permanent
+    assert yarn.capabilities.change_kinds == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ({}, "scheduler_config.url"),
+        ({"url": "rm:8088"}, "scheduler_config.url"),
+        ({"url": "http://user:pw@rm:8088"}, "scheduler_config.url"),
+        ({"url": "http://rm:8088", "timeout_s": 0}, "scheduler_config.timeout_s"),
+        ({"url": "http://rm:8088", "gpu_models": ["a100"]}, "scheduler_config.gpu_models"),
+    ],
+)
+def test_bad_config_names_the_field(config, field) -> None:
+    with pytest.raises(SchedulerError, match=field) as caught:
+        adapter_for("yarn", config)
+    assert caught.value.permanent
