@@ -267,3 +267,122 @@ def test_pending_job_without_gpus_is_ignored():
     judgement = judge(builder.job("j1", state="pending", pods=4, gpus_per_pod=8).build())
     assert not judgement.findings
     assert not any(judgement.not_judged.values())
+
+
+# -- unknown topology is not judged ---------------------------------------------------------------
+
+
+def test_pod_on_a_node_without_topology_is_not_judged_for_nvlink_or_numa():
+    builder = SnapshotBuilder()
+    node(builder, "n1", domains=None)
+    judgement = judge(builder.job("j1", gpus_per_pod=2, allocation=[("n1", [3, 4])]).build())
+    assert not judgement.findings
+    assert judgement.not_judged == {NVLINK_UNKNOWN: 1, NUMA_UNKNOWN: 1}
+
+
+def test_gpu_no_domain_lists_makes_its_pod_not_judged():
+    builder = SnapshotBuilder()
+    node(builder, "n1", domains=[[0, 1, 2, 3], [4, 5, 6]], numa=SPLIT_NUMA)  # GPU 7 unknown
+    judgement = judge(builder.job("j1", gpus_per_pod=2, allocation=[("n1", [6, 7])]).build())
+    assert not judgement.findings
+    assert judgement.not_judged[NVLINK_UNKNOWN] == 1
+
+
+def test_tp_across_nodes_is_judged_without_topology():
+    builder = SnapshotBuilder()
+    node(builder, "n1", domains=None)
+    node(builder, "n2", domains=None)
+    snap = builder.job("j1", pods=2, gpus_per_pod=8, tp=16, nodes=["n1", "n2"]).build()
+    assert one(snap).evidence["kinds"] == ["tp-cross-node"]
+
+
+# -- multi-node NVLink (GB200/GB300 NVL72) -------------------------------------------------------
+
+TRAY = [[0, 1, 2, 3]]
+
+
+def nvl72(builder, rack: str, clique: str | None, trays: int = 18):
+    """One NVL72 rack: ``trays`` compute trays of 4 GPUs, all in NVLink clique ``clique``."""
+    for t in range(trays):
+        builder.node(
+            f"{rack}-{t:02d}", pool="gb200", gpus=4, gpu_model="GB200", nvlink_domains=TRAY,
+            numa=[0, 0, 1, 1], clique=clique,
+        )  # fmt: skip
+    return builder
+
+
+def tp8_over(builder, first: str, second: str):
+    allocation = [(first, [0, 1, 2, 3]), (second, [0, 1, 2, 3])]
+    return builder.job(
+        "j1", pool="gb200", pods=2, gpus_per_pod=4, tp=8, allocation=allocation
+    ).build()
+
+
+def test_tp8_over_two_trays_of_one_clique_is_fine():
+    builder = nvl72(SnapshotBuilder(), "rack-a", "fabric-1.0")
+    judgement = judge(tp8_over(builder, "rack-a-00", "rack-a-07"))
+    assert not judgement.findings
+    assert not judgement.not_judged[NVLINK_UNKNOWN]
+
+
+def test_tp8_over_two_cliques_crosses_nodes():
+    builder = nvl72(SnapshotBuilder(), "rack-a", "fabric-1.0")
+    builder = nvl72(builder, "rack-b", "fabric-1.1")
+    finding = one(tp8_over(builder, "rack-a-00", "rack-b-00"))
+    assert finding.evidence["kinds"] == ["tp-cross-node"]
+    assert finding.evidence["tp_groups_crossing"][0]["nodes"] == ["rack-a-00", "rack-b-00"]
+    better = finding.evidence["better_placement"]
+    assert "inside one NVLink clique" in better
+    assert "spans 18 nodes with 72 GPUs (9 group(s) of 8)" in better
+
+
+def test_tp8_over_two_trays_without_clique_crosses_nodes():
+    builder = nvl72(SnapshotBuilder(), "rack-a", None, trays=2)
+    finding = one(tp8_over(builder, "rack-a-00", "rack-a-01"))
+    assert finding.evidence["kinds"] == ["tp-cross-node"]
+    assert (
+        "larger than the biggest NVLink domain of these nodes (4 GPUs)"
+        in (finding.evidence["better_placement"])
+    )
+
+
+def test_tp8_of_four_pods_in_a_two_tray_clique_is_fine():
+    builder = nvl72(SnapshotBuilder(), "rack-a", "fabric-1.0", trays=2)
+    pods = [
+        ("rack-a-00", [0, 1]),
+        ("rack-a-00", [2, 3]),
+        ("rack-a-01", [0, 1]),
+        ("rack-a-01", [2, 3]),
+    ]
+    snap = builder.job("j1", pool="gb200", pods=4, gpus_per_pod=2, tp=8, allocation=pods)
+    assert not judge(snap.build()).findings  # 8 GPUs in one 8-GPU clique: fine
+
+
+def test_pods_inside_a_clique_tray_are_judged_by_the_tray():
+    builder = nvl72(SnapshotBuilder(), "rack-a", "fabric-1.0", trays=1)
+    snap = builder.job("j1", pool="gb200", gpus_per_pod=2, allocation=[("rack-a-00", [1, 2])])
+    finding = one(snap.build())
+    assert finding.evidence["kinds"] == ["cross-numa"]  # NVLink fine, NUMA 0/1 crossed
+
+
+# -- MIG instances -------------------------------------------------------------------------------
+
+
+def test_mig_instances_of_one_gpu_do_not_cross_nvlink():
+    builder = SnapshotBuilder()
+    node(builder, "h1", domains=TWO_DOMAINS, numa=SPLIT_NUMA)
+    builder.mig("h1", 0, 1, uuid="MIG-1").mig("h1", 0, 2, uuid="MIG-2")
+    snap = builder.job(
+        "j1", gpus_per_pod=2, allocation=[("h1", [0, 0])], uuids=[["MIG-1", "MIG-2"]]
+    )
+    assert not judge(snap.build()).findings
+
+
+def test_pod_of_mig_instances_on_two_gpus_of_different_domains():
+    builder = SnapshotBuilder()
+    node(builder, "h1", domains=TWO_DOMAINS, numa=SPLIT_NUMA)
+    builder.mig("h1", 0, 1, uuid="MIG-1").mig("h1", 4, 1, uuid="MIG-2")
+    snap = builder.job(
+        "j1", gpus_per_pod=2, allocation=[("h1", [0, 4])], uuids=[["MIG-1", "MIG-2"]]
+    )
+    assert one(snap.build()).evidence["kinds"] == ["pod-cross-nvlink", "cross-numa"]

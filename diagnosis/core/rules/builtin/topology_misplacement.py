@@ -525,15 +525,20 @@ RULE = Rule(
         detects=(
             "A running job holding ≥ 2 GPUs whose placement costs bandwidth it need not lose: "
             "(a) `parallelism.tp` is given and a TP group (consecutive `tp` GPUs of the "
-            "allocation, in allocation order) spans more than one node (`tp-cross-node`) or "
-            "more than one NVLink domain (`tp-cross-nvlink`; a GPU without NVLink is its own "
-            "domain); (b) a pod's GPUs span NVLink domains although its node has a domain at "
+            "allocation, in allocation order) spans more than one node (`tp-cross-node`; GPUs "
+            "of one multi-node NVLink clique, `gpus[].nvlink_clique` as on GB200/GB300 NVL72, "
+            "count as one domain, so a group inside one clique does not cross) or more than "
+            "one NVLink domain (`tp-cross-nvlink`; a GPU listed alone has no NVLink peer); "
+            "(b) a pod's GPUs span NVLink domains although its node has a domain at "
             "least as large as the pod, counting all of the domain's GPUs, busy or not "
             "(`pod-cross-nvlink`); (c) the job uses more nodes than "
             "`ceil(pods / floor(G / gpus_per_pod))`, with G the largest GPU count among its "
             "nodes (`spread-across-nodes`); (d) a pod's GPUs span NUMA nodes although its node "
             "has a NUMA node with at least as many GPUs as the pod (`cross-numa`; not checked "
-            "where NUMA is unknown, counted under *not judged*). One finding per job: warning "
+            "where NUMA is unknown, counted under *not judged*). A node without topology data "
+            'is never taken for "PCIe only": (a)\'s NVLink check and (b) are not judged for '
+            "GPUs whose NVLink domain is unknown (counted under *not judged*), while the node "
+            "boundary of (a) and (c) is still judged. One finding per job: warning "
             "when (a) or (b) applies, info for (c) or (d) alone."
         ),
         why=(
@@ -561,7 +566,9 @@ RULE = Rule(
         references=(
             "DESIGN.md section 5 (`topology-misplacement`)",
             "Shoeybi et al., Megatron-LM (2019): tensor parallelism within a node",
-            "`nvidia-smi topo -m` (../shared/data/topology/)",
+            "`nvidia-smi topo -m` (../shared/data/topology/; `manage.py topology FILE`)",
+            "NVIDIA GB200 NVL72: one NVLink domain of 72 GPUs over 18 compute trays "
+            "(`nvidia.com/gpu.clique`)",
         ),
     ),
     evaluate=evaluate,
