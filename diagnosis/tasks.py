@@ -25,6 +25,8 @@ from redis.exceptions import LockError
 
 from diagnosis.actions.apply import perform_apply, run_dry_run
 from diagnosis.actions.cycles import run_cluster_cycle
+from diagnosis.actions.notifications import alertmanager_configured, deliver_to_alertmanager
+from diagnosis.actions.owner_notices import send_owner_notices
 from diagnosis.actions.subscriptions import send_due_report_subscriptions
 from diagnosis.actions.workflow import TransientApplyError
 from diagnosis.edge.sources.prometheus import collect_shard
@@ -197,3 +199,20 @@ def actuate_dry_run(recommendation_id: int) -> dict[str, str]:
 def send_report_subscriptions() -> int:
     """Beat, hourly: email the fairness reports whose weekly or monthly turn has come."""
     return send_due_report_subscriptions()
+
+
+@shared_task(name="diagnosis.tasks.notify_cluster")
+def notify_cluster(cluster_id: int) -> dict[str, str]:
+    """The notify step of one cluster after its cycle (DESIGN.md section 3, step 5): its
+    alerts to Alertmanager when GPUOBS_ALERTMANAGER_URL is set, its owner notices when its
+    policy is on. Failures are recorded, never raised (the next cycle sends again)."""
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return {"cluster_id": str(cluster_id), "outcome": "no-cluster"}
+    outcome = {"cluster_id": str(cluster_id)}
+    if alertmanager_configured():
+        outcome["alertmanager"] = deliver_to_alertmanager(cluster).last_error or "ok"
+    sent = send_owner_notices(cluster)
+    if sent is not None:
+        outcome["owner_notices"] = str(sent)
+    return outcome

@@ -282,6 +282,21 @@ GPUOBS_ADMIN_PASSWORD = os.environ.get("GPUOBS_ADMIN_PASSWORD") or None
 GPUOBS_ALERTMANAGER_XID_ALERTS = env_list("GPUOBS_ALERTMANAGER_XID_ALERTS")
 GPUOBS_ALERTMANAGER_HEALTH_ALERTS = env_list("GPUOBS_ALERTMANAGER_HEALTH_ALERTS")
 GPUOBS_ALERTMANAGER_CLUSTER_LABEL = os.environ.get("GPUOBS_ALERTMANAGER_CLUSTER_LABEL", "cluster")
+# Outbound (docs/integrations.md, "Findings and incidents to Alertmanager"): firing findings at or
+# above a severity (per rule: "xid=critical,low-mfu=warning") and open incidents go to
+# Alertmanager's v2 API each cycle. Credentials by reference: the name of a GPUOBS_SECRET_*
+# environment variable holding a bearer token, or a user and such a variable holding a password.
+GPUOBS_ALERTMANAGER_URL = os.environ.get("GPUOBS_ALERTMANAGER_URL", "")
+GPUOBS_ALERTMANAGER_TOKEN_ENV = os.environ.get("GPUOBS_ALERTMANAGER_TOKEN_ENV", "")
+GPUOBS_ALERTMANAGER_USERNAME = os.environ.get("GPUOBS_ALERTMANAGER_USERNAME", "")
+GPUOBS_ALERTMANAGER_PASSWORD_ENV = os.environ.get("GPUOBS_ALERTMANAGER_PASSWORD_ENV", "")
+GPUOBS_ALERTMANAGER_MIN_SEVERITY = os.environ.get("GPUOBS_ALERTMANAGER_MIN_SEVERITY", "warning")
+GPUOBS_ALERTMANAGER_RULE_SEVERITY = env_list("GPUOBS_ALERTMANAGER_RULE_SEVERITY")
+GPUOBS_ALERTMANAGER_TIMEOUT_SECONDS = env_int("GPUOBS_ALERTMANAGER_TIMEOUT_SECONDS", 5)
+# The external URL of gpuobs (generatorURL of its alerts, links in notices and the dashboard).
+GPUOBS_EXTERNAL_URL = os.environ.get("GPUOBS_EXTERNAL_URL", "http://127.0.0.1:8000")
+# /metrics: at most this many per-finding series (gpuobs_finding_info) per cluster.
+GPUOBS_METRICS_MAX_FINDING_SERIES = env_int("GPUOBS_METRICS_MAX_FINDING_SERIES", 500)
 # Recommendation workflow (docs/recommendations.md, "Workflow"): an approval lapses after
 # GPUOBS_APPROVAL_TTL_SECONDS unless applied; an applied change is judged over the next
 # GPUOBS_VERIFY_CYCLES cycles (worse by more than GPUOBS_VERIFY_TOLERANCE_PCT percent of its

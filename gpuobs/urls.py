@@ -5,6 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from diagnosis.api import urls as api_urls
+from diagnosis.api.metrics import MetricsView
 from diagnosis.pages.health import healthz
 
 # One API (diagnosis/api/urls.py), two prefixes: the versioned /api/v1/ and the short /api/.
@@ -15,6 +16,8 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", healthz, name="healthz"),
+    # Prometheus exposition for a scrape job (token or basic auth; docs/integrations.md).
+    path("metrics", MetricsView.as_view(), name="metrics"),
     path("admin/", admin.site.urls),
     *(
         path(prefix, include((api_urls.urlpatterns, "api"), namespace=namespace))

@@ -21,3 +21,11 @@ def apply_on_commit(recommendation_id: int, apply_key: str) -> None:
     from diagnosis.tasks import actuate_recommendation  # noqa: PLC0415 -- as above
 
     actuate_recommendation.delay_on_commit(recommendation_id, apply_key)
+
+
+def notify_on_commit(cluster_id: int) -> None:
+    """Send a cluster's notifications (Alertmanager, owner notices) after its cycle commits, on
+    the default queue: the cycle never waits for them."""
+    from diagnosis.tasks import notify_cluster  # noqa: PLC0415 -- as above
+
+    notify_cluster.delay_on_commit(cluster_id)

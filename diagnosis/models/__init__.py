@@ -18,6 +18,12 @@ from diagnosis.models.inventory import (
     SchedulerEvent,
     Tenant,
 )
+from diagnosis.models.notifications import (
+    DeliveryState,
+    NotifyChannel,
+    OwnerNotice,
+    OwnerNoticePolicy,
+)
 from diagnosis.models.recommendations import (
     AuditEntry,
     AuditEntryImmutableError,
@@ -33,12 +39,16 @@ __all__ = [
     "AuditEntryQuerySet",
     "Cluster",
     "ClusterCycle",
+    "DeliveryState",
     "Finding",
     "FindingEvent",
     "Gpu",
     "Incident",
     "Job",
     "Node",
+    "NotifyChannel",
+    "OwnerNotice",
+    "OwnerNoticePolicy",
     "PoolRollup",
     "Queue",
     "Recommendation",
