@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from io import StringIO
 
 import pytest
@@ -15,22 +12,9 @@ from django.core.management.base import CommandError
 from diagnosis.models import Cluster, Finding, Snapshot
 from tests.conftest import REPO_ROOT
 from tests.support.builders import SnapshotBuilder
+from tests.support.commands import manage
 
 DESIGN_EXAMPLE = REPO_ROOT / "tests" / "fixtures" / "design_example.json"
-
-
-def manage(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    """Run manage.py as a separate process, as a user would (embedded SQLite settings)."""
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        input=stdin,
-        env=env,
-        timeout=120,
-        check=False,
-    )
 
 
 @pytest.fixture

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import subprocess
-import sys
 
 import pytest
 
 from tests.conftest import REPO_ROOT, require_binary
+from tests.support.commands import manage
 
 PRODUCTION_ENV = {
     "DJANGO_DEBUG": "0",
@@ -34,18 +33,6 @@ def clean_env(**overrides: str) -> dict[str, str]:
     return env
 
 
-def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def read_settings(env: dict[str, str]) -> dict:
     script = (
         "import json; from django.conf import settings as s; print(json.dumps({"
@@ -54,7 +41,7 @@ def read_settings(env: dict[str, str]) -> dict:
         "'ssl_redirect': s.SECURE_SSL_REDIRECT, 'secure_cookies': s.SESSION_COOKIE_SECURE,"
         "'proxy_header': getattr(s, 'SECURE_PROXY_SSL_HEADER', None)}))"
     )
-    result = manage("shell", "-c", script, env=env)
+    result = manage("shell", "-c", script, text=True, env=env)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -85,14 +72,16 @@ def test_production_env_selects_postgresql_redis_and_secure_transport() -> None:
 
 
 def test_check_deploy_passes_without_a_single_warning_in_production() -> None:
-    result = manage("check", "--deploy", "--fail-level", "WARNING", env=clean_env(**PRODUCTION_ENV))
+    result = manage(
+        "check", "--deploy", "--fail-level", "WARNING", text=True, env=clean_env(**PRODUCTION_ENV)
+    )
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues (0 silenced)" in result.stdout
 
 
 def test_check_deploy_flags_the_embedded_defaults() -> None:
-    result = manage("check", "--deploy", "--fail-level", "WARNING", env=clean_env())
+    result = manage("check", "--deploy", "--fail-level", "WARNING", text=True, env=clean_env())
 
     assert result.returncode != 0
     assert "security.W018" in result.stderr  # DEBUG on
@@ -103,14 +92,14 @@ def test_production_refuses_to_start_without_required_variable(missing: str) -> 
     env = clean_env(**PRODUCTION_ENV)
     del env[missing]
 
-    result = manage("check", env=env)
+    result = manage("check", text=True, env=env)
 
     assert result.returncode != 0
     assert f"{missing} must be set when DJANGO_DEBUG=0" in result.stderr
 
 
 def test_a_malformed_boolean_is_named_in_the_error() -> None:
-    result = manage("check", env=clean_env(DJANGO_DEBUG="maybe"))
+    result = manage("check", text=True, env=clean_env(DJANGO_DEBUG="maybe"))
 
     assert result.returncode != 0
     assert "DJANGO_DEBUG must be 1 or 0" in result.stderr

@@ -16,7 +16,7 @@ from diagnosis.actions.simulator import apply_sim_change
 from diagnosis.core.recommend.base import Generator
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import AuditEntry, Cluster, ClusterCycle, Finding, Recommendation, Snapshot
-from tests.support.records import make_recommendation
+from tests.support.records import make_recommendation, stepped_seed_config
 
 pytestmark = [pytest.mark.django_db, pytest.mark.lab("lab-cycle")]
 
@@ -32,13 +32,7 @@ def demo(make_cluster) -> Iterator[Cluster]:
         "demo-cycle",
         scheduler_kind="sim",
         metrics_kind="sim",
-        scheduler_config={
-            "scenario": "seed",
-            "seed": 0,
-            "clock": "step",
-            "step_s": STEP_S,
-            "started_at": start.isoformat(),
-        },
+        scheduler_config=stepped_seed_config(start, STEP_S),
     )
     yield cluster
     sim_runtime.forget(cluster.name)

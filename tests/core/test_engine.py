@@ -10,19 +10,7 @@ import pytest
 from diagnosis.core.rules.base import Judgement, ThresholdError
 from diagnosis.core.rules.engine import run_rules
 from diagnosis.core.rules.registry import DuplicateRuleError, all_rules, collect, get_rule
-from tests.support.builders import SnapshotBuilder
-
-RULE_IDS = {
-    "fragmentation",
-    "starvation",
-    "gang-deadlock",
-    "gang-partial-hold",
-    "idle-allocation",
-    "data-starvation",
-    "low-mfu",
-    "topology-misplacement",
-    "xid",
-}
+from tests.support.builders import BUILTIN_RULE_IDS, SnapshotBuilder
 
 
 def idle_snapshot():
@@ -33,7 +21,7 @@ def idle_snapshot():
 
 
 def test_the_nine_rules_are_registered_by_their_stable_ids():
-    assert set(all_rules()) == RULE_IDS
+    assert set(all_rules()) == set(BUILTIN_RULE_IDS)
 
 
 def test_every_rule_has_a_complete_doc_and_typed_thresholds():

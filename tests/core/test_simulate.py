@@ -22,19 +22,9 @@ from diagnosis.core.simulate.scenarios import (
     week_scenario,
 )
 from diagnosis.core.simulate.simulator import Simulator
+from tests.support.builders import BUILTIN_RULE_IDS
 
 HOUR = 3600.0
-RULE_IDS = (
-    "fragmentation",
-    "starvation",
-    "gang-deadlock",
-    "gang-partial-hold",
-    "idle-allocation",
-    "data-starvation",
-    "low-mfu",
-    "topology-misplacement",
-    "xid",
-)
 
 
 def cluster(nodes: int = 2, *, queues: tuple[QueueSpec, ...] = ()) -> ClusterSpec:
@@ -411,7 +401,7 @@ def showcase_diagnosis():
     return run_rules(snapshot_format.load(document)), scenario.notes
 
 
-@pytest.mark.parametrize("rule_id", RULE_IDS)
+@pytest.mark.parametrize("rule_id", BUILTIN_RULE_IDS)
 def test_every_rule_fires_on_the_showcase_scenario(showcase_diagnosis, rule_id):
     if rule_id not in all_rules():
         pytest.skip(f"rule {rule_id!r} is not in the registry yet; nothing to check")
@@ -429,7 +419,7 @@ def test_seed_scenario_fires_every_rule_within_its_first_hours():
         diagnosis = run_rules(snapshot_format.load(sim.snapshot(hours * HOUR)))
         assert not diagnosis.errors
         fired |= {f.rule for f in diagnosis.findings}
-    expected = {rule_id for rule_id in RULE_IDS if rule_id in all_rules()}
+    expected = {rule_id for rule_id in BUILTIN_RULE_IDS if rule_id in all_rules()}
     assert expected <= fired
 
 

@@ -19,6 +19,7 @@ from diagnosis.actions.cycles import run_cluster_cycle
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster
 from tests.conftest import require_binary, running_in_ci
+from tests.support.records import stepped_seed_config
 from tests.support.world import DEFAULT_PASSWORD
 
 CHROMIUM_ARGS = [
@@ -56,13 +57,7 @@ def stepped_seed_cluster(name: str, cycles: int) -> Iterator[Cluster]:
         name=name,
         scheduler_kind="sim",
         metrics_kind="sim",
-        scheduler_config={
-            "scenario": "seed",
-            "seed": 0,
-            "clock": "step",
-            "step_s": STEP_S,
-            "started_at": start.replace(microsecond=0).isoformat(),
-        },
+        scheduler_config=stepped_seed_config(start, STEP_S),
     )
     try:
         for _ in range(cycles):

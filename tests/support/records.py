@@ -10,6 +10,7 @@ for example:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from diagnosis.models import Cluster, Finding, Recommendation
@@ -38,3 +39,15 @@ def make_recommendation(
     )
     rec.motivating_findings.add(*findings)
     return rec
+
+
+def stepped_seed_config(start: datetime, step_s: int) -> dict[str, Any]:
+    """The ``scheduler_config`` of a sim cluster running the demo's seed scenario from ``start``,
+    ``step_s`` simulated seconds per cycle (tests drive its clock, not the wall)."""
+    return {
+        "scenario": "seed",
+        "seed": 0,
+        "clock": "step",
+        "step_s": step_s,
+        "started_at": start.replace(microsecond=0).isoformat(),
+    }
