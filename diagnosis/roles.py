@@ -2,11 +2,12 @@
 
 - ``viewer``: reads everything of every cluster.
 - ``sre``: findings and recommendations: propose, approve (someone else's), apply.
-- ``oncall``: incidents: acknowledge, resolve; may approve and apply a node drain, even their own.
+- ``oncall``: incidents: acknowledge, resolve; may approve and apply a node drain, even their own
+  (the one write one person may make alone).
 - ``manager``: reads the fairness reports, jobs and findings of their own tenants only
   (``Tenant.managers``).
-- ``admin``: everything, including data sources, thresholds, users and the write switch.
-  Superusers are admins.
+- ``admin``: everything, including data sources, thresholds, users and the write switch --
+  but an admin's own request, like anyone's, is approved by someone else. Superusers are admins.
 
 A user in no group reads nothing. A user who is only a ``manager`` is tenant-scoped; any other
 role lifts the scope.
@@ -64,20 +65,22 @@ def can_propose(user: User) -> bool:
     return has_role(user, Role.SRE)
 
 
-def can_approve(user: User, kind: str, requested_by: User | None) -> tuple[bool, str]:
+def can_approve(
+    user: User, kind: str, requested_by: User | None, *, rollback: bool = False
+) -> tuple[bool, str]:
     """Whether the user may approve a recommendation of ``kind``, and why not.
 
-    An SRE may approve any kind, but not a recommendation they asked for themselves; on-call may
-    approve a ``drain-node``, even their own (an on-call drain cannot wait for a second person).
+    An SRE may approve any kind, but never a change they asked for themselves -- admins
+    included (DESIGN §8.2: two people for every write). The one exception is an on-call drain: a
+    member of the ``oncall`` group may approve a ``drain-node`` they asked for (it cannot wait
+    for a second person). Putting a drained node back (the rollback of a drain) is no drain: it
+    needs a second person like any other change.
     """
-    oncall_drain = kind == "drain-node" and has_role(user, Role.ONCALL)
+    oncall_drain = kind == "drain-node" and not rollback and has_role(user, Role.ONCALL)
     if not (has_role(user, Role.SRE) or oncall_drain):
         return False, "approving needs the sre role (or oncall, for a node drain)"
-    if (
-        requested_by is not None
-        and requested_by.pk == user.pk
-        and not (oncall_drain or Role.ADMIN in roles_of(user))
-    ):
+    own_drain_exempt = oncall_drain and Role.ONCALL in roles_of(user)
+    if requested_by is not None and requested_by.pk == user.pk and not own_drain_exempt:
         return False, "a change must be approved by someone other than the person who asked"
     return True, ""
 

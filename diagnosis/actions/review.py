@@ -64,20 +64,21 @@ def approve_recommendation(rec: Recommendation, user: AbstractBaseUser) -> Recom
 
     with transaction.atomic():
         rec = lock_recommendation(rec)
-        allowed, why = roles.can_approve(user, rec.kind, requested_by=None)
+        rollback = rec.rollback_of_id is not None
+        allowed, why = roles.can_approve(user, rec.kind, requested_by=None, rollback=rollback)
         if not allowed:
             raise WorkflowDenied(why)
         require_change(rec, "approve")
         require_state(rec, State.PROPOSED, doing="approve")
         requester = rec.requested_by
         if requester is None:
-            allowed, _ = roles.can_approve(user, rec.kind, requested_by=user)
+            allowed, _ = roles.can_approve(user, rec.kind, requested_by=user, rollback=rollback)
             if not allowed:
                 raise WorkflowDenied(
                     "nobody has requested this change yet: an SRE requests it, another approves it"
                 )
             requester = user
-        allowed, why = roles.can_approve(user, rec.kind, requested_by=requester)
+        allowed, why = roles.can_approve(user, rec.kind, requested_by=requester, rollback=rollback)
         if not allowed:
             raise WorkflowDenied(why)
         now = timezone.now()
@@ -198,12 +199,16 @@ def request_apply(rec: Recommendation, user: AbstractBaseUser | None) -> Recomme
 
 
 def request_rollback(rec: Recommendation, user: AbstractBaseUser) -> Recommendation:
-    """Undo an applied change now: a new recommendation back to the value before, approved by
-    the person asking (it restores a known state) and applied like any other. Returns it."""
+    """Ask to undo an applied change: a new recommendation back to the value before, requested
+    by the person asking. A rollback is a change like any other (DESIGN §8.2): someone else
+    approves it, then it is applied -- putting a drained node back in service included. Only a
+    cluster's ``auto_rollback`` (gpuobs itself, verification.py) skips the second person.
+    Returns the rollback."""
     if not roles.can_apply(user, rec.kind):
         raise WorkflowDenied("rolling back needs the sre role (or oncall, for a drain)")
-    undo = create_rollback(rec, user=user, reason="requested by " + user.get_username())
-    return request_apply(undo, user)
+    return create_rollback(
+        rec, user=user, reason="requested by " + user.get_username(), approved=False
+    )
 
 
 def create_rollback(
@@ -244,7 +249,7 @@ def create_rollback(
             },
             rollback_of=rec,
             created_by=user,
-            requested_by=user,
+            requested_by=user,  # a person's rollback waits for another's approval
             requested_at=now if user else None,
             state=State.APPROVED if approved else State.PROPOSED,
             approved_by=user if approved else None,
@@ -258,7 +263,11 @@ def create_rollback(
         audit(
             undo,
             actor_name(user) if user else SYSTEM_CYCLE,
-            "rollback-approved" if approved else "rollback-proposed",
+            "rollback-approved"
+            if approved
+            else "rollback-requested"
+            if user
+            else "rollback-proposed",
             before={"recommendation": rec.pk, "value": rec.change.get("to")},
             after={"value": before, "reason": reason},
         )

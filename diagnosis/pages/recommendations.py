@@ -235,7 +235,7 @@ def recommendation_action(
             done = "Rejected."
         elif action == "rollback":
             target = request_rollback(rec, request.user)
-            done = f"Rollback #{target.pk} sent to the scheduler."
+            done = f"Rollback #{target.pk} requested: someone else approves it, then it is applied."
         else:
             raise Http404("no such action")
     except WorkflowError as exc:

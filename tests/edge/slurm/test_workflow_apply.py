@@ -133,7 +133,7 @@ def test_oncall_drains_a_node_with_gpuobs_reason(slurm, cluster, erin, run_tasks
     )
 
 
-def test_rolling_back_a_drain_resumes_the_node(slurm, cluster, erin, run_tasks) -> None:
+def test_rolling_back_a_drain_resumes_the_node(slurm, cluster, erin, carol, run_tasks) -> None:
     rec = approved(
         cluster,
         "drain-node",
@@ -146,6 +146,8 @@ def test_rolling_back_a_drain_resumes_the_node(slurm, cluster, erin, run_tasks) 
     rec = run_tasks(request_apply, rec, erin)
 
     undo = run_tasks(request_rollback, rec, erin)
+    undo = run_tasks(approve_recommendation, undo, carol)  # a second person (issue #12)
+    undo = run_tasks(request_apply, undo, carol)
 
     assert undo.state == "applied", undo.status_message
     assert undo.apply_result["command"] == "scontrol update NodeName=n2 State=RESUME"
