@@ -3,9 +3,11 @@ body, check access, call an action."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -22,6 +24,8 @@ from diagnosis.api.serializers import EventBatchSerializer
 from diagnosis.edge.schedulers.base import EventBatch
 from diagnosis.edge.sources import alertmanager
 from diagnosis.models import Snapshot
+
+logger = logging.getLogger(__name__)
 
 
 class SchedulerEventsView(APIView):
@@ -56,7 +60,9 @@ class AlertmanagerWebhookView(APIView):
     GPU-health alerts open, update or resolve incidents; other alerts are acknowledged and
     ignored. The cluster comes from ``?cluster=`` or the alert's cluster label. Answers 200 with
     what each alert did (Alertmanager retries anything else), 400 for a body that is not an
-    Alertmanager payload."""
+    Alertmanager payload. An alert holding what gpuobs cannot store (a NUL, a node name longer
+    than DNS allows, an index or code out of range) is ``rejected`` with its reasons; the other
+    alerts of the batch are stored (each in its own transaction)."""
 
     authentication_classes = AUTHENTICATION
     permission_classes = [CanReportIncidents]
@@ -72,9 +78,16 @@ class AlertmanagerWebhookView(APIView):
         documents: dict[int, dict[str, Any] | None] = {}
         results = []
         for alert in message.alerts:
-            result: dict[str, Any] = {"fingerprint": alert.fingerprint, "alertname": alert.name}
+            result: dict[str, Any] = {
+                "fingerprint": alertmanager.shown(alert.fingerprint),
+                "alertname": alertmanager.shown(alert.name, 200),
+            }
             results.append(result)
             gpu_alert = alertmanager.classify(alert, rules)
+            problems = alertmanager.alert_problems(alert, gpu_alert)
+            if problems:
+                result.update(outcome="rejected", errors=problems)
+                continue
             if gpu_alert is None:
                 result["outcome"] = "ignored"
                 continue
@@ -92,7 +105,12 @@ class AlertmanagerWebhookView(APIView):
                 if alert.status == "firing"
                 else resolve_incident_from_alert
             )
-            outcome = record(cluster, alert, gpu_alert, snapshot_document=documents[cluster.pk])
+            try:
+                outcome = record(cluster, alert, gpu_alert, snapshot_document=documents[cluster.pk])
+            except DatabaseError:  # its own transaction rolled back; the batch goes on
+                logger.exception("alert %s could not be stored", result["fingerprint"])
+                result.update(outcome="rejected", errors=["could not be stored"])
+                continue
             result.update(
                 outcome=outcome.outcome, incident=outcome.incident.pk, cluster=cluster.name
             )

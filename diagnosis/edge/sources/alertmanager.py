@@ -33,6 +33,14 @@ NODE_LABELS = ("Hostname", "hostname", "node", "kubernetes_node", "instance")
 GPU_LABELS = ("gpu", "GPU", "gpu_index")
 UUID_LABELS = ("UUID", "uuid", "gpu_uuid")
 
+# What one stored alert may hold (the incident's columns): longer or odd values make the alert
+# rejected, with a reason, while the rest of its batch is stored.
+MAX_FINGERPRINT = 100
+MAX_NODE = 253  # a DNS name
+MAX_GPU_INDEX = 32767
+MAX_XID = 2**31 - 1
+MAX_TEXT = 64 * 1024
+
 
 class AlertmanagerPayloadError(ValueError):
     """A webhook body that is not a version-4 Alertmanager payload; ``errors`` names each bad
@@ -246,13 +254,52 @@ def _node(labels: Mapping[str, str]) -> str | None:
     return value
 
 
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit()  # "²".isdigit() is True, yet no int()
+
+
 def _integer(value: str | None) -> int | None:
     if value is None:
         return None
     text = value.strip()
-    if text.startswith("nvidia") and text[6:].isdigit():  # the `device` label: nvidia3
+    if text.startswith("nvidia") and _is_number(text[6:]):  # the `device` label: nvidia3
         text = text[6:]
-    return int(text) if text.isdigit() else None
+    return int(text) if _is_number(text) and len(text) <= 20 else None
+
+
+def _has_bad_text(value: str) -> bool:
+    """NUL (PostgreSQL stores none) or a lone surrogate (no UTF-8 for it)."""
+    return "\x00" in value or any("\ud800" <= ch <= "\udfff" for ch in value)
+
+
+def shown(value: str, limit: int = MAX_FINGERPRINT) -> str:
+    """``value`` safe to echo in an answer: clipped, NUL and lone surrogates escaped."""
+    clipped = value[:limit].replace("\x00", "\\x00")
+    return clipped.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def alert_problems(alert: Alert, gpu_alert: GpuAlert | None) -> list[str]:
+    """Why one alert cannot be stored (empty when it can): a value gpuobs cannot keep. The
+    receiver rejects such an alert, says why, and stores the others of its batch."""
+    problems = []
+    texts = [alert.fingerprint, alert.generator_url, *alert.labels, *alert.labels.values()]
+    texts += [*alert.annotations, *alert.annotations.values()]
+    if any(_has_bad_text(t) for t in texts):
+        problems.append("a label, annotation or the fingerprint holds NUL or a lone surrogate")
+    if not alert.fingerprint.strip():
+        problems.append("fingerprint: empty")
+    if len(alert.fingerprint) > MAX_FINGERPRINT:
+        problems.append(f"fingerprint: longer than {MAX_FINGERPRINT} characters")
+    if sum(map(len, texts)) > MAX_TEXT:
+        problems.append(f"labels and annotations: more than {MAX_TEXT} characters")
+    if gpu_alert is not None:
+        if gpu_alert.node is not None and len(gpu_alert.node) > MAX_NODE:
+            problems.append(f"node: longer than {MAX_NODE} characters")
+        if gpu_alert.gpu_index is not None and gpu_alert.gpu_index > MAX_GPU_INDEX:
+            problems.append(f"gpu: index above {MAX_GPU_INDEX}")
+        if gpu_alert.xid is not None and gpu_alert.xid > MAX_XID:
+            problems.append(f"xid: code above {MAX_XID}")
+    return problems
 
 
 def classify(alert: Alert, rules: AlertRules) -> GpuAlert | None:
