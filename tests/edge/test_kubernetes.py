@@ -108,7 +108,8 @@ def test_running_gang_holds_annotated_and_packed_gpus(volcano) -> None:
     assert (job["state"], job["pods"], job["gpus_per_pod"], job["gang"]) == ("running", 2, 8, True)
     assert job["allocation"] == [
         {"node": "gpu-a-1", "gpus": [0, 1, 2, 3, 4, 5, 6, 7]},
-        {"node": "gpu-a-2", "gpus": [0, 1, 2, 3, 4, 5, 6, 7]},
+        # no annotation on the second pod: its indexes are a guess, and say so
+        {"node": "gpu-a-2", "gpus": [0, 1, 2, 3, 4, 5, 6, 7], "gpus_guessed": True},
     ]
     assert (job["tenant"], job["queue"], job["kind"]) == ("research", "team-a", "training")
 
@@ -125,7 +126,8 @@ def test_partial_gang_is_pending_with_volcano_reason(volcano) -> None:
 def test_gpu_pod_outside_podgroups_is_a_one_pod_job(volcano) -> None:
     job = by_name(volcano().read_state().jobs, "id")["default/notebook"]
     assert (job["pods"], job["gpus_per_pod"], job["state"]) == (1, 1, "running")
-    assert job["allocation"] == [{"node": "gpu-h-1", "gpus": [0]}]  # bound before finetune-0
+    # bound before finetune-0, lowest free: a guess
+    assert job["allocation"] == [{"node": "gpu-h-1", "gpus": [0], "gpus_guessed": True}]
 
 
 def test_state_is_a_valid_snapshot(volcano) -> None:
@@ -226,9 +228,9 @@ def test_wrong_token_is_a_permanent_error(volcano, kube_api: KubeApiServer) -> N
 
 
 def test_kubeconfig_path_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("GPUOBS_NO_SUCH_KUBECONFIG", raising=False)
-    adapter = adapter_for("volcano", {"kubeconfig_env": "GPUOBS_NO_SUCH_KUBECONFIG"})
-    with pytest.raises(SchedulerError, match="GPUOBS_NO_SUCH_KUBECONFIG") as caught:
+    monkeypatch.delenv("GPUOBS_SECRET_NO_SUCH_KUBECONFIG", raising=False)
+    adapter = adapter_for("volcano", {"kubeconfig_env": "GPUOBS_SECRET_NO_SUCH_KUBECONFIG"})
+    with pytest.raises(SchedulerError, match="GPUOBS_SECRET_NO_SUCH_KUBECONFIG") as caught:
         adapter.read_state()
     assert caught.value.permanent
 
@@ -436,6 +438,7 @@ def test_workload_events(kueue) -> None:
     events = {(e["kind"], e["job"]) for e in kueue().read_events(None).events}
     assert events == {
         ("failed_scheduling", "research/job-sweep-9a1b3"),
+        ("failed_scheduling", "prod/job-serve-77d0e"),  # its QuotaReserved reason after eviction
         ("preempted", "prod/job-serve-77d0e"),
         ("scheduled", "research/job-pretrain-5c7f1"),
     }

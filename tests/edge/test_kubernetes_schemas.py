@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from diagnosis.edge.schedulers.kubernetes import kueue, volcano
+from diagnosis.edge.schedulers.kubernetes import kai, kueue, volcano
 from tests.conftest import running_in_ci
 from tests.support.kube_server import (
-    CRD_FILES,
     CRD_ROOT,
+    crd_key,
     load_fixture,
     merge_patch,
     schema_errors,
@@ -27,10 +27,23 @@ from tests.support.kube_server import (
 
 pytestmark = [pytest.mark.kubernetes]
 
-FIXTURE_OBJECTS = [obj for name in ("nodes", "volcano", "kueue") for obj in load_fixture(name)]
-CUSTOM = [o for o in FIXTURE_OBJECTS if o["kind"] in CRD_FILES]
-CORE = [o for o in FIXTURE_OBJECTS if o["kind"] not in CRD_FILES]
-CORE_MODELS = {"Node": "V1Node", "Pod": "V1Pod", "Event": "CoreV1Event", "ConfigMap": "V1ConfigMap"}
+FIXTURE_OBJECTS = [
+    obj for name in ("nodes", "volcano", "kueue", "dra", "kai") for obj in load_fixture(name)
+]
+CUSTOM = [o for o in FIXTURE_OBJECTS if crd_key(o)]
+CORE = [o for o in FIXTURE_OBJECTS if not crd_key(o)]
+CORE_MODELS = {
+    "Node": "V1Node",
+    "Pod": "V1Pod",
+    "Event": "CoreV1Event",
+    "ConfigMap": "V1ConfigMap",
+    # DRA (resource.k8s.io/v1) and the native gang API, as the client's models know them
+    "ResourceSlice": "V1ResourceSlice",
+    "ResourceClaim": "ResourceV1ResourceClaim",
+    "ResourceClaimTemplate": "V1ResourceClaimTemplate",
+    "DeviceClass": "V1DeviceClass",
+    "Workload": "V1alpha1Workload",
+}
 TIME = re.compile(r"\d{4}-\d\d-\d\dT[\d:.]+(Z|\+00:00)")
 
 
@@ -50,7 +63,7 @@ def crd_root() -> Path:
 
 
 def check(obj: dict[str, Any], root: Path) -> list[str]:
-    return schema_errors(obj, validator(obj["kind"], obj["apiVersion"].rpartition("/")[2], root))
+    return schema_errors(obj, validator(crd_key(obj), obj["apiVersion"].rpartition("/")[2], root))
 
 
 @pytest.mark.shared_data
@@ -61,7 +74,7 @@ def test_fixture_custom_object_matches_its_crd(obj: dict[str, Any], crd_root: Pa
 
 @pytest.mark.shared_data
 def test_the_strict_schema_refuses_unknown_and_out_of_range_fields(crd_root: Path) -> None:
-    queue = next(o for o in CUSTOM if o["kind"] == "Queue")
+    queue = next(o for o in CUSTOM if crd_key(o) == "Queue")
     assert check(merge_patch(queue, {"spec": {"wieght": 2}}), crd_root) == [
         "spec: Additional properties are not allowed ('wieght' was unexpected)"
     ]
@@ -73,7 +86,7 @@ def test_the_strict_schema_refuses_unknown_and_out_of_range_fields(crd_root: Pat
 @pytest.mark.shared_data
 @pytest.mark.parametrize("weight", [1, 2, 4096, 65535])
 def test_every_volcano_queue_weight_patch_is_valid(weight: int, crd_root: Path) -> None:
-    for queue in (o for o in CUSTOM if o["kind"] == "Queue"):
+    for queue in (o for o in CUSTOM if crd_key(o) == "Queue"):
         patch = volcano.queue_weight_patch(queue, volcano.queue_weight_value(weight))
         assert check(merge_patch(queue, patch), crd_root) == []
 
@@ -107,3 +120,13 @@ def test_fixture_core_object_round_trips_the_client_models(obj: dict[str, Any]) 
     api = client.ApiClient()
     model = api.deserialize(_Response(obj), CORE_MODELS[obj["kind"]])
     assert _normalized(api.sanitize_for_serialization(model)) == _normalized(obj)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("overQuotaWeight", 3), ("overQuotaWeight", 0.5), ("quota", 24), ("limit", -1)],
+)
+def test_every_kai_queue_patch_is_valid(field: str, value: float) -> None:
+    for queue in (o for o in CUSTOM if crd_key(o) == "Queue.scheduling.run.ai"):
+        patch = kai.queue_patch(queue, field, kai.queue_value(field, value))
+        assert check(merge_patch(queue, patch), CRD_ROOT) == []

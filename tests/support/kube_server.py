@@ -77,16 +77,53 @@ CUSTOM_KINDS = [
     Kind("ClusterQueue", "kueue.x-k8s.io/v1beta1", "clusterqueues", False),
     Kind("LocalQueue", "kueue.x-k8s.io/v1beta1", "localqueues", True),
     Kind("Workload", "kueue.x-k8s.io/v1beta1", "workloads", True),
+    Kind("Cohort", "kueue.x-k8s.io/v1beta1", "cohorts", False),
+    Kind("Queue", "scheduling.run.ai/v2", "queues", False),
+    Kind("PodGroup", "scheduling.run.ai/v2alpha2", "podgroups", True),
 ]
-KINDS = {k.kind: k for k in CORE_KINDS + CUSTOM_KINDS}
-BY_PLURAL = {(k.group, k.plural): k for k in KINDS.values()}
+# Built-in kinds of later Kubernetes releases (DRA, the native gang API): validated against the
+# kubernetes client's models by tests/edge/test_kubernetes_schemas.py.
+BUILTIN_KINDS = [
+    Kind("ResourceSlice", "resource.k8s.io/v1", "resourceslices", False),
+    Kind("ResourceClaim", "resource.k8s.io/v1", "resourceclaims", True),
+    Kind("ResourceClaimTemplate", "resource.k8s.io/v1", "resourceclaimtemplates", True),
+    Kind("DeviceClass", "resource.k8s.io/v1", "deviceclasses", False),
+    Kind("Workload", "scheduling.k8s.io/v1alpha1", "workloads", True),
+]
+ALL_KINDS = CORE_KINDS + CUSTOM_KINDS + BUILTIN_KINDS
+# By kind, and by "Kind.group" where two groups share a kind name (Queue, PodGroup, Workload).
+KINDS = {k.kind: k for k in reversed(ALL_KINDS)} | {f"{k.kind}.{k.group}": k for k in ALL_KINDS}
+BY_PLURAL = {(k.group, k.plural): k for k in ALL_KINDS}
+TESTS_CRDS = TESTS / "fixtures" / "crds"
 CRD_FILES = {
     "Queue": "volcano/scheduling.volcano.sh_queues.yaml",
     "PodGroup": "volcano/scheduling.volcano.sh_podgroups.yaml",
     "ClusterQueue": "kueue/kueue.x-k8s.io_clusterqueues.yaml",
     "LocalQueue": "kueue/kueue.x-k8s.io_localqueues.yaml",
     "Workload": "kueue/kueue.x-k8s.io_workloads.yaml",
+    "Cohort": "kueue/kueue.x-k8s.io_cohorts.yaml",
 }
+# The KAI scheduler's CRDs live in the project's own fixtures (tests/fixtures/crds/README.md).
+PROJECT_CRD_FILES = {
+    "Queue.scheduling.run.ai": "kai/scheduling.run.ai_queues.yaml",
+    "PodGroup.scheduling.run.ai": "kai/scheduling.run.ai_podgroups.yaml",
+}
+
+
+def kind_of(obj: Mapping[str, Any]) -> Kind:
+    """The served kind of an object, by its kind and its apiVersion's group."""
+    group = str(obj.get("apiVersion", "")).rpartition("/")[0]
+    return KINDS.get(f"{obj['kind']}.{group}") or KINDS[obj["kind"]]
+
+
+def crd_key(obj: Mapping[str, Any]) -> str:
+    """The key of an object's CRD in CRD_FILES / PROJECT_CRD_FILES ("" for built-in kinds)."""
+    kind = kind_of(obj)
+    if f"{kind.kind}.{kind.group}" in PROJECT_CRD_FILES:
+        return f"{kind.kind}.{kind.group}"
+    if kind in CUSTOM_KINDS and kind.kind in CRD_FILES:
+        return kind.kind
+    return ""
 
 
 # -- CRD schemas ---------------------------------------------------------------------------------
@@ -118,12 +155,17 @@ def _crd_document(path: Path) -> dict[str, Any]:
 
 @functools.cache
 def crd_schema(kind: str, version: str, root: Path = CRD_ROOT) -> dict[str, Any]:
-    """The strict JSON schema of a custom kind at a served version, from its CRD file."""
-    document = _crd_document(root / CRD_FILES[kind])
+    """The strict JSON schema of a custom kind at a served version, from its CRD file (the
+    shared data's, or for the KAI kinds the project's own)."""
+    if kind in PROJECT_CRD_FILES:
+        path = TESTS_CRDS / PROJECT_CRD_FILES[kind]
+    else:
+        path = root / CRD_FILES[kind]
+    document = _crd_document(path)
     for served in document["spec"]["versions"]:
         if served["name"] == version:
             return strict(served["schema"]["openAPIV3Schema"])
-    raise KeyError(f"{kind} has no version {version} in {CRD_FILES[kind]}")
+    raise KeyError(f"{kind} has no version {version} in {path.name}")
 
 
 def validator(kind: str, version: str, root: Path = CRD_ROOT) -> jsonschema.Draft7Validator:
@@ -139,7 +181,7 @@ def schema_errors(obj: Mapping[str, Any], check: jsonschema.Draft7Validator) -> 
 
 # -- fixtures ------------------------------------------------------------------------------------
 
-KUBECONFIG_ENV = "GPUOBS_TEST_KUBECONFIG"
+KUBECONFIG_ENV = "GPUOBS_SECRET_TEST_KUBECONFIG"
 
 
 @contextlib.contextmanager
@@ -147,7 +189,7 @@ def serving(
     workdir: Path, monkeypatch: Any, versions: Iterable[str] = ()
 ) -> Iterator[KubeApiServer]:
     """A fresh loopback API server (validating custom objects against the shared CRDs when they
-    are present) and a kubeconfig pointing at it, named by $GPUOBS_TEST_KUBECONFIG; the
+    are present) and a kubeconfig pointing at it, named by $GPUOBS_SECRET_TEST_KUBECONFIG; the
     adapters' per-process mirrors are dropped before and after."""
     kube_client.forget_mirrors()
     server = KubeApiServer(
@@ -233,6 +275,8 @@ class KubeApiServer:
         self.hang_watches = False
         self.blocked_evictions: set[str] = set()  # "ns/name" that a PDB protects
         self.validators: dict[tuple[str, str], jsonschema.Draft7Validator] = {}
+        self.forbidden: set[str] = set()  # "plural.group" (or "plural") answering 403
+        self.unserved: set[str] = set()  # "group/version" left out of discovery, 404 when asked
         if crd_root is not None:
             for kind in CRD_FILES:
                 for version in {KINDS[kind].api_version.rpartition("/")[2], *versions}:
@@ -240,6 +284,9 @@ class KubeApiServer:
                         self.validators[(kind, version)] = validator(kind, version, crd_root)
                     except KeyError:
                         continue
+        for kind in PROJECT_CRD_FILES:  # always: the project carries these CRDs
+            version = KINDS[kind].api_version.rpartition("/")[2]
+            self.validators[(kind, version)] = validator(kind, version)
         self._stopping = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -297,7 +344,7 @@ class KubeApiServer:
 
     def put(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Add or replace an object (by kind, namespace, name); records ADDED or MODIFIED."""
-        kind = KINDS[obj["kind"]]
+        kind = kind_of(obj)
         with self.lock:
             stored = copy.deepcopy(dict(obj))
             metadata = stored.setdefault("metadata", {})
@@ -358,7 +405,7 @@ class KubeApiServer:
 
     def _validate(self, obj: Mapping[str, Any]) -> None:
         version = str(obj.get("apiVersion", "")).rpartition("/")[2]
-        check = self.validators.get((obj.get("kind", ""), version))
+        check = self.validators.get((crd_key(obj), version))
         if check is None:
             return
         problems = schema_errors(obj, check)
@@ -409,6 +456,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not rest or (group, rest[0]) not in BY_PLURAL:
             raise ApiError(404, "NotFound", f"the server could not find {parts.path}")
         kind = BY_PLURAL[(group, rest[0])]
+        if group and f"{group}/{version}" in self.api.unserved:
+            raise ApiError(404, "NotFound", f"the server could not find {parts.path}")
         if group and version != kind.api_version.rpartition("/")[2]:
             kind = Kind(kind.kind, f"{group}/{version}", kind.plural, kind.namespaced)
         name = rest[1] if len(rest) > 1 else None
@@ -421,11 +470,50 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(401, ApiError(401, "Unauthorized", "Unauthorized").status())
         return False
 
+    def _discovery(self) -> dict[str, Any]:
+        """``GET /apis``: the APIGroupList of the groups served (the kinds' versions, the
+        versions validators were loaded for, minus :attr:`KubeApiServer.unserved`)."""
+        versions: dict[str, list[str]] = {}
+        for kind in ALL_KINDS:
+            if kind.group:
+                versions.setdefault(kind.group, []).append(kind.api_version.rpartition("/")[2])
+        for crd, version in self.api.validators:
+            group = kind_of({"kind": crd.partition(".")[0], "apiVersion": ""}).group
+            if "." in crd:
+                group = crd.partition(".")[2]
+            if version not in versions.setdefault(group, []):
+                versions[group].append(version)
+        groups = []
+        for group, names in sorted(versions.items()):
+            kept = sorted(
+                {v for v in names if f"{group}/{v}" not in self.api.unserved}, reverse=True
+            )
+            if not kept:
+                continue
+            entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in kept]
+            groups.append({"name": group, "versions": entries, "preferredVersion": entries[0]})
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
     def _handle(self, method: str) -> None:
+        if method == "GET" and urlsplit(self.path).path.rstrip("/") == "/apis":
+            if self._authorized():
+                self._send(200, self._discovery())
+            return
         try:
             kind, namespace, name, subresource, query = self._route()
         except ApiError as exc:
             self._send(exc.code, exc.status())
+            return
+        resource = f"{kind.plural}.{kind.group}" if kind.group else kind.plural
+        if resource in self.api.forbidden:
+            denied = ApiError(
+                403,
+                "Forbidden",
+                f'{kind.plural}.{kind.group or ""} is forbidden: User "system:serviceaccount:'
+                f'gpuobs:gpuobs" cannot {method.lower()} resource "{kind.plural}" in API group '
+                f'"{kind.group}" at the cluster scope',
+            )
+            self._send(403, denied.status())
             return
         with self.api.lock:
             self.api.requests.append((method, urlsplit(self.path).path, query))

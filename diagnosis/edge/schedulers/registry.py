@@ -91,6 +91,12 @@ ADAPTERS: plugins.Registry[AdapterSpec] = plugins.Registry(
             adapter="diagnosis.edge.schedulers.yarn.adapter:YarnAdapter",
             config="diagnosis.edge.schedulers.yarn.adapter:CONFIG",
         ),
+        AdapterSpec(
+            "kai",
+            "NVIDIA KAI scheduler",
+            adapter="diagnosis.edge.schedulers.kubernetes.kai:KaiAdapter",
+            config="diagnosis.edge.schedulers.kubernetes.kai:CONFIG",
+        ),
     ],
     what="scheduler adapter",
     error=DuplicateAdapterError,

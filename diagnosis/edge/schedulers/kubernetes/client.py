@@ -244,6 +244,30 @@ PODS = core_resource("pods", "list_pod_for_all_namespaces")
 EVENTS = core_resource("events", "list_event_for_all_namespaces")
 
 
+def served_versions(api: k8s.ApiClient, settings: KubeSettings) -> dict[str, tuple[str, ...]]:
+    """The API groups the server serves (discovery, ``GET /apis``), each with its versions, the
+    preferred one first. A 403 here is a permanent error (discovery is granted to every
+    authenticated user by ``system:discovery``: without it nothing else will work either)."""
+    try:
+        response = k8s.ApisApi(api).get_api_versions(
+            _preload_content=False, _request_timeout=settings.request_timeout_s
+        )
+        listed = json.loads(response.data)
+    except ApiException as exc:
+        raise scheduler_error(exc, "discovering the served API groups (GET /apis)") from exc
+    except (Urllib3Error, ValueError) as exc:
+        raise scheduler_error(exc, "discovering the served API groups (GET /apis)") from exc
+    served: dict[str, tuple[str, ...]] = {}
+    for group in listed.get("groups") or ():
+        versions = [str(v.get("version")) for v in group.get("versions") or () if v.get("version")]
+        preferred = (group.get("preferredVersion") or {}).get("version")
+        if preferred in versions:
+            versions.remove(preferred)
+            versions.insert(0, preferred)
+        served[str(group.get("name"))] = tuple(versions)
+    return served
+
+
 class Gone(Exception):
     """The watched resourceVersion is too old (HTTP 410): list again."""
 

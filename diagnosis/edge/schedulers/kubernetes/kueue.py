@@ -43,7 +43,7 @@ from diagnosis.edge.schedulers.base import (
     SchedulerError,
     SchedulerState,
 )
-from diagnosis.edge.schedulers.kubernetes import objects
+from diagnosis.edge.schedulers.kubernetes import dra, objects, optional
 from diagnosis.edge.schedulers.kubernetes.client import (
     KUBE_SETTINGS,
     NODES,
@@ -58,6 +58,7 @@ from diagnosis.edge.schedulers.kubernetes.client import (
     meta,
     namespaced_name,
     scheduler_error,
+    served_versions,
     sync_all,
     transport_errors_as_scheduler_errors,
 )
@@ -66,6 +67,16 @@ from diagnosis.edge.schedulers.targets import target_name
 
 GROUP = "kueue.x-k8s.io"
 API_VERSIONS = ("v1beta1", "v1beta2")
+AUTO = "auto"  # discover: v1beta2 where served (Kueue 0.15+), else v1beta1
+# Why a workload waits, from its QuotaReserved condition (Kueue's reasons).
+PENDING_REASONS = (
+    "Pending",
+    "WaitingForQuota",
+    "ExceedsMaxQuota",
+    "TopologyPlacementFailed",
+    "NoMatchingFlavor",
+    "Inadmissible",
+)
 POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 
 
@@ -77,7 +88,13 @@ def _flavor_pools(value: dict[str, Any]) -> dict[str, str]:
 CONFIG = ConfigSpec(
     (
         *KUBE_SETTINGS,
-        Setting("api_version", str, "v1beta1", "Kueue's API version", choices=API_VERSIONS),
+        Setting(
+            "api_version",
+            str,
+            AUTO,
+            "Kueue's API version (auto: v1beta2 where served, else v1beta1)",
+            choices=(AUTO, *API_VERSIONS),
+        ),
         Setting(
             "flavor_pools",
             dict,
@@ -99,28 +116,68 @@ class KueueAdapter(KubeConnection):
     def __init__(self, config: Mapping[str, Any] | None, *, cluster: str = "") -> None:
         self.cluster = cluster
         self.settings, own = KubeSettings.parse(config, CONFIG)
-        self.version = own["api_version"]
+        self.configured_version = own["api_version"]
         self.flavor_pools = own["flavor_pools"]
-        self.workloads = custom_resource(GROUP, self.version, "workloads")
-        self.cluster_queues = custom_resource(GROUP, self.version, "clusterqueues")
-        self.local_queues = custom_resource(GROUP, self.version, "localqueues")
         self.key = config_key(config or {})
+        self._served: dict[str, tuple[str, ...]] | None = None
+
+    def served(self) -> dict[str, tuple[str, ...]]:
+        if self._served is None:
+            self._served = served_versions(self.api, self.settings)
+        return self._served
+
+    @property
+    def version(self) -> str:
+        """The Kueue API version to speak: the configured one, or (``auto``) v1beta2 where the
+        server serves it (Kueue 0.20 stops serving v1beta1, 0.21 removes it), else v1beta1."""
+        served = self.served().get(GROUP, ())
+        if self.configured_version != AUTO:
+            if served and self.configured_version not in served:
+                raise SchedulerError(
+                    f"scheduler_config.api_version: the cluster serves {GROUP} "
+                    f"{', '.join(served)}, not {self.configured_version}",
+                    permanent=True,
+                )
+            return self.configured_version
+        for version in ("v1beta2", "v1beta1"):
+            if version in served:
+                return version
+        raise SchedulerError(
+            f"the API server does not serve {GROUP} (v1beta2 or v1beta1): is Kueue installed?",
+            permanent=True,
+        )
+
+    def _resource(self, plural: str):
+        return custom_resource(GROUP, self.version, plural)
 
     def read_state(self) -> SchedulerState:
-        resources = (NODES, PODS, self.workloads, self.cluster_queues, self.local_queues)
-        caches = [self._mirror(r) for r in resources]
+        own = [self._resource(p) for p in ("workloads", "clusterqueues", "localqueues", "cohorts")]
+        extra = optional.optional_resources(self.served())
+        caches = [self._mirror(r) for r in (NODES, PODS, *own, *extra)]
         sync_all(self.api, self.settings, caches)
-        nodes, pods, workloads, cluster_queues, local_queues = (
-            list(c.items.values()) for c in caches
+        nodes, pods, workloads, cluster_queues, local_queues, cohorts = (
+            list(c.items.values()) for c in caches[:6]
         )
+        items = {c.resource.name: list(c.items.values()) for c in caches[6:]}
         return build_state(
-            nodes, pods, workloads, cluster_queues, local_queues, self.settings, self.flavor_pools
+            nodes,
+            pods,
+            workloads,
+            cluster_queues,
+            local_queues,
+            self.settings,
+            self.flavor_pools,
+            cohorts=cohorts,
+            view=optional.dra_view(items, pods),
+            native=optional.of_resource(items, "workloads", optional.GANG_GROUP),
         )
 
     def read_events(self, cursor: str | None) -> EventBatch:
-        """Events since ``cursor`` (the Events' resourceVersion); None lists the current ones."""
-        pods, workloads = self._mirror(PODS), self._mirror(self.workloads)
-        return objects.read_events(
+        """Events since ``cursor`` (the Events' resourceVersion); None lists the current ones.
+        Each waiting workload's ``QuotaReserved`` reason is an event too (its dedup key holds
+        the reason and the condition's time, so it is stored once)."""
+        pods, workloads = self._mirror(PODS), self._mirror(self._resource("workloads"))
+        batch = objects.read_events(
             self.api,
             self.settings,
             self.key,
@@ -128,6 +185,14 @@ class KueueAdapter(KubeConnection):
             [pods, workloads],
             lambda: event_job_lookup(pods.items.values(), workloads.items.values(), self.settings),
         )
+        said = {(e["job"], e["reason"]) for e in batch.events}
+        waiting = [
+            e
+            for w in workloads.items.values()
+            if (e := quota_event(w)) is not None and (e["job"], e["reason"]) not in said
+        ]
+        merged = sorted(batch.events + waiting, key=lambda e: (e["time"], e["dedup_key"]))
+        return EventBatch(events=merged, cursor=batch.cursor)
 
     @transport_errors_as_scheduler_errors("kueue: applying a change")
     def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
@@ -417,6 +482,43 @@ def workload_job(
     return {k: v for k, v in job.items() if v is not None}
 
 
+def cohort_rows(cohorts: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Kueue Cohorts: each one's ``fairSharing.weight`` (default 1) and parent cohort."""
+    rows = {}
+    for cohort in cohorts:
+        spec = cohort.get("spec") or {}
+        value = objects.quantity((spec.get("fairSharing") or {}).get("weight", 1))
+        row: dict[str, Any] = {"weight": 1 if value is None else _number(value)}
+        parent = spec.get("parentName") or spec.get("parent")
+        if parent:
+            row["parent"] = parent
+        rows[str(meta(cohort).get("name"))] = row
+    return rows
+
+
+def quota_event(workload: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A waiting workload's ``QuotaReserved: False`` condition as a ``failed_scheduling`` event
+    (reason ``WaitingForQuota``, ``ExceedsMaxQuota``, ``TopologyPlacementFailed``,
+    ``NoMatchingFlavor``, ...); None when it is not waiting for quota."""
+    entry = condition(workload, "QuotaReserved")
+    if entry is None or entry.get("status") != "False" or workload_state(workload) != "pending":
+        return None
+    moment = objects.rfc3339(entry.get("lastTransitionTime"))
+    if moment is None:
+        return None
+    reason = str(entry.get("reason") or "Pending")
+    uid = meta(workload).get("uid") or namespaced_name(workload)
+    return {
+        "time": moment,
+        "kind": "failed_scheduling",
+        "job": namespaced_name(workload),
+        "node": None,
+        "reason": reason,
+        "message": str(entry.get("message") or ""),
+        "dedup_key": f"kueue:{uid}:QuotaReserved:{reason}:{moment}",
+    }
+
+
 def build_state(
     nodes: list[dict[str, Any]],
     pods: list[dict[str, Any]],
@@ -425,14 +527,21 @@ def build_state(
     local_queues: list[dict[str, Any]],
     settings: KubeSettings,
     flavor_pools: Mapping[str, str] | None = None,
+    *,
+    cohorts: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    view: dra.DraView | None = None,
+    native: list[dict[str, Any]] = (),  # type: ignore[assignment]
 ) -> SchedulerState:
-    """The snapshot's nodes, queues and jobs from Kueue's objects (pure)."""
-    gpu_pods = [p for p in (objects.gpu_pod(pod, settings) for pod in pods) if p is not None]
+    """The snapshot's nodes, queues and jobs from Kueue's objects (pure); with DRA's view, the
+    GPUs of DRA nodes; with native Workloads (``scheduling.k8s.io``), the gangs of pods that no
+    Kueue workload owns; the cohorts' weights in ``scheduler.cohorts``."""
+    view = view or dra.DraView.empty()
+    gpu_pods = [p for p in (objects.gpu_pod(pod, settings, view) for pod in pods) if p is not None]
     busy = {p.node for p in gpu_pods if p.holds_gpus and p.node}
-    node_rows = objects.gpu_nodes(nodes, settings, busy)
+    node_rows = objects.gpu_nodes(nodes, settings, busy, view)
     node_gpus = {row["name"]: row["gpus"] for row in node_rows}
     pools = {row["name"]: row["pool"] for row in node_rows}
-    indexes = objects.assign_gpu_indexes(gpu_pods, node_gpus)
+    indexes = objects.assign_gpu_indexes(gpu_pods, node_gpus, view)
     locals_by_name = {
         (str(meta(q).get("namespace")), str(meta(q).get("name"))): q for q in local_queues
     }
@@ -450,11 +559,21 @@ def build_state(
         )
         if job is not None:
             jobs.append(job)
+    owned = {p.uid for group in members.values() for p in group}
+    native_jobs, _ = optional.native_gangs(
+        native, [p for p in gpu_pods if p.uid not in owned], pods, indexes, pools
+    )
+    jobs.extend(native_jobs)
+    scheduler: dict[str, Any] = {"kind": "kueue"}
+    cohort_table = cohort_rows(cohorts)
+    if cohort_table:
+        scheduler["cohorts"] = cohort_table
     return SchedulerState(
         nodes=node_rows,
         queues=queue_rows(cluster_queues, local_queues, settings),
         jobs=sorted(jobs, key=lambda j: j["id"]),
-        scheduler={"kind": "kueue"},
+        scheduler=scheduler,
+        gpus=dra.gpu_rows(view, objects.node_cliques(nodes)),
     )
 
 

@@ -21,6 +21,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from diagnosis.core.vocabulary import format_time, parse_time
 from diagnosis.edge.schedulers.base import ChangeResult, EventBatch, SchedulerError
+from diagnosis.edge.schedulers.kubernetes import dra
 from diagnosis.edge.schedulers.kubernetes.client import (
     EVENTS,
     HTTP_CONFLICT,
@@ -36,6 +37,7 @@ from diagnosis.edge.schedulers.kubernetes.client import (
 )
 
 DRAIN_REASON_ANNOTATION = "gpuobs.io/drain-reason"
+CLIQUE_LABEL = "nvidia.com/gpu.clique"  # the NVLink clique (GB200/GB300 NVL72) of a node's GPUs
 HOLDING_PHASES = ("Pending", "Running")
 
 
@@ -86,29 +88,52 @@ def node_state(node: Mapping[str, Any], holds_gpus: bool) -> str:
 
 
 def gpu_nodes(
-    nodes: Iterable[Mapping[str, Any]], settings: KubeSettings, busy_nodes: set[str]
+    nodes: Iterable[Mapping[str, Any]],
+    settings: KubeSettings,
+    busy_nodes: set[str],
+    view: dra.DraView | None = None,
 ) -> list[dict[str, Any]]:
-    """The snapshot's ``nodes``: every node that offers GPUs (allocatable ``gpu_resource``)."""
+    """The snapshot's ``nodes``: every node that offers GPUs, detected per node: through DRA
+    (ResourceSlices of ``gpu.nvidia.com``: the GPUs the slices publish, the model from their
+    ``productName``) or else through the device plugin (allocatable ``gpu_resource``, the model
+    from the GPU Feature Discovery label)."""
+    view = view or dra.DraView.empty()
     rows = []
     for node in nodes:
         status = node.get("status") or {}
-        gpus = gpus_in(status.get("allocatable"), settings.gpu_resource)
-        if gpus is None:
-            gpus = gpus_in(status.get("capacity"), settings.gpu_resource)
+        name = meta(node).get("name")
+        published = view.nodes.get(str(name))
+        model = labels(node).get(settings.model_label)
+        if published is not None:
+            gpus = len(published.parents)
+            model = model or published.model
+            pool = labels(node).get(settings.pool_label) or dra.pool_model(published.model)
+        else:
+            gpus = gpus_in(status.get("allocatable"), settings.gpu_resource)
+            if gpus is None:
+                gpus = gpus_in(status.get("capacity"), settings.gpu_resource)
+            pool = None
         if not gpus:
             continue
-        name = meta(node).get("name")
         row = {
             "name": name,
-            "pool": node_pool(node, settings),
+            "pool": pool or node_pool(node, settings),
             "gpus": gpus,
             "state": node_state(node, name in busy_nodes),
         }
-        model = labels(node).get(settings.model_label)
         if model:
             row["gpu_model"] = model
         rows.append(row)
     return sorted(rows, key=lambda row: row["name"])
+
+
+def node_cliques(nodes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Each node's NVLink clique from the ``nvidia.com/gpu.clique`` label, where it has one."""
+    return {
+        str(meta(n).get("name")): str(labels(n)[CLIQUE_LABEL])
+        for n in nodes
+        if labels(n).get(CLIQUE_LABEL)
+    }
 
 
 # -- pods ----------------------------------------------------------------------------------------
@@ -134,6 +159,7 @@ class GpuPod:
     labels: Mapping[str, str]
     owners: tuple[str, ...]  # uids of its owner references
     node_selector_pool: str | None
+    devices: tuple[dra.Held, ...] = ()  # what its DRA claims hold (empty: device plugin)
 
     @property
     def key(self) -> str:
@@ -169,10 +195,18 @@ def parse_indexes(text: str | None) -> tuple[int, ...] | None:
         return None
 
 
-def gpu_pod(pod: Mapping[str, Any], settings: KubeSettings) -> GpuPod | None:
-    """The pod's GPU view, or None when it asks for no GPU."""
+def gpu_pod(
+    pod: Mapping[str, Any], settings: KubeSettings, view: dra.DraView | None = None
+) -> GpuPod | None:
+    """The pod's GPU view, or None when it asks for no GPU: through its containers' extended
+    resource (the device plugin, or DRA's extended-resource mapping) or its resource claims."""
     spec = pod.get("spec") or {}
     gpus = pod_gpu_request(spec, settings.gpu_resource)
+    held: tuple[dra.Held, ...] = ()
+    if view is not None:
+        held = tuple(view.holdings.get(str(meta(pod).get("uid") or ""), ()))
+        if gpus <= 0:
+            gpus = len(held) or view.pod_ask(pod)
     if gpus <= 0:
         return None
     metadata = meta(pod)
@@ -201,26 +235,52 @@ def gpu_pod(pod: Mapping[str, Any], settings: KubeSettings) -> GpuPod | None:
         labels=dict(labels(pod)),
         owners=tuple(str(o.get("uid")) for o in metadata.get("ownerReferences") or ()),
         node_selector_pool=(spec.get("nodeSelector") or {}).get(settings.pool_label),
+        devices=held,
     )
 
 
+class GpuPlacements(dict[str, list[int]]):
+    """The GPU indexes each bound pod holds (by pod uid), and per pod what else its allocation
+    entry says (``extra``): the devices' ``uuids`` and ``share`` for DRA pods, ``gpus_guessed``
+    where the indexes are a guess."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.extra: dict[str, dict[str, Any]] = {}
+
+
 def assign_gpu_indexes(
-    pods: Iterable[GpuPod], node_gpus: Mapping[str, int]
-) -> dict[str, list[int]]:
+    pods: Iterable[GpuPod], node_gpus: Mapping[str, int], view: dra.DraView | None = None
+) -> GpuPlacements:
     """The GPU indexes each bound pod holds, by pod uid.
 
-    The device plugin's annotation wins where present and consistent; the other pods of a node
-    get its lowest free indexes, in order of binding (an approximation: Kubernetes does not say
-    which physical GPU a pod got unless a plugin annotates it). Pods on a node the snapshot does
-    not know, or that would need more GPUs than the node has left, get none.
+    DRA pods: exactly the devices their claims hold (with the UUIDs, and the share of a shared
+    device). Device-plugin pods: the plugin's annotation wins where present and consistent; the
+    other pods of a node get its lowest free indexes, in order of binding -- a guess
+    (Kubernetes does not say which physical GPU a pod got unless a plugin annotates it), marked
+    ``gpus_guessed``. Pods on a node the snapshot does not know, or that would need more GPUs
+    than the node has left, get none.
     """
+    view = view or dra.DraView.empty()
     holding = sorted(
         (p for p in pods if p.holds_gpus),
         key=lambda p: (p.node or "", p.scheduled_at or p.created or "", p.key),
     )
     taken: dict[str, set[int]] = {}
-    result: dict[str, list[int]] = {}
+    result = GpuPlacements()
     for pod in holding:
+        if pod.devices and pod.node in node_gpus:
+            placed = _dra_placement(pod, view)
+            if placed is None:
+                continue
+            indexes, uuids, share = placed
+            result[pod.uid] = indexes
+            result.extra[pod.uid] = {"uuids": uuids, **({} if share is None else {"share": share})}
+            if share is None:
+                taken.setdefault(pod.node or "", set()).update(indexes)
+    for pod in holding:
+        if pod.uid in result:
+            continue
         count = node_gpus.get(pod.node or "")
         indexes = pod.gpu_indexes
         used = taken.setdefault(pod.node or "", set())
@@ -240,8 +300,30 @@ def assign_gpu_indexes(
         free = [i for i in range(node_gpus[pod.node or ""]) if i not in used]
         if len(free) >= pod.gpus:
             result[pod.uid] = free[: pod.gpus]
+            result.extra[pod.uid] = {"gpus_guessed": True}
             used.update(free[: pod.gpus])
     return result
+
+
+def _dra_placement(
+    pod: GpuPod, view: dra.DraView
+) -> tuple[list[int], list[str], float | None] | None:
+    """(indexes, UUIDs, share) of a DRA pod's devices; None when one is not on its node."""
+    entry = view.nodes.get(pod.node or "")
+    if entry is None:
+        return None
+    indexes, uuids, shares = [], [], []
+    for held in pod.devices:
+        device = view.by_key.get((held.pool, held.device))
+        index = entry.index_of(device) if device is not None and device.node == pod.node else None
+        if device is None or index is None or not device.uuid:
+            return None
+        indexes.append(index)
+        uuids.append(device.uuid)
+        shares.append(held.share)
+    known = [s for s in shares if s is not None]
+    share = round(min(known), 6) if known else None
+    return indexes, uuids, share
 
 
 @dataclass(frozen=True)
@@ -268,7 +350,8 @@ def pod_gang(
         gpus_per_pod = Counter(p.gpus for p in pods).most_common(1)[0][0]
     bound = [p for p in pods if p.holds_gpus and p.uid in indexes and p.gpus == gpus_per_pod]
     bound.sort(key=lambda p: (p.scheduled_at or p.created or "", p.key))
-    allocation = [{"node": p.node, "gpus": indexes[p.uid]} for p in bound]
+    extra = getattr(indexes, "extra", {})
+    allocation = [{"node": p.node, "gpus": indexes[p.uid], **extra.get(p.uid, {})} for p in bound]
     node_pools = Counter(pools[p.node] for p in bound if p.node in pools)
     selectors = Counter(p.node_selector_pool for p in pods if p.node_selector_pool)
     pool = (node_pools or selectors).most_common(1)[0][0] if (node_pools or selectors) else None

@@ -42,7 +42,7 @@ from diagnosis.edge.schedulers.base import (
     SchedulerError,
     SchedulerState,
 )
-from diagnosis.edge.schedulers.kubernetes import objects
+from diagnosis.edge.schedulers.kubernetes import dra, objects, optional
 from diagnosis.edge.schedulers.kubernetes.client import (
     HTTP_CONFLICT,
     KUBE_SETTINGS,
@@ -58,6 +58,7 @@ from diagnosis.edge.schedulers.kubernetes.client import (
     meta,
     namespaced_name,
     scheduler_error,
+    served_versions,
     sync_all,
     transport_errors_as_scheduler_errors,
 )
@@ -130,18 +131,31 @@ class VolcanoAdapter(KubeConnection):
     # -- reading ---------------------------------------------------------------------------------
 
     def read_state(self) -> SchedulerState:
-        caches = [self._mirror(r) for r in (NODES, PODS, PODGROUPS, QUEUES)]
+        extra = optional.optional_resources(served_versions(self.api, self.settings))
+        caches = [self._mirror(r) for r in (NODES, PODS, PODGROUPS, QUEUES, *extra)]
         sync_all(self.api, self.settings, caches)
-        nodes, pods, podgroups, queues = (list(c.items.values()) for c in caches)
-        return build_state(nodes, pods, podgroups, queues, self.settings, self._placement_policy())
+        nodes, pods, podgroups, queues = (list(c.items.values()) for c in caches[:4])
+        items = {c.resource.name: list(c.items.values()) for c in caches[4:]}
+        conf = self._conf_or_none()
+        return build_state(
+            nodes,
+            pods,
+            podgroups,
+            queues,
+            self.settings,
+            None if conf is None else placement_of(conf, self.settings.gpu_resource),
+            view=optional.dra_view(items, pods),
+            native=optional.of_resource(items, "workloads", optional.GANG_GROUP),
+            queue_share=None if conf is None else queue_share_plugin(conf),
+        )
 
-    def _placement_policy(self) -> str | None:
-        """``binpack`` or ``spread`` from the scheduler ConfigMap; None when it cannot be read."""
+    def _conf_or_none(self) -> dict[str, Any] | None:
+        """The scheduler configuration; None when it cannot be read (placement and the queue
+        share plugin are then unknown, not assumed)."""
         try:
-            conf = self._read_conf()[0]
+            return self._read_conf()[0]
         except SchedulerError:
             return None
-        return placement_of(conf, self.settings.gpu_resource)
 
     def read_events(self, cursor: str | None) -> EventBatch:
         """Events since ``cursor`` (the Events' resourceVersion); None lists the current ones."""
@@ -325,6 +339,13 @@ def queue_row(queue: Mapping[str, Any], settings: KubeSettings) -> dict[str, Any
         row["deserved_gpus"] = deserved
     if capability is not None:
         row["capability_gpus"] = capability
+    guarantee = objects.gpus_in(
+        (spec.get("guarantee") or {}).get("resource"), settings.gpu_resource
+    )
+    if guarantee is not None:
+        row["guarantee_gpus"] = guarantee
+    if spec.get("parent") and spec.get("parent") != "root":
+        row["parent"] = spec["parent"]
     return row
 
 
@@ -355,14 +376,20 @@ def build_state(
     queues: list[dict[str, Any]],
     settings: KubeSettings,
     placement: str | None,
+    *,
+    view: dra.DraView | None = None,
+    native: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    queue_share: str | None = None,
 ) -> SchedulerState:
-    """The snapshot's nodes, queues and jobs from Volcano's objects (pure)."""
-    gpu_pods = [p for p in (objects.gpu_pod(pod, settings) for pod in pods) if p is not None]
+    """The snapshot's nodes, queues and jobs from Volcano's objects (pure); with DRA's view, the
+    GPUs of DRA nodes too; with native Workloads, their gangs."""
+    view = view or dra.DraView.empty()
+    gpu_pods = [p for p in (objects.gpu_pod(pod, settings, view) for pod in pods) if p is not None]
     busy = {p.node for p in gpu_pods if p.holds_gpus and p.node}
-    node_rows = objects.gpu_nodes(nodes, settings, busy)
+    node_rows = objects.gpu_nodes(nodes, settings, busy, view)
     node_gpus = {row["name"]: row["gpus"] for row in node_rows}
     pools = {row["name"]: row["pool"] for row in node_rows}
-    indexes = objects.assign_gpu_indexes(gpu_pods, node_gpus)
+    indexes = objects.assign_gpu_indexes(gpu_pods, node_gpus, view)
     queue_rows = sorted((queue_row(q, settings) for q in queues), key=lambda r: r["name"])
     tenants = {row["name"]: row["tenant"] for row in queue_rows}
 
@@ -378,17 +405,24 @@ def build_state(
         if job is not None:
             jobs.append(job)
             grouped.add(job["id"])
-    for key, members in by_group.items():
-        if key not in grouped:
-            jobs.extend(lone_pod_job(pod, indexes, pools) for pod in members)
+    lone = [pod for key, members in by_group.items() if key not in grouped for pod in members]
+    native_jobs, taken = optional.native_gangs(native, lone, pods, indexes, pools)
+    jobs.extend(native_jobs)
+    jobs.extend(lone_pod_job(pod, indexes, pools) for pod in lone if pod.uid not in taken)
     scheduler: dict[str, Any] = {"kind": "volcano"}
     if placement is not None:
         scheduler["placement"] = dict.fromkeys(sorted(set(pools.values())), placement)
+    if queue_share is not None:
+        scheduler["queue_share"] = queue_share
+    parents = {row["name"]: row.get("parent") for row in queue_rows}
+    if any(parents.values()):
+        scheduler["queue_parents"] = {k: v for k, v in parents.items() if v}
     return SchedulerState(
         nodes=node_rows,
         queues=queue_rows,
         jobs=sorted(jobs, key=lambda j: j["id"]),
         scheduler=scheduler,
+        gpus=dra.gpu_rows(view, objects.node_cliques(nodes)),
     )
 
 
@@ -491,6 +525,20 @@ def _binpack_plugin(conf: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def _resources(arguments: Mapping[str, Any]) -> list[str]:
     listed = str(arguments.get("binpack.resources") or "")
     return [r.strip() for r in listed.split(",") if r.strip()]
+
+
+QUEUE_SHARE_PLUGINS = ("capacity", "proportion")
+
+
+def queue_share_plugin(conf: Mapping[str, Any]) -> str | None:
+    """Which plugin divides the cluster among queues: ``capacity`` (by ``deserved``, with
+    hierarchical queues) or ``proportion`` (by ``weight``); None when neither is enabled."""
+    enabled = {
+        (plugin or {}).get("name")
+        for tier in conf.get("tiers") or ()
+        for plugin in (tier or {}).get("plugins") or ()
+    }
+    return next((name for name in QUEUE_SHARE_PLUGINS if name in enabled), None)
 
 
 def placement_of(conf: Mapping[str, Any], gpu_resource: str) -> str:

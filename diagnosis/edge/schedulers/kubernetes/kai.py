@@ -1,0 +1,374 @@
+"""NVIDIA's KAI scheduler (``scheduling.run.ai``) as a scheduler adapter.
+
+Reads Nodes, Pods, Events, KAI Queues (``v2``) and PodGroups (``v2alpha2``) through
+:mod:`diagnosis.edge.schedulers.kubernetes.client` (list, then watch), and DRA and the native
+gang API where served, like the Volcano and Kueue adapters.
+
+- A **Queue** is a queue: ``spec.resources.gpu.quota`` its deserved GPUs (``-1``, unlimited,
+  is left unknown), ``limit`` its capability (``-1``: none), ``overQuotaWeight`` its weight
+  (default 1), ``parentQueue`` its parent (jobs run in leaf queues only; ``scheduler.
+  queue_parents`` keeps the tree, a tenant is a subtree).
+- A **PodGroup** is a job: ``minMember`` makes it a gang, its pods (annotation
+  ``pod-group-name``) give its shape and allocation, ``status.schedulingConditions`` (the
+  newest) its pending reason (``reasons[].reason``: ``OverLimit``, ``NonPreemptibleOverQuota``,
+  ... with the message).
+
+Writes (:meth:`KaiAdapter.apply`), each a merge patch guarded by the Queue's resourceVersion
+(a stale one: 409, ``SchedulerError(conflict=True)``), ``dryRun=All`` for a dry run:
+``queue-weight`` sets ``spec.resources.gpu.overQuotaWeight`` (or, with ``"field": "quota"`` /
+``"limit"``, the quota or the limit); ``drain-node`` cordons and evicts.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from diagnosis.edge.config import ConfigSpec, Setting
+from diagnosis.edge.schedulers.base import (
+    Capabilities,
+    ChangeResult,
+    EventBatch,
+    SchedulerError,
+    SchedulerState,
+)
+from diagnosis.edge.schedulers.kubernetes import dra, objects, optional
+from diagnosis.edge.schedulers.kubernetes.client import (
+    KUBE_SETTINGS,
+    NODES,
+    PODS,
+    KubeConnection,
+    KubeSettings,
+    annotations,
+    config_key,
+    custom_resource,
+    labels,
+    meta,
+    namespaced_name,
+    scheduler_error,
+    served_versions,
+    sync_all,
+    transport_errors_as_scheduler_errors,
+)
+from diagnosis.edge.schedulers.kubernetes.volcano import check_unchanged, write_error
+from diagnosis.edge.schedulers.targets import target_name
+
+GROUP = "scheduling.run.ai"
+QUEUE_VERSION, PODGROUP_VERSION = "v2", "v2alpha2"
+QUEUES = custom_resource(GROUP, QUEUE_VERSION, "queues")
+PODGROUPS = custom_resource(GROUP, PODGROUP_VERSION, "podgroups")
+GROUP_ANNOTATION = "pod-group-name"
+QUEUE_LABEL = "kai.scheduler/queue"
+FIELDS = {"overQuotaWeight": "weight", "quota": "quota", "limit": "limit"}
+
+# A KAI cluster's ``scheduler_config``: the Kubernetes settings only.
+CONFIG = ConfigSpec(
+    (*KUBE_SETTINGS, Setting("queue_label", str, QUEUE_LABEL, "pod label naming its queue")),
+    what="scheduler_config",
+)
+
+
+class KaiAdapter(KubeConnection):
+    id: ClassVar[str] = "kai"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        change_kinds=frozenset({"queue-weight", "drain-node"})
+    )
+
+    def __init__(self, config: Mapping[str, Any] | None, *, cluster: str = "") -> None:
+        self.cluster = cluster
+        self.settings, own = KubeSettings.parse(config, CONFIG)
+        self.queue_label = own["queue_label"]
+        self.key = config_key(config or {})
+
+    def read_state(self) -> SchedulerState:
+        served = served_versions(self.api, self.settings)
+        if QUEUE_VERSION not in served.get(GROUP, ()):
+            raise SchedulerError(
+                f"the API server does not serve {GROUP}/{QUEUE_VERSION}: is the KAI scheduler "
+                "installed?",
+                permanent=True,
+            )
+        extra = optional.optional_resources(served)
+        caches = [self._mirror(r) for r in (NODES, PODS, PODGROUPS, QUEUES, *extra)]
+        sync_all(self.api, self.settings, caches)
+        nodes, pods, podgroups, queues = (list(c.items.values()) for c in caches[:4])
+        items = {c.resource.name: list(c.items.values()) for c in caches[4:]}
+        return build_state(
+            nodes,
+            pods,
+            podgroups,
+            queues,
+            self.settings,
+            view=optional.dra_view(items, pods),
+            native=optional.of_resource(items, "workloads", optional.GANG_GROUP),
+            queue_label=self.queue_label,
+        )
+
+    def read_events(self, cursor: str | None) -> EventBatch:
+        pods = self._mirror(PODS)
+        return objects.read_events(
+            self.api,
+            self.settings,
+            self.key,
+            cursor,
+            [pods],
+            lambda: pod_job_lookup(pods.items.values()),
+        )
+
+    @transport_errors_as_scheduler_errors("kai: applying a change")
+    def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
+        kind = change.get("kind")
+        if kind == "queue-weight":
+            return self._set_queue(target_name(change), change, dry_run=dry_run)
+        if kind == "drain-node":
+            return objects.drain_node(
+                self.api, self.settings, change, target_name(change), dry_run=dry_run
+            )
+        known = ", ".join(sorted(self.capabilities.change_kinds))
+        raise SchedulerError(f"kai cannot apply {kind!r} (it takes: {known})", permanent=True)
+
+    def _set_queue(self, name: str, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
+        field = str(change.get("field") or "overQuotaWeight")
+        if field not in FIELDS:
+            raise SchedulerError(
+                f"queue-weight: kai sets {', '.join(FIELDS)} of a queue's GPUs, not {field!r}",
+                permanent=True,
+            )
+        value = queue_value(field, change.get("to"))
+        custom = k8s.CustomObjectsApi(self.api)
+        timeout = self.settings.request_timeout_s
+        try:
+            queue = custom.get_cluster_custom_object(
+                GROUP, QUEUE_VERSION, "queues", name, _request_timeout=timeout
+            )
+        except ApiException as exc:
+            raise scheduler_error(exc, f"reading KAI queue {name}") from exc
+        gpu = ((queue.get("spec") or {}).get("resources") or {}).get("gpu") or {}
+        before = gpu.get(field, 1 if field == "overQuotaWeight" else None)
+        check_unchanged(change, queue, before, f"KAI queue {name}")
+        patch = queue_patch(queue, field, value)
+        command = (
+            f"kubectl patch queues.{GROUP} {name} --type=merge "
+            f"-p '{objects.compact_json(patch)}'" + (" --dry-run=server" if dry_run else "")
+        )
+        try:
+            custom.patch_cluster_custom_object(
+                GROUP,
+                QUEUE_VERSION,
+                "queues",
+                name,
+                patch,
+                _request_timeout=timeout,
+                **objects.dry_run_args(dry_run),
+            )
+        except ApiException as exc:
+            raise write_error(exc, f"KAI queue {name}") from exc
+        return ChangeResult(
+            applied=not dry_run,
+            dry_run=dry_run,
+            before=before,
+            after=value,
+            command=command,
+            message=f"KAI queue {name}: resources.gpu.{field} {before} → {value}",
+        )
+
+
+def queue_value(field: str, value: Any) -> int | float:
+    """A GPU quota, limit (``-1``: unlimited) or over-quota weight (> 0) to write."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SchedulerError(f"queue-weight: 'to' must be a number, got {value!r}", permanent=True)
+    if field == "overQuotaWeight" and not value > 0:
+        raise SchedulerError(
+            f"queue-weight: an over-quota weight must be > 0, got {value!r}", permanent=True
+        )
+    if field != "overQuotaWeight" and value < 0 and value != -1:
+        raise SchedulerError(
+            f"queue-weight: a GPU {field} is >= 0 or -1 (unlimited), got {value!r}",
+            permanent=True,
+        )
+    if abs(value) > 1_000_000:
+        raise SchedulerError(f"queue-weight: {value} is implausibly large", permanent=True)
+    return int(value) if value == int(value) else float(value)
+
+
+def queue_patch(queue: Mapping[str, Any], field: str, value: int | float) -> dict[str, Any]:
+    """The merge patch of one GPU field of a KAI Queue, guarded by its resourceVersion."""
+    return {
+        "metadata": {"resourceVersion": meta(queue).get("resourceVersion")},
+        "spec": {"resources": {"gpu": {field: value}}},
+    }
+
+
+# -- state ---------------------------------------------------------------------------------------
+
+
+def queue_row(queue: Mapping[str, Any], settings: KubeSettings) -> dict[str, Any]:
+    spec = queue.get("spec") or {}
+    gpu = (spec.get("resources") or {}).get("gpu") or {}
+    name = meta(queue).get("name")
+    row: dict[str, Any] = {
+        "name": name,
+        "tenant": labels(queue).get(settings.tenant_label) or name,
+        "weight": gpu.get("overQuotaWeight", 1),
+    }
+    quota, limit = gpu.get("quota"), gpu.get("limit")
+    if isinstance(quota, int | float) and quota >= 0:
+        row["deserved_gpus"] = quota
+    if isinstance(limit, int | float) and limit >= 0 and "limit" in gpu:
+        row["capability_gpus"] = max(limit, row.get("deserved_gpus", 0))
+    if spec.get("parentQueue"):
+        row["parent"] = spec["parentQueue"]
+    return row
+
+
+def pending_reason(podgroup: Mapping[str, Any]) -> str | None:
+    """The newest scheduling condition's reasons (``OverLimit: ...``), else its reason."""
+    conditions = (podgroup.get("status") or {}).get("schedulingConditions") or ()
+    if not conditions:
+        return None
+    newest = max(conditions, key=lambda c: str(c.get("lastTransitionTime") or ""))
+    reasons = [
+        f"{r.get('reason')}: {r.get('message')}" if r.get("message") else str(r.get("reason"))
+        for r in newest.get("reasons") or ()
+        if r.get("reason")
+    ]
+    if reasons:
+        return "; ".join(reasons)
+    reason, message = newest.get("reason"), newest.get("message")
+    if not reason and not message:
+        return None
+    return f"{reason or newest.get('type')}: {message}" if message else str(reason)
+
+
+def pod_job_lookup(pods: Iterable[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], str | None]:
+    group_of = {
+        (meta(p).get("namespace"), meta(p).get("name")): annotations(p).get(GROUP_ANNOTATION)
+        for p in pods
+    }
+
+    def job_of(involved: Mapping[str, Any]) -> str | None:
+        namespace, name = involved.get("namespace"), involved.get("name")
+        if not name:
+            return None
+        if involved.get("kind") == "Pod":
+            name = group_of.get((namespace, name)) or name
+        elif involved.get("kind") != "PodGroup":
+            return None
+        return f"{namespace}/{name}" if namespace else name
+
+    return job_of
+
+
+def build_state(
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    podgroups: list[dict[str, Any]],
+    queues: list[dict[str, Any]],
+    settings: KubeSettings,
+    *,
+    view: dra.DraView | None = None,
+    native: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    queue_label: str = QUEUE_LABEL,
+) -> SchedulerState:
+    """The snapshot's nodes, queues and jobs from KAI's objects (pure)."""
+    view = view or dra.DraView.empty()
+    gpu_pods = [p for p in (objects.gpu_pod(pod, settings, view) for pod in pods) if p is not None]
+    busy = {p.node for p in gpu_pods if p.holds_gpus and p.node}
+    node_rows = objects.gpu_nodes(nodes, settings, busy, view)
+    node_gpus = {row["name"]: row["gpus"] for row in node_rows}
+    pools = {row["name"]: row["pool"] for row in node_rows}
+    indexes = objects.assign_gpu_indexes(gpu_pods, node_gpus, view)
+    queue_rows = sorted((queue_row(q, settings) for q in queues), key=lambda r: r["name"])
+    tenants = {row["name"]: row["tenant"] for row in queue_rows}
+    by_group: dict[str, list[objects.GpuPod]] = defaultdict(list)
+    for pod in gpu_pods:
+        group = pod.annotations.get(GROUP_ANNOTATION)
+        if group:
+            by_group[f"{pod.namespace}/{group}"].append(pod)
+    jobs = []
+    grouped: set[str] = set()
+    for podgroup in podgroups:
+        job = podgroup_job(podgroup, by_group.get(namespaced_name(podgroup), []), indexes, pools)
+        if job is None:
+            continue
+        job["tenant"] = tenants.get(job["queue"], job["queue"])
+        jobs.append(job)
+        grouped.add(job["id"])
+    lone = [
+        p for p in gpu_pods if f"{p.namespace}/{p.annotations.get(GROUP_ANNOTATION)}" not in grouped
+    ]
+    native_jobs, taken = optional.native_gangs(native, lone, pods, indexes, pools)
+    jobs.extend(native_jobs)
+    for pod in lone:
+        if pod.uid in taken:
+            continue
+        job = podgroup_job(
+            {"metadata": {"name": pod.name, "namespace": pod.namespace}}, [pod], indexes, pools
+        )
+        if job is not None:
+            job["id"] = pod.key
+            job["queue"] = pod.labels.get(queue_label) or job["queue"]
+            job["tenant"] = tenants.get(job["queue"], pod.namespace)
+            jobs.append(job)
+    scheduler: dict[str, Any] = {"kind": "kai"}
+    parents = {row["name"]: row["parent"] for row in queue_rows if row.get("parent")}
+    if parents:
+        scheduler["queue_parents"] = parents
+    return SchedulerState(
+        nodes=node_rows,
+        queues=queue_rows,
+        jobs=sorted(jobs, key=lambda j: j["id"]),
+        scheduler=scheduler,
+        gpus=dra.gpu_rows(view, objects.node_cliques(nodes)),
+    )
+
+
+def podgroup_job(
+    podgroup: Mapping[str, Any],
+    members: list[objects.GpuPod],
+    indexes: Mapping[str, list[int]],
+    pools: Mapping[str, str],
+) -> dict[str, Any] | None:
+    """A KAI PodGroup (with its GPU pods) as a snapshot job; None when no pod asks GPUs."""
+    if not members:
+        return None
+    spec = podgroup.get("spec") or {}
+    min_member = max(1, int(spec.get("minMember") or 1))
+    gang = objects.pod_gang(members, indexes, pools)
+    bound = len(gang.allocation)
+    phases = {p.phase for p in members}
+    live = [p for p in members if p.phase not in ("Succeeded", "Failed")]
+    if phases <= {"Succeeded"}:
+        state = "completed"
+    elif not live:
+        state = "failed"
+    elif bound >= min_member:
+        state = "running"
+    else:
+        state = "pending"
+    queue = spec.get("queue") or "default-queue"
+    size = max(min_member, len(live), bound)
+    job: dict[str, Any] = {
+        "id": namespaced_name(podgroup),
+        "name": meta(podgroup).get("name"),
+        "queue": queue,
+        "pool": gang.pool,
+        "priority": gang.priority,
+        "state": state,
+        "submitted": objects.rfc3339(meta(podgroup).get("creationTimestamp"))
+        or min((p.created for p in members if p.created), default=None),
+        "started": gang.started if state != "pending" else None,
+        "ended": gang.ended if state in ("completed", "failed") else None,
+        "pods": size,
+        "gpus_per_pod": gang.gpus_per_pod or 0,
+        "gang": min_member > 1,
+        "min_member": min(min_member, size),
+        "allocation": gang.allocation if state in ("pending", "running") else [],
+        "pending_reason": pending_reason(podgroup) if state == "pending" else None,
+        "partial_since": gang.partial_since if state == "pending" and bound else None,
+    }
+    return {k: v for k, v in job.items() if v is not None}
