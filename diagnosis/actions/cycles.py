@@ -24,6 +24,7 @@ from diagnosis.core.diagnose import diagnose
 from diagnosis.core.rules.engine import Diagnosis
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.edge.errors import CollectError, ConfigError, IntegrationError, SchedulerError
+from diagnosis.edge.sanitize import clean_document
 from diagnosis.edge.schedulers.base import EventBatch
 from diagnosis.edge.sources.registry import source_spec
 from diagnosis.models import (
@@ -61,8 +62,12 @@ def run_cluster_cycle(cluster: Cluster, *, shard_runner: ShardRunner | None = No
         document = collector(
             cluster, previous_as_of=previous.as_of if previous else None, **options
         )
+        document, repaired = clean_document(document)
         snap = snapshot_format.load(document)
         collection = document.get("collection")
+        if repaired:  # kept on the cycle and shown as a degraded status
+            collection = {**(collection if isinstance(collection, Mapping) else {})}
+            collection["repaired"] = repaired
         if isinstance(collection, Mapping) and "event_cursor" in collection:
             events = EventBatch(list(document.get("events") or []), collection["event_cursor"])
             record_scheduler_events(cluster, events)
@@ -281,4 +286,7 @@ def _collection_problems(
         reason = next(iter(skipped.values()))
         problems.append(f"{reason}: {', '.join(skipped)} not judged")
     problems += [f"Prometheus warned: {w}" for w in collection.get("warnings") or []]
+    repaired = collection.get("repaired") or []
+    if repaired:
+        problems.append(f"scheduler data repaired to be stored: {'; '.join(repaired[:3])}")
     return problems

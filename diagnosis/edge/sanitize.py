@@ -1,0 +1,112 @@
+"""Scheduler-supplied strings made storable before a snapshot document enters the core.
+
+A scheduler may report what gpuobs cannot keep: a Kubernetes ``namespace/name`` job id over
+255 characters, a NUL or a lone surrogate in a name (PostgreSQL stores neither). Rather than let
+one such job fail every cycle, :func:`clean_document` repairs the document at the boundary and
+says what it changed (recorded on the cycle, shown as a degraded status):
+
+- NUL and lone surrogates in any string are replaced by U+FFFD;
+- an identifier longer than its column (job, node, tenant, queue, pool, GPU UUID) is clipped
+  and given a hash of the whole value, so two long ids stay two ids, and every reference to it
+  (allocations, events) is clipped the same way;
+- display text longer than its column (a job's name, an event's reason) is clipped.
+
+Pure: no Django, no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+REPLACEMENT = "\ufffd"
+SHOWN_PROBLEMS = 20  # the cycle keeps at most this many examples, plus the count
+
+# (section, key, limit, identifier?) -- the columns the values land in
+FIELDS: tuple[tuple[str, str, int, bool], ...] = (
+    ("jobs", "id", 255, True),
+    ("jobs", "name", 255, False),
+    ("jobs", "tenant", 128, True),
+    ("jobs", "queue", 128, True),
+    ("jobs", "pool", 128, True),
+    ("jobs", "kind", 32, False),
+    ("queues", "name", 128, True),
+    ("queues", "tenant", 128, True),
+    ("nodes", "name", 253, True),
+    ("nodes", "pool", 128, True),
+    ("nodes", "gpu_model", 64, False),
+    ("gpus", "node", 253, True),
+    ("gpus", "uuid", 64, True),
+    ("events", "job", 255, True),
+    ("events", "node", 253, True),
+    ("events", "reason", 255, False),
+)
+
+
+def _bad(ch: str) -> bool:
+    return ch == "\x00" or "\ud800" <= ch <= "\udfff"
+
+
+def clean_text(value: str) -> str:
+    """``value`` with NUL and lone surrogates replaced."""
+    if value.isascii():
+        return value.replace("\x00", REPLACEMENT) if "\x00" in value else value
+    return "".join(REPLACEMENT if _bad(ch) else ch for ch in value)
+
+
+def clip_identifier(value: str, limit: int) -> str:
+    """``value`` if it fits, else its start and a hash of all of it (still ``limit`` long)."""
+    if len(value) <= limit:
+        return value
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{value[: limit - 17]}~{digest}"
+
+
+class _Cleaner:
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self.count = 0
+
+    def note(self, path: str, what: str) -> None:
+        self.count += 1
+        if len(self.problems) < SHOWN_PROBLEMS:
+            self.problems.append(f"{path}: {what}")
+
+    def walk(self, value: Any, path: str) -> Any:
+        if isinstance(value, str):
+            cleaned = clean_text(value)
+            if cleaned is not value and cleaned != value:
+                self.note(path, "NUL or an invalid character replaced")
+            return cleaned
+        if isinstance(value, Mapping):
+            return {self.walk(k, path): self.walk(v, f"{path}.{k}") for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.walk(item, f"{path}[{i}]") for i, item in enumerate(value)]
+        return value
+
+    def fit(self, entry: dict[str, Any], key: str, limit: int, ident: bool, path: str) -> None:
+        value = entry.get(key)
+        if not isinstance(value, str) or len(value) <= limit:
+            return
+        entry[key] = clip_identifier(value, limit) if ident else value[:limit]
+        self.note(f"{path}.{key}", f"{len(value)} characters clipped to {limit}")
+
+
+def clean_document(document: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The document with every string storable, and what was changed (empty: nothing). Only
+    the first few changes are listed, then how many there were in all."""
+    cleaner = _Cleaner()
+    cleaned: dict[str, Any] = cleaner.walk(document, "$")
+    for section, key, limit, ident in FIELDS:
+        for i, entry in enumerate(cleaned.get(section) or ()):
+            if isinstance(entry, dict):
+                cleaner.fit(entry, key, limit, ident, f"{section}[{i}]")
+    for i, job in enumerate(cleaned.get("jobs") or ()):
+        for j, pod in enumerate((job.get("allocation") if isinstance(job, dict) else None) or ()):
+            if isinstance(pod, dict):
+                cleaner.fit(pod, "node", 253, True, f"jobs[{i}].allocation[{j}]")
+    problems = list(cleaner.problems)
+    if cleaner.count > len(problems):
+        problems.append(f"... {cleaner.count} values changed in all")
+    return cleaned, problems
