@@ -1,10 +1,15 @@
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from diagnosis.actions.snapshots import import_snapshot
 from diagnosis.core import snapshot as snapshot_format
+from diagnosis.edge.errors import CollectError
+from diagnosis.edge.schedulers.registry import ADAPTERS
+from diagnosis.edge.sources import scheduler_only
 from diagnosis.management.snapshot_input import load_snapshot_argument
 from diagnosis.models import Cluster, Snapshot
 
@@ -25,6 +30,18 @@ class Command(BaseCommand):
         imported.add_argument(
             "--diagnose", action="store_true", help="also run the rules and record the findings"
         )
+        read = sub.add_parser(
+            "read",
+            help="read a scheduler's state once into a snapshot (no database cluster, no metrics)",
+        )
+        read.add_argument("--scheduler", required=True, help=f"one of: {', '.join(ADAPTERS)}")
+        read.add_argument(
+            "--config",
+            required=True,
+            help="JSON file holding the adapter's scheduler_config (secrets by reference only)",
+        )
+        read.add_argument("--cluster", help="the snapshot's cluster name (default: the kind)")
+        read.add_argument("--out", help="file to write (default: stdout)")
 
     def handle(self, *args, action: str, **options):
         if action == "validate":
@@ -36,6 +53,10 @@ class Command(BaseCommand):
             )
         elif action == "export":
             self._export(options["cluster"], options.get("out"))
+        elif action == "read":
+            self._read(
+                options["scheduler"], options["config"], options.get("cluster"), options.get("out")
+            )
         else:
             self._import(options["file"], options.get("cluster"), options["diagnose"])
 
@@ -62,3 +83,66 @@ class Command(BaseCommand):
         snap = self._load(path)
         result = import_snapshot(snap, cluster_name=cluster_name, diagnose=diagnose)
         self.stdout.write(result.describe())
+
+    def _read(self, kind: str, config_path: str, cluster: str | None, out: str | None) -> None:
+        """One read of a scheduler adapter as a ``gpuobs.snapshot/v1`` document: its nodes,
+        queues, jobs, the GPUs it knows and its current events. Every failure (a bad config
+        file, a refused setting, an unreachable API, a missing permission) exits 2 with the
+        adapter's own message."""
+        if kind not in ADAPTERS:
+            known = ", ".join(ADAPTERS)
+            raise CommandError(f"--scheduler: no adapter {kind!r} (known: {known})", returncode=2)
+        config = _config_file(config_path)
+        target = _OneShot(name=cluster or kind, scheduler_kind=kind, scheduler_config=config)
+        try:
+            document = scheduler_only.collect(target)
+        except CollectError as exc:
+            what = "permanent" if exc.permanent else "transient: retrying may help"
+            raise CommandError(f"{kind}: {exc} ({what})", returncode=2) from exc
+        document["collection"]["source"] = "snapshot read"
+        try:
+            snap = snapshot_format.load(document)
+        except snapshot_format.SnapshotError as exc:
+            for line in exc.errors:
+                self.stderr.write(line)
+            raise CommandError(
+                f"{kind}: the adapter's state is not a valid snapshot ({len(exc.errors)} errors)",
+                returncode=2,
+            ) from exc
+        text = json.dumps(document, indent=2, sort_keys=False)
+        if out:
+            Path(out).write_text(text + "\n", encoding="utf-8")
+            self.stdout.write(
+                f"wrote {out}: {len(snap.nodes)} nodes, {len(snap.jobs)} jobs, "
+                f"{len(snap.queues)} queues, {len(snap.events)} events from {kind}"
+            )
+        else:
+            self.stdout.write(text)
+
+
+@dataclass
+class _OneShot:
+    """A cluster as ``scheduler_only.collect`` needs one, with no database row."""
+
+    name: str
+    scheduler_kind: str
+    scheduler_config: dict[str, Any] = field(default_factory=dict)
+    event_cursor: str = ""
+    metrics_kind: str = "none"
+    metrics_config: dict[str, Any] = field(default_factory=dict)
+
+
+def _config_file(path: str) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"--config: cannot read {path}: {exc.strerror}", returncode=2) from exc
+    try:
+        config = json.loads(text)
+    except ValueError as exc:
+        raise CommandError(f"--config: {path} is not JSON: {exc}", returncode=2) from exc
+    if not isinstance(config, dict):
+        raise CommandError(
+            f"--config: {path} must hold a JSON object (the scheduler_config)", returncode=2
+        )
+    return config
