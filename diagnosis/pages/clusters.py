@@ -47,12 +47,13 @@ from diagnosis.access import (
     get_cluster_for_user,
     get_finding_for_user,
 )
+from diagnosis.actions.owner_notices import preview_notice
 from diagnosis.choices import FindingState, Severity
 from diagnosis.core import xid_catalog
 from diagnosis.core.rules.base import SEVERITIES, Rule
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.core.vocabulary import parse_time
-from diagnosis.models import Cluster, ClusterCycle, Finding
+from diagnosis.models import Cluster, ClusterCycle, DeliveryState, Finding
 from diagnosis.roles import can_administer, is_tenant_scoped
 
 OPEN_STATES = (FindingState.PENDING, FindingState.FIRING)
@@ -389,6 +390,9 @@ def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
         "findings_table": _open_findings_table(request, cluster, rules),
         "severities": SEVERITIES,
         "failed": latest is not None and not latest.ok,
+        # outbound channels (Alertmanager, owner notices); their errors name URLs: admins only
+        "deliveries": list(DeliveryState.objects.filter(cluster=cluster)),
+        "delivery_errors_shown": can_administer(request.user),
         # a failed cycle's whole error (host, port, remote answer) is for admins; others read
         # the cluster's status message: which integration failed and how (issue #12)
         "failure_text": (latest.error if can_administer(request.user) else cluster.status_message)
@@ -542,6 +546,8 @@ def finding_detail(request: HttpRequest, name: str, finding_id: int) -> HttpResp
         "events": list(finding.events.all()),
         "rule": all_rules().get(finding.rule_id),
         "rule_findings_url": _url("findings", cluster, {"rule": finding.rule_id}),
+        # what the job's owner would be told (docs/integrations.md, "Notices to job owners")
+        "owner_notice": preview_notice(finding) if finding.subject.startswith("job:") else None,
     }
     return render(request, "diagnosis/finding_detail.html", context)
 
