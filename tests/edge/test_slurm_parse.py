@@ -14,6 +14,7 @@ import pytest
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.edge.schedulers.base import SchedulerError
 from diagnosis.edge.schedulers.slurm import parse
+from diagnosis.edge.schedulers.slurm import topology as slurm_topology
 from diagnosis.edge.schedulers.slurm.adapter import SlurmReads, SlurmSettings, scheduler_state
 from diagnosis.edge.schedulers.slurm.parse import jobs as slurm_jobs
 from diagnosis.edge.schedulers.slurm.parse import values as slurm_values
@@ -642,3 +643,139 @@ def test_an_object_is_never_read_as_text() -> None:
     assert parse.expand_hostlist(slurm_values.text_value({"count": 2, "list": "n[1-2]"})) == []
     with pytest.raises(parse.ExpansionError):
         parse.expand_hostlist(str({"count": 2, "list": "n[1-2]"}))
+
+
+# -- GPU topology from gres.conf and topology.yaml -----------------------------------------------
+
+GRES_CONF = """\
+# DGX-like: two NVLink pairs per socket half, Links= per GPU (gres.conf(5))
+AutoDetect=off
+NodeName=n[1-2] Name=gpu Type=h100 File=/dev/nvidia1 Cores=0-15 Links=2,-1,0,0
+NodeName=n[1-2] Name=gpu Type=h100 File=/dev/nvidia0 Cores=0-15 Links=-1,2,0,0
+NodeName=n[1-2] Name=gpu Type=h100 File=/dev/nvidia2 Cores=16-31 Links=0,0,-1,2
+NodeName=n[1-2] Name=gpu Type=h100 File=/dev/nvidia3 Cores=16-31 Links=0,0,2,-1
+NodeName=s1 Name=gpu Type=a100 File=/dev/nvidia[0-3] Cores=0-15
+NodeName=n1 Name=nic File=/dev/mlx5_0
+"""
+
+
+def test_gres_conf_links_give_nvlink_domains_and_cores_give_sockets() -> None:
+    conf = slurm_topology.parse_gres_conf(GRES_CONF)
+
+    assert conf.problems == []
+    assert slurm_topology.node_topology(conf.gpus_of("n1"), cores_per_socket=16) == {
+        "nvlink_domains": [[0, 1], [2, 3]],
+        "numa": [0, 0, 1, 1],
+    }
+    # No Links= (AutoDetect finds them itself): NVLink not judged; cores all on socket 0.
+    assert slurm_topology.node_topology(conf.gpus_of("s1"), cores_per_socket=16) == {
+        "numa": [0, 0, 0, 0]
+    }
+    assert slurm_topology.node_topology(conf.gpus_of("s1"), cores_per_socket=None) is None
+    assert slurm_topology.node_topology(conf.gpus_of("unknown"), cores_per_socket=16) is None
+
+
+def test_gres_conf_cores_across_sockets_leave_numa_unjudged() -> None:
+    conf = slurm_topology.parse_gres_conf(
+        "NodeName=g1 Name=gpu File=/dev/nvidia0 Cores=0-31 Links=-1,1\n"
+        "NodeName=g1 Name=gpu File=/dev/nvidia1 Cores=0-31 Links=1,-1\n"
+    )
+
+    assert slurm_topology.node_topology(conf.gpus_of("g1"), cores_per_socket=16) == {
+        "nvlink_domains": [[0, 1]]
+    }
+
+
+def test_hostile_gres_conf_lines_are_listed_not_expanded() -> None:
+    text = "NodeName=n[1-99999999] Name=gpu File=/dev/nvidia0 Links=-1\n" * 3
+    conf, seconds, peak = _bounded(lambda: slurm_topology.parse_gres_conf(text))
+
+    assert conf.nodes == {}
+    assert len(conf.problems) == 3
+    assert seconds < 1.0
+    assert peak < 5 * 2**20
+
+
+def test_topology_yaml_blocks_and_topology_conf_blocks() -> None:
+    yaml_text = (
+        "- topology: nvl72\n  cluster_default: true\n  block:\n    block_sizes: [18]\n"
+        "    blocks:\n      - block: rack1\n        nodes: n[01-18]\n"
+        "      - block: rack2\n        nodes: n[19-36]\n- topology: flat\n  flat: true\n"
+    )
+    from_yaml = slurm_topology.parse_blocks(yaml_text, yaml_format=True)
+    from_conf = slurm_topology.parse_blocks(
+        "BlockName=rack1 Nodes=n[01-18]\nBlockName=rack2 Nodes=n[19-36]\nBlockSizes=18\n",
+        yaml_format=False,
+    )
+
+    assert from_yaml == from_conf
+    assert (len(from_yaml), from_yaml["n18"], from_yaml["n19"]) == (36, "rack1", "rack2")
+
+
+def test_topology_reaches_the_snapshot_and_blocks_become_cliques() -> None:
+    def links(i: int) -> str:
+        return ",".join("-1" if j == i else ("4" if j // 4 == i // 4 else "0") for j in range(8))
+
+    eight = "".join(
+        f"NodeName=n1 Name=gpu File=/dev/nvidia{i} Cores={i // 4 * 16}-{i // 4 * 16 + 15} "
+        f"Links={links(i)}\n"
+        for i in range(8)
+    )
+    conf = slurm_topology.parse_gres_conf(eight + GRES_CONF.replace("n[1-2]", "n2"))
+    base = reads()
+    with_topology = SlurmReads(
+        base.nodes_document,
+        base.jobs,
+        base.partitions,
+        base.queues,
+        base.read_at,
+        topology={
+            "n1": slurm_topology.node_topology(conf.gpus_of("n1"), 16),
+            "n2": slurm_topology.node_topology(conf.gpus_of("n2"), 16),  # 4 GPUs of its 8
+        },
+        blocks={"n1": "rack1", "n2": "rack1"},
+    )
+
+    state = scheduler_state(with_topology, SETTINGS)
+    nodes = {n["name"]: n for n in state.nodes}
+    snap = snapshot_format.load(
+        {
+            "format": snapshot_format.FORMAT,
+            "cluster": "recorded",
+            "as_of": "2026-11-29T09:20:00Z",
+            "scheduler": state.scheduler,
+            "nodes": state.nodes,
+            "gpus": state.gpus,
+            "queues": state.queues,
+            "jobs": state.jobs,
+        }
+    )
+
+    assert nodes["n1"]["topology"] == {
+        "nvlink_domains": [[0, 1, 2, 3], [4, 5, 6, 7]],
+        "numa": [0, 0, 0, 0, 1, 1, 1, 1],
+    }
+    assert "topology" not in nodes["n2"]  # gres.conf disagrees with Slurm's count: not judged
+    assert {(g["node"], g["nvlink_clique"]) for g in state.gpus} == {
+        ("n1", "slurm-block:rack1"),
+        ("n2", "slurm-block:rack1"),
+    }
+    assert len(state.gpus) == 16
+    assert snap.total_gpus == 20
+
+
+def test_the_files_beside_slurm_conf_are_read_when_there(tmp_path) -> None:
+    (tmp_path / "gres.conf").write_text(GRES_CONF)
+    (tmp_path / "topology.yaml").write_text(
+        "- topology: t\n  block:\n    block_sizes: [2]\n    blocks:\n"
+        "      - block: rack1\n        nodes: n[1-2]\n"
+    )
+    (tmp_path / "topology.conf").write_text("BlockName=ignored Nodes=n[1-2]\n")
+    records = [{"name": "n1", "cores": 16}, {"name": "s1"}, {"name": "zz", "cores": 16}]
+
+    found = slurm_topology.read_beside(tmp_path, records, nvlink_blocks=True)
+    nothing = slurm_topology.read_beside(tmp_path / "absent", records, nvlink_blocks=True)
+
+    assert found.topology == {"n1": {"nvlink_domains": [[0, 1], [2, 3]], "numa": [0, 0, 1, 1]}}
+    assert found.blocks == {"n1": "rack1", "n2": "rack1"}  # topology.yaml wins, as in Slurm
+    assert (nothing.topology, nothing.blocks, nothing.problems) == ({}, {}, [])

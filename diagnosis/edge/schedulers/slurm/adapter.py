@@ -19,6 +19,14 @@ controller, permanent otherwise (bad config, unknown partition or node).
 One cycle is one bounded set of reads: ``read_state`` runs ``sinfo --json``, ``squeue --json``,
 ``scontrol show partition -o`` (+ ``sshare``, ``sacctmgr show associations``), and a
 ``read_events`` right after it on the same adapter derives the events from those same reads.
+With ``"transport": "slurmrestd"`` (``rest_url``, ``rest_token_env``, ``rest_version``) the
+nodes, jobs and partitions come from slurmrestd instead, through the same parsers
+(:mod:`.restd`); that transport only reads.
+
+GPU topology (``read_topology``, on by default) comes from the files beside ``slurm.conf``
+where this host can read them: ``gres.conf`` ``Links=``/``Cores=`` give each node's NVLink
+domains and GPU sockets, and with ``nvlink_blocks`` the base blocks of ``topology.yaml`` /
+``topology.conf`` are cluster-wide NVLink domains (:mod:`.topology`). Absent: not judged.
 """
 
 from __future__ import annotations
@@ -42,7 +50,8 @@ from diagnosis.edge.schedulers.base import (
     SchedulerState,
     parse_config,
 )
-from diagnosis.edge.schedulers.slurm import parse
+from diagnosis.edge.schedulers.slurm import parse, restd
+from diagnosis.edge.schedulers.slurm import topology as slurm_topology
 from diagnosis.edge.schedulers.targets import target_name
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -89,6 +98,12 @@ def _positive_seconds(value: float) -> float:
     return float(value)
 
 
+def _url(value: str) -> str:
+    if not value.startswith(("http://", "https://")) or "@" in value.split("/")[2]:
+        raise ValueError("expected an http(s) URL without user or password")
+    return value.rstrip("/")
+
+
 def _partitions(value: list[Any]) -> tuple[str, ...]:
     if not all(isinstance(p, str) and SAFE_NAME.match(p) for p in value):
         raise ValueError(f"expected a list of partition names, got {value!r}")
@@ -126,6 +141,35 @@ CONFIG = ConfigSpec(
             "how far back each read looks again for events",
             check=_at_least(0, "an integer >= 0"),
         ),
+        Setting(
+            "transport",
+            str,
+            "cli",
+            "how to read: the Slurm commands, or slurmrestd with a JWT",
+            choices=("cli", "slurmrestd"),
+        ),
+        Setting("rest_url", str, None, "slurmrestd's address (transport slurmrestd)", check=_url),
+        Setting(
+            "rest_token_env",
+            str,
+            None,
+            "environment variable (GPUOBS_SECRET_*) holding slurmrestd's JWT",
+            secret=True,
+        ),
+        Setting("rest_user", str, None, "X-SLURM-USER-NAME sent with the token", check=_text),
+        Setting("rest_version", str, "v0.0.42", "slurmrestd's data parser", choices=restd.VERSIONS),
+        Setting(
+            "read_topology",
+            bool,
+            True,
+            "read GPU topology from gres.conf and topology.yaml/.conf beside slurm.conf",
+        ),
+        Setting(
+            "nvlink_blocks",
+            bool,
+            False,
+            "the block topology's base blocks are NVLink domains (NVL72 racks)",
+        ),
     ),
     what="scheduler_config",
 )
@@ -142,10 +186,31 @@ class SlurmSettings:
     accounting: bool = False
     event_overlap_s: int = 300
     parse: parse.ParseSettings = field(default_factory=parse.ParseSettings)
+    transport: str = "cli"
+    rest_url: str | None = None
+    rest_token_env: str | None = None
+    rest_user: str | None = None
+    rest_version: str = "v0.0.42"
+    read_topology: bool = True
+    nvlink_blocks: bool = False
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> SlurmSettings:
         values = parse_config(CONFIG, config)
+        if values["transport"] == "slurmrestd":
+            missing = [k for k in ("rest_url", "rest_token_env") if not values[k]]
+            if missing:
+                raise SchedulerError(
+                    "; ".join(
+                        f"scheduler_config.{k}: required with transport slurmrestd" for k in missing
+                    ),
+                    permanent=True,
+                )
+            if values["accounting"]:
+                raise SchedulerError(
+                    "scheduler_config.accounting: not read over slurmrestd yet (use the commands)",
+                    permanent=True,
+                )
         return cls(
             slurm_conf=values["slurm_conf"],
             bin_dir=deploy_bin_dir(),
@@ -158,6 +223,13 @@ class SlurmSettings:
                 partitions=frozenset(values["partitions"]),
                 array_expand_limit=values["array_expand_limit"],
             ),
+            transport=values["transport"],
+            rest_url=values["rest_url"],
+            rest_token_env=values["rest_token_env"],
+            rest_user=values["rest_user"],
+            rest_version=values["rest_version"],
+            read_topology=values["read_topology"],
+            nvlink_blocks=values["nvlink_blocks"],
         )
 
 
@@ -260,12 +332,25 @@ class SlurmReads:
     partitions: dict[str, dict[str, str]]
     queues: list[dict[str, Any]]
     read_at: int
+    topology: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # node -> topology
+    blocks: Mapping[str, str] = field(default_factory=dict)  # node -> NVLink block
 
 
 def scheduler_state(reads: SlurmReads, settings: parse.ParseSettings) -> SchedulerState:
     """The snapshot's scheduler part from one cycle's reads. Tenants seen only in jobs (no
     accounting, or an account sshare did not list) become queues of weight 1."""
     nodes = parse.parse_nodes(reads.nodes_document, settings)
+    gpus: list[dict[str, Any]] = []
+    for node in nodes:
+        found = reads.topology.get(node["name"])
+        if found and _topology_gpus(found) == node["gpus"]:  # gres.conf agrees with Slurm
+            node["topology"] = found
+        block = reads.blocks.get(node["name"])
+        if block:
+            gpus.extend(
+                {"node": node["name"], "index": i, "nvlink_clique": f"slurm-block:{block}"}
+                for i in range(node["gpus"])
+            )
     pools = {node["pool"] for node in nodes}
     placement = {
         name: parse.placement_of(values)
@@ -283,7 +368,15 @@ def scheduler_state(reads: SlurmReads, settings: parse.ParseSettings) -> Schedul
         queues=queues,
         jobs=reads.jobs.jobs,
         scheduler={"kind": "slurm", "placement": placement},
+        gpus=gpus,
     )
+
+
+def _topology_gpus(topology: Mapping[str, Any]) -> int:
+    numa = topology.get("numa")
+    if isinstance(numa, list):
+        return len(numa)
+    return sum(len(group) for group in topology.get("nvlink_domains") or [])
 
 
 class SlurmAdapter:
@@ -304,26 +397,61 @@ class SlurmAdapter:
         self.settings = SlurmSettings.from_config(config)
         self.log = CommandLog()
         self.commands = SlurmCommands(self.settings, self.log)
+        self.rest: restd.SlurmRest | None = None
+        if self.settings.transport == "slurmrestd":
+            self.rest = restd.SlurmRest(
+                self.settings.rest_url or "",
+                version=self.settings.rest_version,
+                token_env=self.settings.rest_token_env or "",
+                user=self.settings.rest_user,
+                timeout_s=self.settings.timeout_s,
+                log=self.log,
+            )
         self.clock = clock
         self._unconsumed: SlurmReads | None = None
+        self.topology_problems: list[str] = []
 
     # -- reading ---------------------------------------------------------------------------
 
     def _read(self, *, with_queues: bool = True) -> SlurmReads:
         settings = self.settings.parse
-        nodes_document = parse.parse_json(self.commands.run("sinfo", "--json"), "sinfo --json")
-        jobs_document = parse.parse_json(self.commands.run("squeue", "--json"), "squeue --json")
+        if self.rest is not None:
+            nodes_document = self.rest.nodes()
+            jobs_document = self.rest.jobs()
+        else:
+            nodes_document = parse.parse_json(self.commands.run("sinfo", "--json"), "sinfo --json")
+            jobs_document = parse.parse_json(self.commands.run("squeue", "--json"), "squeue --json")
         read_at = int(self.clock())
         partitions: dict[str, dict[str, str]] = {}
         queues: list[dict[str, Any]] = []
+        topology: dict[str, dict[str, Any]] = {}
+        blocks: dict[str, str] = {}
         if with_queues:
-            partitions = parse.parse_partitions(
-                self.commands.run("scontrol", "show", "partition", "-o")
-            )
+            if self.rest is not None:
+                partitions = self.rest.partitions()
+            else:
+                partitions = parse.parse_partitions(
+                    self.commands.run("scontrol", "show", "partition", "-o")
+                )
             if self.settings.accounting:
                 queues = self._read_queues()
+            if self.settings.read_topology:
+                topology, blocks = self._read_topology(nodes_document)
         jobs = parse.parse_jobs(jobs_document, settings)
-        return SlurmReads(nodes_document, jobs, partitions, queues, read_at)
+        return SlurmReads(nodes_document, jobs, partitions, queues, read_at, topology, blocks)
+
+    def _read_topology(
+        self, nodes_document: Mapping[str, Any]
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+        conf = self.settings.slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+        found = slurm_topology.read_beside(
+            Path(conf).parent,
+            parse.node_records(nodes_document),
+            gres_name=self.settings.parse.gres_name,
+            nvlink_blocks=self.settings.nvlink_blocks,
+        )
+        self.topology_problems = found.problems
+        return found.topology, found.blocks
 
     def _read_queues(self) -> list[dict[str, Any]]:
         sshare = self.commands.run("sshare", "-P", "-n", "-o", ",".join(parse.SSHARE_FIELDS))
@@ -357,8 +485,8 @@ class SlurmAdapter:
         nodes = {
             "nodes": [
                 record
-                for record in reads.nodes_document.get("nodes") or []
-                if isinstance(record, Mapping) and record.get("name") in names
+                for record in parse.node_records(reads.nodes_document)
+                if record.get("name") in names
             ]
         }
         events, cursor_after = parse.derive_events(
@@ -387,6 +515,12 @@ class SlurmAdapter:
         the change, a target whose value is no longer that is refused. A real change reads the
         target again afterwards.
         """
+        if self.rest is not None:
+            raise SchedulerError(
+                "the slurmrestd transport only reads; changes need the Slurm commands "
+                "(scheduler_config.transport cli)",
+                permanent=True,
+            )
         plan = self._plan(change)
         before = plan.read()
         if "from" in change and change["from"] != before:

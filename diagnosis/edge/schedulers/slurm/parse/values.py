@@ -26,6 +26,11 @@ def parse_json(text: str, command: str) -> dict[str, Any]:
         raise SchedulerError(f"{command}: output is not JSON ({exc})", permanent=True) from None
     if not isinstance(document, dict):
         raise SchedulerError(f"{command}: expected a JSON object", permanent=True)
+    return check_errors(document, command)
+
+
+def check_errors(document: dict[str, Any], command: str) -> dict[str, Any]:
+    """``document`` unless it carries Slurm's ``errors`` entries (a transient SchedulerError)."""
     errors = [_error_text(e) for e in document.get("errors") or [] if e]
     if errors:
         # Slurm 22.05 exits 0 with an "Unspecified error" here when slurmctld cannot be
