@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "axes",  # login lockout (diagnosis/throttling.py)
     "diagnosis",
 ]
 
@@ -94,7 +95,20 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # last, as django-axes asks: turns a locked-out login into a 429
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Login lockout (django-axes, diagnosis/throttling.py): failures per user name and address.
+AUTHENTICATION_BACKENDS = [
+    "diagnosis.throttling.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("GPUOBS_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = env_int("GPUOBS_LOGIN_COOLOFF_MINUTES", 15) / 60  # hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_SENSITIVE_PARAMETERS: list[str] = []  # the log names the user and address of a failure
 
 ROOT_URLCONF = "gpuobs.urls"
 WSGI_APPLICATION = "gpuobs.wsgi.application"
@@ -165,6 +179,15 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 100,
+    # diagnosis/throttling.py: a 429 with Retry-After beyond these rates
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.AnonRateThrottle",
+        "rest_framework.throttling.UserRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "anon": os.environ.get("GPUOBS_API_RATE_ANON", "60/min"),
+        "user": os.environ.get("GPUOBS_API_RATE_USER", "1200/min"),
+    },
 }
 
 # --- transport security (secure by default whenever DEBUG is off) ------------------------------

@@ -1,0 +1,32 @@
+"""Login lockout and API throttles (issue #12, defect 5).
+
+Logins go through django-axes: after ``GPUOBS_LOGIN_FAILURE_LIMIT`` failures for one user name
+from one address the pair is locked out for ``GPUOBS_LOGIN_COOLOFF_MINUTES`` (a 429, even with
+the right password), and every failure is logged (logger ``axes``) and kept in the database
+(the admin's "Access attempts"). API clients are throttled by DRF (``GPUOBS_API_RATE_USER``,
+``GPUOBS_API_RATE_ANON``); a throttled call is a 429 with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from axes.backends import AxesStandaloneBackend
+from django.http import HttpRequest
+
+
+class LoginThrottleBackend(AxesStandaloneBackend):
+    """django-axes's check on every login through a request (the login form, the admin). A
+    caller without a request (a management command, the test client's ``login``) cannot be
+    attributed to an address and is left to the next backend, which checks the password."""
+
+    def authenticate(
+        self,
+        request: HttpRequest | None,
+        username: str | None = None,
+        password: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if request is None:
+            return None
+        return super().authenticate(request, username, password, **kwargs)
