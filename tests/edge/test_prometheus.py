@@ -17,6 +17,7 @@ from diagnosis.edge.sources.prometheus import PrometheusConfig, collect, collect
 from diagnosis.edge.sources.prometheus.client import PrometheusClient
 from tests.support.prometheus_fixtures import (
     LOWER_UTIL,
+    MIG_IDLE_INSTANCE,
     MIG_INSTANCES,
     SIM_SCENARIO_CLUSTER,
     STEADY_UTIL,
@@ -147,14 +148,31 @@ def test_data_older_than_two_scrape_intervals_is_not_judgeable(prometheus, plant
     assert any("600 s old" in p for p in report["problems"])
 
 
-def test_mig_instances_combine_into_their_gpu(prometheus, planted_history):
+def instances(document: dict[str, Any], node: str, index: int) -> dict[int, dict[str, Any]]:
+    """The MIG instance entries of one GPU, by GPU_I_ID."""
+    return {
+        g["mig"]["instance"]: g
+        for g in document["gpus"]
+        if g["node"] == node and g["index"] == index and "mig" in g
+    }
+
+
+def test_each_mig_instance_is_a_unit_of_its_own(prometheus, planted_history):
     document = collected(prometheus, planted_history, "mig", [("mg-0", 2)])
-    split = gpu(document, "mg-0", 0)
+    split = instances(document, "mg-0", 0)
     share = {"3g.40gb": 3 / 7, "1g.10gb": 1 / 7}
-    expected_util = sum(share[profile] * util for profile, _, util, _, _ in MIG_INSTANCES)
-    assert split["util"]["mean"] == pytest.approx(expected_util)
-    assert split["fb_used_frac"]["mean"] == pytest.approx((20480 + 5120) / (40960 + 2 * 10240))
-    assert split["power_w"]["mean"] == pytest.approx(250)
+    assert sorted(split) == [1, 7, 8]
+    for profile, gi, util, total, used in (*MIG_INSTANCES, MIG_IDLE_INSTANCE):
+        entry = split[int(gi)]
+        assert entry["mig"]["profile"] == profile
+        assert entry["mig"]["compute_fraction"] == pytest.approx(share[profile], abs=1e-6)
+        assert entry["util"]["mean"] == pytest.approx(util)  # its own, not weighted
+        assert entry["fb_used_frac"]["mean"] == pytest.approx(used / total)
+        assert entry["power_w"]["mean"] == pytest.approx(250)  # device-wide: its GPU's
+        assert "uuid" not in entry  # the exporter names no MIG UUID here
+    assert not any(
+        g["node"] == "mg-0" and g["index"] == 0 and "mig" not in g for g in document["gpus"]
+    )
     assert gpu(document, "mg-0", 1)["util"]["mean"] == pytest.approx(0.8)
 
 
@@ -231,7 +249,7 @@ def test_the_simulators_exporter_reads_back_as_the_simulators_own_statistics(
     [
         ("real-v100", "r6i3n0", 4, 0.0, "dev"),
         ("real-h100", "gsrh100-074", 1, 0.0, "prof"),
-        ("real-a100", "k8s-dra-driver-cluster-worker", 1, (0.029399 + 0.033893) / 7, "prof"),
+        ("real-a100", "k8s-dra-driver-cluster-worker", 1, 0.029399, "prof"),  # GPU_I_ID 8
     ],
 )
 def test_real_dcgm_exporter_excerpts(
@@ -242,19 +260,24 @@ def test_real_dcgm_exporter_excerpts(
     document = collected(prometheus, planted_history, cluster, [(node, gpus)])
     entry = gpu(document, node, 0)
     assert entry["util"]["mean"] == pytest.approx(util, abs=1e-6)
-    assert document["collection"]["util_sources"] == {source: 1}
+    units = sum(1 for g in document["gpus"] if "util" in g)
+    assert document["collection"]["util_sources"] == {source: units}
 
 
 @pytest.mark.shared_data
 def test_real_h100_excerpt_names_the_pods_of_its_mig_instances(prometheus, planted_history):
     require_dcgm_data()
     document = collected(prometheus, planted_history, "real-h100", [("gsrh100-074", 1)])
-    workloads = gpu(document, "gsrh100-074", 0)["workload"].split(", ")
-    assert workloads == [
-        "model-playground-stg/text-embedding-predictor-00008-deployment-57946f6c67-vdtjl/"
+    split = instances(document, "gsrh100-074", 0)
+    assert {gi: e.get("workload") for gi, e in split.items()} == {
+        7: "model-playground-stg/text-embedding-predictor-00008-deployment-57946f6c67-vdtjl/"
         "kserve-container",
-        "model-playground-stg/tts-predictor-00011-deployment-5554f75554-8j8pl/kserve-container",
-    ]
+        8: None,
+        9: "model-playground-stg/tts-predictor-00011-deployment-5554f75554-8j8pl/kserve-container",
+    }
+    assert {e["mig"]["parent_uuid"] for e in split.values()} == {
+        "GPU-58e8f5ea-13cc-013a-d88f-2bcf5ae8bc77"
+    }
 
 
 def test_a_range_read_split_by_the_guards_equals_one_read(prometheus, planted_history):

@@ -403,6 +403,45 @@ def plant_real_excerpts(history: History) -> dict[str, list[tuple[str, dict[str,
     return planted
 
 
+# The real H100 MIG label sets (issue 512's excerpt) with the text-embedding pod's 1g.10gb
+# instance (GPU_I_ID 7) running at 30%: the slice that used to come out as util 0.043 and idle.
+H100_BUSY_CLUSTER = "real-h100-busy"
+H100_BUSY_INSTANCE = ("7", 0.30)
+ERAS_CLUSTER = "eras"
+DRA_MIG_UUID = "MIG-7d0c3a52-1f4e-5b7a-9c11-2e6f0a8b4d21"
+
+
+def plant_hardware(history: History, excerpts: Mapping[str, list]) -> None:
+    """Issue 14's series: the busy H100 MIG slice (from the real excerpt's labels, when
+    present) and the dcgm-exporter label eras — ``Hostname="localhost"`` with the scrape
+    target's ``node`` or ``instance`` label, and a DRA-labelled MIG instance."""
+    for metric, labels, value in excerpts.get("real-h100", []):
+        if labels.get("GPU_I_ID") == H100_BUSY_INSTANCE[0]:
+            value = H100_BUSY_INSTANCE[1]
+        history.add(metric, {**labels, "cluster": H100_BUSY_CLUSTER}, value)
+    model = "H100 80GB HBM3"
+    history.gpu(ERAS_CLUSTER, "localhost", 0, util=0.41, model=model, labels={"node": "er-0"})
+    history.gpu(
+        ERAS_CLUSTER,
+        "localhost",
+        1,
+        util=0.42,
+        model=model,
+        host_label="hostname",
+        labels={"instance": "er-1:9400"},
+    )
+    dra = {
+        "dra_claim_name": "infer-gpu",
+        "dra_claim_namespace": "team-y",
+        "dra_pool_name": "er-2",
+        "dra_device_name": "gpu-0-mig-2g20gb-3",
+        "dra_mig_profile": "2g.20gb",
+        "dra_mig_device_uuid": DRA_MIG_UUID,
+        "GPU_I_ID": "3",
+    }
+    history.gpu(ERAS_CLUSTER, "er-2", 0, util=0.43, model=model, host_label="hostname", labels=dra)
+
+
 def require_dcgm_data() -> None:
     if not DCGM_DATA.is_dir():
         message = f"{DCGM_DATA} is absent (the real dcgm-exporter excerpts)"
@@ -471,6 +510,7 @@ def planted_history(tmp_path_factory: pytest.TempPathFactory) -> Planted:
     history = History(t0)
     plant(history)
     excerpts = plant_real_excerpts(history)
+    plant_hardware(history, excerpts)
     plant_simulator(history)
     history.write(base / "history.om")
     return Planted(t0, history, base / "history.om", excerpts)

@@ -110,7 +110,7 @@ class Command(BaseCommand):
         parser.add_argument("--cluster", required=True, help="a cluster whose scheduler is sim")
         parser.add_argument("--port", type=int, default=9400)
         parser.add_argument("--bind", default="127.0.0.1", help="address to listen on")
-        parser.add_argument("--host-label", default="Hostname", choices=["Hostname", "hostname"])
+        parser.add_argument("--host-label", default="hostname", choices=["hostname", "Hostname"])
         parser.add_argument(
             "--no-profiling",
             action="store_true",

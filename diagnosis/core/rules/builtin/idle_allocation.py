@@ -52,7 +52,12 @@ def evaluate(
             "fb_used_frac_mean": evidence_number(job["fb_used_frac_mean"]),
             "max_util": max_util,
             "per_gpu": [
-                {"gpu": g["gpu"], "util": g["util"], "fb_used_frac": g["fb_used_frac"]}
+                {
+                    "gpu": g["gpu"],
+                    "util": g["util"],
+                    "fb_used_frac": g["fb_used_frac"],
+                    **({"mig": g["mig"]} if "mig" in g else {}),
+                }
                 for g in gpus
             ],
             "unhealthy_gpus": unhealthy,

@@ -4,8 +4,9 @@ built-in simulator's GPUs in those formats, so that a real Prometheus can scrape
 simulated cluster (``manage.py serve_exporter``, ``manage.py export_openmetrics``).
 
 Names, HELP and TYPE lines and labels follow the real exporter (``../shared/data/dcgm/``):
-labels ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, the host as ``Hostname`` or
-``hostname``, ``DCGM_FI_DRIVER_VERSION``, and ``container``/``namespace``/``pod`` on GPUs a pod
+labels ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, the host as ``hostname`` (the
+default, as dcgm-exporter writes it since 2026) or ``Hostname`` (older releases),
+``DCGM_FI_DRIVER_VERSION``, and ``container``/``namespace``/``pod`` on GPUs a pod
 holds. Integer fields are written as integers, ratio and power fields with six decimals.
 """
 
@@ -143,7 +144,7 @@ class GpuIdentity:
 
     def labels(
         self,
-        host_label: str = "Hostname",
+        host_label: str = "hostname",
         *,
         mig: tuple[str, str] | None = None,
         pod: tuple[str, str, str] | None = None,
@@ -221,7 +222,7 @@ class SimExporter:
     """A simulated cluster's GPUs as dcgm-exporter would show them (one exporter per node,
     merged: the host label tells them apart)."""
 
-    def __init__(self, runtime, host_label: str = "Hostname", *, profiling: bool = True) -> None:
+    def __init__(self, runtime, host_label: str = "hostname", *, profiling: bool = True) -> None:
         if host_label not in dcgm.HOST_LABELS:
             raise ValueError(f"host label must be one of {', '.join(dcgm.HOST_LABELS)}")
 

@@ -1,12 +1,21 @@
 """dcgm-exporter's vocabulary: field names, label normalisation, and how its fields become the
 snapshot's per-GPU statistics (DESIGN.md sections 4 and 9). No I/O.
 
-Label normalisation lives here and only here (:func:`normalize`): the host from ``Hostname``
-(older releases, most dashboards) or ``hostname`` (the 2026 rename); the GPU's ``UUID`` or
-``uuid``; the workload from ``exported_pod``/``exported_namespace``/``exported_container`` (what
-Prometheus writes when a ServiceMonitor scrapes the exporter: ``pod`` then names the exporter's
-own pod), else ``pod``/``namespace``/``container``, else Slurm's ``hpc_job``; and MIG instances
-(``GPU_I_PROFILE``, ``GPU_I_ID``) kept apart from each other and from their physical GPU.
+Label normalisation lives here and only here (:func:`normalize`). The label eras it reads:
+
+- the host from ``hostname`` (the default since the 2026 rename) or ``Hostname`` (older releases,
+  most dashboards); when that says ``localhost`` (a known exporter bug without host networking)
+  or is missing, from the scrape target's ``node`` / ``kubernetes_node`` label or its
+  ``instance`` (``host:port``, the port dropped);
+- the GPU's ``UUID`` or ``uuid`` (in MIG mode: the parent GPU's);
+- the workload from ``exported_pod``/``exported_namespace``/``exported_container`` (what
+  Prometheus writes when a ServiceMonitor scrapes the exporter: ``pod`` then names the exporter's
+  own pod), else ``pod``/``namespace``/``container``; Slurm's ``hpc_job``; and the DRA labels
+  (``dra_claim_name``, ``dra_claim_namespace``, ``dra_pool_name``, ``dra_device_name``,
+  ``dra_mig_profile``, ``dra_mig_device_uuid``);
+- MIG instances (``GPU_I_ID``, profile ``GPU_I_PROFILE`` or ``dra_mig_profile``, the instance's
+  own UUID from ``dra_mig_device_uuid`` where given) kept apart from each other and from their
+  physical GPU: each is its own unit in the snapshot.
 """
 
 from __future__ import annotations
@@ -76,7 +85,18 @@ FIELD_HELP: dict[str, tuple[str, str]] = {
 
 # -- labels --------------------------------------------------------------------------------------
 
-HOST_LABELS = ("Hostname", "hostname")
+HOST_LABELS = ("hostname", "Hostname")
+# The scrape target's node, for series whose host label is missing or "localhost".
+TARGET_HOST_LABELS = ("node", "kubernetes_node", "instance")
+LOCALHOST = frozenset({"localhost", "localhost.localdomain", "127.0.0.1"})
+DRA_LABELS = (
+    "dra_claim_name",
+    "dra_claim_namespace",
+    "dra_pool_name",
+    "dra_device_name",
+    "dra_mig_profile",
+    "dra_mig_device_uuid",
+)
 UUID_LABELS = ("UUID", "uuid")
 MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")
 WORKLOAD_LABELS = (
@@ -98,6 +118,8 @@ INVENTORY_LABELS = (
     "modelName",
     "GPU_I_PROFILE",
     *WORKLOAD_LABELS,
+    *DRA_LABELS,
+    *TARGET_HOST_LABELS,
 )
 
 
@@ -114,7 +136,19 @@ def uuid_of(labels: Mapping[str, str]) -> str:
 
 
 def host_of(labels: Mapping[str, str]) -> str:
-    return first_of(labels, HOST_LABELS)
+    """The GPU's host: its host label, else (missing or ``localhost``) the scrape target's."""
+    host = first_of(labels, HOST_LABELS)
+    if host and host not in LOCALHOST:
+        return host
+    target = first_of(labels, TARGET_HOST_LABELS[:2])
+    if target:
+        return target
+    instance = labels.get("instance") or ""
+    if instance.startswith("["):  # [ipv6]:port
+        instance = instance[1:].split("]", 1)[0]
+    elif instance.count(":") == 1:
+        instance = instance.split(":", 1)[0]
+    return instance if instance and instance not in LOCALHOST else host
 
 
 def instance_of(labels: Mapping[str, str]) -> str:
@@ -135,33 +169,50 @@ class Workload(NamedTuple):
     pod: str = ""
     container: str = ""
     hpc_job: str = ""
+    claim: str = ""  # DRA ResourceClaim as namespace/name
+    pool: str = ""  # DRA pool (a node's ResourceSlice pool) and device name
+    device: str = ""
 
     def __bool__(self) -> bool:
-        return bool(self.pod or self.hpc_job)
+        return bool(self.pod or self.hpc_job or self.claim)
 
     def as_text(self) -> str:
-        """``namespace/pod`` (``/container`` when known), or ``hpc_job:<id>``."""
+        """``namespace/pod`` (``/container`` when known), or ``hpc_job:<id>``, or
+        ``claim:<namespace>/<name>`` (a DRA claim whose pod the exporter did not name)."""
         if self.pod:
             text = f"{self.namespace}/{self.pod}" if self.namespace else self.pod
             return f"{text}/{self.container}" if self.container else text
-        return f"hpc_job:{self.hpc_job}" if self.hpc_job else ""
+        if self.hpc_job:
+            return f"hpc_job:{self.hpc_job}"
+        return f"claim:{self.claim}" if self.claim else ""
 
 
 def workload_of(labels: Mapping[str, str]) -> Workload:
     """Who uses the GPU. ``exported_*`` wins: when Prometheus scraped the exporter through a
     ServiceMonitor, ``pod``/``namespace``/``container`` name the exporter's own pod."""
+    claim_name = labels.get("dra_claim_name") or ""
+    claim_namespace = labels.get("dra_claim_namespace") or ""
+    dra = {
+        "claim": f"{claim_namespace}/{claim_name}"
+        if claim_namespace and claim_name
+        else claim_name,
+        "pool": labels.get("dra_pool_name") or "",
+        "device": labels.get("dra_device_name") or "",
+    }
     if labels.get("exported_pod"):
         return Workload(
             namespace=labels.get("exported_namespace", ""),
             pod=labels["exported_pod"],
             container=labels.get("exported_container", ""),
             hpc_job=labels.get("hpc_job", ""),
+            **dra,
         )
     return Workload(
         namespace=labels.get("namespace", ""),
         pod=labels.get("pod", ""),
         container=labels.get("container", ""),
         hpc_job=labels.get("hpc_job", ""),
+        **dra,
     )
 
 
@@ -175,6 +226,7 @@ class GpuLabels(NamedTuple):
     model: str
     mig_profile: str
     workload: Workload
+    mig_uuid: str = ""  # the MIG instance's own UUID (dra_mig_device_uuid), when given
 
     @property
     def key(self) -> tuple[str, str]:
@@ -189,8 +241,9 @@ def normalize(labels: Mapping[str, str]) -> GpuLabels:
         host_of(labels),
         int(gpu) if gpu.isdigit() else None,
         labels.get("modelName", ""),
-        labels.get("GPU_I_PROFILE", ""),
+        labels.get("GPU_I_PROFILE") or labels.get("dra_mig_profile") or "",
         workload_of(labels),
+        labels.get("dra_mig_device_uuid") or "",
     )
 
 

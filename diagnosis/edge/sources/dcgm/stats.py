@@ -8,7 +8,8 @@ I/O, no Django.
 What the answers hold (see ``prometheus.queries.family_queries``): ``util`` (``mean``, ``p10``,
 ``p90`` per GPU or MIG instance, ``src`` ``prof`` for ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` or ``dev``
 for ``DCGM_FI_DEV_GPU_UTIL`` in percent), ``tensor`` (``mean`` per GPU or instance), and per
-physical GPU ``memory`` (``frac``), ``power`` (``mean``), ``temperature`` (``max``), ``pcie``
+GPU or MIG instance ``memory`` (``frac``; an instance's own framebuffer where the exporter reports
+it per instance), per physical GPU ``power`` (``mean``), ``temperature`` (``max``), ``pcie``
 (``mean`` of ``rx`` and ``tx``), ``nvlink`` (``mean`` of ``prof`` bytes/s or of the ``total``
 field in its own unit); ``inventory`` (``last`` sample time per series, with the labels that say
 where the GPU is and who uses it, and ``samples``: the most samples any GPU has in the window).
@@ -89,15 +90,6 @@ class Inventory:
     last: dict[tuple[str, str], float] = field(default_factory=dict)
     samples: float | None = None
 
-    def workloads(self, uuid: str, instances: Sequence[str]) -> tuple[str, str]:
-        """The workloads (and Slurm jobs) on a GPU, each MIG instance's latest."""
-        if len(instances) == 1:
-            workload = self.rows[(uuid, instances[0])].workload
-            return workload.as_text(), workload.hpc_job
-        names = {self.rows[(uuid, i)].workload.as_text() for i in instances}
-        jobs = {self.rows[(uuid, i)].workload.hpc_job for i in instances}
-        return ", ".join(sorted(names - {""})), ", ".join(sorted(jobs - {""}))
-
 
 def inventory(answer: Answer) -> Inventory:
     labels, values = answer
@@ -139,77 +131,55 @@ def _dense(table: _Table, src: str | None, stat: str, index: pd.Index, by_instan
 def statistics(
     answers: Mapping[str, Answer], inventory_: Inventory, nvlink_total_unit_Bps: float = 1e6
 ) -> pd.DataFrame:
-    """Per physical GPU (index: uuid): the snapshot's statistics (``<metric>_<stat>`` columns)
-    and ``util_src`` (``prof`` or ``dev``).
+    """Per GPU unit — a whole GPU, or one MIG instance of a GPU — the snapshot's statistics
+    (``<metric>_<stat>`` columns), ``util_src`` (``prof`` or ``dev``), ``uuid`` (the physical
+    GPU's) and ``instance`` (the MIG ``GPU_I_ID``, "" for a whole GPU); index ``uuid\x1finstance``.
 
-    MIG instances combine into their GPU: activity weighted by each instance's share of the GPU
-    (``3g.40gb`` = 3/7), device-wide quantities as Prometheus summed them per GPU.
+    A MIG instance keeps its own activity (util, tensor) and framebuffer; the device-wide
+    quantities (power, temperature, PCIe, NVLink) are its GPU's, as Prometheus aggregated them per
+    physical GPU. A GPU with MIG instances is no unit of its own (its GPU-level series only give
+    those device-wide quantities).
     """
     tables = {
         name: _Table.of(answers[name])
         for name in ("util", "tensor", "memory", "power", "temperature", "pcie", "nvlink")
     }
-    activity_keys = set()
-    for name in ("util", "tensor"):
+    unit_keys: set[tuple[str, str]] = set()
+    for name in ("util", "tensor", "memory"):
         table = tables[name]
-        activity_keys.update(zip(table.uuid.tolist(), table.instance.tolist(), strict=True))
-    activity_index = pd.Index([f"{u}\x1f{i}" for u, i in sorted(activity_keys) if u])
-    device_uuids = {u for u, _ in activity_keys}
-    for name in ("memory", "power", "temperature", "pcie", "nvlink"):
+        unit_keys.update(zip(table.uuid.tolist(), table.instance.tolist(), strict=True))
+    device_uuids = {u for u, _ in unit_keys}
+    for name in ("power", "temperature", "pcie", "nvlink"):
         device_uuids.update(tables[name].uuid.tolist())
-    device_uuids.discard("")
-    gpus = pd.Index(sorted(device_uuids), name="uuid")
-
-    activity = pd.DataFrame(index=activity_index)
+    unit_keys.update((u, "") for u in device_uuids)
+    split = {u for u, i in unit_keys if i}
+    keys = sorted((u, i) for u, i in unit_keys if u and (i or u not in split))
+    index = pd.Index([f"{u}\x1f{i}" for u, i in keys])
+    frame = pd.DataFrame(index=index)
+    frame["uuid"] = [u for u, _ in keys]
+    frame["instance"] = [i for _, i in keys]
     for column, (name, src, stat) in ACTIVITY.items():
-        values, origin = _dense(tables[name], src, stat, activity_index, by_instance=True)
+        values, origin = _dense(tables[name], src, stat, index, by_instance=True)
         if name == "util":
             values = np.where(origin == "dev", values / 100.0, values)
-            activity["util_src"] = np.where(origin != "", origin, activity.get("util_src", ""))
-        activity[column] = values
-    if "util_src" not in activity:
-        activity["util_src"] = ""
-    pairs = [key.split("\x1f", 1) for key in activity.index]
-    activity_uuid = pd.Index([u for u, _ in pairs], dtype=object)
-    activity_instance = pd.Index([i for _, i in pairs], dtype=object)
-
-    frame = pd.DataFrame(index=gpus)
-    whole = np.asarray(activity_instance == "", dtype=bool)
-    for column in (*ACTIVITY, "util_src"):
-        frame[column] = pd.Series(activity[column].to_numpy()[whole], index=activity_uuid[whole])
-    mig = ~whole
-    if mig.any():
-        _combine_mig(frame, activity[mig], activity_uuid[mig], activity_instance[mig], inventory_)
+            frame["util_src"] = np.where(origin != "", origin, frame.get("util_src", ""))
+        frame[column] = values
+    if "util_src" not in frame:
+        frame["util_src"] = ""
     frame["util_src"] = frame["util_src"].fillna("")
-
+    physical = pd.Index(frame["uuid"].to_numpy())
     for column, (name, src, stat) in DEVICE.items():
-        values, origin = _dense(tables[name], src, stat, gpus, by_instance=False)
-        if name == "nvlink":
-            values = np.where(origin == "total", values * nvlink_total_unit_Bps, values)
+        if name == "memory":
+            values, _ = _dense(tables[name], src, stat, index, by_instance=True)
+        else:
+            gpus = pd.Index(sorted(device_uuids - {""}))
+            per_gpu, origin = _dense(tables[name], src, stat, gpus, by_instance=False)
+            if name == "nvlink":
+                per_gpu = np.where(origin == "total", per_gpu * nvlink_total_unit_Bps, per_gpu)
+            positions = gpus.get_indexer(physical)
+            values = np.where(positions >= 0, per_gpu[np.maximum(positions, 0)], np.nan)
         frame[column] = values
     return frame
-
-
-def _combine_mig(frame, rows: pd.DataFrame, uuids, instances, inventory_: Inventory) -> None:
-    shares = np.array(
-        [
-            dcgm.mig_share(
-                inventory_.rows[(u, i)].mig_profile if (u, i) in inventory_.rows else "",
-                inventory_.rows[(u, i)].model if (u, i) in inventory_.rows else "",
-            )
-            for u, i in zip(uuids, instances, strict=True)
-        ]
-    )
-    groups = pd.Index(uuids)
-    for column in ACTIVITY:
-        weighted = pd.Series(rows[column].to_numpy() * shares, index=groups)
-        combined = weighted.groupby(level=0).sum(min_count=1).clip(upper=1.0)
-        frame.loc[combined.index, column] = frame.loc[combined.index, column].fillna(combined)
-    sources = pd.Series(rows["util_src"].to_numpy(), index=groups).groupby(level=0).max()
-    missing = frame.loc[sources.index, "util_src"].isna() | (
-        frame.loc[sources.index, "util_src"] == ""
-    )
-    frame.loc[sources.index[missing.to_numpy()], "util_src"] = sources[missing.to_numpy()]
 
 
 # -- Xids ----------------------------------------------------------------------------------------
@@ -270,9 +240,10 @@ def xid_events(
 
 @dataclass
 class Placement:
-    """The snapshot's ``gpus[]`` entries of the GPUs found on the scheduler's nodes."""
+    """The snapshot's ``gpus[]`` entries of the GPU units found on the scheduler's nodes, keyed
+    by (node, index, MIG instance or -1); ``last_seen`` per physical GPU (node, index)."""
 
-    gpus: dict[tuple[str, int], dict[str, Any]]
+    gpus: dict[tuple[str, int, int], dict[str, Any]]
     last_seen: dict[tuple[str, int], float]
     unmatched: int
     util_sources: dict[str, int]
@@ -301,8 +272,11 @@ def place(
     node_gpus: Mapping[str, int],
     uuids: Mapping[str, tuple[str, int]],
 ) -> Placement:
-    """Each GPU's entry, placed by its UUID when the scheduler knows it, else by its host label
-    (either spelling, short or full name) and ``gpu`` index."""
+    """Each GPU unit's entry, placed by its GPU's UUID when the scheduler knows it, else by its
+    host label (either spelling, short or full name; the scrape target's node for
+    ``localhost``) and ``gpu`` index. A MIG instance is an entry of its own with ``mig`` (profile,
+    ``GPU_I_ID``, parent UUID, compute fraction) and its own workload; its ``uuid`` is the
+    instance's (``dra_mig_device_uuid``) when the exporter names it."""
     hosts = dcgm.host_index(list(node_gpus))
     instances: dict[str, list[str]] = {}
     last: dict[str, float] = {}
@@ -312,28 +286,55 @@ def place(
     by_uuid: dict[str, list[dict[str, Any]]] = {}
     for event in xids:
         by_uuid.setdefault(event.uuid, []).append({"code": event.code, "time": iso(event.time)})
-    metric_columns = [(c, *c.rsplit("_", 1)) for c in frame.columns if c != "util_src"]
+    skip = {"util_src", "uuid", "instance"}
+    metric_columns = [(c, *c.rsplit("_", 1)) for c in frame.columns if c not in skip]
     rounded = _rounded(frame, metric_columns)
     columns = [(metric, stat, rounded[c].tolist()) for c, metric, stat in metric_columns]
     util_src = frame["util_src"].tolist() if "util_src" in frame else [""] * len(frame)
-    row_of = {uuid: i for i, uuid in enumerate(frame.index)}
-    placed: dict[tuple[str, int], dict[str, Any]] = {}
+    row_of = {key: i for i, key in enumerate(frame.index)}
+    split = {u for u, i in inventory_.last if i} | set(frame["uuid"][frame["instance"] != ""])
+    units = {tuple(key.split("\x1f", 1)) for key in frame.index}
+    units |= {(u, i) for u, i in inventory_.last if i or u not in split}
+    placed: dict[tuple[str, int, int], dict[str, Any]] = {}
     last_seen: dict[tuple[str, int], float] = {}
     sources: dict[str, int] = {}
-    unmatched = 0
-    for uuid in sorted(set(row_of) | set(instances)):
-        where = uuids.get(uuid)
-        if where is None and uuid in instances:
-            latest = max(instances[uuid], key=lambda i: inventory_.last[(uuid, i)])
-            identity = inventory_.rows[(uuid, latest)]
-            node = dcgm.node_for_host(identity.host, hosts)
-            if node is not None and identity.gpu is not None:
-                where = (node, identity.gpu)
-        if where is None or where[1] >= node_gpus.get(where[0], 0) or where in placed:
-            unmatched += 1
+    where_of: dict[str, tuple[str, int] | None] = {}
+    unmatched: set[str] = set()
+    occupied: set[tuple[str, int]] = set()  # a physical GPU is one UUID's
+    for uuid, instance in sorted(units):
+        if uuid not in where_of:
+            where = uuids.get(uuid)
+            if where is None and uuid in instances:
+                latest = max(instances[uuid], key=lambda i, u=uuid: inventory_.last[(u, i)])
+                identity = inventory_.rows[(uuid, latest)]
+                node = dcgm.node_for_host(identity.host, hosts)
+                if node is not None and identity.gpu is not None:
+                    where = (node, identity.gpu)
+            if where is not None and (where[1] >= node_gpus.get(where[0], 0) or where in occupied):
+                where = None
+            if where is not None:
+                occupied.add(where)
+            where_of[uuid] = where
+        where = where_of[uuid]
+        gi = int(instance) if instance.isdigit() else -1
+        if where is None or (instance and gi < 0):
+            unmatched.add(uuid)
             continue
-        entry: dict[str, Any] = {"node": where[0], "index": where[1], "uuid": uuid}
-        row = row_of.get(uuid)
+        entry: dict[str, Any] = {"node": where[0], "index": where[1]}
+        identity = inventory_.rows.get((uuid, instance))
+        if instance:
+            profile = identity.mig_profile if identity else ""
+            model = identity.model if identity else ""
+            mig: dict[str, Any] = {"instance": gi, "parent_uuid": uuid}
+            if profile:
+                mig["profile"] = profile
+                mig["compute_fraction"] = round(dcgm.mig_share(profile, model), 6) or None
+            entry["mig"] = {k: v for k, v in mig.items() if v is not None}
+            if identity and identity.mig_uuid:
+                entry["uuid"] = identity.mig_uuid
+        else:
+            entry["uuid"] = uuid
+        row = row_of.get(f"{uuid}\x1f{instance}")
         if row is not None:
             for metric, stat, values in columns:
                 value = values[row]
@@ -341,18 +342,26 @@ def place(
                     entry.setdefault(metric, {})[stat] = value
             if util_src[row]:
                 sources[util_src[row]] = sources.get(util_src[row], 0) + 1
-        if uuid in by_uuid:
+        if uuid in by_uuid and not instance:
             entry["xid"] = by_uuid[uuid]
-        if uuid in instances:
-            workload, job = inventory_.workloads(uuid, instances[uuid])
+        if identity is not None:
+            workload = identity.workload
             if workload:
-                entry["workload"] = workload
-            if job:
-                entry["hpc_job"] = job
+                entry["workload"] = workload.as_text()
+            if workload.hpc_job:
+                entry["hpc_job"] = workload.hpc_job
+        placed[(where[0], where[1], gi)] = entry
+    for uuid, where in where_of.items():
+        if where is not None and uuid in last:
             last_seen[where] = last[uuid]
-        placed[where] = entry
+    # Xids of a split GPU: on its first instance (the snapshot keeps Xids per physical GPU).
+    for uuid, where in where_of.items():
+        if where is not None and uuid in by_uuid and uuid in split:
+            first = min((k for k in placed if k[:2] == where), default=None)
+            if first is not None:
+                placed[first]["xid"] = by_uuid[uuid]
     newest = max(last_seen.values()) if last_seen else None
-    return Placement(placed, last_seen, unmatched, sources, newest)
+    return Placement(placed, last_seen, len(unmatched), sources, newest)
 
 
 def iso(seconds: float) -> str:

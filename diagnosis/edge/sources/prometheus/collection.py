@@ -48,25 +48,20 @@ def collect_document(
     window_s = int(window_s or config.window_s)
     nodes = [n for n in scheduler.get("nodes") or [] if isinstance(n, Mapping) and "name" in n]
     known = {
-        (g["node"], g["index"]): g
+        _unit_key(g): g
         for g in scheduler.get("gpus") or []
         if isinstance(g, Mapping) and "node" in g and "index" in g
     }
-    uuids = {g["uuid"]: key for key, g in known.items() if g.get("uuid")}
+    uuids = {g["uuid"]: (g["node"], g["index"]) for g in known.values() if g.get("uuid")}
+    for g in known.values():  # a MIG instance's parent GPU: the UUID its series carry
+        parent = g["mig"].get("parent_uuid") if isinstance(g.get("mig"), Mapping) else None
+        if isinstance(parent, str) and parent:
+            uuids.setdefault(parent, (g["node"], g["index"]))
     at = as_of.timestamp()
     payloads = shard_payloads(config, nodes, uuids, at, window_s)
     runner = shard_runner if shard_runner is not None and len(payloads) > 1 else run_shards_here
     metrics = merge_shards(runner(payloads))
-
-    gpus = []
-    reported = {(g["node"], g["index"]): g for g in metrics.gpus}
-    for key in sorted(set(reported) | set(known)):
-        entry = dict(reported.get(key) or {"node": key[0], "index": key[1]})
-        given = known.get(key) or {}
-        if given.get("uuid") and "uuid" not in entry:
-            entry["uuid"] = given["uuid"]
-        entry["health"] = given.get("health", "ok")
-        gpus.append(entry)
+    gpus = merge_gpus(known, metrics.gpus)
     node_list = []
     for node in nodes:
         node = dict(node)
@@ -96,6 +91,38 @@ def collect_document(
         cpu_seconds=time.process_time() - cpu_started,
     )
     return document
+
+
+def _unit_key(gpu: Mapping[str, Any]) -> tuple[str, int, int]:
+    """(node, index, MIG instance or -1) of a ``gpus[]`` entry."""
+    mig = gpu.get("mig")
+    instance = mig.get("instance") if isinstance(mig, Mapping) else None
+    return (gpu["node"], gpu["index"], instance if isinstance(instance, int) else -1)
+
+
+def merge_gpus(
+    known: Mapping[tuple[str, int, int], Mapping[str, Any]], reported: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The scheduler's GPU entries (UUIDs, health, MIG instances it knows) joined with the
+    metrics' by (node, index, MIG instance). Where one side splits a GPU into MIG instances and
+    the other reports it whole, the split wins (a GPU is reported one way, never both), keeping
+    the scheduler's health."""
+    metrics = {_unit_key(g): g for g in reported}
+    split = {key[:2] for key in (*metrics, *known) if key[2] >= 0}
+    health = {key[:2]: g.get("health") for key, g in known.items() if g.get("health")}
+    gpus = []
+    for key in sorted(set(metrics) | set(known)):
+        if key[2] < 0 and key[:2] in split:
+            continue
+        entry = dict(metrics.get(key) or {k: v for k, v in known[key].items() if k != "health"})
+        given = known.get(key) or {}
+        if given.get("uuid") and "uuid" not in entry:
+            entry["uuid"] = given["uuid"]
+        if "mig" in given and "mig" in entry:
+            entry["mig"] = {**given["mig"], **entry["mig"]}
+        entry["health"] = given.get("health") or health.get(key[:2]) or "ok"
+        gpus.append(entry)
+    return gpus
 
 
 def collection_report(

@@ -45,6 +45,13 @@ ALLOWED_LABELS: frozenset[str] = frozenset(
         "exported_namespace",
         "exported_container",
         "hpc_job",
+        "dra_claim_name",
+        "dra_claim_namespace",
+        "dra_pool_name",
+        "dra_device_name",
+        "dra_mig_profile",
+        "dra_mig_device_uuid",
+        "kubernetes_node",
         # node-exporter
         "nodename",
         "mode",

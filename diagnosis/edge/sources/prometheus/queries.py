@@ -78,8 +78,9 @@ def family_queries(
             ]
         )
 
-    used, free = total(dcgm.FB_USED, U), total(dcgm.FB_FREE, U)
-    reserved = f"({total(dcgm.FB_RESERVED, U)} or {free} * 0)"
+    # Framebuffer per GPU or MIG instance (in MIG mode the exporter reports it per instance).
+    used, free = total(dcgm.FB_USED, K), total(dcgm.FB_FREE, K)
+    reserved = f"({total(dcgm.FB_RESERVED, K)} or {free} * 0)"
     nvlink_rx = total(dcgm.NVLINK_RX_BYTES, U)
     nvlink_bytes = f"({nvlink_rx} + ({total(dcgm.NVLINK_TX_BYTES, U)} or {nvlink_rx} * 0))"
     nvlink = tagged(f"{nvlink_bytes} / {samples(dcgm.NVLINK_RX_BYTES, U)}", stat="mean", src="prof")
