@@ -57,6 +57,8 @@ def scheduler_change(rec: Recommendation) -> dict[str, Any]:
     out = {"kind": rec.kind, "target": rec.target, "to": rec.change.get("to")}
     if rec.change.get("reason"):
         out["reason"] = rec.change["reason"]
+    if rec.change.get("field"):  # which knob of the queue (Volcano capacity: deserved)
+        out["field"] = rec.change["field"]
     return out
 
 

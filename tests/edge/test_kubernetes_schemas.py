@@ -28,7 +28,9 @@ from tests.support.kube_server import (
 pytestmark = [pytest.mark.kubernetes]
 
 FIXTURE_OBJECTS = [
-    obj for name in ("nodes", "volcano", "kueue", "dra", "kai") for obj in load_fixture(name)
+    obj
+    for name in ("nodes", "volcano", "kueue", "dra", "kai", "gangs")
+    for obj in load_fixture(name)
 ]
 CUSTOM = [o for o in FIXTURE_OBJECTS if crd_key(o)]
 CORE = [o for o in FIXTURE_OBJECTS if not crd_key(o)]

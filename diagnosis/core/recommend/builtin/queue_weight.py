@@ -13,6 +13,12 @@ rounded to the scheduler's integer domain (Volcano ``Queue.spec.weight`` 1..6553
 one step above the current weight, but never above twice it. Only raises are proposed: a queue
 that holds its target already gets nothing. The other queues' weights are unchanged.
 
+Under Volcano's ``capacity`` plugin (``scheduler.queue_share: capacity``) a queue's share is its
+``deserved`` GPUs, not its weight, so the draft raises ``deserved`` instead (``change.field:
+deserved``): to the target GPUs (rounded up; at least one above the current deserved, at most
+the queue's capability), impact simulated as the proportional weight change. Under
+``proportion`` (or when the snapshot does not say) it is the weight, as above.
+
 The impact replays the queue order by weighted fair share (usage / weight, as Volcano's
 proportion plugin and Kueue's fair sharing do) unless the snapshot reports its scheduler's queue
 order, which is then kept (under ``fifo`` or ``priority`` a weight changes nothing, and the impact
@@ -94,11 +100,67 @@ def generate(context: RecommendContext) -> list[Draft]:
         if aim <= 0:
             continue
         factor = aim / entry.held_gpus if entry.held_gpus else MAX_FACTOR
+        if snapshot.scheduler.get("queue_share") == "capacity":
+            draft = _deserved_draft(context, shares, entry, factor, aim, starved.get(queue, []))
+            if draft is not None:
+                drafts.append(draft)
+            continue
         proposed = raised_weight(entry.weight, factor)
         if proposed is None:
             continue
         drafts.append(_draft(context, shares, entry, proposed, factor, aim, starved.get(queue, [])))
     return drafts
+
+
+def raised_deserved(current: float, aim: float, capability: float | None) -> int | None:
+    """The deserved GPUs to set: ``ceil(aim)``, at least one above ``current``, at most the
+    capability (Volcano refuses deserved > capability); None when no raise is due or possible."""
+    proposed = max(math.ceil(aim - 1e-9), math.floor(current) + 1)
+    if capability is not None:
+        proposed = min(proposed, math.floor(capability))
+    return proposed if proposed > current and aim > current else None
+
+
+def _deserved_draft(
+    context: RecommendContext,
+    shares: FairShares,
+    entry: QueueShare,
+    factor: float,
+    aim: float,
+    starved: list[Finding],
+) -> Draft | None:
+    """The ``capacity`` plugin's knob: the queue's deserved GPUs."""
+    queues = context.snapshot.queues
+    capability = (
+        float(queues.loc[entry.queue, "capability_gpus"]) if entry.queue in queues.index else None
+    )
+    if capability is not None and math.isnan(capability):
+        capability = None
+    current = entry.deserved_gpus or 0.0
+    proposed = raised_deserved(current, aim, capability)
+    if proposed is None:
+        return None
+    weight = max(entry.weight, 1.0) * proposed / max(current, 1.0)
+    draft = _draft(context, shares, entry, max(1, round(weight)), factor, aim, starved)
+    why = draft.summary.split(": ", 1)[1]
+    return Draft(
+        kind=draft.kind,
+        target=draft.target,
+        change={"field": "deserved", "from": whole(current), "to": proposed},
+        findings=draft.findings,
+        summary=(
+            f"Raise queue {entry.queue}'s deserved GPUs from {whole(current)} to {proposed} "
+            f"(Volcano's capacity plugin shares by deserved; a weight changes nothing under it): "
+            f"{why}"
+        ),
+        plan=draft.plan,
+        basis={
+            **draft.basis,
+            "queue_share": "capacity",
+            "impact_as_weight": round(weight, 4),
+            "capability_gpus": capability,
+        },
+    )
 
 
 def target_gpus(entry: QueueShare, *, starved: bool) -> float:

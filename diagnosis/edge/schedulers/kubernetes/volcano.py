@@ -62,6 +62,11 @@ from diagnosis.edge.schedulers.kubernetes.client import (
     sync_all,
     transport_errors_as_scheduler_errors,
 )
+from diagnosis.edge.schedulers.kubernetes.volcano_conf import (
+    placement_of,
+    queue_share_plugin,
+    with_placement,
+)
 from diagnosis.edge.schedulers.targets import target_name
 
 GROUP, VERSION = "scheduling.volcano.sh", "v1beta1"
@@ -71,7 +76,6 @@ GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 WEIGHT_RANGE = (1, 65535)
 DEFAULT_CONFIGMAP = "volcano-system/volcano-scheduler-configmap"
 DEFAULT_CONF_KEY = "volcano-scheduler.conf"
-BINPACK = "binpack"
 
 
 def _namespaced(value: str) -> str:
@@ -174,6 +178,14 @@ class VolcanoAdapter(KubeConnection):
     @transport_errors_as_scheduler_errors("volcano: applying a change")
     def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
         kind = change.get("kind")
+        if kind == "queue-weight" and change.get("field") in ("deserved", "guarantee"):
+            return self._set_queue_gpus(target_name(change), change, dry_run=dry_run)
+        if kind == "queue-weight" and change.get("field") not in (None, "weight"):
+            raise SchedulerError(
+                f"queue-weight: volcano sets a queue's weight, deserved or guarantee, not "
+                f"{change.get('field')!r}",
+                permanent=True,
+            )
         if kind == "queue-weight":
             return self._set_queue_weight(target_name(change), change, dry_run=dry_run)
         if kind == "placement-policy":
@@ -223,6 +235,66 @@ class VolcanoAdapter(KubeConnection):
             after=weight,
             command=command,
             message=f"queue {name}: weight {before} → {weight}",
+        )
+
+    def _set_queue_gpus(
+        self, name: str, change: Mapping[str, Any], *, dry_run: bool
+    ) -> ChangeResult:
+        """The capacity plugin's knobs: a queue's ``deserved`` (or ``guarantee``) GPUs."""
+        field = str(change["field"])
+        to = change.get("to")
+        if isinstance(to, bool) or not isinstance(to, int | float) or to < 0 or to != int(to):
+            raise SchedulerError(
+                f"queue-weight: {field} GPUs must be a whole number >= 0, got {to!r}",
+                permanent=True,
+            )
+        custom = k8s.CustomObjectsApi(self.api)
+        timeout = self.settings.request_timeout_s
+        try:
+            queue = custom.get_cluster_custom_object(
+                GROUP, VERSION, "queues", name, _request_timeout=timeout
+            )
+        except ApiException as exc:
+            raise scheduler_error(exc, f"reading queue {name}") from exc
+        row = queue_row(queue, self.settings)
+        before = row.get("deserved_gpus" if field == "deserved" else "guarantee_gpus")
+        check_unchanged(change, queue, before, f"queue {name}")
+        capability, deserved = row.get("capability_gpus"), row.get("deserved_gpus")
+        if field == "deserved" and capability is not None and to > capability:
+            raise SchedulerError(
+                f"queue {name}: deserved {int(to)} would exceed its capability {capability} "
+                "(Volcano refuses it); raise the capability first",
+                permanent=True,
+            )
+        if field == "guarantee" and deserved is not None and to > deserved:
+            raise SchedulerError(
+                f"queue {name}: guarantee {int(to)} would exceed its deserved {deserved}",
+                permanent=True,
+            )
+        patch = queue_gpus_patch(queue, field, int(to), self.settings.gpu_resource)
+        command = (
+            f"kubectl patch queues.{GROUP} {name} --type=merge -p '{objects.compact_json(patch)}'"
+            + (" --dry-run=server" if dry_run else "")
+        )
+        try:
+            custom.patch_cluster_custom_object(
+                GROUP,
+                VERSION,
+                "queues",
+                name,
+                patch,
+                _request_timeout=timeout,
+                **objects.dry_run_args(dry_run),
+            )
+        except ApiException as exc:
+            raise write_error(exc, f"queue {name}") from exc
+        return ChangeResult(
+            applied=not dry_run,
+            dry_run=dry_run,
+            before=before,
+            after=int(to),
+            command=command,
+            message=f"queue {name}: {field} GPUs {before} → {int(to)}",
         )
 
     def _read_conf(self) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -511,90 +583,6 @@ def _last_transition(obj: Mapping[str, Any]) -> str | None:
     return max((t for t in times if t), default=None)
 
 
-# -- the scheduler configuration -----------------------------------------------------------------
-
-
-def _binpack_plugin(conf: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for tier in conf.get("tiers") or ():
-        for plugin in (tier or {}).get("plugins") or ():
-            if (plugin or {}).get("name") == BINPACK:
-                return plugin
-    return None
-
-
-def _resources(arguments: Mapping[str, Any]) -> list[str]:
-    listed = str(arguments.get("binpack.resources") or "")
-    return [r.strip() for r in listed.split(",") if r.strip()]
-
-
-QUEUE_SHARE_PLUGINS = ("capacity", "proportion")
-
-
-def queue_share_plugin(conf: Mapping[str, Any]) -> str | None:
-    """Which plugin divides the cluster among queues: ``capacity`` (by ``deserved``, with
-    hierarchical queues) or ``proportion`` (by ``weight``); None when neither is enabled."""
-    enabled = {
-        (plugin or {}).get("name")
-        for tier in conf.get("tiers") or ()
-        for plugin in (tier or {}).get("plugins") or ()
-    }
-    return next((name for name in QUEUE_SHARE_PLUGINS if name in enabled), None)
-
-
-def placement_of(conf: Mapping[str, Any], gpu_resource: str) -> str:
-    """``binpack`` when the binpack plugin scores GPUs (its weight and the GPU's weight > 0),
-    else ``spread`` (nodeorder's least-requested spreads pods)."""
-    plugin = _binpack_plugin(conf)
-    if plugin is None:
-        return "spread"
-    arguments = plugin.get("arguments") or {}
-    weight = objects.quantity(arguments.get("binpack.weight", 1)) or 0
-    gpu_weight = objects.quantity(arguments.get(f"binpack.resources.{gpu_resource}", 1)) or 0
-    if weight > 0 and gpu_resource in _resources(arguments) and gpu_weight > 0:
-        return "binpack"
-    return "spread"
-
-
-def with_placement(
-    conf: Mapping[str, Any], policy: str, gpu_resource: str, gpu_weight: int
-) -> dict[str, Any]:
-    """A copy of the scheduler configuration whose binpack plugin packs (or no longer packs) GPUs.
-
-    ``binpack``: the plugin (added to the last tier if absent) gets ``binpack.resources``
-    including the GPU resource and ``binpack.resources.<gpu>: gpu_weight``, and a positive
-    ``binpack.weight``. ``spread``: the GPU resource leaves ``binpack.resources`` and its weight
-    key goes; CPU and memory packing stay as they were.
-    """
-    new = json.loads(json.dumps(conf))  # a deep copy of plain YAML data
-    plugin = _binpack_plugin(new)
-    if plugin is None:
-        if policy == "spread":
-            return new
-        tiers = new.setdefault("tiers", [])
-        if not tiers:
-            tiers.append({"plugins": []})
-        plugin = {"name": BINPACK}
-        tiers[-1].setdefault("plugins", []).append(plugin)
-    arguments = dict(plugin.get("arguments") or {})
-    resources = [r for r in _resources(arguments) if r != gpu_resource]
-    weight_key = f"binpack.resources.{gpu_resource}"
-    arguments.pop(weight_key, None)
-    if policy == "binpack":
-        resources.append(gpu_resource)
-        arguments[weight_key] = gpu_weight
-        if (objects.quantity(arguments.get("binpack.weight", 1)) or 0) <= 0:
-            arguments["binpack.weight"] = 10
-    if resources:
-        arguments["binpack.resources"] = ", ".join(resources)
-    else:
-        arguments.pop("binpack.resources", None)
-    if arguments:
-        plugin["arguments"] = arguments
-    else:
-        plugin.pop("arguments", None)
-    return new
-
-
 # -- writes: shared checks -----------------------------------------------------------------------
 
 
@@ -618,6 +606,16 @@ def queue_weight_patch(queue: Mapping[str, Any], weight: int) -> dict[str, Any]:
         "metadata": {"resourceVersion": meta(queue).get("resourceVersion")},
         "spec": {"weight": weight},
     }
+
+
+def queue_gpus_patch(
+    queue: Mapping[str, Any], field: str, gpus: int, gpu_resource: str
+) -> dict[str, Any]:
+    """The merge patch of a Queue's deserved (``spec.deserved``) or guaranteed
+    (``spec.guarantee.resource``) GPUs, guarded by its resourceVersion; other resources stay."""
+    value = {gpu_resource: str(gpus)}
+    spec = {"deserved": value} if field == "deserved" else {"guarantee": {"resource": value}}
+    return {"metadata": {"resourceVersion": meta(queue).get("resourceVersion")}, "spec": spec}
 
 
 def check_unchanged(change: Mapping[str, Any], obj: Mapping[str, Any], current: Any, what: str):
