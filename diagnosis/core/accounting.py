@@ -34,6 +34,14 @@ A snapshot is one moment: a GPU's bucket is taken to hold for the whole window, 
   known, else the GPU's ``tensor_active.mean`` (a proxy), clipped to 0..1; GPUs with neither
   add nothing and are counted out of ``mfu_coverage`` (busy GPUs with a known MFU ÷ busy GPUs).
 
+Capacity is counted in GPUs of compute: a whole GPU is 1, a MIG instance its share of its GPU's
+compute slices (the snapshot's ``mig.compute_fraction``, by default ``<n>/7`` for a profile
+``<n>g.…``: a 1g.10gb instance of an H100 is 1/7 GPU), so an H100 split into seven 1g.10gb
+instances is one GPU, not seven. A split GPU counts only the instances reported; counts of GPUs
+(``gpus``, each bucket, ``allocated_gpus``, ``util_gpus``, ``mfu_known_gpus``) are then
+fractional, and activity (util, MFU) is weighted by the same measure. The free GPUs of a pool
+are labelled fragmented / demand / no-demand one unit at a time.
+
 Per tenant, a GPU belongs to the tenant of the job holding it (the job's ``tenant``, else its
 queue's); GPUs no job holds (free, or unavailable and unheld) are under the tenant ``None``
 (shown as "(unallocated)"); held by a job with no tenant at all: ``"(no tenant)"``.
@@ -101,14 +109,14 @@ BUCKET_RULES: dict[str, tuple[str, ...]] = {
 class Breakdown:
     """The buckets of one scope (the cluster, a pool or a tenant) and its utilization."""
 
-    gpus: int
-    buckets: Mapping[str, int]
+    gpus: float  # GPUs of compute (see the module's docstring): whole numbers without MIG
+    buckets: Mapping[str, float]
     window_s: int
-    allocated_gpus: int
+    allocated_gpus: float
     util_sum: float
-    util_gpus: int
+    util_gpus: float
     productive_gpus: float
-    mfu_known_gpus: int
+    mfu_known_gpus: float
 
     def hours(self, gpus: float) -> float:
         return gpus * self.window_s / 3600.0
@@ -227,28 +235,31 @@ def account(
     )
     tenant_names.append(None)
 
+    capacity = state["capacity"].to_numpy(dtype=float)
     columns = {
-        "held": held.astype(float),
-        "util": np.where(has_util, util, 0.0),
-        "has_util": has_util.astype(float),
-        "mfu": np.where(has_mfu, mfu, 0.0),
-        "has_mfu": has_mfu.astype(float),
+        "held": held * capacity,
+        "util": np.where(has_util, util, 0.0) * capacity,
+        "has_util": has_util * capacity,
+        "mfu": np.where(has_mfu, mfu, 0.0) * capacity,
+        "has_mfu": has_mfu * capacity,
     }
 
     def breakdowns(codes: np.ndarray, groups: int) -> list[Breakdown]:
-        counts = np.bincount(codes * len(BUCKETS) + bucket, minlength=groups * len(BUCKETS))
+        counts = np.bincount(
+            codes * len(BUCKETS) + bucket, weights=capacity, minlength=groups * len(BUCKETS)
+        )
         counts = counts.reshape(groups, len(BUCKETS))
         sums = {k: np.bincount(codes, weights=v, minlength=groups) for k, v in columns.items()}
         return [
             Breakdown(
-                gpus=int(counts[g].sum()),
-                buckets={name: int(counts[g, b]) for b, name in enumerate(BUCKETS)},
+                gpus=_count(counts[g].sum()),
+                buckets={name: _count(counts[g, b]) for b, name in enumerate(BUCKETS)},
                 window_s=int(snapshot.window_s),
-                allocated_gpus=int(sums["held"][g]),
+                allocated_gpus=_count(sums["held"][g]),
                 util_sum=float(sums["util"][g]),
-                util_gpus=int(sums["has_util"][g]),
+                util_gpus=_count(sums["has_util"][g]),
                 productive_gpus=float(sums["mfu"][g]),
-                mfu_known_gpus=int(sums["has_mfu"][g]),
+                mfu_known_gpus=_count(sums["has_mfu"][g]),
             )
             for g in range(groups)
         ]
@@ -265,6 +276,12 @@ def account(
         gpu_bucket=labels,
         findings=_bucket_findings(found),
     )
+
+
+def _count(value: float) -> float:
+    """A GPU count: an int when whole (always, without MIG instances), else 6 decimals."""
+    rounded = round(float(value), 6)
+    return int(rounded) if rounded.is_integer() else rounded
 
 
 def _gpu_buckets(
