@@ -7,7 +7,7 @@ scripts should use) and ``/api/``.
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from diagnosis.api import clusters, receivers, recommendations, reports
+from diagnosis.api import annotations, clusters, receivers, recommendations, reports
 
 router = DefaultRouter()
 router.register("clusters", clusters.ClusterViewSet, basename="cluster")
@@ -20,6 +20,7 @@ urlpatterns = [
         name="cluster-events",
     ),
     path("alertmanager", receivers.AlertmanagerWebhookView.as_view(), name="alertmanager"),
+    path("annotations", annotations.AnnotationsView.as_view(), name="annotations"),
     path(
         "clusters/<slug:cluster>/reports/fairness",
         reports.FairnessReportView.as_view(),

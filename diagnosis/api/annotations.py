@@ -1,0 +1,113 @@
+"""``GET /api/v1/annotations``: what changed and when, for Grafana annotations, read-only.
+
+Grafana reads it through the **Infinity** datasource (``yesoreyeram-infinity-datasource``: JSON
+from a URL, columns picked by name), so gpuobs pushes nothing to Grafana's own APIs. Each item is
+one event: an applied recommendation (placement policy, queue weight; ``drain-node`` ones are
+tagged ``drain``) at its ``applied_at``, and an incident from ``opened_at`` to ``resolved_at``.
+
+Query: ``from`` and ``to`` (Unix milliseconds, as Grafana's ``${__from}``/``${__to}``, or
+RFC 3339; default the last 24 hours), ``cluster`` (repeatable; default every cluster the user may
+read). At most :data:`LIMIT` items, newest first. Access: the same helpers as the pages (a
+tenant-scoped manager sees only their tenants' incidents and no recommendations).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.urls import reverse
+from django.utils import timezone
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from diagnosis.access import clusters_for_user, incidents_for_user, recommendations_for_user
+from diagnosis.api.auth import AUTHENTICATION
+from diagnosis.choices import RecommendationKind
+from diagnosis.core.vocabulary import parse_time
+
+LIMIT = 1000
+DEFAULT_SPAN = timedelta(hours=24)
+
+
+def _moment(raw: str | None, name: str) -> datetime | None:
+    if not raw:
+        return None
+    if raw.isdigit():
+        return datetime.fromtimestamp(int(raw) / 1000, tz=UTC)
+    moment = parse_time(raw)
+    if moment is None:
+        raise ValidationError(
+            {name: f"expected Unix milliseconds or an RFC 3339 time, got {raw!r}"}
+        )
+    return moment
+
+
+def _ms(moment: datetime | None) -> int | None:
+    return None if moment is None else int(moment.timestamp() * 1000)
+
+
+def _link(page: str, **kwargs: Any) -> str:
+    return settings.GPUOBS_EXTERNAL_URL.rstrip("/") + reverse(f"diagnosis:{page}", kwargs=kwargs)
+
+
+def annotations_for(user: Any, names: list[str], start: datetime, end: datetime) -> list[dict]:
+    clusters = clusters_for_user(user)
+    if names:
+        clusters = clusters.filter(name__in=names)
+    items: list[dict[str, Any]] = []
+    for cluster in clusters.order_by("name"):
+        for rec in (
+            recommendations_for_user(user, cluster)
+            .filter(applied_at__gte=start, applied_at__lte=end)
+            .order_by("-applied_at")[:LIMIT]
+        ):
+            tags = ["gpuobs", "recommendation", rec.kind, rec.state]
+            if rec.kind == RecommendationKind.DRAIN_NODE:
+                tags.append("drain")
+            items.append(
+                {
+                    "time": _ms(rec.applied_at),
+                    "timeEnd": None,
+                    "cluster": cluster.name,
+                    "kind": "drain" if rec.kind == RecommendationKind.DRAIN_NODE else "change",
+                    "title": f"{rec.kind} {rec.target}: {rec.state}",
+                    "text": f"{rec.target}: {rec.change.get('from')} → {rec.change.get('to')}",
+                    "tags": tags,
+                    "url": _link("recommendation", name=cluster.name, recommendation_id=rec.pk),
+                }
+            )
+        incidents = incidents_for_user(user, cluster).filter(opened_at__lte=end)
+        for incident in incidents.exclude(resolved_at__lt=start).order_by("-opened_at")[:LIMIT]:
+            xid = f"Xid {incident.xid_code} " if incident.xid_code is not None else ""
+            items.append(
+                {
+                    "time": _ms(incident.opened_at),
+                    "timeEnd": _ms(incident.resolved_at),
+                    "cluster": cluster.name,
+                    "kind": "incident",
+                    "title": f"{xid}incident on {incident.node}"
+                    + (f"/{incident.gpu_index}" if incident.gpu_index is not None else ""),
+                    "text": incident.summary,
+                    "tags": ["gpuobs", "incident", incident.state],
+                    "url": _link("incidents", name=cluster.name),
+                }
+            )
+    items.sort(key=lambda item: item["time"], reverse=True)
+    return items[:LIMIT]
+
+
+class AnnotationsView(APIView):
+    """Read-only list of changes and incidents in a time range (for Grafana's Infinity)."""
+
+    authentication_classes = AUTHENTICATION  # Infinity sends "Authorization: Bearer <token>"
+
+    def get(self, request: Any) -> Response:
+        end = _moment(request.query_params.get("to"), "to") or timezone.now()
+        start = _moment(request.query_params.get("from"), "from") or end - DEFAULT_SPAN
+        if start > end:
+            raise ValidationError({"from": "must not be after 'to'"})
+        names = [n for n in request.query_params.getlist("cluster") if n]
+        return Response(annotations_for(request.user, names, start, end))
