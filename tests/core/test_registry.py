@@ -101,10 +101,13 @@ def test_the_scheduler_and_metrics_choices_are_the_registries_ids_and_labels() -
         ("slurm", "Slurm"),
         ("volcano", "Volcano"),
         ("kueue", "Kueue"),
+        ("yarn", "YARN"),
+        ("kai", "NVIDIA KAI scheduler"),
     ]
     assert choices.MetricsKind.choices == [
         ("sim", "Built-in simulator"),
         ("prometheus", "Prometheus"),
+        ("slurm_tres", "Slurm GPU TRES (sstat gres/gpuutil)"),
         ("none", "None (scheduler only)"),
     ]
     assert choices.SchedulerKind.SIM == "sim"
@@ -112,6 +115,10 @@ def test_the_scheduler_and_metrics_choices_are_the_registries_ids_and_labels() -
 
 
 # -- every declared plugin loads -----------------------------------------------------------------
+
+
+# The settings without a default (REQUIRED), per adapter: an address nothing can default.
+REQUIRED_SETTINGS = {"yarn": {"url": "http://rm.example:8088"}}
 
 
 @pytest.mark.parametrize("kind", list(ADAPTERS))
@@ -122,8 +129,10 @@ def test_every_adapter_loads_with_its_declared_settings(kind: str) -> None:
     config = spec.config_spec()
     assert isinstance(config, ConfigSpec)
     assert config.what == "scheduler_config"
-    config.parse({})  # every adapter's settings all have defaults
-    adapter = adapter_for(kind, {}, cluster="registry-test")
+    minimal = REQUIRED_SETTINGS.get(kind, {})
+    assert {s.key for s in config.settings if s.required} == set(minimal)
+    config.parse(minimal)  # every other setting has a default
+    adapter = adapter_for(kind, minimal, cluster="registry-test")
     assert isinstance(adapter, SchedulerAdapter)
 
 
@@ -141,8 +150,8 @@ def test_only_the_prometheus_source_shards() -> None:
 
 
 def test_an_unknown_or_unloadable_integration_is_a_permanent_error() -> None:
-    with pytest.raises(SchedulerError, match="no scheduler adapter 'yarn'") as caught:
-        adapter_spec("yarn")
+    with pytest.raises(SchedulerError, match="no scheduler adapter 'lsf'") as caught:
+        adapter_spec("lsf")
     assert caught.value.permanent
     broken = AdapterSpec("broken", "Broken", adapter="no.such.module:A", config="no.such:C")
     with pytest.raises(SchedulerError, match="'broken' is not available") as caught:

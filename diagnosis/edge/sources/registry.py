@@ -68,6 +68,12 @@ SOURCES: plugins.Registry[SourceSpec] = plugins.Registry(
             shards=True,
         ),
         SourceSpec(
+            "slurm_tres",
+            "Slurm GPU TRES (sstat gres/gpuutil)",
+            collect="diagnosis.edge.sources.slurm_tres:collect",
+            config="diagnosis.edge.sources.slurm_tres:CONFIG",
+        ),
+        SourceSpec(
             "none",
             "None (scheduler only)",
             collect="diagnosis.edge.sources.scheduler_only:collect",
