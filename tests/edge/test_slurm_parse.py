@@ -779,3 +779,18 @@ def test_the_files_beside_slurm_conf_are_read_when_there(tmp_path) -> None:
     assert found.topology == {"n1": {"nvlink_domains": [[0, 1], [2, 3]], "numa": [0, 0, 1, 1]}}
     assert found.blocks == {"n1": "rack1", "n2": "rack1"}  # topology.yaml wins, as in Slurm
     assert (nothing.topology, nothing.blocks, nothing.problems) == ({}, {}, [])
+
+
+def test_refused_records_are_named_in_the_scheduler_section() -> None:
+    hostile = {**_gpu_job_24_11(), "nodes": "n[[1-2]]", "job_resources": {}}
+    jobs = parse.parse_jobs({"jobs": [hostile]}, SETTINGS)
+    base = reads()
+
+    state = scheduler_state(
+        SlurmReads(base.nodes_document, jobs, base.partitions, base.queues, base.read_at),
+        SETTINGS,
+    )
+
+    assert state.jobs == []
+    assert state.scheduler["refused_records"] == jobs.refused
+    assert "not a host list" in state.scheduler["refused_records"][0]

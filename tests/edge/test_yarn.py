@@ -195,6 +195,8 @@ def test_read_state_is_a_valid_snapshot_from_four_requests() -> None:
     assert server.requests[3].query["states"] == ["FINISHED,FAILED,KILLED"]
     kinds = {(e["kind"], e["job"][-4:]) for e in batch.events}
     assert {("completed", "0005"), ("failed", "0006"), ("failed", "0007")} <= kinds
+    assert {("started", "0001"), ("started", "0004")} <= kinds
+    assert ("started", "0002") not in kinds  # ACCEPTED: its AM has not launched
     assert {("failed_scheduling", "0002"), ("failed_scheduling", "0003")} <= kinds
 
 

@@ -31,6 +31,7 @@ domains and GPU sockets, and with ``nvlink_blocks`` the base blocks of ``topolog
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shlex
@@ -53,6 +54,8 @@ from diagnosis.edge.schedulers.base import (
 from diagnosis.edge.schedulers.slurm import parse, restd
 from diagnosis.edge.schedulers.slurm import topology as slurm_topology
 from diagnosis.edge.schedulers.targets import target_name
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 10.0
 STDERR_LIMIT = 2000
@@ -357,6 +360,13 @@ def scheduler_state(reads: SlurmReads, settings: parse.ParseSettings) -> Schedul
         for name, values in reads.partitions.items()
         if name in pools or name in settings.partitions
     }
+    scheduler: dict[str, Any] = {"kind": "slurm", "placement": placement}
+    if reads.jobs.refused:
+        # Records past the parsers' bounds, left out and named (never expanded).
+        scheduler["refused_records"] = reads.jobs.refused[:100]
+        logger.warning(
+            "slurm: %d job record(s) refused: %s", len(reads.jobs.refused), reads.jobs.refused[:3]
+        )
     queues = list(reads.queues)
     known = {queue["name"] for queue in queues}
     for job in reads.jobs.jobs:
@@ -367,7 +377,7 @@ def scheduler_state(reads: SlurmReads, settings: parse.ParseSettings) -> Schedul
         nodes=nodes,
         queues=queues,
         jobs=reads.jobs.jobs,
-        scheduler={"kind": "slurm", "placement": placement},
+        scheduler=scheduler,
         gpus=gpus,
     )
 
@@ -473,7 +483,10 @@ class SlurmAdapter:
         (which a following :meth:`read_events` on this adapter reuses)."""
         reads = self._read()
         self._unconsumed = reads
-        return scheduler_state(reads, self.settings.parse)
+        state = scheduler_state(reads, self.settings.parse)
+        if self.topology_problems:
+            state.scheduler["topology_problems"] = self.topology_problems[:100]
+        return state
 
     def read_events(self, cursor: str | None) -> EventBatch:
         """Events since ``cursor`` derived from job and node records (see

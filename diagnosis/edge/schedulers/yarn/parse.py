@@ -275,6 +275,7 @@ def parse_apps(documents: list[Mapping[str, Any]], settings: YarnSettings) -> Pa
                 "user": _text(record.get("user")),
                 "submit_ms": int(_number(record.get("startedTime")) or 0),
                 "finish_ms": int(_number(record.get("finishedTime")) or 0),
+                "launch_ms": int(_number(record.get("launchTime")) or 0),
             }
     return parsed
 
@@ -319,7 +320,8 @@ def _digest(text: str) -> str:
 def derive_events(
     parsed: ParsedApps, cursor: EventCursor, *, now_ms: int, overlap_ms: int = 300_000
 ) -> tuple[list[dict[str, Any]], EventCursor]:
-    """``submitted`` at an application's start time, ``completed``/``failed`` at its finish
+    """``submitted`` at an application's start time, ``started`` at its AM's launch,
+    ``completed``/``failed`` at its finish
     time (since the cursor, less ``overlap_ms``), and ``failed_scheduling`` for a pending
     application whose diagnostics changed since the last read (reason: its YARN state,
     message: the diagnostics)."""
@@ -351,6 +353,16 @@ def derive_events(
                 ident,
                 "Submitted",
                 f"application {ident} submitted to queue {job['queue']}",
+            )
+        launch = facts["launch_ms"]
+        if job["state"] != "pending" and launch > 0 and (since is None or launch >= since):
+            add(
+                launch,
+                "started",
+                f"app:{ident}:started",
+                ident,
+                "Started",
+                f"application {ident} started (its ApplicationMaster launched)",
             )
         ended = job["state"] in {"completed", "failed"} and facts["finish_ms"] > 0
         if ended and (since is None or facts["finish_ms"] >= since):
