@@ -122,6 +122,64 @@ def water_fill(
     return fair
 
 
+def tree_water_fill(
+    capacity: float,
+    entitlement: Mapping[str, float],
+    demand: Mapping[str, float],
+    parent_of: Mapping[str, str],
+    group_weight: Mapping[str, float] | None = None,
+) -> dict[str, float]:
+    """:func:`water_fill` down a hierarchy (Volcano's and KAI's parent queues, Kueue's cohorts):
+    the capacity is divided among the top-level groups by their entitlement, each group's share
+    among its children, and so on down to the leaves of ``demand``.
+
+    ``parent_of`` maps a leaf or a group to its parent group (absent: top level). A group's
+    entitlement is ``entitlement`` when it has one (a listed parent queue), else
+    ``group_weight`` (a cohort's weight), else 1; its demand is its leaves' demand. A cycle in
+    ``parent_of`` is cut where it closes. Without parents this is :func:`water_fill`.
+    """
+    group_weight = group_weight or {}
+
+    def chain(name: str) -> list[str]:
+        seen = [name]
+        while parent_of.get(seen[-1]) and parent_of[seen[-1]] not in seen:
+            seen.append(parent_of[seen[-1]])
+        return seen
+
+    children: dict[str | None, set[str]] = {}
+    subtree_demand: dict[str, float] = {}
+    for leaf, wanted in demand.items():
+        path = chain(leaf)
+        for node in path:
+            subtree_demand[node] = subtree_demand.get(node, 0.0) + float(wanted)
+        for child, parent in zip(path, [*path[1:], None], strict=True):
+            children.setdefault(parent, set()).add(child)
+
+    def weight(node: str) -> float:
+        if entitlement.get(node, 0.0) > 0:
+            return float(entitlement[node])
+        return float(group_weight.get(node, 1.0))
+
+    fair = dict.fromkeys(demand, 0.0)
+
+    def divide(group: str | None, amount: float) -> None:
+        members = sorted(children.get(group, ()))
+        own = {m: subtree_demand[m] for m in members}
+        shares = water_fill(amount, {m: weight(m) for m in members}, own)
+        for member in members:
+            if member in children:
+                leaf_part = 0.0
+                if member in demand:  # a group that also holds jobs of its own
+                    leaf_part = min(shares[member], float(demand[member]))
+                    fair[member] = leaf_part
+                divide(member, shares[member] - leaf_part)
+            else:
+                fair[member] = shares[member]
+
+    divide(None, float(max(capacity, 0.0)))
+    return fair
+
+
 # -- indices -------------------------------------------------------------------------------------
 
 

@@ -117,3 +117,28 @@ def test_a_waiting_workloads_quota_reason_is_an_event(kube_api) -> None:
     waiting = [e for e in events if e["job"] == "research/job-sweep-9a1b3"]
     assert [(e["kind"], e["reason"]) for e in waiting] == [("failed_scheduling", "Pending")]
     assert waiting[0]["message"].startswith("couldn't assign flavors to pod set main")
+
+
+def test_cluster_queues_sit_under_their_cohort_in_the_fair_sharing_tree(kube_api) -> None:
+    kube_api.load(as_v1beta2(o) for o in load_fixture("kueue"))
+    kube_api.put(COHORT)
+    state = KueueAdapter(adapter_config()).read_state()
+    assert state.scheduler["queue_parents"] == {"cq-prod": "org", "cq-research": "org"}
+
+
+def test_a_cohort_weight_is_written_to_the_cohort(kube_api) -> None:
+    kube_api.load(as_v1beta2(o) for o in load_fixture("kueue"))
+    kube_api.put(COHORT)
+    result = KueueAdapter(adapter_config()).apply(
+        {
+            "kind": "queue-weight",
+            "field": "cohort-weight",
+            "target": "queue:org",
+            "from": 3,
+            "to": 5,
+        },
+        dry_run=False,
+    )
+    assert (result.before, result.after) == (3, 5)
+    assert kube_api.get("Cohort", "org")["spec"]["fairSharing"] == {"weight": "5"}
+    assert kube_api.requests_to("PATCH", "/kueue.x-k8s.io/v1beta2/cohorts/org")

@@ -9,6 +9,11 @@ applied to queues, whose weight is what a scheduler lets us change).
 - **fair GPUs**: max-min water-filling of the capacity over the queues with demand, in
   proportion to entitlement, each capped at its demand (what a capped queue does not take is
   shared out again among the others);
+- **hierarchy**: where the snapshot's scheduler reports parents (``scheduler.queue_parents``:
+  Volcano's and KAI's parent queues, Kueue's ClusterQueue -> Cohort; ``scheduler.cohorts``:
+  each cohort's weight and parent), the water-filling runs down the tree
+  (:func:`~diagnosis.core.fairness.tree_water_fill`): a tenant's subtree gets its share at each
+  level, then divides it among its children;
 - **held**: GPUs its jobs hold now; **ratio** = held / fair GPUs (None when its fair share is 0).
 
 A small pure helper with a narrow interface (:func:`queue_shares`); the water-filling itself is
@@ -19,12 +24,13 @@ manager's report divide capacity the same way.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from diagnosis.core.fairness import water_fill
+from diagnosis.core.fairness import tree_water_fill, water_fill
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.snapshot import ClusterSnapshot
 from diagnosis.core.vocabulary import LIVE_JOB_STATES
@@ -56,6 +62,38 @@ class FairShares:
     capacity_gpus: int
     basis: str  # "deserved" or "weight"
     queues: Mapping[str, QueueShare]
+    parent_of: Mapping[str, str] = field(default_factory=dict)  # queue/cohort -> parent
+    group_weight: Mapping[str, float] = field(default_factory=dict)  # cohort -> weight
+
+    def ancestors(self, node: str) -> list[str]:
+        """The node's parents, nearest first (a cycle is cut where it closes)."""
+        chain: list[str] = []
+        up = self.parent_of.get(node)
+        while up is not None and up != node and up not in chain:
+            chain.append(up)
+            up = self.parent_of.get(up)
+        return chain
+
+    def knob(self, queue: str) -> str:
+        """Where a weight change moves the queue's share: the queue itself when a sibling under
+        its parent also wants GPUs; else (alone there) the nearest ancestor with a demanding
+        sibling, as its share is decided at that level. The queue itself without a hierarchy."""
+        wanting = [q.queue for q in self.with_demand()]
+        nodes = set(self.queues) | set(self.parent_of) | set(self.parent_of.values())
+
+        def wants(node: str) -> bool:
+            return any(leaf == node or node in self.ancestors(leaf) for leaf in wanting)
+
+        node, visited = queue, {queue}
+        while True:
+            parent = self.parent_of.get(node)
+            if parent is None or parent in visited:
+                return node
+            siblings = [n for n in nodes if n != node and self.parent_of.get(n) == parent]
+            if any(wants(s) for s in siblings):
+                return node
+            visited.add(parent)
+            node = parent
 
     def target_share(self, queue: str) -> float:
         """The queue's fair share of what is allocated: its fair GPUs over all queues' fair GPUs
@@ -106,7 +144,11 @@ def queue_shares(snapshot: ClusterSnapshot, facts: SnapshotFacts | None = None) 
     basis = "deserved" if wanting and all(deserved.get(n, 0) > 0 for n in wanting) else "weight"
     entitlement = deserved if basis == "deserved" else weights
     capacity = int(facts.gpu_state["usable"].sum())
-    fair = water_fill(capacity, entitlement, demand)
+    parent_of, group_weight = queue_tree(snapshot.scheduler)
+    if parent_of:
+        fair = tree_water_fill(capacity, entitlement, demand, parent_of, group_weight)
+    else:
+        fair = water_fill(capacity, entitlement, demand)
 
     out: dict[str, QueueShare] = {}
     for n in names:
@@ -126,7 +168,35 @@ def queue_shares(snapshot: ClusterSnapshot, facts: SnapshotFacts | None = None) 
             fair_gpus=float(fair.get(n, 0.0)),
             oldest_pending_wait_s=float(row["wait"]) if row is not None and asked > 0 else None,
         )
-    return FairShares(capacity_gpus=capacity, basis=basis, queues=out)
+    return FairShares(
+        capacity_gpus=capacity,
+        basis=basis,
+        queues=out,
+        parent_of=parent_of,
+        group_weight=group_weight,
+    )
+
+
+def queue_tree(scheduler: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, float]]:
+    """(parent of each queue or cohort, each cohort's weight) from the snapshot's scheduler
+    section; empty when it reports no hierarchy. Values that are not names or numbers are
+    ignored (unknown is not assumed)."""
+    parents = scheduler.get("queue_parents") or {}
+    cohorts = scheduler.get("cohorts") or {}
+    parent_of: dict[str, str] = {}
+    group_weight: dict[str, float] = {}
+    if isinstance(cohorts, Mapping):
+        for name, entry in cohorts.items():
+            if not isinstance(entry, Mapping):
+                continue
+            weight = entry.get("weight")
+            if isinstance(weight, int | float) and not isinstance(weight, bool) and weight >= 0:
+                group_weight[str(name)] = float(weight)
+            if isinstance(entry.get("parent"), str) and entry["parent"]:
+                parent_of[str(name)] = entry["parent"]
+    if isinstance(parents, Mapping):
+        parent_of.update({str(k): v for k, v in parents.items() if isinstance(v, str) and v})
+    return parent_of, group_weight
 
 
 def job_queue_names(jobs: pd.DataFrame) -> np.ndarray:

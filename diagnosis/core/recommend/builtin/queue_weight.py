@@ -28,6 +28,7 @@ says so).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from diagnosis.core.recommend.base import (
     QUEUE_WEIGHT,
@@ -100,6 +101,14 @@ def generate(context: RecommendContext) -> list[Draft]:
         if aim <= 0:
             continue
         factor = aim / entry.held_gpus if entry.held_gpus else MAX_FACTOR
+        knob = shares.knob(queue)
+        if knob != queue:
+            draft = _ancestor_draft(
+                context, shares, entry, knob, factor, aim, starved.get(queue, [])
+            )
+            if draft is not None:
+                drafts.append(draft)
+            continue
         if snapshot.scheduler.get("queue_share") == "capacity":
             draft = _deserved_draft(context, shares, entry, factor, aim, starved.get(queue, []))
             if draft is not None:
@@ -110,6 +119,45 @@ def generate(context: RecommendContext) -> list[Draft]:
             continue
         drafts.append(_draft(context, shares, entry, proposed, factor, aim, starved.get(queue, [])))
     return drafts
+
+
+def _ancestor_draft(
+    context: RecommendContext,
+    shares: FairShares,
+    entry: QueueShare,
+    knob: str,
+    factor: float,
+    aim: float,
+    starved: list[Finding],
+) -> Draft | None:
+    """The queue is alone under its parent: its share is decided at ``knob``'s level, so raise
+    that weight -- a Kueue Cohort's ``fairSharing.weight`` (``field: cohort-weight``) or a
+    parent queue's weight (Volcano, KAI). The impact is simulated as the queue's own raise (the
+    simulator has no queue hierarchy)."""
+    cohort = knob in shares.group_weight or knob not in shares.queues
+    current = shares.group_weight.get(knob, 1.0) if cohort else shares.queues[knob].weight
+    proposed = raised_weight(current, factor)
+    own = raised_weight(entry.weight, factor) or max(1, math.floor(entry.weight) + 1)
+    if proposed is None:
+        return None
+    draft = _draft(context, shares, entry, own, factor, aim, starved)
+    why = draft.summary.split(": ", 1)[1]
+    what = f"cohort {knob}'s fair-sharing weight" if cohort else f"parent queue {knob}'s weight"
+    change: dict[str, Any] = {"from": whole(current), "to": proposed}
+    if cohort:
+        change = {"field": "cohort-weight", **change}
+    return Draft(
+        kind=draft.kind,
+        target=f"queue:{knob}",
+        change=change,
+        findings=draft.findings,
+        summary=(
+            f"Raise {what} from {whole(current)} to {proposed}: queue {entry.queue} is the only "
+            f"queue wanting GPUs under it, so its share is set at {knob}'s level; {why}"
+        ),
+        plan=draft.plan,
+        basis={**draft.basis, "knob": knob, "knob_is_cohort": cohort, "queue": entry.queue},
+    )
 
 
 def raised_deserved(current: float, aim: float, capability: float | None) -> int | None:

@@ -197,6 +197,16 @@ class KueueAdapter(KubeConnection):
     @transport_errors_as_scheduler_errors("kueue: applying a change")
     def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
         kind = change.get("kind")
+        if kind == "queue-weight" and change.get("field") == "cohort-weight":
+            return self._set_weight(
+                target_name(change), change, dry_run=dry_run, plural="cohorts", what="Cohort"
+            )
+        if kind == "queue-weight" and change.get("field") not in (None, "weight"):
+            raise SchedulerError(
+                f"queue-weight: kueue sets a ClusterQueue's or a Cohort's (cohort-weight) "
+                f"fair-sharing weight, not {change.get('field')!r}",
+                permanent=True,
+            )
         if kind == "queue-weight":
             return self._set_weight(target_name(change), change, dry_run=dry_run)
         if kind == "drain-node":
@@ -212,42 +222,52 @@ class KueueAdapter(KubeConnection):
             )
         raise SchedulerError(f"kueue cannot apply {kind!r}", permanent=True)
 
-    def _set_weight(self, name: str, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
+    def _set_weight(
+        self,
+        name: str,
+        change: Mapping[str, Any],
+        *,
+        dry_run: bool,
+        plural: str = "clusterqueues",
+        what: str = "ClusterQueue",
+    ) -> ChangeResult:
+        """``spec.fairSharing.weight`` of a ClusterQueue, or of a Cohort (the knob when a
+        ClusterQueue is alone in its cohort)."""
         weight = fair_sharing_weight(change.get("to"))
         custom = k8s.CustomObjectsApi(self.api)
         timeout = self.settings.request_timeout_s
         try:
             queue = custom.get_cluster_custom_object(
-                GROUP, self.version, "clusterqueues", name, _request_timeout=timeout
+                GROUP, self.version, plural, name, _request_timeout=timeout
             )
         except ApiException as exc:
-            raise scheduler_error(exc, f"reading ClusterQueue {name}") from exc
+            raise scheduler_error(exc, f"reading {what} {name}") from exc
         before = weight_of(queue)
-        check_unchanged(change, queue, before, f"ClusterQueue {name}")
+        check_unchanged(change, queue, before, f"{what} {name}")
         patch = weight_patch(queue, weight)
         command = (
-            f"kubectl patch clusterqueues.{GROUP} {name} --type=merge "
+            f"kubectl patch {plural}.{GROUP} {name} --type=merge "
             f"-p '{objects.compact_json(patch)}'" + (" --dry-run=server" if dry_run else "")
         )
         try:
             custom.patch_cluster_custom_object(
                 GROUP,
                 self.version,
-                "clusterqueues",
+                plural,
                 name,
                 patch,
                 _request_timeout=timeout,
                 **objects.dry_run_args(dry_run),
             )
         except ApiException as exc:
-            raise write_error(exc, f"ClusterQueue {name}") from exc
+            raise write_error(exc, f"{what} {name}") from exc
         return ChangeResult(
             applied=not dry_run,
             dry_run=dry_run,
             before=before,
             after=_number(Decimal(weight)),
             command=command,
-            message=f"ClusterQueue {name}: fairSharing.weight {before} → {weight}",
+            message=f"{what} {name}: fairSharing.weight {before} → {weight}",
         )
 
 
@@ -568,6 +588,15 @@ def build_state(
     cohort_table = cohort_rows(cohorts)
     if cohort_table:
         scheduler["cohorts"] = cohort_table
+        # The fair-sharing tree: a ClusterQueue under its Cohort (where the Cohort object
+        # exists; an implicit cohort has no weight to say).
+        parents = {
+            meta(q).get("name"): cohort_of(q)
+            for q in cluster_queues
+            if cohort_of(q) in cohort_table
+        }
+        if parents:
+            scheduler["queue_parents"] = dict(sorted(parents.items()))
     return SchedulerState(
         nodes=node_rows,
         queues=queue_rows(cluster_queues, local_queues, settings),
