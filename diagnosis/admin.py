@@ -10,12 +10,15 @@ from diagnosis.models import (
     AuditEntry,
     Cluster,
     ClusterCycle,
+    DeliveryState,
     Finding,
     FindingEvent,
     Gpu,
     Incident,
     Job,
     Node,
+    OwnerNotice,
+    OwnerNoticePolicy,
     Queue,
     Recommendation,
     ReportSubscription,
@@ -222,3 +225,25 @@ class ReportSubscriptionAdmin(admin.ModelAdmin):
     list_display = ["user", "cluster", "frequency", "last_sent_at", "last_error"]
     list_filter = ["cluster", "frequency"]
     raw_id_fields = ["user"]
+
+
+@admin.register(OwnerNoticePolicy)
+class OwnerNoticePolicyAdmin(AdminRoleOnly, admin.ModelAdmin):
+    """Notices to job owners per cluster (docs/integrations.md); off until an admin says."""
+
+    list_display = ["cluster", "enabled", "channel", "grace_s", "email_domain"]
+    list_filter = ["enabled", "channel"]
+
+
+@admin.register(OwnerNotice)
+class OwnerNoticeAdmin(admin.ModelAdmin):
+    list_display = ["sent_at", "cluster", "rule_id", "job_external_id", "recipient", "channel"]
+    list_filter = ["cluster", "rule_id", "channel"]
+    search_fields = ["job_external_id", "recipient", "owner"]
+    readonly_fields = [f.name for f in OwnerNotice._meta.fields]
+
+
+@admin.register(DeliveryState)
+class DeliveryStateAdmin(AdminRoleOnly, admin.ModelAdmin):
+    list_display = ["cluster", "channel", "last_success_at", "consecutive_failures"]
+    readonly_fields = [f.name for f in DeliveryState._meta.fields]

@@ -247,7 +247,12 @@ def send_owner_notices(cluster: Cluster, *, now: datetime | None = None) -> int 
         sent += 1
     if sent or failed:
         record_delivery(
-            cluster, policy.channel, now=now, attempts=sent + failed, sent=sent, error=error,
+            cluster,
+            policy.channel,
+            now=now,
+            attempts=sent + failed,
+            sent=sent,
+            error=error,
             pending=failed,
         )
     return sent
