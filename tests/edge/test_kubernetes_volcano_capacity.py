@@ -101,3 +101,13 @@ def test_every_capacity_patch_is_valid_against_the_crd(kube_api, field: str, gpu
         queue = kube_api.get("Queue", name)
         patched = merge_patch(queue, queue_gpus_patch(queue, field, gpus, "nvidia.com/gpu"))
         assert schema_errors(patched, check) == []
+
+
+def test_a_tenant_is_a_subtree_of_hierarchical_queues(kube_api) -> None:
+    queue = kube_api.get("Queue", "team-b")
+    queue["spec"]["parent"] = "team-a"  # team-a is labelled tenant "research"
+    kube_api.put(queue)
+    state = VolcanoAdapter(adapter_config()).read_state()
+    tenants = {q["name"]: q["tenant"] for q in state.queues}
+    assert tenants["team-b"] == "research"
+    assert tenants["default"] == "default"  # no labelled ancestor: its own name

@@ -136,6 +136,23 @@ def node_cliques(nodes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     }
 
 
+def subtree_tenants(rows: list[dict[str, Any]], labelled: set[str]) -> None:
+    """Hierarchical queues (Volcano ``spec.parent``, KAI ``parentQueue``): a tenant is a subtree,
+    so a queue without a tenant label takes the tenant of its nearest labelled ancestor (in
+    place). A queue with no labelled ancestor keeps its own name; a cycle is cut."""
+    by_name = {row["name"]: row for row in rows}
+    for row in rows:
+        if row["name"] in labelled:
+            continue
+        seen, up = {row["name"]}, row.get("parent")
+        while up in by_name and up not in seen:
+            if up in labelled:
+                row["tenant"] = by_name[up]["tenant"]
+                break
+            seen.add(up)
+            up = by_name[up].get("parent")
+
+
 # -- pods ----------------------------------------------------------------------------------------
 
 

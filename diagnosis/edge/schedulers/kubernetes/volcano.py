@@ -463,6 +463,10 @@ def build_state(
     pools = {row["name"]: row["pool"] for row in node_rows}
     indexes = objects.assign_gpu_indexes(gpu_pods, node_gpus, view)
     queue_rows = sorted((queue_row(q, settings) for q in queues), key=lambda r: r["name"])
+    objects.subtree_tenants(
+        queue_rows,
+        {str(meta(q).get("name")) for q in queues if labels(q).get(settings.tenant_label)},
+    )
     tenants = {row["name"]: row["tenant"] for row in queue_rows}
 
     by_group: dict[str, list[objects.GpuPod]] = defaultdict(list)
