@@ -39,7 +39,11 @@ from diagnosis.roles import can_read, is_tenant_scoped
 User = AbstractBaseUser | AnonymousUser
 
 # Permissions that let a machine user post to any cluster's endpoints (diagnosis/api/auth.py).
-SENDER_PERMISSIONS = ("diagnosis.add_schedulerevent", "diagnosis.add_incident")
+SENDER_PERMISSIONS = (
+    "diagnosis.add_schedulerevent",
+    "diagnosis.add_incident",
+    "diagnosis.add_nodetopology",  # topology uploads (diagnosis/api/topology.py)
+)
 
 
 def _require_login(user: User) -> None:

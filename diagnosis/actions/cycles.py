@@ -18,6 +18,7 @@ from diagnosis.actions.findings import cluster_overrides, record_findings
 from diagnosis.actions.notifications import notify_after_cycle
 from diagnosis.actions.proposals import record_recommendations
 from diagnosis.actions.tenancy import record_tenancy
+from diagnosis.actions.topology import merge_stored_topology
 from diagnosis.choices import DataSourceStatus
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.diagnose import diagnose
@@ -63,6 +64,7 @@ def run_cluster_cycle(cluster: Cluster, *, shard_runner: ShardRunner | None = No
             cluster, previous_as_of=previous.as_of if previous else None, **options
         )
         document, repaired = clean_document(document)
+        document = merge_stored_topology(cluster, document)
         snap = snapshot_format.load(document)
         collection = document.get("collection")
         if repaired:  # kept on the cycle and shown as a degraded status

@@ -7,7 +7,7 @@ scripts should use) and ``/api/``.
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from diagnosis.api import annotations, clusters, receivers, recommendations, reports
+from diagnosis.api import annotations, clusters, receivers, recommendations, reports, topology
 
 router = DefaultRouter()
 router.register("clusters", clusters.ClusterViewSet, basename="cluster")
@@ -18,6 +18,11 @@ urlpatterns = [
         "clusters/<slug:cluster>/events",
         receivers.SchedulerEventsView.as_view(),
         name="cluster-events",
+    ),
+    path(
+        "clusters/<slug:cluster>/nodes/<str:node>/topology",
+        topology.NodeTopologyView.as_view(),
+        name="node-topology",
     ),
     path("alertmanager", receivers.AlertmanagerWebhookView.as_view(), name="alertmanager"),
     path("annotations", annotations.AnnotationsView.as_view(), name="annotations"),

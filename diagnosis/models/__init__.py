@@ -8,7 +8,7 @@ tasks read them or call an action.
 
 from diagnosis.models.cycles import ClusterCycle, Snapshot, SnapshotDocumentError
 from diagnosis.models.findings import Finding, FindingEvent, RuleOverride
-from diagnosis.models.incidents import Incident
+from diagnosis.models.incidents import Incident, IncidentEvent
 from diagnosis.models.inventory import (
     Cluster,
     Gpu,
@@ -32,6 +32,7 @@ from diagnosis.models.recommendations import (
 )
 from diagnosis.models.rollups import PoolRollup, RollupFigures, TenantRollup
 from diagnosis.models.subscriptions import ReportFrequency, ReportSubscription
+from diagnosis.models.topology import NodeTopology
 
 __all__ = [
     "AuditEntry",
@@ -44,8 +45,10 @@ __all__ = [
     "FindingEvent",
     "Gpu",
     "Incident",
+    "IncidentEvent",
     "Job",
     "Node",
+    "NodeTopology",
     "NotifyChannel",
     "OwnerNotice",
     "OwnerNoticePolicy",

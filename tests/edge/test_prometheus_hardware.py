@@ -12,12 +12,16 @@ import pytest
 
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.rules.builtin.idle_allocation import RULE as IDLE
+from diagnosis.core.rules.builtin.topology_misplacement import RULE as TOPOLOGY
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document
 from tests.support.prometheus_fixtures import (
     DRA_MIG_UUID,
     ERAS_CLUSTER,
     H100_BUSY_CLUSTER,
+    NVL_CLIQUE_ID,
+    NVL_CLUSTER,
+    NVL_FABRIC_UUID,
     require_dcgm_data,
 )
 
@@ -162,3 +166,45 @@ def test_dra_labels_name_the_mig_instance_and_its_claim(eras):
     assert mig["workload"] == "claim:team-y/infer-gpu"
     assert mig["util"]["mean"] == pytest.approx(0.43)
     snapshot_format.load(eras)
+
+
+# -- NVLink fabric cliques and the topology textfile metric ---------------------------------------
+
+
+@pytest.fixture
+def nvl72(prometheus, planted_history):
+    nodes = [("nvl-0", 4), ("nvl-1", 4)]
+    return collect(prometheus, planted_history, NVL_CLUSTER, scheduler_doc(nodes))
+
+
+def test_fabric_fields_give_every_gpu_its_clique(nvl72):
+    clique = f"{NVL_FABRIC_UUID}.{NVL_CLIQUE_ID}"
+    assert [g.get("nvlink_clique") for g in nvl72["gpus"]] == [clique] * 8
+
+
+def test_the_textfile_metric_gives_the_node_its_topology(nvl72):
+    nodes = {n["name"]: n for n in nvl72["nodes"]}
+    assert nodes["nvl-0"]["topology"] == {"nvlink_domains": [[0, 1, 2, 3]], "numa": [0, 0, 1, 1]}
+    assert "topology" not in nodes["nvl-1"]  # no textfile there: unknown
+
+
+def test_tp8_over_the_two_trays_is_judged_one_nvlink_domain(nvl72):
+    document = dict(nvl72)
+    document["jobs"] = [
+        {
+            "id": "tp8",
+            "state": "running",
+            "submitted": "2026-01-01T00:00:00Z",
+            "started": "2026-01-01T00:00:00Z",
+            "pods": 2,
+            "gpus_per_pod": 4,
+            "parallelism": {"tp": 8},
+            "allocation": [
+                {"node": "nvl-0", "gpus": [0, 1, 2, 3]},
+                {"node": "nvl-1", "gpus": [0, 1, 2, 3]},
+            ],
+        }
+    ]
+    snap = snapshot_format.load(document)
+    judgement = TOPOLOGY.evaluate(snap, TOPOLOGY.resolve(), SnapshotFacts(snap))
+    assert not judgement.findings

@@ -409,6 +409,9 @@ H100_BUSY_CLUSTER = "real-h100-busy"
 H100_BUSY_INSTANCE = ("7", 0.30)
 ERAS_CLUSTER = "eras"
 DRA_MIG_UUID = "MIG-7d0c3a52-1f4e-5b7a-9c11-2e6f0a8b4d21"
+NVL_CLUSTER = "nvl72"
+NVL_FABRIC_UUID = "a1b2c3d4-0000-4000-8000-00000000f72a"
+NVL_CLIQUE_ID = 32766
 
 
 def plant_hardware(history: History, excerpts: Mapping[str, list]) -> None:
@@ -440,6 +443,28 @@ def plant_hardware(history: History, excerpts: Mapping[str, list]) -> None:
         "GPU_I_ID": "3",
     }
     history.gpu(ERAS_CLUSTER, "er-2", 0, util=0.43, model=model, host_label="hostname", labels=dra)
+
+    # GB200 NVL72: two trays of one rack, their GPUs' fabric clique (field 173) with the fabric
+    # cluster UUID (field 172) as a label, and the topology textfile metric of tray 0.
+    for tray in range(2):
+        for index in range(4):
+            history.gpu(NVL_CLUSTER, f"nvl-{tray}", index, util=0.9, model="GB200")
+            identity = GpuIdentity(
+                f"nvl-{tray}", index, gpu_uuid(NVL_CLUSTER, f"nvl-{tray}", index), "GB200"
+            )
+            labels = identity.labels(extra={"cluster": NVL_CLUSTER})
+            history.add(
+                dcgm.FABRIC_CLIQUE_ID,
+                {**labels, dcgm.FABRIC_CLUSTER_UUID: NVL_FABRIC_UUID},
+                NVL_CLIQUE_ID,
+            )
+    for index in range(4):
+        history.add(
+            dcgm.TOPOLOGY_TEXTFILE,
+            {"cluster": NVL_CLUSTER, "hostname": "nvl-0", "gpu": str(index),
+             "nvlink_domain": "0", "numa": str(index // 2), "instance": "nvl-0:9100"},
+            1.0,
+        )  # fmt: skip
 
 
 def require_dcgm_data() -> None:

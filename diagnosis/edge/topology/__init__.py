@@ -12,6 +12,7 @@ from diagnosis.edge.topology.nvidia_smi import (
     TopologyError,
     parse_topo_matrix,
     parse_topo_tables,
+    textfile,
 )
 
 __all__ = [
@@ -21,4 +22,5 @@ __all__ = [
     "TopologyError",
     "parse_topo_matrix",
     "parse_topo_tables",
+    "textfile",
 ]

@@ -71,6 +71,29 @@ class Topology:
         return topology
 
 
+TEXTFILE_METRIC = "gpuobs_gpu_topology"
+
+
+def textfile(topology: Topology, hostname: str) -> str:
+    """The node-exporter textfile metric of a node's topology (what the Prometheus source reads
+    with one query): one series per GPU whose NVLink domain is known, labels ``hostname``,
+    ``gpu``, ``nvlink_domain`` (its domain's number on this node) and ``numa`` (empty: unknown)."""
+    lines = [
+        f"# HELP {TEXTFILE_METRIC} GPU topology from nvidia-smi topo -m: NVLink domain and NUMA "
+        "node per GPU (always 1).",
+        f"# TYPE {TEXTFILE_METRIC} gauge",
+    ]
+    host = hostname.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    for number, domain in enumerate(topology.nvlink_domains):
+        for gpu in domain:
+            numa = topology.numa[gpu] if topology.numa is not None else None
+            lines.append(
+                f'{TEXTFILE_METRIC}{{hostname="{host}",gpu="{gpu}",nvlink_domain="{number}",'
+                f'numa="{"" if numa is None else numa}"}} 1'
+            )
+    return "\n".join(lines) + "\n"
+
+
 def parse_topo_tables(text: str | bytes) -> list[Topology]:
     """Every matrix in the text (a file may quote several), in order; :class:`TopologyError`
     when there is none or one is malformed."""
@@ -81,6 +104,8 @@ def parse_topo_tables(text: str | bytes) -> list[Topology]:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise TopologyError(f"topology text is not UTF-8 ({exc.reason})") from exc
+    if not isinstance(text, str):
+        raise TopologyError(f"expected topology text, got {type(text).__name__}")
     if len(text) > MAX_TEXT_BYTES:
         raise TopologyError(f"topology text is {len(text)} characters (at most {MAX_TEXT_BYTES})")
     tables: list[Topology] = []

@@ -44,6 +44,15 @@ NVLINK_TX_BYTES = "DCGM_FI_PROF_NVLINK_TX_BYTES"  # B/s
 NVLINK_BANDWIDTH_TOTAL = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"
 XID_ERRORS = "DCGM_FI_DEV_XID_ERRORS"  # gauge: the last Xid seen (labels err_code/err_msg lately)
 XID_ERRORS_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"  # per ``xid`` label: Xids in the exporter's window
+# Multi-node NVLink (GB200/GB300 NVL72): the GPU's fabric clique (DCGM field 173, an integer) and
+# the fabric cluster's UUID (field 172, a string, so dcgm-exporter can only write it as a label
+# when its counters CSV lists it with type ``label``). Together: the cluster-wide NVLink domain,
+# written as ``<cluster uuid>.<clique id>`` like the ``nvidia.com/gpu.clique`` node label.
+FABRIC_CLIQUE_ID = "DCGM_FI_DEV_FABRIC_CLIQUE_ID"
+FABRIC_CLUSTER_UUID = "DCGM_FI_DEV_FABRIC_CLUSTER_UUID"
+# The node-exporter textfile metric that deploy/topology/gpuobs-topology-textfile writes from
+# ``nvidia-smi topo -m``: one series per GPU, labels hostname, gpu, nvlink_domain, numa.
+TOPOLOGY_TEXTFILE = "gpuobs_gpu_topology"
 
 # HELP and TYPE as dcgm-exporter writes them (etc/default-counters.csv, dcp-metrics-included.csv).
 FIELD_HELP: dict[str, tuple[str, str]] = {
@@ -81,7 +90,21 @@ FIELD_HELP: dict[str, tuple[str, str]] = {
     ),
     XID_ERRORS: ("gauge", "Value of the last XID error encountered."),
     XID_ERRORS_COUNT: ("counter", "reported XIDs during last window"),
+    FABRIC_CLIQUE_ID: ("gauge", "Fabric clique ID."),
+    TOPOLOGY_TEXTFILE: (
+        "gauge",
+        "GPU topology from nvidia-smi topo -m: NVLink domain and NUMA node per GPU (always 1).",
+    ),
 }
+
+
+def fabric_clique(cluster_uuid: str, clique_id: float) -> str | None:
+    """The cluster-wide NVLink domain of a GPU, ``<cluster uuid>.<clique id>``; None when the GPU
+    is in no fabric (no or an all-zero cluster UUID, no clique id)."""
+    if not cluster_uuid or not cluster_uuid.strip("0-") or clique_id != clique_id:
+        return None
+    return f"{cluster_uuid}.{int(clique_id)}"
+
 
 # -- labels --------------------------------------------------------------------------------------
 

@@ -364,6 +364,54 @@ def place(
     return Placement(placed, last_seen, len(unmatched), sources, newest)
 
 
+# -- hardware: NVLink fabric cliques and the topology textfile metric -----------------------------
+
+
+@dataclass
+class Hardware:
+    """``cliques``: GPU UUID -> its cluster-wide NVLink domain; ``topology``: node -> its
+    snapshot ``topology`` object, from the textfile metric (GPUs without a series: unknown)."""
+
+    cliques: dict[str, str] = field(default_factory=dict)
+    topology: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def hardware(answer: Answer, node_gpus: Mapping[str, int]) -> Hardware:
+    labels, values = answer
+    result = Hardware()
+    hosts = dcgm.host_index(list(node_gpus))
+    per_node: dict[str, dict[int, tuple[str, str]]] = {}
+    for series, value in zip(labels, np.asarray(values, dtype=float).tolist(), strict=True):
+        if series.get("src") == "fabric":
+            uuid = dcgm.uuid_of(series)
+            clique = dcgm.fabric_clique(series.get(dcgm.FABRIC_CLUSTER_UUID, ""), value)
+            if uuid and clique:
+                result.cliques[uuid] = clique
+            continue
+        node = dcgm.node_for_host(series.get("hostname", ""), hosts)
+        gpu = series.get("gpu", "")
+        if node is None or not gpu.isdigit() or int(gpu) >= node_gpus[node]:
+            continue
+        per_node.setdefault(node, {})[int(gpu)] = (
+            series.get("nvlink_domain", ""),
+            series.get("numa", ""),
+        )
+    for node, gpus in per_node.items():
+        domains: dict[str, list[int]] = {}
+        for index, (domain, _) in sorted(gpus.items()):
+            if domain:
+                domains.setdefault(domain, []).append(index)
+        numa = [
+            int(gpus[i][1]) if i in gpus and gpus[i][1].isdigit() else None
+            for i in range(node_gpus[node])
+        ]
+        topology: dict[str, Any] = {"nvlink_domains": sorted(domains.values())}
+        if any(n is not None for n in numa):
+            topology["numa"] = numa
+        result.topology[node] = topology
+    return result
+
+
 def iso(seconds: float) -> str:
     """Unix seconds as RFC 3339 UTC, to the millisecond (``2026-11-29T08:00:00.25Z``)."""
     return format_time(datetime.fromtimestamp(round(seconds, 3), UTC))

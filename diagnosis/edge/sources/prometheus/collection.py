@@ -65,6 +65,8 @@ def collect_document(
     node_list = []
     for node in nodes:
         node = dict(node)
+        if node["name"] in metrics.topology:  # measured on the node: wins over the scheduler's
+            node["topology"] = metrics.topology[node["name"]]
         if node["name"] in metrics.cpu_util:
             node["cpu_util"] = round(metrics.cpu_util[node["name"]], 6)
         node_list.append(node)

@@ -9,7 +9,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from diagnosis.edge.sources.dcgm import fields as dcgm
@@ -43,6 +43,7 @@ class GpuMetrics:
     unmatched_gpus: int
     util_sources: dict[str, int]
     report: dict[str, Any]
+    topology: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> topology
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -56,11 +57,12 @@ class GpuMetrics:
             "unmatched_gpus": self.unmatched_gpus,
             "util_sources": self.util_sources,
             "report": self.report,
+            "topology": self.topology,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GpuMetrics:
-        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
 
 
 class PrometheusSource:
@@ -122,6 +124,11 @@ class PrometheusSource:
         frame = dcgm_stats.statistics(answers, inventory, config.nvlink_total_unit_Bps)
         node_gpus = {n.name: n.gpus for n in nodes}
         placement = dcgm_stats.place(frame, inventory, events, node_gpus, uuids or {})
+        found = dcgm_stats.hardware(answers["hardware"], node_gpus)
+        for entry in placement.gpus.values():
+            parent = entry.get("mig", {}).get("parent_uuid") or entry.get("uuid")
+            if parent in found.cliques:
+                entry["nvlink_clique"] = found.cliques[parent]
         stale_limit = config.max_data_age_s or (2 * interval if interval else None)
         down = {n.name for n in nodes if n.state == "down"}
         answered = sum(
@@ -146,6 +153,7 @@ class PrometheusSource:
             unmatched_gpus=placement.unmatched,
             util_sources=placement.util_sources,
             report=report.as_dict(),
+            topology=found.topology,
         )
 
     def _complete(self, client, answers, selection, node_selection, window_s, as_of):

@@ -52,6 +52,10 @@ ALLOWED_LABELS: frozenset[str] = frozenset(
         "dra_mig_profile",
         "dra_mig_device_uuid",
         "kubernetes_node",
+        "DCGM_FI_DEV_FABRIC_CLUSTER_UUID",
+        # the topology textfile metric (deploy/topology/)
+        "nvlink_domain",
+        "numa",
         # node-exporter
         "nodename",
         "mode",

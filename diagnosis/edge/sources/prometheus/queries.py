@@ -139,6 +139,20 @@ def family_queries(
                 ),
             ]
         ),
+        "hardware": union(
+            [
+                tagged(
+                    f"max {by((*U, dcgm.FABRIC_CLUSTER_UUID))} ("
+                    f"{over('max_over_time({s}[{w}])', dcgm.FABRIC_CLIQUE_ID)})",
+                    src="fabric",
+                ),
+                tagged(
+                    f"max {by(('hostname', 'gpu', 'nvlink_domain', 'numa'))} ("
+                    f"{over('max_over_time({s}[{w}])', dcgm.TOPOLOGY_TEXTFILE)})",
+                    src="topology",
+                ),
+            ]
+        ),
         "cpu": (
             f"(1 - avg by (instance) ("
             f"{_node_over(selection, 'rate({s}[{w}])'.replace('{w}', w))})) "

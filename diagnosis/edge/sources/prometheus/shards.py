@@ -126,4 +126,5 @@ def merge_shards(results: Sequence[Mapping[str, Any]]) -> GpuMetrics:
         unmatched_gpus=sum(p.unmatched_gpus for p in parts),
         util_sources=sources,
         report=report,
+        topology={k: v for part in parts for k, v in part.topology.items()},
     )

@@ -1,0 +1,73 @@
+"""The per-node topology store: record an uploaded ``nvidia-smi topo -m`` (parsed at the edge by
+:mod:`diagnosis.edge.topology`), and merge the stored topology into a cluster's snapshots.
+
+Precedence, most direct first: a node's own upload, then the node-exporter textfile metric (the
+Prometheus source puts it in the document), then what the scheduler adapter read (Slurm
+``gres.conf``, Kubernetes labels). A stored topology whose GPU count differs from the node's is
+not used (the hardware changed or the upload is stale); the collection notes say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from diagnosis.edge.topology import parse_topo_matrix
+from diagnosis.models import Cluster, NodeTopology
+
+
+@transaction.atomic
+def record_node_topology(
+    cluster: Cluster, node: str, text: str | bytes, *, user=None, now: datetime | None = None
+) -> tuple[NodeTopology, bool]:
+    """Parse and store one node's ``nvidia-smi topo -m`` output (replacing its previous one).
+    Returns the row and whether it was created; raises
+    :class:`~diagnosis.edge.topology.TopologyError` for text that is no matrix (nothing stored)."""
+    topology = parse_topo_matrix(text)
+    raw = text.decode("utf-8") if isinstance(text, bytes) else text
+    row, created = NodeTopology.objects.update_or_create(
+        cluster=cluster,
+        node=node,
+        defaults={
+            "gpus": topology.gpus,
+            "nvlink_domains": [list(d) for d in topology.nvlink_domains],
+            "numa": None if topology.numa is None else list(topology.numa),
+            "raw_text": raw,
+            "uploaded_at": now or timezone.now(),
+            "uploaded_by": user if getattr(user, "is_authenticated", False) else None,
+        },
+    )
+    return row, created
+
+
+def merge_stored_topology(cluster: Cluster, document: Mapping[str, Any]) -> dict[str, Any]:
+    """The snapshot document with each node's stored topology (one query for the cluster)."""
+    stored = {row.node: row for row in NodeTopology.objects.filter(cluster=cluster)}
+    if not stored:
+        return dict(document)
+    merged = dict(document)
+    notes: list[str] = []
+    nodes = []
+    for node in document.get("nodes") or []:
+        row = stored.get(node.get("name")) if isinstance(node, Mapping) else None
+        if row is None:
+            nodes.append(node)
+            continue
+        if row.gpus != node.get("gpus"):
+            notes.append(
+                f"uploaded topology of {row.node} lists {row.gpus} GPUs, the scheduler "
+                f"{node.get('gpus')}: not used"
+            )
+            nodes.append(node)
+            continue
+        nodes.append({**node, "topology": row.snapshot_topology()})
+    merged["nodes"] = nodes
+    if notes:
+        collection = dict(merged.get("collection") or {})
+        collection["notes"] = [*(collection.get("notes") or []), *notes]
+        merged["collection"] = collection
+    return merged

@@ -1,0 +1,62 @@
+"""``POST /api/v1/clusters/<cluster>/nodes/<node>/topology``: a node's ``nvidia-smi topo -m``
+output as the raw request body (what deploy/topology/gpuobs-topology-upload sends from a
+DaemonSet or a Slurm prolog). Token authentication; the sender needs
+``diagnosis.add_nodetopology`` (or staff). Answers what was stored, or 400 naming why the text
+is no topology matrix (nothing stored)."""
+
+from __future__ import annotations
+
+import re
+
+from rest_framework import status
+from rest_framework.parsers import BaseParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from diagnosis.access import get_cluster_for_sender
+from diagnosis.actions.topology import record_node_topology
+from diagnosis.api.auth import AUTHENTICATION, permission_or_staff
+from diagnosis.edge.topology import MAX_TEXT_BYTES, TopologyError
+
+NODE_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
+CanUploadTopology = permission_or_staff("diagnosis.add_nodetopology")
+
+
+class RawTextParser(BaseParser):
+    """Any body, kept as bytes (``nvidia-smi topo -m | curl --data-binary @-``)."""
+
+    media_type = "*/*"
+
+    def parse(self, stream, media_type=None, parser_context=None) -> bytes:
+        return stream.read(MAX_TEXT_BYTES + 1) if stream is not None else b""
+
+
+class NodeTopologyView(APIView):
+    authentication_classes = AUTHENTICATION
+    permission_classes = [CanUploadTopology]
+    parser_classes = [RawTextParser]
+
+    def post(self, request: Request, cluster: str, node: str) -> Response:
+        target = get_cluster_for_sender(request.user, cluster)
+        if not NODE_NAME.match(node):
+            return Response(
+                {"errors": [f"node: {node[:64]!r} is not a node name"]},
+                status=status.HTTP_400_BAD_REQUEST,
+            )
+        body = request.data if isinstance(request.data, bytes) else b""  # empty: DRF gives {}
+        try:
+            row, created = record_node_topology(target, node, body, user=request.user)
+        except TopologyError as exc:
+            return Response({"errors": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
+        return Response(
+            {
+                "cluster": target.name,
+                "node": row.node,
+                "gpus": row.gpus,
+                "nvlink_domains": row.nvlink_domains,
+                "numa": row.numa,
+                "created": created,
+            },
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
