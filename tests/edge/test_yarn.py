@@ -37,7 +37,9 @@ def routes(scheduler: str = "scheduler_capacity.json") -> dict:
 
 
 def adapter(url: str, **config) -> YarnAdapter:
-    return adapter_for("yarn", {"url": url, **config}, cluster="hadoop")  # type: ignore[return-value]
+    """An adapter on ``url``; the NodeManagers are asked only where a test serves them."""
+    settings = {"url": url, "read_node_gpus": False, **config}
+    return adapter_for("yarn", settings, cluster="hadoop")  # type: ignore[return-value]
 
 
 # -- parsing -------------------------------------------------------------------------------------
@@ -267,3 +269,79 @@ def test_bad_config_names_the_field(config, field) -> None:
     with pytest.raises(SchedulerError, match=field) as caught:
         adapter_for("yarn", config)
     assert caught.value.permanent
+
+
+# -- GPUs per container from the NodeManagers ---------------------------------------------------
+
+
+def test_container_ids_name_their_application() -> None:
+    assert parse.container_app("container_1795939000000_0001_01_000002") == (
+        "application_1795939000000_0001"
+    )
+    assert parse.container_app("container_e07_1795939000000_0004_01_000001") == (
+        "application_1795939000000_0004"
+    )
+    assert parse.container_app("container_x") is None
+
+
+def test_both_node_manager_layouts_give_container_gpus() -> None:
+    assert parse.assigned_gpus(fixture("nm_gpu_gpu-1.json")) == {
+        "container_1795939000000_0001_01_000002": [0, 1],
+        "container_1795939000000_0001_01_000003": [2, 3],
+    }
+    assert parse.assigned_gpus(fixture("nm_gpu_gpu-3.json")) == {
+        "container_e07_1795939000000_0004_01_000001": [4, 5]
+    }
+    assert parse.assigned_gpus({"assignedGpuDevices": [{"index": 5000, "containerId": "c"}]}) == {}
+
+
+def test_running_applications_get_their_containers_gpus_from_the_node_managers() -> None:
+    nm_path = "/ws/v1/node/resources/yarn.io%2Fgpu"
+    with (
+        serving({nm_path: (200, fixture("nm_gpu_gpu-1.json"))}) as gpu1,
+        serving({nm_path: (200, fixture("nm_gpu_gpu-3.json"))}) as gpu3,
+    ):
+        nodes = fixture("nodes.json")
+        for record in nodes["nodes"]["node"]:
+            served = {"gpu-1.example.com": gpu1, "gpu-3.example.com": gpu3}.get(
+                record["nodeHostName"]
+            )
+            if served:
+                record["nodeHTTPAddress"] = served.url.removeprefix("http://")
+        with serving({**routes(), "/ws/v1/cluster/nodes": (200, nodes)}) as server:
+            state = adapter(server.url, read_node_gpus=True).read_state()
+
+    jobs = {j["id"][-4:]: j for j in state.jobs}
+    assert jobs["0001"]["allocation"] == [
+        {"node": "gpu-1.example.com", "gpus": [0, 1]},
+        {"node": "gpu-1.example.com", "gpus": [2, 3]},
+    ]
+    assert (jobs["0001"]["pods"], jobs["0001"]["gpus_per_pod"]) == (2, 2)
+    assert jobs["0004"]["allocation"] == [{"node": "gpu-3.example.com", "gpus": [4, 5]}]
+    assert [r.path for r in gpu1.requests] == [nm_path]  # gpu-2 and gpu-4 hold none: not asked
+    assert "node_gpu_problems" not in state.scheduler
+    snap = snapshot_format.load(
+        {
+            "format": snapshot_format.FORMAT,
+            "cluster": "hadoop",
+            "as_of": "2026-11-29T09:20:00Z",
+            "nodes": state.nodes,
+            "queues": state.queues,
+            "jobs": state.jobs,
+        }
+    )
+    assert len(snap.allocations) == 6  # one row per held GPU
+
+
+def test_a_node_manager_that_does_not_answer_leaves_its_gpus_unattributed() -> None:
+    nodes = fixture("nodes.json")
+    with serving({}) as dead:
+        address = dead.url.removeprefix("http://")
+    for record in nodes["nodes"]["node"]:
+        record["nodeHTTPAddress"] = address
+    with serving({**routes(), "/ws/v1/cluster/nodes": (200, nodes)}) as server:
+        state = adapter(server.url, timeout_s=2, read_node_gpus=True).read_state()
+
+    assert all(j["allocation"] == [] for j in state.jobs)
+    assert len(state.scheduler["node_gpu_problems"]) == 2
+    assert "unreachable" in state.scheduler["node_gpu_problems"][0]

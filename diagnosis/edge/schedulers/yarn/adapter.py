@@ -2,8 +2,10 @@
 
 One cycle is four GETs whatever the cluster's size: ``/ws/v1/cluster/nodes``,
 ``/ws/v1/cluster/scheduler``, ``/ws/v1/cluster/apps?states=<live states>`` and the applications
-finished since the previous read (``finishedTimeBegin``), at most ``apps_limit`` of each. A
-cluster's ``scheduler_config``::
+finished since the previous read (``finishedTimeBegin``), at most ``apps_limit`` of each; and
+with ``read_node_gpus`` one GET per node whose containers hold GPUs, to its NodeManager's
+``/ws/v1/node/resources/yarn.io%2Fgpu`` (which container holds which GPU indexes), at most
+``max_node_requests``. A cluster's ``scheduler_config``::
 
     {"url": "http://rm.example:8088",   # the ResourceManager's web address
      "timeout_s": 10,                    # per request
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 import requests
@@ -31,6 +34,7 @@ from diagnosis.edge.schedulers.base import (
     ChangeError,
     ChangeResult,
     EventBatch,
+    SchedulerError,
     SchedulerState,
     parse_config,
 )
@@ -75,6 +79,19 @@ CONFIG = ConfigSpec(
         Setting(
             "event_overlap_s", int, 300, "how far back each read looks again", check=_at_least(0)
         ),
+        Setting(
+            "read_node_gpus",
+            bool,
+            True,
+            "ask the NodeManagers of nodes with GPUs in use which containers hold which GPUs",
+        ),
+        Setting(
+            "max_node_requests",
+            int,
+            1000,
+            "NodeManagers asked per cycle (the others' GPUs stay unattributed)",
+            check=_at_least(0),
+        ),
     ),
     what="scheduler_config",
 )
@@ -96,6 +113,9 @@ class YarnAdapter:
         self.url = values["url"]
         self.timeout_s = values["timeout_s"]
         self.apps_limit = values["apps_limit"]
+        self.read_node_gpus = values["read_node_gpus"]
+        self.max_node_requests = values["max_node_requests"]
+        self.scheme = self.url.split("://", 1)[0]
         self.overlap_ms = values["event_overlap_s"] * 1000
         self.settings = parse.YarnSettings(
             default_pool=values["default_pool"], gpu_models=values["gpu_models"]
@@ -146,24 +166,77 @@ class YarnAdapter:
     def read_state(self) -> SchedulerState:
         """Nodes, leaf queues and the live applications (a following :meth:`read_events`
         reuses the applications' answer)."""
-        nodes = parse.parse_nodes(self._get("/ws/v1/cluster/nodes"), self.settings)
+        nodes_document = self._get("/ws/v1/cluster/nodes")
+        nodes = parse.parse_nodes(nodes_document, self.settings)
         scheduler = self._get("/ws/v1/cluster/scheduler")
         self._scheduler_kind = parse.scheduler_type(scheduler)
         queues = parse.parse_queues(scheduler, sum(node["gpus"] for node in nodes))
         live = self._live_apps()
         self._unconsumed = (live, int(self.clock() * 1000))
         apps = parse.parse_apps([live], self.settings)
+        problems: list[str] = []
+        if self.read_node_gpus:
+            held, problems = self._node_gpus(
+                parse.gpu_node_addresses(nodes_document, self.settings)
+            )
+            parse.attach_allocations(apps, held)
         known = {queue["name"] for queue in queues}
         for job in apps.jobs:
             if job["queue"] and job["queue"] not in known:
                 known.add(job["queue"])
                 queues.append({"name": job["queue"], "tenant": job["tenant"]})
+        scheduler_section: dict[str, Any] = {"kind": "yarn", "placement": {}}
+        if problems:
+            scheduler_section["node_gpu_problems"] = problems[:100]
         return SchedulerState(
-            nodes=nodes,
-            queues=queues,
-            jobs=apps.jobs,
-            scheduler={"kind": "yarn", "placement": {}},
+            nodes=nodes, queues=queues, jobs=apps.jobs, scheduler=scheduler_section
         )
+
+    def _node_gpus(
+        self, addresses: Mapping[str, str]
+    ) -> tuple[dict[str, dict[str, list[int]]], list[str]]:
+        """Per node, container → GPU indexes, from the NodeManagers' GPU resource pages (at most
+        ``max_node_requests``, 8 at a time). A NodeManager that does not answer leaves its
+        node's GPUs unattributed and is named in the problems; the read goes on."""
+        chosen = sorted(addresses.items())[: self.max_node_requests]
+        problems = (
+            [f"{len(addresses) - len(chosen)} NodeManager(s) not asked (max_node_requests)"]
+            if len(addresses) > len(chosen)
+            else []
+        )
+
+        def ask(item: tuple[str, str]) -> tuple[str, dict[str, list[int]] | str]:
+            node, address = item
+            try:
+                with requests.Session() as session:  # one per thread
+                    document = rest.get_json(
+                        session,
+                        f"{self.scheme}://{address}/ws/v1/node/resources/yarn.io%2Fgpu",
+                        what=f"the NodeManager of {node}",
+                        timeout_s=self.timeout_s,
+                        headers={"Accept": "application/json"},
+                    )
+            except SchedulerError as exc:
+                return node, str(exc)
+            return node, parse.assigned_gpus(document)
+
+        held: dict[str, dict[str, list[int]]] = {}
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            for node, answer in pool.map(ask, chosen):
+                if isinstance(answer, str):
+                    problems.append(answer)
+                else:
+                    held[node] = answer
+        if chosen:
+            self.requests.append(
+                {
+                    "command": f"GET /ws/v1/node/resources/yarn.io%2Fgpu on {len(chosen)} node(s)",
+                    "seconds": round(time.perf_counter() - started, 4),
+                    "ok": len(held) == len(chosen),
+                }
+            )
+        return held, problems
 
     def read_events(self, cursor: str | None) -> EventBatch:
         """Events since ``cursor``: from the live applications (reused from a preceding

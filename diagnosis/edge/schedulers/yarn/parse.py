@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -131,6 +132,23 @@ def parse_nodes(document: Mapping[str, Any], settings: YarnSettings) -> list[dic
     return nodes
 
 
+_ADDRESS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}:\d{1,5}$")
+
+
+def gpu_node_addresses(document: Mapping[str, Any], settings: YarnSettings) -> dict[str, str]:
+    """Node name → its NodeManager's web address (``nodeHTTPAddress``, a plain ``host:port``),
+    for the nodes whose containers hold GPUs (``usedResource``'s ``yarn.io/gpu`` > 0)."""
+    found: dict[str, str] = {}
+    for record in _list(_mapping(document.get("nodes")).get("node")):
+        record = _mapping(record)
+        name = _text(record.get("nodeHostName")) or _text(record.get("id")).rpartition(":")[0]
+        address = _text(record.get("nodeHTTPAddress"))
+        used = resource_amount(record.get("usedResource"), settings.gpu_resource)
+        if name and used and _ADDRESS.match(address):
+            found.setdefault(name, address)
+    return found
+
+
 # -- queues --------------------------------------------------------------------------------------
 
 
@@ -224,7 +242,8 @@ class ParsedApps:
 def parse_apps(documents: list[Mapping[str, Any]], settings: YarnSettings) -> ParsedApps:
     """``/ws/v1/cluster/apps`` answers → snapshot jobs. A running application is one pod per
     running container; its GPUs and their nodes are not in the ResourceManager's answer, so it
-    has ``gpus_per_pod`` 0 and no allocation. ``pending_reason`` is YARN's state
+    has ``gpus_per_pod`` 0 and no allocation until :func:`attach_allocations` gives it the
+    GPUs the NodeManagers assigned to its containers. ``pending_reason`` is YARN's state
     (``ACCEPTED``: waiting for resources or for the queue's AM share), the diagnostics its
     message."""
     parsed = ParsedApps()
@@ -278,6 +297,56 @@ def parse_apps(documents: list[Mapping[str, Any]], settings: YarnSettings) -> Pa
                 "launch_ms": int(_number(record.get("launchTime")) or 0),
             }
     return parsed
+
+
+# -- GPUs per container (NodeManagers) ----------------------------------------------------------
+
+_CONTAINER = re.compile(r"^container_(?:e\d+_)?(\d+)_(\d+)_\d+_\d+$")
+
+
+def container_app(container_id: str) -> str | None:
+    """``container_1795939000000_0001_01_000002`` (or ``container_e17_...``) → its application,
+    ``application_1795939000000_0001`` (YARN's ids say it; nothing is guessed)."""
+    match = _CONTAINER.match(container_id)
+    return f"application_{match.group(1)}_{match.group(2)}" if match else None
+
+
+def assigned_gpus(document: Mapping[str, Any]) -> dict[str, list[int]]:
+    """A NodeManager's ``/ws/v1/node/resources/yarn.io%2Fgpu`` → container id → the GPU
+    indexes assigned to it (``assignedGpuDevices[]``: ``index``, ``minorNumber``,
+    ``containerId``; newer Hadoop wraps the object in ``nmGpuResourceInfo``)."""
+    info = _mapping(document.get("nmGpuResourceInfo")) or document
+    found: dict[str, list[int]] = {}
+    for device in _list(info.get("assignedGpuDevices"))[:1024]:
+        device = _mapping(device)
+        container = _text(device.get("containerId"))
+        index = _number(device.get("index"))
+        if container and index is not None and 0 <= index < 1024 and index == int(index):
+            found.setdefault(container, []).append(int(index))
+    return {c: sorted(set(indexes)) for c, indexes in found.items()}
+
+
+def attach_allocations(parsed: ParsedApps, by_node: Mapping[str, Mapping[str, list[int]]]) -> None:
+    """Give each running application its containers' GPUs (one pod per container; pods of
+    unequal size split to their greatest common size, as Slurm's are)."""
+    held: dict[str, list[tuple[str, list[int]]]] = {}
+    for node, containers in by_node.items():
+        for container, indexes in sorted(containers.items()):
+            app = container_app(container)
+            if app and indexes:
+                held.setdefault(app, []).append((node, indexes))
+    for job in parsed.jobs:
+        if job["state"] != "running" or job["id"] not in held:
+            continue
+        size = 0
+        for _, indexes in held[job["id"]]:
+            size = math.gcd(size, len(indexes))
+        pods = [
+            {"node": node, "gpus": indexes[start : start + size]}
+            for node, indexes in held[job["id"]]
+            for start in range(0, len(indexes), size)
+        ]
+        job.update(pods=len(pods), gpus_per_pod=size, min_member=len(pods), allocation=pods)
 
 
 # -- events --------------------------------------------------------------------------------------
