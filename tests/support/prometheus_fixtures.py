@@ -410,6 +410,9 @@ H100_BUSY_INSTANCE = ("7", 0.30)
 ERAS_CLUSTER = "eras"
 DRA_MIG_UUID = "MIG-7d0c3a52-1f4e-5b7a-9c11-2e6f0a8b4d21"
 NVL_CLUSTER = "nvl72"
+SHARED_CLUSTER = "timesliced"
+SHARED_PODS = (("pod-a", 0.3, 10000.0), ("pod-b", 0.2, 20000.0))
+SHARED_FREE = 81920 - 30000 - 512
 NVL_FABRIC_UUID = "a1b2c3d4-0000-4000-8000-00000000f72a"
 NVL_CLIQUE_ID = 32766
 
@@ -458,6 +461,20 @@ def plant_hardware(history: History, excerpts: Mapping[str, list]) -> None:
                 {**labels, dcgm.FABRIC_CLUSTER_UUID: NVL_FABRIC_UUID},
                 NVL_CLIQUE_ID,
             )
+    # A time-sliced GPU (dcgm-exporter --kubernetes-virtual-gpus): one series per pod, util and
+    # framebuffer used per pod, every other field (free framebuffer, power...) copied to each.
+    for pod, util, used in SHARED_PODS:
+        history.gpu(
+            SHARED_CLUSTER,
+            "sh-0",
+            0,
+            util=util,
+            fb_total=SHARED_FREE + used + 512,
+            fb_used=used,
+            power=250,
+            temp=50,
+            labels={"namespace": "team-z", "pod": pod, "container": "main"},
+        )
     for index in range(4):
         history.add(
             dcgm.TOPOLOGY_TEXTFILE,

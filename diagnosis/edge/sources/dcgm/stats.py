@@ -81,14 +81,25 @@ class _Table:
 # -- inventory -----------------------------------------------------------------------------------
 
 
+# Series of one GPU scraped together carry the same timestamp; a pod that came after another
+# is at least a scrape interval later.
+SAME_SCRAPE_S = 0.5
+
+
 @dataclass
 class Inventory:
     """Per (uuid, MIG instance): where the GPU is and who uses it, from its latest series, and
-    the time of its latest sample; ``samples``: the most samples any GPU has in the window."""
+    the time of its latest sample; ``samples``: the most samples any GPU has in the window.
+
+    ``shared``: the units whose latest scrape shows several pods at once (a time-sliced GPU, or
+    dcgm-exporter's ``--kubernetes-virtual-gpus``, which copies every field but util and
+    framebuffer to each pod of the GPU): unit -> the workloads of that scrape, sorted."""
 
     rows: dict[tuple[str, str], dcgm.GpuLabels] = field(default_factory=dict)
     last: dict[tuple[str, str], float] = field(default_factory=dict)
     samples: float | None = None
+    shared: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    concurrent: dict[tuple[str, str], int] = field(default_factory=dict)  # series in that scrape
 
 
 def inventory(answer: Answer) -> Inventory:
@@ -104,8 +115,21 @@ def inventory(answer: Answer) -> Inventory:
         identity = dcgm.normalize(labels[i])
         if not identity.uuid or math.isnan(value):
             continue
-        result.rows[identity.key] = identity
-        result.last[identity.key] = value
+        key = identity.key
+        if key in result.last and value - result.last[key] < SAME_SCRAPE_S:
+            together = result.shared.setdefault(key, [result.rows[key].workload.as_text()])
+            together.append(identity.workload.as_text())
+        else:
+            result.shared.pop(key, None)
+        result.rows[key] = identity
+        result.last[key] = value
+    for key, workloads in list(result.shared.items()):
+        names = sorted(set(workloads) - {""})
+        if len(names) > 1:
+            result.shared[key] = names
+            result.concurrent[key] = len(workloads)
+        else:
+            del result.shared[key]
     return result
 
 
@@ -167,6 +191,7 @@ def statistics(
     if "util_src" not in frame:
         frame["util_src"] = ""
     frame["util_src"] = frame["util_src"].fillna("")
+    _sum_shared(frame, inventory_)
     physical = pd.Index(frame["uuid"].to_numpy())
     for column, (name, src, stat) in DEVICE.items():
         if name == "memory":
@@ -179,7 +204,39 @@ def statistics(
             positions = gpus.get_indexer(physical)
             values = np.where(positions >= 0, per_gpu[np.maximum(positions, 0)], np.nan)
         frame[column] = values
+    _sum_shared_fb(frame)
     return frame
+
+
+def _sum_shared(frame: pd.DataFrame, inventory_: Inventory) -> None:
+    """Units several pods share at once: util is per pod (each pod's own), so the GPU's is the
+    sum over its pods — Prometheus averaged the concurrent series (sum over count), so multiply by
+    their number. Every other field is one copy per pod, and averaging copies de-duplicates it.
+    The framebuffer is fixed after the memory statistics are in (see :func:`_sum_shared_fb`)."""
+    if not inventory_.shared:
+        return
+    pods = pd.Series(
+        {f"{u}\x1f{i}": n for (u, i), n in inventory_.concurrent.items()}, dtype=float
+    ).reindex(frame.index)
+    shared = pods.notna().to_numpy()
+    for column in ("util_mean",):
+        values = frame[column].to_numpy(dtype=float)
+        frame[column] = np.where(shared, np.minimum(values * pods.to_numpy(), 1.0), values)
+    frame.attrs["shared_pods"] = pods
+
+
+def _sum_shared_fb(frame: pd.DataFrame) -> None:
+    """The used framebuffer of a shared unit is per pod (summed by Prometheus), the free and
+    reserved ones are copies (summed n times): with f = used / (used + n*(free + reserved)),
+    the true fraction is f*n / (f*n + 1 - f)."""
+    pods = frame.attrs.get("shared_pods")
+    if pods is None or "fb_used_frac_mean" not in frame:
+        return
+    n = pods.to_numpy(dtype=float)
+    f = frame["fb_used_frac_mean"].to_numpy(dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fixed = np.where(f > 0, f * n / (f * n + 1.0 - f), f)
+    frame["fb_used_frac_mean"] = np.where(np.isnan(n), f, fixed)
 
 
 # -- Xids ----------------------------------------------------------------------------------------
@@ -346,7 +403,10 @@ def place(
             entry["xid"] = by_uuid[uuid]
         if identity is not None:
             workload = identity.workload
-            if workload:
+            shared = inventory_.shared.get((uuid, instance))
+            if shared:
+                entry["workload"] = ", ".join(shared)
+            elif workload:
                 entry["workload"] = workload.as_text()
             if workload.hpc_job:
                 entry["hpc_job"] = workload.hpc_job
