@@ -10,8 +10,11 @@ from typing import Any
 
 import pytest
 
+from diagnosis.core.recommend.base import QUEUE_WEIGHT, RecommendSettings
+from diagnosis.core.recommend.engine import recommend
 from diagnosis.edge.schedulers.base import SchedulerError
 from diagnosis.edge.schedulers.kubernetes.volcano import VolcanoAdapter, queue_gpus_patch
+from tests.core.test_recommend_capacity import starved_team_b
 from tests.support.kube_server import (
     KubeApiServer,
     adapter_config,
@@ -111,3 +114,17 @@ def test_a_tenant_is_a_subtree_of_hierarchical_queues(kube_api) -> None:
     tenants = {q["name"]: q["tenant"] for q in state.queues}
     assert tenants["team-b"] == "research"
     assert tenants["default"] == "default"  # no labelled ancestor: its own name
+
+
+@pytest.mark.parametrize(("plugin", "field"), [("capacity", "deserved"), ("proportion", None)])
+def test_the_configmaps_plugin_decides_the_recommended_knob(kube_api, plugin, field) -> None:
+    """The queue-share plugin read from the real ConfigMap shape, with a starved queue (the
+    cluster of tests/core/test_recommend_capacity.py): capacity → deserved, proportion →
+    weight."""
+    with_plugin(kube_api, "proportion", plugin)
+    scheduler = VolcanoAdapter(adapter_config()).read_state().scheduler
+    builder = starved_team_b(None)
+    builder.doc["scheduler"]["queue_share"] = scheduler["queue_share"]
+    run = recommend(builder.build(), settings=RecommendSettings(simulate=False))
+    [change] = [r for r in run.recommendations if r.kind == QUEUE_WEIGHT]
+    assert change.change.get("field") == field
