@@ -304,3 +304,46 @@ def test_rules_find_the_same_on_dra_as_on_the_device_plugin(
         dra = findings_of(server, twin_cluster(device_plugin=False))
     assert ("fragmentation", "pool:NVIDIA-H100-80GB-HBM3", "critical") in plugin
     assert dra == plugin
+
+
+def test_a_claims_device_condition_makes_it_unhealthy(kube_api: KubeApiServer) -> None:
+    objects = load_fixture("dra")
+    claim = next(o for o in objects if o["metadata"]["name"] == "notebook-mig-mig-4qz8s")
+    claim["status"]["devices"][0]["conditions"] = [
+        {
+            "type": "Ready",
+            "status": "False",
+            "reason": "DeviceLost",
+            "message": "Xid 79",
+            "lastTransitionTime": "2026-11-29T07:50:00Z",
+        }
+    ]
+    kube_api.load(objects)
+    gpu = by(VolcanoAdapter(adapter_config()).read_state().gpus, "uuid")[MIG_1G]
+    assert (gpu["health"], gpu["health_reason"]) == ("unhealthy", "DeviceLost: Xid 79")
+
+
+def test_a_pods_resource_health_makes_its_device_unhealthy(kube_api: KubeApiServer) -> None:
+    objects = load_fixture("dra")
+    pod = next(o for o in objects if o["kind"] == "Pod" and o["metadata"]["name"] == "train-0")
+    pod["status"]["containerStatuses"] = [
+        {
+            "name": "trainer",
+            "image": "nvcr.io/nvidia/pytorch:25.10-py3",
+            "imageID": "",
+            "ready": True,
+            "restartCount": 0,
+            "allocatedResourcesStatus": [
+                {
+                    "name": "claim:gpus",
+                    "resources": [
+                        {"resourceID": "gpu.nvidia.com/dra-h-1/gpu-1", "health": "Unhealthy"}
+                    ],
+                }
+            ],
+        }
+    ]
+    kube_api.load(objects)
+    gpus = by(VolcanoAdapter(adapter_config()).read_state().gpus, "uuid")
+    assert gpus[UUID.format(1)]["health"] == "unhealthy"
+    assert gpus[UUID.format(0)]["health"] == "ok"

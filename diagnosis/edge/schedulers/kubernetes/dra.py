@@ -12,7 +12,8 @@ DeviceClasses where the API serves them and hand them here.
   it. The device name carries the GPU's minor number (``gpu-3``), not the NVML index that
   dcgm-exporter's ``gpu`` label reports, so the snapshot's index is the GPU's rank by minor
   number on its node, **marked guessed** (``index_guessed``); the UUID is exact and is what
-  joins metrics and jobs.
+  joins metrics and jobs. A MIG instance's ``instance`` is its ordinal on its GPU in placement
+  order (the driver's names carry the placement, not DCGM's ``GPU_I_ID``): join by UUID.
 - **Allocation.** ``status.allocation.devices.results[]`` of each ResourceClaim (driver, pool,
   device; ``consumedCapacity`` for a share of a device), to the pods of ``status.reservedFor``
   (a shared claim serves several: each holds an equal share). Results with ``adminAccess``
@@ -41,6 +42,8 @@ GPU_DEVICE_CLASSES = frozenset({"gpu.nvidia.com", "mig.nvidia.com"})
 TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 _MINOR = re.compile(r"^gpu-(\d+)")
 _SLICES = re.compile(r"^(\d+)g\.")
+# gpu-<minor>-mig-<profile>-<profile id>-<placement start> (the driver's canonical MIG name)
+_MIG_PLACEMENT = re.compile(r"^gpu-\d+-mig-.+-\d+-(\d+)$")
 
 
 def _quantity(value: Any) -> Decimal | None:
@@ -412,7 +415,7 @@ def gpu_rows(view: DraView, clique_of: Mapping[str, str] | None = None) -> list[
                 continue
             rows.append(_gpu_row(view, entry, device, clique_of))
         per_parent: dict[str, int] = defaultdict(int)
-        for device in sorted(entry.migs, key=lambda d: d.name):
+        for device in sorted(entry.migs, key=_placement_order):
             row = _gpu_row(view, entry, device, clique_of)
             instance = per_parent[device.parent_uuid or ""]
             per_parent[device.parent_uuid or ""] += 1
@@ -427,6 +430,13 @@ def gpu_rows(view: DraView, clique_of: Mapping[str, str] | None = None) -> list[
             row["mig"] = {k: v for k, v in mig.items() if v is not None}
             rows.append(row)
     return rows
+
+
+def _placement_order(device: Device) -> tuple[int, str]:
+    """MIG devices of a GPU in the order of their placement on it (the canonical name's last
+    number), so an instance number is stable while the GPU's layout is."""
+    match = _MIG_PLACEMENT.match(device.name)
+    return (int(match.group(1)) if match else 1 << 30, device.name)
 
 
 def _gpu_row(
