@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from diagnosis.core.recommend.builtin.advisory import JOB_ADVICE
 from diagnosis.core.rules.builtin.topology_misplacement import NUMA_UNKNOWN, NVLINK_UNKNOWN, RULE
 from diagnosis.core.rules.facts import SnapshotFacts
 from tests.support.builders import SnapshotBuilder
@@ -386,3 +387,28 @@ def test_pod_of_mig_instances_on_two_gpus_of_different_domains():
         "j1", gpus_per_pod=2, allocation=[("h1", [0, 4])], uuids=[["MIG-1", "MIG-2"]]
     )
     assert one(snap.build()).evidence["kinds"] == ["pod-cross-nvlink", "cross-numa"]
+
+
+# -- the advice ------------------------------------------------------------------------------------
+
+
+def test_advice_for_a_job_across_two_cliques_names_the_clique_not_the_node():
+    builder = nvl72(SnapshotBuilder(), "rack-a", "fabric-1.0", trays=2)
+    builder = nvl72(builder, "rack-b", "fabric-1.1", trays=2)
+    finding = one(tp8_over(builder, "rack-a-00", "rack-b-00"))
+    assert finding.evidence["nvlink_cliques"] == ["fabric-1.0", "fabric-1.1"]
+    advice = JOB_ADVICE["topology-misplacement"](finding.evidence)
+    assert "inside one NVLink clique" in advice
+    assert "inside one node" not in advice
+
+
+def test_advice_without_cliques_keeps_tp_inside_one_node():
+    builder = SnapshotBuilder()
+    node(builder, "n1")
+    node(builder, "n2")
+    snap = builder.job(
+        "j1", pods=2, gpus_per_pod=4, tp=8, allocation=[("n1", [0, 1, 2, 3]), ("n2", [0, 1, 2, 3])]
+    )
+    finding = one(snap.build())
+    assert finding.evidence["nvlink_cliques"] == []
+    assert "inside one node" in JOB_ADVICE["topology-misplacement"](finding.evidence)

@@ -38,10 +38,20 @@ def _owner(evidence: Mapping[str, Any]) -> str:
 def _topology(evidence: Mapping[str, Any]) -> str:
     kinds = ", ".join(evidence.get("kinds") or [evidence.get("kind")])
     better = evidence.get("better_placement") or ""
+    cliques = evidence.get("nvlink_cliques") or []
+    if cliques:  # multi-node NVLink (GB200/GB300 NVL72): the clique is the domain
+        inside = (
+            "keep each tensor-parallel group inside one NVLink clique (its nodes share one "
+            f"NVLink domain; this job's GPUs are in {', '.join(cliques)}): schedule the job's "
+            "pods onto one clique (Kubernetes: node affinity on `nvidia.com/gpu.clique` or one "
+            "ComputeDomain; Slurm: a block of `topology.yaml`)"
+        )
+    else:
+        inside = "keep each tensor-parallel group inside one node"
     return (
         f"For {_owner(evidence)}: its placement costs bandwidth ({kinds}). {better} "
-        "Ask for GPUs in whole NVLink domains (gpus_per_pod = the domain size) and keep each "
-        "tensor-parallel group inside one node. For the admin: turn on topology-aware placement "
+        f"Ask for GPUs in whole NVLink domains (gpus_per_pod = the domain size) and {inside}. "
+        "For the admin: turn on topology-aware placement "
         "(Volcano `network-topology-aware` / `numa-aware` plugins; Kubernetes Topology Manager "
         "`single-numa-node`; Slurm `--gres-flags=enforce-binding` and `--switches`)."
     )

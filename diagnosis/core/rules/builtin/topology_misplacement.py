@@ -395,6 +395,11 @@ def _findings(
                     "pods_per_node": int(jobs.pods_per_node[j]),
                     "spread": bool(jobs.spread[j]),
                     "tp_groups": int(group_totals.get(code, 0)),
+                    "cliques": sorted(
+                        str(layout.clique_names[c])
+                        for c in np.unique(placed.clique[first:end]).tolist()
+                        if c >= 0
+                    ),
                 },
                 kinds,
                 allocation,
@@ -509,6 +514,7 @@ def _finding(
         "pods_crossing_nvlink": nvlink_pods[:EXAMPLES],
         "pods_crossing_numa_count": len(numa_pods),
         "pods_crossing_numa": numa_pods[:EXAMPLES],
+        "nvlink_cliques": job["cliques"],
         "better_placement": " ".join(better),
     }
     summary = f"Job {job['id']} ({job['tenant'] or 'no tenant'}): " + "; ".join(phrases) + "."
@@ -560,6 +566,7 @@ RULE = Rule(
             "`kind` (the most severe) and `kinds` (every one that applies), `allocation` (node "
             "-> GPU indexes in allocation order), `tp`, `tp_groups`, `tp_groups_crossing` "
             "(group, kind, GPUs, nodes; first 20) and its count, `pods_crossing_nvlink`, "
+            "`nvlink_cliques` (the multi-node NVLink cliques of its GPUs), "
             "`pods_crossing_numa` (first 20) and counts, `nodes_used`, `gpus_per_node`, "
             "`min_nodes`, and `better_placement`."
         ),
