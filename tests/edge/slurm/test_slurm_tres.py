@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from diagnosis.actions.cycles import run_cluster_cycle
 from diagnosis.edge.sources import slurm_tres
+from diagnosis.models import Finding
 
 pytestmark = pytest.mark.slurm
 
@@ -36,3 +38,26 @@ def test_without_gpu_tres_the_running_jobs_are_not_judged(slurm, slurm_config) -
     assert collection["judgeable"] is False
     assert "gres/gpuutil" in collection["problems"][0]
     assert not [g for g in document["gpus"] if "util" in g]
+
+
+@pytest.mark.django_db
+def test_a_cycle_with_metrics_kind_slurm_tres_says_the_gpu_rules_could_not_judge(
+    slurm, slurm_config, make_cluster
+) -> None:
+    cluster = make_cluster(
+        "tres-cycle",
+        scheduler_kind="slurm",
+        scheduler_config=slurm_config,
+        metrics_kind="slurm_tres",
+    )
+    job_id = slurm.submit("-J", "idle", "-A", "team-a", "--gres=gpu:2", command="srun sleep 600")
+    slurm.wait_job(job_id, "RUNNING")
+
+    cycle = run_cluster_cycle(cluster)
+
+    assert (cycle.ok, cycle.error) == (True, "")
+    assert (cycle.gpus, cycle.allocated_gpus) == (20, 2)
+    assert cycle.source["source"] == "slurm_tres"
+    assert cycle.coverage == 0
+    assert "idle-allocation" in cycle.not_judged  # no value is no idleness
+    assert not Finding.objects.filter(cluster=cluster, rule_id="idle-allocation").exists()
