@@ -254,3 +254,65 @@ def test_kueue_refuses_a_placement_change_and_it_fails_with_the_reason(
 
     assert rec.state == "failed"
     assert "MostAllocated" in rec.status_message
+
+
+# -- Volcano's capacity plugin and the KAI scheduler ---------------------------------------------
+
+
+def test_a_deserved_change_is_dry_run_then_patched_into_spec_deserved(
+    kube_api, make_kube_cluster, approve, dave, run_tasks
+) -> None:
+    cluster = make_kube_cluster("volcano")
+    change = {"field": "deserved", "from": 8, "to": 12}
+    rec = approve(cluster, "queue-weight", "queue:team-b", change)
+    assert rec.dry_run_result["before"] == 8
+    assert kube_api.get("Queue", "team-b")["spec"]["deserved"] == {"nvidia.com/gpu": "8"}
+
+    rec = run_tasks(request_apply, rec, dave)
+
+    assert rec.state == "applied", rec.status_message
+    assert kube_api.get("Queue", "team-b")["spec"]["deserved"] == {"nvidia.com/gpu": "12"}
+    assert kube_api.get("Queue", "team-b")["spec"]["weight"] == 2  # the weight is not the knob
+
+
+KAI_QUEUE = "Queue.scheduling.run.ai"
+
+
+def test_a_kai_over_quota_weight_is_dry_run_then_patched_once(
+    kube_api, make_kube_cluster, approve, dave, run_tasks
+) -> None:
+    cluster = make_kube_cluster("kai")
+    rec = approve(cluster, "queue-weight", "queue:research", {"from": 2, "to": 4})
+    assert rec.dry_run_result["before"] == 2
+    assert kube_api.get(KAI_QUEUE, "research")["spec"]["resources"]["gpu"]["overQuotaWeight"] == 2
+
+    rec = run_tasks(request_apply, rec, dave)
+
+    assert rec.state == "applied", rec.status_message
+    assert kube_api.get(KAI_QUEUE, "research")["spec"]["resources"]["gpu"]["overQuotaWeight"] == 4
+    assert len(writes(kube_api, "/scheduling.run.ai/v2/queues/research")) == 1
+    entry = AuditEntry.objects.get(recommendation=rec, action="apply")
+    assert entry.after["command"].startswith("kubectl patch queues.scheduling.run.ai research")
+
+
+def test_a_kai_queue_changed_in_between_gets_409_and_stops_the_apply(
+    kube_api, make_kube_cluster, approve, dave, run_tasks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = make_kube_cluster("kai")
+    rec = approve(cluster, "queue-weight", "queue:research", {"from": 2, "to": 4})
+    original = kube_server._Handler._patch
+
+    def someone_else_writes_first(self, kind, namespace, name, query):
+        if name == "research" and "dryRun" not in query:
+            queue = kube_api.get(KAI_QUEUE, "research")
+            queue["spec"]["priority"] = 7
+            kube_api.put(queue)
+        return original(self, kind, namespace, name, query)
+
+    monkeypatch.setattr(kube_server._Handler, "_patch", someone_else_writes_first)
+
+    rec = run_tasks(request_apply, rec, dave)
+
+    assert rec.state == "proposed"
+    assert "409 Conflict" in rec.status_message
+    assert kube_api.get(KAI_QUEUE, "research")["spec"]["resources"]["gpu"]["overQuotaWeight"] == 2
