@@ -15,6 +15,7 @@ and the library that draws them always come from the same pinned release.
 
 from __future__ import annotations
 
+import html
 import importlib.util
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -436,6 +437,13 @@ def _scaled(value: Any, scale: float) -> float | None:
 
 # Escapes that keep a JSON text inert inside <script type="application/json"> (as json_script).
 _JSON_SCRIPT_ESCAPES = {ord(">"): "\\u003E", ord("<"): "\\u003C", ord("&"): "\\u0026"}
+
+
+def plotly_text(value: object) -> str:
+    """A name (tenant, queue, job) as plotly text: plotly reads ``<a href>``, ``<b>`` and the
+    like in labels, legends and hover text as markup, so ``&``, ``<`` and ``>`` are escaped
+    (plotly shows the entities as the characters) and a name can never become a link."""
+    return html.escape(str(value), quote=False)
 
 
 def embed(figure: go.Figure, element_id: str, *, label: str) -> SafeString:

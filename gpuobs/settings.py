@@ -90,14 +90,35 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # %00 and deep or huge JSON refused before any view; no-store on authenticated answers
+    "diagnosis.middleware.RequestHygieneMiddleware",
     # Every page needs a login unless its view is marked @login_not_required (login, /healthz).
     # DRF views opt out of this redirect and answer 401/403 through their own permissions.
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     # last, as django-axes asks: turns a locked-out login into a 429
     "axes.middleware.AxesMiddleware",
 ]
+
+# Content-Security-Policy (django-csp): scripts only from gpuobs itself (plotly is vendored and
+# every chart's data is a JSON <script type="application/json">, not code); no frames, no
+# plugins. Styles may be inline: plotly sets them on the elements it draws.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 
 # Login lockout (django-axes, diagnosis/throttling.py): failures per user name and address.
 AUTHENTICATION_BACKENDS = [

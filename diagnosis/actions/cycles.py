@@ -16,6 +16,7 @@ from django.utils import timezone
 from diagnosis.actions.events import SchedulerEventError, record_scheduler_events
 from diagnosis.actions.findings import cluster_overrides, record_findings
 from diagnosis.actions.notifications import notify_after_cycle
+from diagnosis.actions.oncall import record_cycle_incidents
 from diagnosis.actions.proposals import record_recommendations
 from diagnosis.actions.tenancy import record_tenancy
 from diagnosis.actions.topology import merge_stored_topology
@@ -98,9 +99,10 @@ def failure_summary(cluster: Cluster, exc: Exception) -> str:
         how = "permanent failure" if exc.permanent else "temporary failure, retried next cycle"
     else:
         how = "invalid data"
-    if isinstance(exc, SchedulerError):
+    text = str(exc)
+    if isinstance(exc, SchedulerError) or text.startswith("scheduler_config"):
         what = f"scheduler ({cluster.scheduler_kind})"
-    elif isinstance(exc, CollectError):
+    elif isinstance(exc, CollectError) or text.startswith("metrics_config"):
         what = f"metrics source ({cluster.metrics_kind})"
     elif isinstance(exc, IntegrationError):
         what = "integration"
@@ -177,7 +179,8 @@ def record_cycle(
         by_severity[finding.severity] = by_severity.get(finding.severity, 0) + 1
     with transaction.atomic():
         now = timezone.now()
-        Snapshot.store(cluster, snapshot_format.dump(snap))
+        document = snapshot_format.dump(snap)
+        Snapshot.store(cluster, document)
         record_findings(cluster, diagnosis)
         as_of = snap.as_of.to_pydatetime()
         cycle = ClusterCycle.objects.create(
@@ -201,6 +204,7 @@ def record_cycle(
             source=dict(collection or {}),
         )
         record_tenancy(cluster, snap, diagnosis, accounting, cycle)
+        record_cycle_incidents(cluster, document, diagnosis)  # on-call's incidents (issue #16)
         problems = [f"rule {e.rule} failed: {e.message}" for e in diagnosis.errors]
         problems += _collection_problems(collection, skipped)
         _set_status(

@@ -163,8 +163,15 @@ class AuditEntry(models.Model):
         return f"{self.time:%Y-%m-%dT%H:%M:%SZ} {self.actor} {self.action} {self.target}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
+        """Only ever an INSERT: a row read back, or a new object given an existing row's ``pk``
+        (which Django would otherwise save as an UPDATE of that row), is refused."""
         if not self._state.adding:
             raise AuditEntryImmutableError("audit entries are append-only")
+        if self.pk is not None and type(self)._base_manager.filter(pk=self.pk).exists():
+            raise AuditEntryImmutableError("audit entries are append-only")
+        kwargs["force_insert"] = True
+        kwargs.pop("force_update", None)
+        kwargs.pop("update_fields", None)
         super().save(*args, **kwargs)
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:

@@ -114,11 +114,23 @@ def csv_rows(data: FairnessReportData) -> list[dict[str, Any]]:
     return rows
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def safe_cell(value: Any) -> Any:
+    """A text cell that a spreadsheet would read as a formula (``=HYPERLINK(...)``, ``+``,
+    ``-``, ``@``, a tab or CR first) gets a leading ``'`` (OWASP's CSV injection advice), so it
+    is shown as text; numbers stay numbers."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def render_csv(data: FairnessReportData) -> str:
     """The CSV text (header row first; ``None`` as an empty cell)."""
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=list(CSV_COLUMNS), lineterminator="\n")
     writer.writeheader()
     for row in csv_rows(data):
-        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+        writer.writerow({k: "" if v is None else safe_cell(v) for k, v in row.items()})
     return out.getvalue()

@@ -7,7 +7,15 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from diagnosis.charts import ACCENT, BUCKET_LABELS, INK, MUTED, axis_style, figure_layout
+from diagnosis.charts import (
+    ACCENT,
+    BUCKET_LABELS,
+    INK,
+    MUTED,
+    axis_style,
+    figure_layout,
+    plotly_text,
+)
 from diagnosis.core.fairness import SIZE_CLASSES, TENANT_BUCKETS
 from diagnosis.reports.fairness_report import FairnessReportData
 
@@ -46,6 +54,7 @@ def share_over_time(data: FairnessReportData) -> go.Figure:
         frame = data.series[data.series["tenant"] == row.tenant]
         times = _times(frame["bin"])
         colour = PALETTE[index % len(PALETTE)]
+        shown_name = plotly_text(row.tenant)
         for column, label, dash in (
             ("usage", "usage", "solid"),
             ("fair_share", "fair share", "dash"),
@@ -55,12 +64,12 @@ def share_over_time(data: FairnessReportData) -> go.Figure:
                 go.Scatter(
                     x=times,
                     y=frame[column].to_numpy(dtype=float),
-                    name=f"{row.tenant} {label}",
+                    name=f"{shown_name} {label}",
                     legendgroup=row.tenant,
                     mode="lines",
                     line={"color": colour, "width": 2 if column == "usage" else 1.3, "dash": dash},
                     visible=True if row.tenant in shown else "legendonly",
-                    hovertemplate="%{y:.1%}<extra>" + f"{row.tenant} {label}" + "</extra>",
+                    hovertemplate="%{y:.1%}<extra>" + f"{shown_name} {label}" + "</extra>",
                 )
             )
     return go.Figure(
@@ -118,7 +127,7 @@ def tenant_breakdown(data: FairnessReportData) -> go.Figure:
     rows = sorted(data.tenants, key=lambda r: r.tenant, reverse=True)
     bars = [
         go.Bar(
-            y=[r.tenant for r in rows],
+            y=[plotly_text(r.tenant) for r in rows],
             x=[r.buckets[bucket] for r in rows],
             name=BUCKET_LABELS[bucket],
             orientation="h",

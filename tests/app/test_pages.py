@@ -287,7 +287,7 @@ def test_failed_collection_shows_the_error_and_keeps_the_last_good_numbers(
 
     text = text_of(response)
     assert "The last collection failed" in text
-    assert "unknown sim scenario 'nope'" in text
+    assert "scheduler (sim) failed: its settings are invalid" in text  # not where (issue #12)
     assert "The figures below are the last good ones" in text
     assert "GPUs 1,024" in text
     assert f"Allocation {good.allocation_utilization * 100:.1f}%" in text
@@ -309,7 +309,7 @@ def test_a_cluster_that_never_collected_says_so(bob_client: Client, sim_clusters
 
     text = text_of(response)
     assert response.status_code == 200
-    assert "unknown sim scenario 'nope'" in text
+    assert "scheduler (sim) failed: its settings are invalid" in text  # not where (issue #12)
     assert "No cycle has succeeded yet" in text
     assert "no data" in text_of(bob_client.get("/"))
 

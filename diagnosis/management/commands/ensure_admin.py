@@ -4,7 +4,9 @@ import secrets
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
 
 
 class Command(BaseCommand):
@@ -26,6 +28,12 @@ class Command(BaseCommand):
             return
         password = settings.GPUOBS_ADMIN_PASSWORD
         if password:
+            try:  # the same validators as every other password (AUTH_PASSWORD_VALIDATORS)
+                validate_password(password, users(username=username))
+            except ValidationError as exc:
+                raise CommandError(
+                    "GPUOBS_ADMIN_PASSWORD is refused: " + " ".join(exc.messages)
+                ) from None
             users.objects.create_superuser(username=username, email="", password=password)
             self.stdout.write(f"gpuobs: created {username!r} with GPUOBS_ADMIN_PASSWORD")
             return
