@@ -347,3 +347,10 @@ def test_a_pods_resource_health_makes_its_device_unhealthy(kube_api: KubeApiServ
     gpus = by(VolcanoAdapter(adapter_config()).read_state().gpus, "uuid")
     assert gpus[UUID.format(1)]["health"] == "unhealthy"
     assert gpus[UUID.format(0)]["health"] == "ok"
+
+
+def test_a_pod_asking_the_extended_resource_is_served_by_its_dra_claim(dra_only) -> None:
+    """KEP-5004: ``nvidia.com/gpu: 1`` on a DRA node, the claim kube-scheduler made for it named
+    in ``status.extendedResourceClaimStatus``: the exact device, not a lowest-free guess."""
+    job = by(dra_only().jobs, "id")["research/legacy-0"]
+    assert job["allocation"] == [{"node": "dra-h-1", "gpus": [3], "uuids": [UUID.format(3)]}]
