@@ -163,3 +163,10 @@ def test_bad_over_quota_weights_are_refused(kube_api, value) -> None:
             {"kind": "queue-weight", "target": "queue:research", "to": value}, dry_run=True
         )
     assert caught.value.permanent
+
+
+def test_a_waiting_podgroups_scheduling_condition_is_an_event(kube_api) -> None:
+    events = KaiAdapter(adapter_config()).read_events(None).events
+    assert [(e["kind"], e["job"], e["reason"], e["time"]) for e in events] == [
+        ("failed_scheduling", "research/pg-sweep", "OverLimit", "2026-11-29T07:31:00Z")
+    ]

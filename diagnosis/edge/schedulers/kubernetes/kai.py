@@ -109,15 +109,20 @@ class KaiAdapter(KubeConnection):
         )
 
     def read_events(self, cursor: str | None) -> EventBatch:
-        pods = self._mirror(PODS)
-        return objects.read_events(
+        """Events since ``cursor``, plus each waiting PodGroup's newest scheduling condition as
+        a ``failed_scheduling`` event (stored once: its dedup key holds the condition's time)."""
+        pods, podgroups = self._mirror(PODS), self._mirror(PODGROUPS)
+        batch = objects.read_events(
             self.api,
             self.settings,
             self.key,
             cursor,
-            [pods],
+            [pods, podgroups],
             lambda: pod_job_lookup(pods.items.values()),
         )
+        waiting = [e for g in podgroups.items.values() if (e := scheduling_event(g)) is not None]
+        merged = sorted(batch.events + waiting, key=lambda e: (e["time"], e["dedup_key"]))
+        return EventBatch(events=merged, cursor=batch.cursor)
 
     @transport_errors_as_scheduler_errors("kai: applying a change")
     def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
@@ -242,6 +247,30 @@ def pending_reason(podgroup: Mapping[str, Any]) -> str | None:
     if not reason and not message:
         return None
     return f"{reason or newest.get('type')}: {message}" if message else str(reason)
+
+
+def scheduling_event(podgroup: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A PodGroup's newest ``schedulingConditions`` entry as a ``failed_scheduling`` event
+    (reason ``OverLimit``, ``NonPreemptibleOverQuota``, ...); None without one."""
+    conditions = (podgroup.get("status") or {}).get("schedulingConditions") or ()
+    if not conditions:
+        return None
+    newest = max(conditions, key=lambda c: str(c.get("lastTransitionTime") or ""))
+    moment = objects.rfc3339(newest.get("lastTransitionTime"))
+    if moment is None:
+        return None
+    reasons = [r for r in newest.get("reasons") or () if r.get("reason")]
+    reason = str((reasons[0] if reasons else newest).get("reason") or newest.get("type") or "")
+    uid = meta(podgroup).get("uid") or namespaced_name(podgroup)
+    return {
+        "time": moment,
+        "kind": "failed_scheduling",
+        "job": namespaced_name(podgroup),
+        "node": None,
+        "reason": reason or "Unschedulable",
+        "message": pending_reason(podgroup) or "",
+        "dedup_key": f"kai:{uid}:{newest.get('transitionID') or ''}:{reason}:{moment}",
+    }
 
 
 def pod_job_lookup(pods: Iterable[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], str | None]:
