@@ -109,3 +109,33 @@ def test_events_read_again_after_a_410_are_stored_once(
     assert (first.stored, again.stored, again.duplicates) == (4, 0, 4)
     assert SchedulerEvent.objects.filter(cluster=volcano_cluster).count() == 4
     assert volcano_cluster.event_cursor == again.cursor
+
+
+def test_a_dra_only_cluster_runs_the_full_cycle_with_its_gpus_by_uuid(
+    kube_api: KubeApiServer, make_cluster
+) -> None:
+    """No nvidia.com/gpu allocatable anywhere, no GPU Feature Discovery labels: the GPUs come from
+    the ResourceSlices, the stored snapshot keeps their UUIDs, MIG instances and health, and the
+    rules run over them."""
+    kube_api.load(load_fixture("dra"))
+    cluster = make_cluster(
+        "dra-1", scheduler_kind="volcano", scheduler_config=config(), metrics_kind="none"
+    )
+    cycle = run_cluster_cycle(cluster)
+
+    assert cycle.ok, cycle.error
+    document = Snapshot.objects.get(cluster=cluster).load_document()
+    assert {n["name"] for n in document["nodes"]} == {"dra-h-1", "dra-a-1"}
+    gpus = {g["uuid"]: g for g in document["gpus"]}
+    assert gpus["GPU-4b2a7e10-91c3-4f55-a0d1-3c9e8f000003"]["health"] == "unhealthy"
+    assert gpus["MIG-7f0e1d2c-0000-5a5a-8000-000000000001"]["mig"]["profile"] == "1g.10gb"
+    train = next(j for j in document["jobs"] if j["id"] == "research/train-0")
+    assert train["allocation"] == [{"node": "dra-h-1", "gpus": [0, 1]}]
+    # the stored form names a whole GPU's UUID once, in gpus[], at the allocated index
+    at = {(g["node"], g["index"]): g["uuid"] for g in document["gpus"] if "mig" not in g}
+    assert [at[("dra-h-1", i)] for i in (0, 1)] == [
+        "GPU-4b2a7e10-91c3-4f55-a0d1-3c9e8f000000",
+        "GPU-4b2a7e10-91c3-4f55-a0d1-3c9e8f000001",
+    ]
+    notebook = next(j for j in document["jobs"] if j["id"] == "research/notebook")
+    assert notebook["allocation"][0]["uuids"] == ["MIG-7f0e1d2c-0000-5a5a-8000-000000000001"]
