@@ -85,6 +85,7 @@ def test_a_collection_is_a_fixed_set_of_queries():
             "nvlink",
             "xid",
             "cpu",
+            "hardware",
         ]
     )
     assert all('cluster="x"' in text for text in queries.values())
