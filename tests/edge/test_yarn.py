@@ -248,8 +248,9 @@ def test_queue_weight_is_advice_only() -> None:
         with pytest.raises(SchedulerError, match="read and advise only") as caught:
             yarn.apply(change, dry_run=False)
 
-    assert (shown.applied, shown.dry_run) == (False, True)
-    assert "yarn.scheduler.capacity.<parent path>.research.capacity to 50" in shown.command
+    assert (shown.applied, shown.dry_run, shown.before) == (False, True, 42.0)
+    # 50 % of the cluster under root.teams (70 %) is 71.43 % of the parent.
+    assert "set yarn.scheduler.capacity.root.teams.research.capacity to 71.43" in shown.command
     assert "yarn rmadmin -refreshQueues" in shown.command
     assert caught.value.permanent
     assert yarn.capabilities.change_kinds == frozenset()
@@ -345,3 +346,29 @@ def test_a_node_manager_that_does_not_answer_leaves_its_gpus_unattributed() -> N
     assert all(j["allocation"] == [] for j in state.jobs)
     assert len(state.scheduler["node_gpu_problems"]) == 2
     assert "unreachable" in state.scheduler["node_gpu_problems"][0]
+
+
+def test_capacity_leaves_know_their_path_and_parent_share() -> None:
+    leaves = parse.capacity_leaves(fixture("scheduler_capacity.json"))
+
+    assert leaves["research"] == parse.CapacityLeaf("root.teams.research", 42.0, "root.teams", 70.0)
+    assert leaves["default"] == parse.CapacityLeaf("root.default", 30.0, "root", 100.0)
+
+
+def test_fair_scheduler_advice_is_the_allocation_files_weight() -> None:
+    change = {"kind": "queue-weight", "target": "queue:root.teams.prod", "to": 2}
+    with serving(routes("scheduler_fair.json")) as server:
+        shown = adapter(server.url).apply(change, dry_run=True)
+
+    assert "set <weight>2</weight> on queue root.teams.prod" in shown.command
+
+
+def test_advice_for_a_queue_the_scheduler_does_not_have_is_refused() -> None:
+    change = {"kind": "queue-weight", "target": "queue:ghost", "to": 5}
+    with (
+        serving(routes()) as server,
+        pytest.raises(SchedulerError, match="no leaf queue") as caught,
+    ):
+        adapter(server.url).apply(change, dry_run=True)
+
+    assert caught.value.permanent

@@ -264,15 +264,18 @@ class YarnAdapter:
         if kind != "queue-weight":
             raise ChangeError(f"YARN is read and advise only: no {kind!r} changes")
         queue = target_name(change)
-        if not self._scheduler_kind:
-            self._scheduler_kind = parse.scheduler_type(self._get("/ws/v1/cluster/scheduler"))
-        advice = parse.queue_advice(self._scheduler_kind, queue, change.get("to"))
+        scheduler = self._get("/ws/v1/cluster/scheduler")  # the target as it is now
+        kind_name = parse.scheduler_type(scheduler)
+        leaf = parse.capacity_leaves(scheduler).get(queue)
+        if kind_name == "capacityScheduler" and leaf is None:
+            raise ChangeError(f"no leaf queue {queue!r} in the Capacity Scheduler")
+        advice = parse.queue_advice(kind_name, queue, change.get("to"), leaf)
         if not dry_run:
             raise ChangeError(f"YARN is read and advise only; to make this change, {advice}")
         return ChangeResult(
             applied=False,
             dry_run=True,
-            before=change.get("from"),
+            before=leaf.absolute if leaf is not None else change.get("from"),
             after=change.get("to"),
             command=advice,
             message="advisory: gpuobs does not write YARN's queue configuration",

@@ -464,14 +464,58 @@ def derive_events(
 # -- advice --------------------------------------------------------------------------------------
 
 
-def queue_advice(kind: str, queue: str, to: Any) -> str:
+@dataclass(frozen=True)
+class CapacityLeaf:
+    path: str  # root.teams.research
+    absolute: float | None  # % of the cluster (the queue's weight here)
+    parent: str  # root.teams
+    parent_absolute: float  # % of the cluster
+
+
+def capacity_leaves(document: Mapping[str, Any]) -> dict[str, CapacityLeaf]:
+    """Capacity Scheduler leaves by name, with their path and their parent's absolute
+    capacity (what a relative ``capacity`` setting is a percentage of)."""
+    info = _mapping(_mapping(document.get("scheduler")).get("schedulerInfo"))
+    found: dict[str, CapacityLeaf] = {}
+
+    def walk(queue: Mapping[str, Any], path: str, absolute: float, depth: int) -> None:
+        for child in _children(queue, "queues"):
+            name = _text(child.get("queueName"))
+            if not name or depth >= MAX_QUEUE_DEPTH:
+                continue
+            child_path = _text(child.get("queuePath")) or f"{path}.{name}"
+            child_absolute = _number(child.get("absoluteCapacity"))
+            if _children(child, "queues"):
+                walk(child, child_path, child_absolute or 0.0, depth + 1)
+            else:
+                found.setdefault(name, CapacityLeaf(child_path, child_absolute, path, absolute))
+
+    if _text(info.get("type")) == "capacityScheduler":
+        walk(info, _text(info.get("queueName")) or "root", 100.0, 0)
+    return found
+
+
+def queue_advice(kind: str, queue: str, to: Any, leaf: CapacityLeaf | None = None) -> str:
     """What an admin would change for a queue-weight recommendation, as text (gpuobs does not
-    write it: see docs/integrations.md)."""
+    write it: see docs/integrations.md). For the Capacity Scheduler the weight is the queue's
+    absolute capacity (% of the cluster); the setting is relative to its parent, so the text
+    gives the parent's share of it."""
     if kind == "capacityScheduler":
+        target = _number(to)
+        if leaf is None or target is None or leaf.parent_absolute <= 0:
+            return (
+                f"set yarn.scheduler.capacity.<parent path>.{queue}.capacity so that the queue "
+                f"gets {to} % of the cluster (the setting is a percent of its parent; siblings "
+                "must still sum to 100) in capacity-scheduler.xml, then run "
+                "'yarn rmadmin -refreshQueues'"
+            )
+        relative = round(target / leaf.parent_absolute * 100, 2)
         return (
-            f"set yarn.scheduler.capacity.<parent path>.{queue}.capacity to {to} (percent of its "
-            "parent; siblings must still sum to 100) in capacity-scheduler.xml, or through the "
-            "scheduler configuration API if the queue store is mutable, then run "
+            f"set yarn.scheduler.capacity.{leaf.path}.capacity to {relative:g} ({target:g} % of "
+            f"the cluster is {relative:g} % of {leaf.parent}, which has "
+            f"{leaf.parent_absolute:g} %; lower its siblings so they still sum to 100) in "
+            "capacity-scheduler.xml, or through "
+            "the scheduler configuration API if the queue store is mutable, then run "
             "'yarn rmadmin -refreshQueues'"
         )
     if kind == "fairScheduler":
