@@ -102,4 +102,5 @@ class RecommendationState(models.TextChoices):
 class IncidentState(models.TextChoices):
     OPEN = "open", "Open"
     ACKNOWLEDGED = "acknowledged", "Acknowledged"
+    MITIGATING = "mitigating", "Mitigating"  # a drain requested or applied for it
     RESOLVED = "resolved", "Resolved"

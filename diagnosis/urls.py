@@ -4,6 +4,7 @@ from django.urls import path
 from django.views.generic import RedirectView
 
 from diagnosis.pages import clusters as views
+from diagnosis.pages import incidents as incident_views
 from diagnosis.pages import recommendations as recommendation_views
 from diagnosis.pages import reports as report_views
 
@@ -15,7 +16,22 @@ urlpatterns = [
     path("clusters/<slug:name>/", views.cluster_overview, name="cluster"),
     path("clusters/<slug:name>/findings/", views.finding_list, name="findings"),
     path("clusters/<slug:name>/findings/<int:finding_id>/", views.finding_detail, name="finding"),
-    path("clusters/<slug:name>/incidents/", views.incident_list, name="incidents"),
+    path("clusters/<slug:name>/incidents/", incident_views.incident_list, name="incidents"),
+    path(
+        "clusters/<slug:name>/incidents/<int:incident_id>/",
+        incident_views.incident_detail,
+        name="incident",
+    ),
+    path(
+        "clusters/<slug:name>/incidents/<int:incident_id>/drain/",
+        incident_views.incident_drain,
+        name="incident_drain",
+    ),
+    path(
+        "clusters/<slug:name>/incidents/<int:incident_id>/<slug:action>/",
+        incident_views.incident_action,
+        name="incident_action",
+    ),
     path(
         "clusters/<slug:name>/recommendations/",
         recommendation_views.recommendation_list,

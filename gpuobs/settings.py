@@ -349,3 +349,6 @@ GPUOBS_APPROVAL_TTL_SECONDS = env_int("GPUOBS_APPROVAL_TTL_SECONDS", 4 * 3600)
 GPUOBS_VERIFY_CYCLES = env_int("GPUOBS_VERIFY_CYCLES", 3)
 GPUOBS_VERIFY_MAX_CYCLES = env_int("GPUOBS_VERIFY_MAX_CYCLES", 12)
 GPUOBS_VERIFY_TOLERANCE_PCT = env_int("GPUOBS_VERIFY_TOLERANCE_PCT", 10)
+# Incidents (docs/ui.md, "Incidents"): gpuobs resolves an acknowledged xid incident once its GPU
+# has been healthy, and its node ready, for this long.
+GPUOBS_INCIDENT_HEALTHY_SECONDS = env_int("GPUOBS_INCIDENT_HEALTHY_SECONDS", 30 * 60)

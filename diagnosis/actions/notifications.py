@@ -60,7 +60,7 @@ RESOLVED_RESEND = timedelta(minutes=15)
 # gpuobs stops sending (Prometheus: 4 x the resend delay).
 VALID_CYCLES = 4
 BATCH = 500
-OPEN_INCIDENT_STATES = (IncidentState.OPEN, IncidentState.ACKNOWLEDGED)
+OPEN_INCIDENT_STATES = (IncidentState.OPEN, IncidentState.ACKNOWLEDGED, IncidentState.MITIGATING)
 
 
 class NotifyConfigError(ValueError):

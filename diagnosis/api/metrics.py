@@ -66,7 +66,7 @@ from diagnosis.roles import can_read, is_tenant_scoped
 
 HOUR = timedelta(hours=1)
 OPEN_FINDING_STATES = (FindingState.PENDING, FindingState.FIRING)
-OPEN_INCIDENT_STATES = (IncidentState.OPEN, IncidentState.ACKNOWLEDGED)
+OPEN_INCIDENT_STATES = (IncidentState.OPEN, IncidentState.ACKNOWLEDGED, IncidentState.MITIGATING)
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 SEVERITY_ORDER = Case(
     *(When(severity=s, then=Value(rank)) for s, rank in SEVERITY_RANK.items()),

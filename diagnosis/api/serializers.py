@@ -11,7 +11,7 @@ from diagnosis.choices import (
     RecommendationState,
     SchedulerEventKind,
 )
-from diagnosis.models import AuditEntry, Cluster, Finding, Job, Recommendation
+from diagnosis.models import AuditEntry, Cluster, Finding, Incident, Job, Recommendation
 
 MAX_EVENTS_PER_BATCH = 5000
 
@@ -260,3 +260,98 @@ class FindingSerializer(serializers.ModelSerializer):
 
 def _username(user: Any) -> str | None:
     return user.get_username() if user is not None else None
+
+
+class IncidentSerializer(serializers.ModelSerializer):
+    """An incident with its jobs and tenants hit (a manager's: only their tenants' jobs, given
+    as ``context["tenants"]``), its drain and, with ``context["history"]``, its timeline."""
+
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    acknowledged_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    resolved_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    jobs = serializers.SerializerMethodField()
+    tenants = serializers.SerializerMethodField()
+    xid = serializers.SerializerMethodField()
+    drain = serializers.SerializerMethodField()
+    history = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Incident
+        fields = [
+            "id",
+            "cluster",
+            "node",
+            "gpu_index",
+            "xid_code",
+            "state",
+            "source",
+            "summary",
+            "opened_at",
+            "acknowledged_by",
+            "acknowledged_at",
+            "resolved_by",
+            "resolved_at",
+            "healthy_since",
+            "finding",
+            "xid",
+            "jobs",
+            "tenants",
+            "drain",
+            "history",
+        ]
+
+    def _scoped(self, jobs: Any) -> list[dict[str, Any]]:
+        tenants = self.context.get("tenants")
+        rows = [j for j in jobs or () if isinstance(j, dict)]
+        return rows if tenants is None else [j for j in rows if j.get("tenant") in tenants]
+
+    def get_jobs(self, incident: Incident) -> list[dict[str, Any]]:
+        return self._scoped((incident.details or {}).get("jobs"))
+
+    def get_tenants(self, incident: Incident) -> list[str]:
+        return sorted({j["tenant"] for j in self.get_jobs(incident) if j.get("tenant")})
+
+    def get_xid(self, incident: Incident) -> Any:
+        return (incident.details or {}).get("xid")
+
+    def get_drain(self, incident: Incident) -> dict[str, Any] | None:
+        drain = (incident.details or {}).get("drain")
+        if not drain or incident.drain_id is None:
+            return None
+        jobs = self._scoped(drain.get("jobs"))
+        return {
+            "recommendation": incident.drain_id,
+            "state": incident.drain.state,
+            "node": drain.get("node"),
+            "by": drain.get("by"),
+            "jobs": jobs,
+        }
+
+    def get_history(self, incident: Incident) -> list[dict[str, Any]] | None:
+        if not self.context.get("history"):
+            return None
+        return [
+            {
+                "time": e.time,
+                "actor": e.actor,
+                "kind": e.kind,
+                "state_before": e.state_before,
+                "state_after": e.state_after,
+                "text": e.text,
+            }
+            for e in incident.history.all()
+        ]
+
+
+class IncidentNoteSerializer(serializers.Serializer):
+    text = serializers.CharField(max_length=4000, trim_whitespace=True)
+
+
+class IncidentResolveSerializer(serializers.Serializer):
+    note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class IncidentDrainSerializer(serializers.Serializer):
+    expected_jobs = serializers.ListField(
+        child=serializers.CharField(max_length=255), required=False, allow_null=True, default=None
+    )

@@ -7,7 +7,15 @@ scripts should use) and ``/api/``.
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from diagnosis.api import annotations, clusters, receivers, recommendations, reports, topology
+from diagnosis.api import (
+    annotations,
+    clusters,
+    incidents,
+    receivers,
+    recommendations,
+    reports,
+    topology,
+)
 
 router = DefaultRouter()
 router.register("clusters", clusters.ClusterViewSet, basename="cluster")
@@ -23,6 +31,19 @@ urlpatterns = [
         "clusters/<slug:cluster>/nodes/<str:node>/topology",
         topology.NodeTopologyView.as_view(),
         name="node-topology",
+    ),
+    path(
+        "clusters/<slug:cluster>/incidents", incidents.IncidentListView.as_view(), name="incidents"
+    ),
+    path(
+        "clusters/<slug:cluster>/incidents/<int:incident_id>",
+        incidents.IncidentDetailView.as_view(),
+        name="incident",
+    ),
+    path(
+        "clusters/<slug:cluster>/incidents/<int:incident_id>/<slug:action>",
+        incidents.IncidentActionView.as_view(),
+        name="incident-action",
     ),
     path("alertmanager", receivers.AlertmanagerWebhookView.as_view(), name="alertmanager"),
     path("annotations", annotations.AnnotationsView.as_view(), name="annotations"),

@@ -8,7 +8,7 @@ tasks read them or call an action.
 
 from diagnosis.models.cycles import ClusterCycle, Snapshot, SnapshotDocumentError
 from diagnosis.models.findings import Finding, FindingEvent, RuleOverride
-from diagnosis.models.incidents import Incident
+from diagnosis.models.incidents import Incident, IncidentEvent
 from diagnosis.models.inventory import (
     Cluster,
     Gpu,
@@ -45,6 +45,7 @@ __all__ = [
     "FindingEvent",
     "Gpu",
     "Incident",
+    "IncidentEvent",
     "Job",
     "Node",
     "NodeTopology",

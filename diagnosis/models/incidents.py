@@ -1,4 +1,5 @@
-"""Incidents: what on-call works in (an Xid or GPU alert on a GPU, per episode)."""
+"""Incidents: what on-call works in (an Xid or GPU alert on a GPU, per episode), and each
+incident's history (state changes with who and when, notes, drains, evictions)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from django.utils import timezone
 from diagnosis.choices import (
     IncidentState,
 )
+from diagnosis.models.findings import Finding
 from diagnosis.models.inventory import Cluster
+from diagnosis.models.recommendations import Recommendation
 
 
 class Incident(models.Model):
@@ -40,6 +43,35 @@ class Incident(models.Model):
     )
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Empty when gpuobs resolved it (healthy period, or the alert resolved).",
+    )
+    healthy_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Snapshot time from which the GPU was healthy and its node not cordoned.",
+    )
+    finding = models.ForeignKey(
+        Finding,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="incidents",
+        help_text="The xid finding of the GPU, where the rule reported it.",
+    )
+    drain = models.ForeignKey(
+        Recommendation,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="incidents",
+        help_text="The drain-node recommendation on-call started from this incident.",
+    )
 
     class Meta:
         ordering = ["-opened_at", "-id"]
@@ -49,3 +81,26 @@ class Incident(models.Model):
         where = self.node if self.gpu_index is None else f"{self.node}/{self.gpu_index}"
         xid = f"Xid {self.xid_code} " if self.xid_code is not None else ""
         return f"{xid}{where} ({self.state})"
+
+
+class IncidentEvent(models.Model):
+    """One entry of an incident's history: a state change (with who), a note, an Xid, a health
+    change, a drain or the jobs it evicted. Append-only, like the audit trail."""
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="history")
+    time = models.DateTimeField(default=timezone.now)
+    actor = models.CharField(max_length=150, help_text="User name, or system:<what> for gpuobs.")
+    kind = models.CharField(
+        max_length=32, help_text="opened, acknowledged, mitigating, resolved, reopened, note, ..."
+    )
+    state_before = models.CharField(max_length=16, blank=True)
+    state_after = models.CharField(max_length=16, blank=True)
+    text = models.TextField(blank=True)
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["time", "id"]
+        indexes = [models.Index(fields=["incident", "time"], name="incident_event_time")]
+
+    def __str__(self) -> str:
+        return f"{self.time:%Y-%m-%dT%H:%M:%SZ} {self.actor} {self.kind}"

@@ -12,7 +12,7 @@ viewsets move to ``diagnosis/api/`` once that package exists.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,13 +46,13 @@ from diagnosis.access import (
     findings_for_user,
     get_cluster_for_user,
     get_finding_for_user,
+    incidents_for_user,
+    recommendations_for_user,
 )
 from diagnosis.actions.owner_notices import preview_notice
 from diagnosis.choices import FindingState, Severity
-from diagnosis.core import xid_catalog
 from diagnosis.core.rules.base import SEVERITIES, Rule
 from diagnosis.core.rules.registry import all_rules
-from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import Cluster, ClusterCycle, DeliveryState, Finding
 from diagnosis.roles import can_administer, is_tenant_scoped
 
@@ -65,7 +65,6 @@ STATE_FILTERS = {
     "all": "Any state",
 }
 FINDINGS_PER_PAGE = 50
-INCIDENTS_PER_PAGE = 25
 WATERFALL_PERIOD_S = 3600
 TREND_PERIOD_S = 24 * 3600
 FINDINGS_SHOWN_PER_BUCKET = 5
@@ -548,82 +547,16 @@ def finding_detail(request: HttpRequest, name: str, finding_id: int) -> HttpResp
         "rule_findings_url": _url("findings", cluster, {"rule": finding.rule_id}),
         # what the job's owner would be told (docs/integrations.md, "Notices to job owners")
         "owner_notice": preview_notice(finding) if finding.subject.startswith("job:") else None,
+        # where a person clicks next (issue #16): its incidents and recommendations
+        "incidents": list(incidents_for_user(request.user, cluster).filter(finding=finding)),
+        "recommendations": list(
+            recommendations_for_user(request.user, cluster).filter(motivating_findings=finding)
+        ),
     }
     return render(request, "diagnosis/finding_detail.html", context)
 
 
-# -- incidents -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class XidCode:
-    code: int
-    count: int | None
-    first: datetime | None
-    last: datetime | None
-    info: xid_catalog.XidInfo
-
-
-@dataclass(frozen=True)
-class IncidentRow:
-    finding: Finding
-    node: str
-    gpu_index: int | None
-    codes: list[XidCode]
-    jobs: list[Mapping[str, Any]]
-    tenants: list[str]
-
-
-def _incident_row(finding: Finding) -> IncidentRow:
-    evidence = finding.evidence or {}
-    where = finding.subject.removeprefix("gpu:")
-    node, _, index = where.rpartition("/")
-    codes = [
-        XidCode(
-            code=int(entry["code"]),
-            count=entry.get("count"),
-            first=parse_time(entry.get("first")),
-            last=parse_time(entry.get("last")),
-            info=xid_catalog.lookup(int(entry["code"])),
-        )
-        for entry in _dicts(evidence.get("codes"))
-        if str(entry.get("code", "")).isdigit()
-    ]
-    jobs = _dicts(evidence.get("jobs"))
-    tenants = evidence.get("tenants") or sorted({j["tenant"] for j in jobs if j.get("tenant")})
-    return IncidentRow(
-        finding=finding,
-        node=evidence.get("node") or node or where,
-        gpu_index=evidence.get("index", int(index) if index.isdigit() else None),
-        codes=codes,
-        jobs=jobs,
-        tenants=[str(t) for t in tenants],
-    )
-
-
-def _dicts(value: Any) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, Iterable) else []
-
-
-@require_safe
-def incident_list(request: HttpRequest, name: str) -> HttpResponse:
-    """The Xid findings of a cluster, open first, with what each code means and what to do."""
-    cluster = get_cluster_for_user(request.user, name)
-    findings = (
-        findings_for_user(request.user, cluster)
-        .filter(rule_id="xid")
-        .order_by(STATE_RANK, SEVERITY_RANK, "-last_seen", "-id")
-    )
-    page, query = _paginate(request, findings, INCIDENTS_PER_PAGE)
-    context = {
-        "cluster": cluster,
-        "section": "incidents",
-        "page": page,
-        "query": query,
-        "rows": [_incident_row(f) for f in page.object_list],
-        "open_count": findings.filter(state__in=OPEN_STATES).count(),
-    }
-    return render(request, "diagnosis/incident_list.html", context)
+# -- incidents: diagnosis/pages/incidents.py ----------------------------------------------------
 
 
 # -- health and API ------------------------------------------------------------------------------

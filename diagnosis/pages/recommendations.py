@@ -17,6 +17,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.paginator import Paginator
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -26,6 +27,7 @@ from diagnosis import charts, roles
 from diagnosis.access import (
     get_cluster_for_user,
     get_recommendation_for_user,
+    incidents_for_user,
     recommendations_for_user,
 )
 from diagnosis.actions.review import (
@@ -198,6 +200,11 @@ def recommendation_detail(request: HttpRequest, name: str, recommendation_id: in
         ),
         "verification": rec.verification or {},
         "findings": list(rec.motivating_findings.order_by("rule_id", "subject")),
+        "incidents": list(  # issue #16: recommendation -> incident
+            incidents_for_user(request.user, cluster)
+            .filter(Q(drain=rec) | Q(finding__recommendations=rec))
+            .distinct()
+        ),
         "impact_rows": _impact_rows(impact),
         "audit": [
             {"entry": e, "before": compact(e.before), "after": compact(e.after)}

@@ -31,6 +31,7 @@ from diagnosis.access import (
 from diagnosis.actions.subscriptions import subscribe_to_report
 from diagnosis.core.fairness import SIZE_CLASSES, size_class
 from diagnosis.models import Cluster, Job, ReportFrequency, ReportSubscription
+from diagnosis.pages.incidents import job_drains
 from diagnosis.reports import figures
 from diagnosis.reports.csv_export import render_csv
 from diagnosis.reports.fairness_report import FairnessReportData, build_fairness_report, default_end
@@ -223,6 +224,7 @@ def job_detail(request: HttpRequest, name: str, job_id: str) -> HttpResponse:
         "wait_s": _wait_s(job),
         "size_class": size_class(job.gpus),
         "findings": list(findings),
+        "drains": job_drains(cluster, job.external_id),  # issue #16: why it was preempted
     }
     return render(request, "diagnosis/report_job.html", context)
 

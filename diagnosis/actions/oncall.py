@@ -1,0 +1,739 @@
+"""On-call's incidents (issue #16): opened from the ``xid`` rule's findings each cycle, the jobs
+and tenants hit at the time of the fault (from the stored snapshots and their events), the
+lifecycle ``open → acknowledged → mitigating → resolved`` with a history row for every step, the
+healthy-period auto-resolve, and the one-click drain whose impact is computed when on-call
+confirms it.
+
+An ``xid`` incident stays open while its GPU is unhealthy, its node cordoned, drained or down, or
+nobody has acknowledged it; gpuobs resolves it only once the GPU has been healthy (and its node
+ready) for ``GPUOBS_INCIDENT_HEALTHY_SECONDS``. An Alertmanager incident follows its alert (see
+:mod:`diagnosis.actions.incidents`). People acknowledge, note, drain and resolve either kind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from diagnosis import roles
+from diagnosis.actions.review import (
+    approve_recommendation,
+    request_apply,
+    request_recommendation,
+)
+from diagnosis.actions.workflow import (
+    APPLIED_STATES,
+    OPEN_STATES,
+    WorkflowDenied,
+    WorkflowError,
+    actor_name,
+    audit,
+)
+from diagnosis.choices import IncidentState, RecommendationKind
+from diagnosis.core import xid_catalog
+from diagnosis.core.vocabulary import parse_time
+from diagnosis.models import (
+    AuditEntry,
+    Cluster,
+    Finding,
+    Incident,
+    IncidentEvent,
+    Job,
+    Recommendation,
+    SchedulerEvent,
+    Snapshot,
+)
+
+State = IncidentState
+
+SOURCE_XID = "rule:xid"
+SYSTEM_CYCLE = "system:cycle"
+# A job that failed, was preempted, evicted or restarted on the GPU this long after the fault
+# was hit by it.
+HIT_WINDOW = timedelta(minutes=10)
+HIT_EVENT_KINDS = ("failed", "preempted", "evicted", "restarted", "xid")
+NOT_HEALTHY_NODE_STATES = ("cordoned", "drained", "down")
+UNRESOLVED = (State.OPEN, State.ACKNOWLEDGED, State.MITIGATING)
+
+
+class DrainChanged(WorkflowError):
+    """The jobs a drain would evict changed since on-call was shown them: show them again."""
+
+    def __init__(self, impact: Mapping[str, Any]) -> None:
+        super().__init__("the jobs on the node changed since you looked: check the list again")
+        self.impact = impact
+
+
+def healthy_period() -> timedelta:
+    return timedelta(seconds=settings.GPUOBS_INCIDENT_HEALTHY_SECONDS)
+
+
+# -- history -------------------------------------------------------------------------------------
+
+
+def record_event(
+    incident: Incident,
+    actor: str,
+    kind: str,
+    *,
+    before: str = "",
+    after: str = "",
+    text: str = "",
+    details: Mapping[str, Any] | None = None,
+    time: datetime | None = None,
+) -> IncidentEvent:
+    return IncidentEvent.objects.create(
+        incident=incident,
+        time=time or timezone.now(),
+        actor=actor,
+        kind=kind,
+        state_before=before,
+        state_after=after,
+        text=text,
+        details=dict(details or {}),
+    )
+
+
+def _audit(incident: Incident, user: AbstractBaseUser, action: str, **values: Any) -> None:
+    AuditEntry.objects.create(
+        actor=actor_name(user),
+        action=action,
+        target=f"incident:{incident.pk}",
+        cluster_id=incident.cluster_id,
+        **values,
+    )
+
+
+def _lock(incident: Incident) -> Incident:
+    return Incident.objects.select_for_update().get(pk=incident.pk)
+
+
+def _require_handler(user: AbstractBaseUser) -> None:
+    if not roles.can_handle_incidents(user):
+        raise WorkflowDenied("handling incidents needs the oncall role (or sre)")
+
+
+# -- people's steps ------------------------------------------------------------------------------
+
+
+def acknowledge_incident(incident: Incident, user: AbstractBaseUser) -> Incident:
+    """``open → acknowledged``: someone is on it."""
+    _require_handler(user)
+    with transaction.atomic():
+        incident = _lock(incident)
+        if incident.state != State.OPEN:
+            raise WorkflowError(f"cannot acknowledge an incident that is {incident.state}")
+        now = timezone.now()
+        incident.state = State.ACKNOWLEDGED
+        incident.acknowledged_by = user
+        incident.acknowledged_at = now
+        incident.save(update_fields=["state", "acknowledged_by", "acknowledged_at"])
+        record_event(
+            incident, actor_name(user), "acknowledged", before="open", after=incident.state
+        )
+        _audit(
+            incident,
+            user,
+            "incident-acknowledge",
+            before={"state": "open"},
+            after={"state": incident.state},
+        )
+    return incident
+
+
+def resolve_incident_by(incident: Incident, user: AbstractBaseUser, note: str = "") -> Incident:
+    """A person resolves the incident (from any state but resolved)."""
+    _require_handler(user)
+    note = note.strip()[:2000]
+    with transaction.atomic():
+        incident = _lock(incident)
+        if incident.state == State.RESOLVED:
+            raise WorkflowError("the incident is already resolved")
+        before = incident.state
+        _resolve(incident, at=timezone.now(), by=user, note=note)
+        record_event(
+            incident, actor_name(user), "resolved", before=before, after=State.RESOLVED, text=note
+        )
+        _audit(
+            incident,
+            user,
+            "incident-resolve",
+            before={"state": before},
+            after={"state": State.RESOLVED, "note": note},
+        )
+    return incident
+
+
+def add_incident_note(incident: Incident, user: AbstractBaseUser, text: str) -> IncidentEvent:
+    """A note on the incident's timeline."""
+    _require_handler(user)
+    text = text.strip()
+    if not text:
+        raise WorkflowError("a note needs some text")
+    if len(text) > 4000:
+        raise WorkflowError("a note has at most 4000 characters")
+    with transaction.atomic():
+        incident = _lock(incident)
+        event = record_event(incident, actor_name(user), "note", text=text)
+        _audit(incident, user, "incident-note", after={"text": text})
+    return event
+
+
+def _resolve(incident: Incident, *, at: datetime, by: AbstractBaseUser | None, note: str) -> None:
+    incident.state = State.RESOLVED
+    incident.resolved_at = at
+    incident.resolved_by = by
+    episodes = list((incident.details or {}).get("episodes") or [])
+    if episodes:
+        episodes[-1] = {**episodes[-1], "resolved_at": at.isoformat()}
+    incident.details = {**(incident.details or {}), "episodes": episodes}
+    if note:
+        incident.details["resolution"] = note
+    incident.save(update_fields=["state", "resolved_at", "resolved_by", "details"])
+
+
+# -- jobs hit at the time of the fault -----------------------------------------------------------
+
+
+def _holds(job: Mapping[str, Any], node: str, gpu_index: int | None) -> list[int]:
+    """The GPUs of ``node`` the job holds in a snapshot document (every GPU of the job's pods
+    there), empty when it holds none of the incident's."""
+    held: list[int] = []
+    for pod in job.get("allocation") or ():
+        if pod.get("node") == node:
+            held += [int(g) for g in pod.get("gpus") or ()]
+    if gpu_index is not None and gpu_index not in held:
+        return []
+    return held
+
+
+def hit_jobs_from_history(
+    node: str,
+    gpu_index: int | None,
+    at: datetime,
+    documents: Sequence[Mapping[str, Any]],
+    events: Iterable[Mapping[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """Job id -> why it was hit by a fault on ``node``/``gpu_index`` at ``at``, from snapshot
+    ``documents`` (any order) and scheduler ``events`` (``time, kind, job, node``).
+
+    Hit: a job that held the GPU at ``at`` -- in the last snapshot before it, unless it had
+    already ended by then; in a snapshot at or after it, if it had started before ``at`` (a job
+    does not change GPUs without starting again) -- and a job that held it and failed, was
+    preempted, evicted or restarted within ``HIT_WINDOW`` after it (or an ``xid`` event names
+    it). A job placed on the GPU afterwards is not hit."""
+
+    def as_time(value: Any) -> datetime | None:
+        return parse_time(value) if value else None
+
+    dated = sorted(
+        ((as_time(d.get("as_of")), d) for d in documents if as_time(d.get("as_of"))),
+        key=lambda pair: pair[0],
+    )
+    before = [d for t, d in dated if t < at]
+    after = [d for t, d in dated if t >= at]
+    hits: dict[str, dict[str, Any]] = {}
+    holders: dict[str, dict[str, Any]] = {}
+    for doc in before[-1:]:
+        for job in doc.get("jobs") or ():
+            gpus = _holds(job, node, gpu_index)
+            ended = as_time(job.get("ended"))
+            if gpus and (ended is None or ended >= at):
+                holders[str(job["id"])] = {"job": job, "gpus": gpus}
+    for doc in after:
+        for job in doc.get("jobs") or ():
+            gpus = _holds(job, node, gpu_index)
+            started = as_time(job.get("started"))
+            if gpus and started is not None and started < at:
+                holders.setdefault(str(job["id"]), {"job": job, "gpus": gpus})
+    for job_id, held in holders.items():
+        hits[job_id] = {"job": held["job"], "gpus": held["gpus"], "why": "held the GPU"}
+    end = at + HIT_WINDOW
+    for event in events:
+        when = as_time(event.get("time"))
+        job_id = str(event.get("job") or "")
+        if not job_id or when is None or not (at <= when <= end):
+            continue
+        if event.get("node") not in (None, "", node) or event.get("kind") not in HIT_EVENT_KINDS:
+            continue
+        if event.get("kind") == "xid" or job_id in holders:
+            entry = hits.setdefault(job_id, {"job": {"id": job_id}, "gpus": [], "why": ""})
+            entry.setdefault("events", [])
+            entry["events"].append({"time": event.get("time"), "kind": event.get("kind")})
+            if event.get("kind") != "xid":
+                entry["why"] = f"{event.get('kind')} at {event.get('time')}"
+    return hits
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def jobs_hit(cluster: Cluster, node: str, gpu_index: int | None, at: datetime) -> dict[str, Any]:
+    """The jobs and tenants a fault on ``node``/``gpu_index`` at ``at`` hit, from the cluster's
+    stored snapshots (the last before ``at``, those up to ``HIT_WINDOW`` after) and its stored
+    scheduler events, each with its tenant, state now and GPU-hours lost (its GPUs times the
+    time since it started, for a job that then failed, was preempted or evicted: no checkpoints
+    are known)."""
+
+    snapshots = Snapshot.objects.filter(cluster=cluster)
+    chosen = list(snapshots.filter(as_of__lt=at).order_by("-as_of")[:1])
+    chosen += list(snapshots.filter(as_of__gte=at, as_of__lte=at + HIT_WINDOW).order_by("as_of"))
+    documents = [s.load_document() for s in chosen]
+    events: list[Mapping[str, Any]] = [e for d in documents for e in d.get("events") or ()]
+    stored = SchedulerEvent.objects.filter(
+        cluster=cluster, node=node, time__gte=at, time__lte=at + HIT_WINDOW
+    ).values("time", "kind", "job_external_id", "node")
+    events += [
+        {"time": _iso(e["time"]), "kind": e["kind"], "job": e["job_external_id"], "node": e["node"]}
+        for e in stored
+    ]
+    hits = hit_jobs_from_history(node, gpu_index, at, documents, events)
+    rows = {
+        j.external_id: j
+        for j in Job.objects.filter(cluster=cluster, external_id__in=list(hits)).select_related(
+            "tenant"
+        )
+    }
+    jobs = []
+    for job_id in sorted(hits):
+        hit = hits[job_id]
+        doc_job = hit["job"]
+        row = rows.get(job_id)
+        tenant = row.tenant.name if row is not None and row.tenant else doc_job.get("tenant")
+        state = row.state if row is not None else doc_job.get("state")
+        started = (row.started_at if row is not None else None) or parse_time(
+            doc_job.get("started") or ""
+        )
+        gpus = (
+            row.gpus
+            if row is not None
+            else sum(len(p.get("gpus") or ()) for p in doc_job.get("allocation") or ())
+        )
+        lost = 0.0
+        if state in ("failed", "preempted", "evicted") and started is not None and started < at:
+            lost = round(gpus * (at - started).total_seconds() / 3600, 2)
+        jobs.append(
+            {
+                "id": job_id,
+                "name": (row.name if row is not None else doc_job.get("name")) or job_id,
+                "tenant": tenant,
+                "queue": doc_job.get("queue"),
+                "state": state,
+                "gang": bool(row.gang if row is not None else doc_job.get("gang")),
+                "gpus": gpus,
+                "gpus_here": hit["gpus"],
+                "why": hit["why"],
+                "events": hit.get("events", []),
+                "gpu_hours_lost": lost,
+            }
+        )
+    return {
+        "jobs": jobs,
+        "tenants": sorted({j["tenant"] for j in jobs if j.get("tenant")}),
+        "gpu_hours_lost": round(sum(j["gpu_hours_lost"] for j in jobs), 2),
+        "at": _iso(at),
+    }
+
+
+# -- the cycle's step ----------------------------------------------------------------------------
+
+
+def _xid_fingerprint(cluster: Cluster, node: str, index: int, opened: datetime) -> str:
+    where = hashlib.sha256(f"{node}/{index}".encode()).hexdigest()[:16]
+    return f"xid:{cluster.pk}:{where}:{opened:%Y%m%dT%H%M%S}"
+
+
+def _gpu_health(document: Mapping[str, Any], node: str, gpu_index: int | None) -> dict[str, Any]:
+    """Whether the incident's GPU (or, for a node incident, each of the node's GPUs) is healthy
+    in the snapshot, and its node ready."""
+    node_state = next(
+        (str(n.get("state")) for n in document.get("nodes") or () if n.get("name") == node), None
+    )
+    healths = [
+        str(g.get("health") or "ok")
+        for g in document.get("gpus") or ()
+        if g.get("node") == node and (gpu_index is None or g.get("index") == gpu_index)
+    ]
+    xids = [
+        x
+        for g in document.get("gpus") or ()
+        if g.get("node") == node and (gpu_index is None or g.get("index") == gpu_index)
+        for x in g.get("xid") or ()
+    ]
+    healthy = (
+        bool(healths)
+        and all(h == "ok" for h in healths)
+        and node_state not in NOT_HEALTHY_NODE_STATES
+    )
+    return {
+        "healthy": healthy,
+        "gpu_health": healths[0] if len(healths) == 1 else healths,
+        "node_state": node_state,
+        "xids": xids,
+    }
+
+
+@transaction.atomic
+def record_incidents(
+    cluster: Cluster, document: Mapping[str, Any], xid_findings: Iterable[Finding]
+) -> dict[str, int]:
+    """The cycle's incident step: open an incident for each GPU the ``xid`` rule reports that has
+    none unresolved, refresh the jobs hit while the hit window is not over, follow each
+    unresolved incident's health, note the drain it started once applied, and resolve an
+    acknowledged ``xid`` incident whose GPU has been healthy for the healthy period."""
+
+    as_of = parse_time(document["as_of"])
+    stats = {"opened": 0, "resolved": 0}
+    unresolved = {
+        (i.node, i.gpu_index): i
+        for i in Incident.objects.select_for_update()
+        .filter(cluster=cluster, source=SOURCE_XID, state__in=UNRESOLVED)
+        .order_by("opened_at")
+    }
+    for finding in xid_findings:
+        evidence = finding.evidence or {}
+        node, index = evidence.get("node"), evidence.get("index")
+        if node is None or index is None:
+            continue
+        codes = [c for c in evidence.get("codes") or () if isinstance(c, Mapping)]
+        incident = unresolved.get((node, int(index)))
+        if incident is None:
+            firsts = [parse_time(c.get("first") or "") for c in codes]
+            opened = min([t for t in firsts if t is not None], default=as_of)
+            worst = min(codes, key=lambda c: (c.get("severity") != "critical", c.get("code", 0)))
+            info = xid_catalog.lookup(int(worst["code"])) if codes else None
+            incident, created = Incident.objects.get_or_create(
+                fingerprint=_xid_fingerprint(cluster, node, int(index), opened),
+                defaults={
+                    "cluster": cluster,
+                    "node": node,
+                    "gpu_index": int(index),
+                    "xid_code": info.code if info else None,
+                    "summary": (
+                        f"Xid {info.code} on {node} GPU {index}: {info.name}: {info.meaning}"
+                        if info
+                        else f"Xid on {node} GPU {index}"
+                    ),
+                    "details": {"kind": "xid", "xid": info.as_dict() if info else None},
+                    "source": SOURCE_XID,
+                    "opened_at": opened,
+                    "finding": finding,
+                },
+            )
+            if not created:
+                continue
+            unresolved[(node, int(index))] = incident
+            stats["opened"] += 1
+            record_event(
+                incident,
+                SYSTEM_CYCLE,
+                "opened",
+                after=State.OPEN,
+                time=opened,
+                text=incident.summary,
+                details={"finding": finding.pk},
+            )
+        _record_codes(incident, codes, finding)
+    for incident in unresolved.values():
+        _follow(incident, document, as_of, stats)
+    return stats
+
+
+def _record_codes(incident: Incident, codes: list[Mapping[str, Any]], finding: Finding) -> None:
+    """Each Xid (code, last time) once on the timeline; the codes on the incident."""
+    seen = set(incident.history.filter(kind="xid").values_list("details__code", "details__last"))
+    for code in codes:
+        key = (code.get("code"), code.get("last"))
+        if key in seen:
+            continue
+        record_event(
+            incident,
+            SYSTEM_CYCLE,
+            "xid",
+            time=parse_time(code.get("last") or "") or timezone.now(),
+            text=f"Xid {code.get('code')} ({code.get('name')}) x{code.get('count')}",
+            details={
+                "code": code.get("code"),
+                "last": code.get("last"),
+                "count": code.get("count"),
+            },
+        )
+    details = dict(incident.details or {})
+    details["codes"] = [dict(c) for c in codes]
+    incident.details = details
+    incident.finding = finding
+    incident.save(update_fields=["details", "finding"])
+
+
+def _follow(incident: Incident, document: Mapping[str, Any], as_of: datetime, stats: dict) -> None:
+    details = dict(incident.details or {})
+    if not details.get("hit_settled"):
+        hit = jobs_hit(incident.cluster, incident.node, incident.gpu_index, incident.opened_at)
+        details.update(
+            jobs=hit["jobs"], tenants=hit["tenants"], gpu_hours_lost=hit["gpu_hours_lost"]
+        )
+        details["hit_settled"] = as_of >= incident.opened_at + HIT_WINDOW
+    health = _gpu_health(document, incident.node, incident.gpu_index)
+    was = details.get("health") or {}
+    if was.get("healthy") != health["healthy"] or was.get("node_state") != health["node_state"]:
+        record_event(
+            incident,
+            SYSTEM_CYCLE,
+            "health",
+            time=as_of,
+            text=(
+                f"GPU {'healthy' if health['healthy'] else 'not healthy'}"
+                f" ({health['gpu_health']}), node {health['node_state']}"
+            ),
+            details={"healthy": health["healthy"], "node_state": health["node_state"]},
+        )
+    details["health"] = {k: health[k] for k in ("healthy", "gpu_health", "node_state")}
+    _note_drain(incident, details)
+    incident.details = details
+    if not health["healthy"] or health["xids"]:
+        incident.healthy_since = None
+    elif incident.healthy_since is None:
+        incident.healthy_since = as_of
+    incident.save(update_fields=["details", "healthy_since"])
+    if (
+        incident.source == SOURCE_XID
+        and incident.state in (State.ACKNOWLEDGED, State.MITIGATING)
+        and incident.healthy_since is not None
+        and as_of - incident.healthy_since >= healthy_period()
+    ):
+        before = incident.state
+        _resolve(
+            incident, at=as_of, by=None, note="the GPU has been healthy for the healthy period"
+        )
+        record_event(
+            incident,
+            SYSTEM_CYCLE,
+            "resolved",
+            before=before,
+            after=State.RESOLVED,
+            time=as_of,
+            text=f"healthy since {incident.healthy_since:%Y-%m-%d %H:%M} UTC",
+        )
+        stats["resolved"] += 1
+
+
+def _note_drain(incident: Incident, details: dict[str, Any]) -> None:
+    """Once the drain on-call started is applied, its evictions go on the timeline (once)."""
+    drain = details.get("drain") or {}
+    rec = incident.drain
+    if rec is None or drain.get("applied_noted") or rec.state not in APPLIED_STATES:
+        return
+    record_event(
+        incident,
+        SYSTEM_CYCLE,
+        "drain-applied",
+        time=rec.applied_at or timezone.now(),
+        text=f"node {incident.node} drained; evicted: "
+        + (", ".join(drain.get("job_ids") or ()) or "no job"),
+        details={"recommendation": rec.pk, "job_ids": drain.get("job_ids") or []},
+    )
+    details["drain"] = {**drain, "applied_noted": True}
+
+
+# -- the drain -----------------------------------------------------------------------------------
+
+
+def drain_impact(cluster: Cluster, incident: Incident) -> dict[str, Any]:
+    """What draining the incident's node would evict, from the cluster's latest snapshot, now:
+    every job with a pod on the node (the whole job: a gang is evicted whole), the GPUs it holds
+    there, and the node's GPUs taken out of scheduling."""
+
+    latest = Snapshot.objects.filter(cluster=cluster).order_by("-as_of").first()
+    document = latest.load_document() if latest is not None else {}
+    node = incident.node
+    jobs = []
+    for job in document.get("jobs") or ():
+        gpus = _holds(job, node, None)
+        on_node = any(p.get("node") == node for p in job.get("allocation") or ())
+        if not on_node or job.get("state") not in ("running", "pending"):
+            continue
+        jobs.append(
+            {
+                "id": str(job["id"]),
+                "tenant": job.get("tenant"),
+                "queue": job.get("queue"),
+                "state": job.get("state"),
+                "gang": bool(job.get("gang")),
+                "gpus_on_node": sorted(gpus),
+                "job_gpus": int(job.get("pods") or 1) * int(job.get("gpus_per_pod") or 1),
+                "on_failing_gpu": incident.gpu_index in gpus,
+            }
+        )
+    node_row = next((n for n in document.get("nodes") or () if n.get("name") == node), {})
+    return {
+        "method": "static",
+        "as_of": document.get("as_of"),
+        "node": node,
+        "node_state": node_row.get("state"),
+        "gpus_removed": int(node_row.get("gpus") or 0),
+        "jobs_to_evict": sorted(jobs, key=lambda j: j["id"]),
+        "job_ids": sorted(j["id"] for j in jobs),
+        "headline": (
+            f"takes {int(node_row.get('gpus') or 0)} GPUs of {node} out of scheduling; "
+            f"evicts {len(jobs)} job(s)"
+        ),
+        "computed_at": _iso(timezone.now()),
+    }
+
+
+def drain_for_incident(
+    incident: Incident, user: AbstractBaseUser, *, expected_job_ids: Sequence[str] | None = None
+) -> Recommendation:
+    """On-call's one button: drain the incident's node now.
+
+    The jobs to evict are computed again here, at confirmation; when ``expected_job_ids`` (what
+    the confirmation showed) differ, :class:`DrainChanged` carries the fresh list and nothing is
+    done. Otherwise the node's open ``drain-node`` recommendation (or a new one) gets the fresh
+    impact, is approved by ``user`` (one on-call approval suffices, DESIGN §8.2; an SRE's needs a
+    second person as always) and applied -- a dry run on a cluster whose writes are off. The
+    incident becomes ``mitigating`` and remembers the drain and the jobs it evicts."""
+
+    if not roles.can_apply(user, RecommendationKind.DRAIN_NODE):
+        raise WorkflowDenied("draining a node needs the oncall role (or sre)")
+    cluster = incident.cluster
+    with transaction.atomic():
+        incident = _lock(incident)
+        if incident.state == State.RESOLVED:
+            raise WorkflowError("the incident is resolved: nothing to drain for it")
+        if not incident.node:
+            raise WorkflowError("the incident names no node")
+        impact = drain_impact(cluster, incident)
+        if expected_job_ids is not None and sorted(expected_job_ids) != impact["job_ids"]:
+            raise DrainChanged(impact)
+        target = f"node:{incident.node}"
+        rec = (
+            Recommendation.objects.select_for_update()
+            .filter(
+                cluster=cluster,
+                kind=RecommendationKind.DRAIN_NODE,
+                target=target,
+                state__in=OPEN_STATES,
+            )
+            .order_by("-id")
+            .first()
+        )
+        where = incident.node + ("" if incident.gpu_index is None else f"/{incident.gpu_index}")
+        reason = f"gpuobs: incident {incident.pk}: " + (
+            f"Xid {incident.xid_code} on {where}" if incident.xid_code else f"fault on {where}"
+        )
+        if rec is None:
+            rec = Recommendation.objects.create(
+                cluster=cluster,
+                kind=RecommendationKind.DRAIN_NODE,
+                target=target,
+                change={
+                    "from": impact["node_state"] or "ready",
+                    "to": "drained",
+                    "reason": reason[:200],
+                },
+                created_by=user,
+                impact={
+                    **impact,
+                    "generator": "incident",
+                    "summary": f"Cordon and drain node {incident.node} for incident "
+                    f"{incident.pk} ({reason.removeprefix('gpuobs: ')}).",
+                },
+            )
+            audit(
+                rec,
+                actor_name(user),
+                "propose",
+                after={"change": rec.change, "incident": incident.pk},
+            )
+        else:
+            before = (rec.impact or {}).get("jobs_to_evict")
+            rec.impact = {**(rec.impact or {}), **impact}
+            rec.save(update_fields=["impact", "updated_at"])
+            audit(
+                rec,
+                actor_name(user),
+                "impact-refreshed",
+                before={"jobs_to_evict": before},
+                after={"jobs_to_evict": impact["jobs_to_evict"], "incident": incident.pk},
+            )
+        if incident.finding_id is not None:
+            rec.motivating_findings.add(incident.finding_id)
+        before_state = incident.state
+        incident.state = State.MITIGATING
+        incident.drain = rec
+        incident.details = {
+            **(incident.details or {}),
+            "drain": {
+                "recommendation": rec.pk,
+                "node": incident.node,
+                "job_ids": impact["job_ids"],
+                "jobs": impact["jobs_to_evict"],
+                "by": actor_name(user),
+                "at": impact["computed_at"],
+            },
+        }
+        if incident.acknowledged_at is None:
+            incident.acknowledged_at = timezone.now()
+            incident.acknowledged_by = user
+        incident.save(
+            update_fields=["state", "drain", "details", "acknowledged_at", "acknowledged_by"]
+        )
+        record_event(
+            incident,
+            actor_name(user),
+            "mitigating",
+            before=before_state,
+            after=State.MITIGATING,
+            text=f"drain of {incident.node} requested ({impact['headline']})",
+            details={"recommendation": rec.pk, "job_ids": impact["job_ids"]},
+        )
+        _audit(
+            incident,
+            user,
+            "incident-drain",
+            before={"state": before_state},
+            after={
+                "state": State.MITIGATING,
+                "recommendation": rec.pk,
+                "jobs_to_evict": impact["job_ids"],
+            },
+        )
+        own_ok, _ = roles.can_approve(user, rec.kind, requested_by=user)
+        if rec.state == "proposed" and own_ok:
+            rec = approve_recommendation(rec, user)
+        elif rec.state == "proposed" and rec.requested_by_id is None:
+            rec = request_recommendation(rec, user)  # an SRE's: someone else approves it
+        if rec.state == "approved":
+            rec = request_apply(rec, user)
+    rec.refresh_from_db()
+    return rec
+
+
+def drains_of_job(cluster: Cluster, job_id: str) -> list[Incident]:
+    """The incidents whose drain evicted (or, not yet applied, is to evict) the job."""
+    return list(
+        Incident.objects.filter(cluster=cluster, details__drain__job_ids__contains=[job_id])
+        .select_related("drain")
+        .order_by("-opened_at")
+    )
+
+
+def record_cycle_incidents(
+    cluster: Cluster, document: Mapping[str, Any], diagnosis: Any
+) -> dict[str, int]:
+    """:func:`record_incidents` for a cycle's diagnosis (its ``xid`` findings' stored rows)."""
+    keys = [
+        Finding.fingerprint_of(cluster.pk, hit.rule, hit.subject)
+        for hit in diagnosis.findings
+        if hit.rule == "xid"
+    ]
+    findings = Finding.objects.filter(cluster=cluster, fingerprint__in=keys).order_by("id")
+    return record_incidents(cluster, document, findings)
