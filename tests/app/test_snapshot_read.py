@@ -17,7 +17,9 @@ from django.core.management.base import CommandError
 
 from diagnosis.core import snapshot
 from tests.edge.slurm.conftest import slurm, slurm_cluster, slurm_config  # noqa: F401 (fixtures)
+from tests.edge.test_yarn import routes as yarn_routes
 from tests.support.kube_server import KubeApiServer, adapter_config, load_fixture, serving
+from tests.support.rest_server import serving as rest_serving
 
 
 @pytest.fixture
@@ -136,3 +138,13 @@ def test_a_missing_rbac_permission_names_the_resource(
     with pytest.raises(CommandError, match=r"HTTP 403: .*cannot get resource \"queues\"") as caught:
         read("kai", config_file(tmp_path, adapter_config()))
     assert "(permanent)" in str(caught.value)
+
+
+def test_read_prints_a_valid_snapshot_of_yarn(tmp_path: Path) -> None:
+    """A later adapter works the same way: YARN's ResourceManager API from its recorded payloads
+    (tests/fixtures/yarn) on a loopback server."""
+    with rest_serving(yarn_routes()) as server:
+        document = read("yarn", config_file(tmp_path, {"url": server.url, "read_node_gpus": False}))
+    snap = snapshot.load(document)
+    assert snap.scheduler["kind"] == "yarn"
+    assert snap.total_gpus == 32
