@@ -80,6 +80,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "axes",  # login lockout (diagnosis/throttling.py)
+    "drf_spectacular",  # the API's OpenAPI schema (diagnosis/api/schema.py)
     "diagnosis",
 ]
 
@@ -200,6 +201,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 100,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     # diagnosis/throttling.py: a 429 with Retry-After beyond these rates
     "DEFAULT_THROTTLE_CLASSES": [
         "rest_framework.throttling.AnonRateThrottle",
@@ -209,6 +211,13 @@ REST_FRAMEWORK = {
         "anon": os.environ.get("GPUOBS_API_RATE_ANON", "60/min"),
         "user": os.environ.get("GPUOBS_API_RATE_USER", "1200/min"),
     },
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "gpuobs API",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "PREPROCESSING_HOOKS": ["diagnosis.api.schema.versioned_only"],
 }
 
 # --- transport security (secure by default whenever DEBUG is off) ------------------------------

@@ -8,6 +8,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -36,6 +38,7 @@ class SchedulerEventsView(APIView):
     authentication_classes = AUTHENTICATION
     permission_classes = [CanRecordSchedulerEvents]
 
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, cluster: str) -> Response:
         target = get_cluster_for_sender(request.user, cluster)
         batch = EventBatchSerializer(data=request.data)
@@ -67,6 +70,7 @@ class AlertmanagerWebhookView(APIView):
     authentication_classes = AUTHENTICATION
     permission_classes = [CanReportIncidents]
 
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request) -> Response:
         try:
             message = alertmanager.parse_webhook(request.data)

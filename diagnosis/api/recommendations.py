@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -135,10 +137,12 @@ class ClusterWritesView(APIView):
     cluster's scheduler; ``POST {"enabled": true|false}`` turns writing on or off (admins only;
     audited). Off (dry-run only) by default."""
 
+    @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, cluster: str) -> Response:
         target = get_cluster_for_user(request.user, cluster)
         return Response({"cluster": target.name, "enabled": not target.dry_run})
 
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, cluster: str) -> Response:
         target = get_cluster_for_user(request.user, cluster)
         body = WriteSwitchSerializer(data=request.data)

@@ -15,6 +15,8 @@ for by id or through a filter.
 from __future__ import annotations
 
 from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework import generics
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -39,6 +41,7 @@ class FairnessReportView(APIView):
 
     authentication_classes = AUTHENTICATION
 
+    @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, cluster: str) -> Response:
         target = get_cluster_for_user(request.user, cluster)
         try:
@@ -85,6 +88,7 @@ class JobListView(_ClusterScopedList):
 class JobDetailView(APIView):
     authentication_classes = AUTHENTICATION
 
+    @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, cluster: str, job_id: str) -> Response:
         target = get_cluster_for_user(request.user, cluster)
         return Response(JobSerializer(get_job_for_user(request.user, target, job_id)).data)

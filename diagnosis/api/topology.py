@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
@@ -37,6 +39,7 @@ class NodeTopologyView(APIView):
     permission_classes = [CanUploadTopology]
     parser_classes = [RawTextParser]
 
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, cluster: str, node: str) -> Response:
         target = get_cluster_for_sender(request.user, cluster)
         if not NODE_NAME.match(node):

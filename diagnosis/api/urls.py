@@ -14,6 +14,7 @@ from diagnosis.api import (
     receivers,
     recommendations,
     reports,
+    schema,
     topology,
 )
 
@@ -60,5 +61,6 @@ urlpatterns = [
         recommendations.ClusterWritesView.as_view(),
         name="cluster-writes",
     ),
+    path("schema", schema.SchemaView.as_view(), name="schema"),
     *router.urls,
 ]
