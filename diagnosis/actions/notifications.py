@@ -297,7 +297,7 @@ def deliver_to_alertmanager(cluster: Cluster, *, now: datetime | None = None) ->
             attempts += delivery.attempts
             sent += delivery.alerts
     except NotifyError as exc:
-        attempts += 1 + target.retries
+        attempts += exc.attempts
         error = str(exc)
     except NotifyConfigError as exc:
         error = str(exc)

@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.authtoken.models import Token
 
+from diagnosis.actions.notifications import deliver_to_alertmanager
 from diagnosis.models import Cluster, ClusterCycle, Finding, PoolRollup, Tenant
 from tests.support.notify_world import record_cycles, scraper
 from tests.support.world import create_user
@@ -137,3 +138,16 @@ def test_per_finding_series_are_capped_and_the_rest_counted(world, client, setti
     # the most severe first: the critical Xid on a100-001/3
     assert dict(info[0][1])["rule"] == "xid"
     assert value(found, "gpuobs_finding_info_dropped", cluster="outbound") == firing - 1
+
+
+def test_failed_notifications_are_counted(world, client, settings) -> None:
+    settings.GPUOBS_ALERTMANAGER_URL = "http://127.0.0.1:9"  # refused
+    deliver_to_alertmanager(world)
+    deliver_to_alertmanager(world)
+    token, _ = scraper()
+    found = samples(scrape(client, HTTP_AUTHORIZATION=f"Bearer {token}").content)
+    labels = {"cluster": "outbound", "channel": "alertmanager"}
+    assert value(found, "gpuobs_notification_failures_total", **labels) == 2
+    assert value(found, "gpuobs_notification_attempts_total", **labels) == 6  # 1 + 2 retries each
+    assert value(found, "gpuobs_notification_consecutive_failures", **labels) == 2
+    assert value(found, "gpuobs_notifications_sent_total", **labels) == 0

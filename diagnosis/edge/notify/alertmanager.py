@@ -27,7 +27,9 @@ MAX_PAUSE_S = 30.0
 
 
 class NotifyError(IntegrationError):
-    """Alertmanager could not be reached, or refused the alerts."""
+    """Alertmanager could not be reached, or refused the alerts (``attempts``: requests made)."""
+
+    attempts: int = 1
 
 
 def rfc3339(moment: datetime) -> str:
@@ -118,5 +120,7 @@ def post_alerts(
             problem = f"Alertmanager at {target.url} answered {response.status_code}: {text}"
             permanent = response.status_code not in RETRYABLE_STATUS
         if permanent or attempt > target.retries:
-            raise NotifyError(f"{problem} (after {attempt} attempts)", permanent=permanent)
+            error = NotifyError(f"{problem} (after {attempt} attempts)", permanent=permanent)
+            error.attempts = attempt
+            raise error
         sleep(min(MAX_PAUSE_S, target.backoff_s * 2 ** (attempt - 1)))
