@@ -13,13 +13,14 @@ import pytest
 import requests
 
 from diagnosis.actions.notifications import deliver_to_alertmanager
+from diagnosis.actions.owner_notices import send_owner_notices
 from diagnosis.edge.notify.alertmanager import (
     AlertmanagerTarget,
     NotifyError,
     PostableAlert,
     post_alerts,
 )
-from diagnosis.models import Cluster, DeliveryState, Finding, FindingEvent
+from diagnosis.models import Cluster, DeliveryState, Finding, FindingEvent, OwnerNoticePolicy
 from tests.support.alertmanager_server import AlertmanagerServer, Webhook
 from tests.support.notify_world import STEP, open_xid_incident, record_cycles
 from tests.support.prometheus_fixtures import wait_until
@@ -189,3 +190,18 @@ def test_severity_threshold_per_rule(notifying, make_cluster, settings) -> None:
     assert "gpu:a100-001/3" in subjects  # xid: critical
     assert "job:idle-1" not in subjects  # below its rule's threshold
     assert Finding.objects.get(cluster=cluster, rule_id="idle-allocation").state == "firing"
+
+
+def test_an_owner_notice_as_an_alert_with_an_owner_label(notifying, make_cluster) -> None:
+    cluster = make_cluster("am-owner")
+    OwnerNoticePolicy.objects.create(
+        cluster=cluster, enabled=True, grace_s=600, channel="owner-alertmanager"
+    )
+    record_cycles(cluster, ["idle"] * 4)
+    assert send_owner_notices(cluster) == 1
+    (alert,) = [a for a in notifying.alerts() if a["labels"]["alertname"] == "GpuobsOwnerNotice"]
+    assert alert["labels"]["owner"] == "team-a"
+    assert alert["labels"]["job"] == "idle-1"
+    assert alert["labels"]["rule"] == "idle-allocation"
+    assert "GPU-hours" in alert["annotations"]["description"]
+    assert send_owner_notices(cluster) == 0  # once a day
