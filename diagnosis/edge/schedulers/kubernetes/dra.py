@@ -55,6 +55,18 @@ def _quantity(value: Any) -> Decimal | None:
         return None
 
 
+def count(value: Any, default: int = 0) -> int:
+    """A whole number from an API field (an int, or a numeric string); ``default`` for anything
+    else -- a malformed object is read as if the field were absent, never a crash."""
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return default
+
+
 def attribute(device: Mapping[str, Any], name: str) -> Any:
     """A device attribute's value (``string``, ``int``, ``bool`` or ``version``), by its short
     name or qualified with the driver's domain; None when absent."""
@@ -106,8 +118,8 @@ class NodeGpus:
     parents: dict[str, int] = field(default_factory=dict)  # parent UUID -> index
 
     def index_of(self, device: Device) -> int | None:
-        uuid = device.parent_uuid if device.type == "mig" else device.uuid
-        return self.parents.get(uuid or "")
+        key = device.parent_uuid if device.type == "mig" else gpu_key(device)
+        return self.parents.get(key or "")
 
     @property
     def model(self) -> str | None:
@@ -117,6 +129,12 @@ class NodeGpus:
         return None
 
 
+def gpu_key(device: Device) -> str:
+    """A physical GPU's key on its node: its UUID, or (a driver that publishes none) its pool
+    and device name."""
+    return device.uuid or f"device:{device.pool}/{device.name}"
+
+
 def newest_slices(slices: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The driver's ResourceSlices of the newest generation of each pool."""
     ours = [s for s in slices if (s.get("spec") or {}).get("driver") == DRIVER]
@@ -124,11 +142,11 @@ def newest_slices(slices: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]
     for piece in ours:
         pool = (piece.get("spec") or {}).get("pool") or {}
         name = str(pool.get("name") or "")
-        newest[name] = max(newest.get(name, 0), int(pool.get("generation") or 0))
+        newest[name] = max(newest.get(name, 0), count(pool.get("generation")))
     return [
         s
         for s in ours
-        if int(((s.get("spec") or {}).get("pool") or {}).get("generation") or 0)
+        if count(((s.get("spec") or {}).get("pool") or {}).get("generation"))
         == newest[str(((s.get("spec") or {}).get("pool") or {}).get("name") or "")]
     ]
 
@@ -140,6 +158,11 @@ def _taints(device: Mapping[str, Any]) -> tuple[str, ...]:
             value = taint.get("value")
             reasons.append(f"taint {taint.get('key')}" + (f"={value}" if value else ""))
     return tuple(reasons)
+
+
+def _text(value: Any) -> str | None:
+    """A string attribute; anything else (a number where a name belongs) is unknown."""
+    return value if isinstance(value, str) and value else None
 
 
 def devices(slices: Iterable[Mapping[str, Any]]) -> list[Device]:
@@ -164,11 +187,11 @@ def devices(slices: Iterable[Mapping[str, Any]]) -> list[Device]:
                     node=str(node),
                     pool=pool,
                     name=name,
-                    uuid=attribute(device, "uuid"),
-                    product=attribute(device, "productName"),
-                    type=str(attribute(device, "type") or "gpu"),
-                    parent_uuid=attribute(device, "parentUUID"),
-                    profile=attribute(device, "profile"),
+                    uuid=_text(attribute(device, "uuid")),
+                    product=_text(attribute(device, "productName")),
+                    type=_text(attribute(device, "type")) or "gpu",
+                    parent_uuid=_text(attribute(device, "parentUUID")),
+                    profile=_text(attribute(device, "profile")),
                     minor=int(match.group(1)) if match else None,
                     alternative=bool(device.get("consumesCounters")),
                     capacity=capacity,
@@ -197,8 +220,7 @@ def inventory(
                 parent_minor.setdefault((device.node, device.parent_uuid), device.minor)
         elif device.type == "gpu":
             entry.gpus.append(device)
-            if device.uuid:
-                parent_minor[(device.node, device.uuid)] = device.minor
+            parent_minor[(device.node, gpu_key(device))] = device.minor
     for (node, uuid), minor in parent_minor.items():
         nodes[node].parents[uuid] = minor if minor is not None else 1 << 30
     for entry in nodes.values():
@@ -328,7 +350,7 @@ def claim_gpu_request(claim_spec: Mapping[str, Any], gpu_classes: set[str]) -> i
             if option.get("adminAccess"):
                 break
             if (option.get("allocationMode") or "ExactCount") == "ExactCount":
-                total += int(option.get("count") or 1)
+                total += max(count(option.get("count"), 1), 0)
             break
     return total
 

@@ -370,7 +370,7 @@ def podgroup_job(
     if not members:
         return None
     spec = podgroup.get("spec") or {}
-    min_member = max(1, int(spec.get("minMember") or 1))
+    min_member = max(1, dra.count(spec.get("minMember"), 1))
     gang = objects.pod_gang(members, indexes, pools)
     bound = len(gang.allocation)
     phases = {p.phase for p in members}

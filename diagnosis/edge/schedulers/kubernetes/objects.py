@@ -292,7 +292,8 @@ def assign_gpu_indexes(
                 continue
             indexes, uuids, share = placed
             result[pod.uid] = indexes
-            result.extra[pod.uid] = {"uuids": uuids, **({} if share is None else {"share": share})}
+            extra: dict[str, Any] = {"uuids": uuids} if all(uuids) else {}
+            result.extra[pod.uid] = {**extra, **({} if share is None else {"share": share})}
             if share is None:
                 taken.setdefault(pod.node or "", set()).update(indexes)
     for pod in holding:
@@ -324,7 +325,7 @@ def assign_gpu_indexes(
 
 def _dra_placement(
     pod: GpuPod, view: dra.DraView
-) -> tuple[list[int], list[str], float | None] | None:
+) -> tuple[list[int], list[str | None], float | None] | None:
     """(indexes, UUIDs, share) of a DRA pod's devices; None when one is not on its node."""
     entry = view.nodes.get(pod.node or "")
     if entry is None:

@@ -88,7 +88,7 @@ def native_gangs(
             if not pods:
                 continue
             gang_policy = ((group.get("policy") or {}).get("gang")) or {}
-            min_count = int(gang_policy.get("minCount") or 1) if gang_policy else 1
+            min_count = max(dra.count(gang_policy.get("minCount"), 1), 1) if gang_policy else 1
             gang = pod_gang(pods, indexes, pools)
             live = [p for p in pods if p.phase not in ("Succeeded", "Failed")]
             bound = len(gang.allocation)
