@@ -218,6 +218,13 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "PREPROCESSING_HOOKS": ["diagnosis.api.schema.versioned_only"],
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "diagnosis.choices.JobState",
+        "FindingStateEnum": "diagnosis.choices.FindingState",
+        "RecommendationStateEnum": "diagnosis.choices.RecommendationState",
+        "IncidentStateEnum": "diagnosis.choices.IncidentState",
+        "NodeStateEnum": "diagnosis.choices.NodeState",
+    },
 }
 
 # --- transport security (secure by default whenever DEBUG is off) ------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db.models import (
     QuerySet,
 )
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import viewsets
 
 from diagnosis.access import (
@@ -14,6 +15,9 @@ from diagnosis.api.serializers import ClusterSerializer
 from diagnosis.models import Cluster
 
 
+@extend_schema_view(
+    retrieve=extend_schema(parameters=[OpenApiParameter("id", int, OpenApiParameter.PATH)])
+)
 class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = ClusterSerializer
     lookup_field = "pk"

@@ -30,13 +30,8 @@ from diagnosis.access import (
     incidents_for_user,
     tenants_for_user,
 )
-from diagnosis.actions.oncall import (
-    DrainChanged,
-    acknowledge_incident,
-    add_incident_note,
-    drain_for_incident,
-    resolve_incident_by,
-)
+from diagnosis.actions.incident_drain import DrainChanged, drain_for_incident
+from diagnosis.actions.oncall import acknowledge_incident, add_incident_note, resolve_incident_by
 from diagnosis.actions.workflow import WorkflowError
 from diagnosis.api.auth import AUTHENTICATION
 from diagnosis.api.serializers import (
@@ -83,7 +78,7 @@ class IncidentListView(APIView):
 class IncidentDetailView(APIView):
     authentication_classes = AUTHENTICATION
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="clusters_incident_retrieve")
     def get(self, request: Request, cluster: str, incident_id: int) -> Response:
         target = get_cluster_for_user(request.user, cluster)
         incident = get_incident_for_user(request.user, target, incident_id)
