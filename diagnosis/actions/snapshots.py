@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.core.validators import slug_re as SLUG
 from django.db import transaction
 
 from diagnosis.actions.findings import RecordedFindings, cluster_overrides, record_findings
@@ -46,6 +47,14 @@ def import_snapshot(
     """Store a validated snapshot as its cluster's latest (creating the cluster, disabled for
     cycles and in dry-run, when it is new) and, if asked, diagnose it and record the findings."""
     name = cluster_name or snap.cluster
+    if not isinstance(name, str) or not SLUG.fullmatch(name) or len(name) > 63:
+        # a cluster's name is a slug (its URLs): refused here, at the boundary (issue #12)
+        raise snapshot_format.SnapshotError(
+            [
+                f"cluster: {str(name)[:80]!r} is not a cluster name (letters, digits, - and _, "
+                "at most 63)"
+            ]
+        )
     with transaction.atomic():
         cluster, created = Cluster.objects.get_or_create(
             name=name, defaults={"enabled": False, "dry_run": True}

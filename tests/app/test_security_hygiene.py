@@ -12,8 +12,9 @@ from django.core.management.base import CommandError
 
 from diagnosis.charts import plotly_text
 from diagnosis.middleware import json_depth
-from diagnosis.models import AuditEntry, AuditEntryImmutableError
+from diagnosis.models import AuditEntry, AuditEntryImmutableError, Cluster
 from diagnosis.reports.csv_export import safe_cell
+from tests.support.builders import SnapshotBuilder
 from tests.support.world import logged_in_client
 
 pytestmark = pytest.mark.django_db
@@ -84,3 +85,12 @@ def test_ensure_admin_refuses_a_weak_password(settings):
     settings.GPUOBS_ADMIN_PASSWORD = "admin"
     with pytest.raises(CommandError, match="GPUOBS_ADMIN_PASSWORD is refused"):
         call_command("ensure_admin")
+
+
+def test_snapshot_import_refuses_a_cluster_name_that_is_no_slug(tmp_path):
+    document = SnapshotBuilder(cluster="a b/<x>").node("n1").document()
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(CommandError, match="is not a cluster name"):
+        call_command("snapshot", "import", str(path))
+    assert not Cluster.objects.exists()

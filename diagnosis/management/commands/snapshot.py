@@ -81,7 +81,10 @@ class Command(BaseCommand):
     def _import(self, path: str, cluster_name: str | None, diagnose: bool) -> None:
 
         snap = self._load(path)
-        result = import_snapshot(snap, cluster_name=cluster_name, diagnose=diagnose)
+        try:
+            result = import_snapshot(snap, cluster_name=cluster_name, diagnose=diagnose)
+        except snapshot_format.SnapshotError as exc:
+            raise CommandError(f"{path}: {exc}", returncode=2) from exc
         self.stdout.write(result.describe())
 
     def _read(self, kind: str, config_path: str, cluster: str | None, out: str | None) -> None:
