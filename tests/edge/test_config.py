@@ -65,7 +65,8 @@ def test_the_defaults_are_todays() -> None:
     volcano = VolcanoAdapter({})
     assert volcano.configmap == ("volcano-system", "volcano-scheduler-configmap")
     assert (volcano.binpack_gpu_weight, volcano.settings.page_size) == (10, 500)
-    assert (KueueAdapter({}).version, KueueAdapter({}).flavor_pools) == ("v1beta1", {})
+    # Kueue: v1beta2 where the cluster serves it, found out on the first read (issue 13)
+    assert (KueueAdapter({}).configured_version, KueueAdapter({}).flavor_pools) == ("auto", {})
 
 
 # -- every problem named -------------------------------------------------------------------------
@@ -86,7 +87,7 @@ def test_every_bad_key_of_a_config_is_named_at_once() -> None:
         ("volcano", {"scheduler_configmap": "no-slash"}, "scheduler_configmap: must look like"),
         ("volcano", {"binpack_gpu_weight": 0}, "binpack_gpu_weight: must be >= 1"),
         ("volcano", {"request_timeout_s": 0}, "request_timeout_s: must be > 0"),
-        ("kueue", {"api_version": "v2"}, "api_version: one of v1beta1, v1beta2"),
+        ("kueue", {"api_version": "v2"}, "api_version: one of auto, v1beta1, v1beta2"),
         ("kueue", {"watch_timeout_s": True}, "watch_timeout_s: expected a whole number"),
         ("slurm", {"partitions": ["gpu; rm -rf /"]}, "partitions: expected a list of partition"),
     ],
