@@ -158,6 +158,48 @@ def get_finding_for_user(user: User, cluster: Cluster, finding_id: int) -> Findi
         raise Http404("no such finding") from None
 
 
+HIDDEN_JOB = "(another tenant's job)"
+HIDDEN_TENANT = "(another tenant)"
+
+
+def _evidence_scope(user: User, cluster_id: int) -> tuple[frozenset[str], frozenset[str]]:
+    """The job ids and tenant names of ``cluster`` a tenant-scoped user may not see (cached on
+    the user object for the request)."""
+    cache = getattr(user, "_gpuobs_evidence_scope", None)
+    if cache is None:
+        cache = user._gpuobs_evidence_scope = {}
+    if cluster_id not in cache:
+        tenants = Tenant.objects.filter(cluster_id=cluster_id).exclude(managers=user)
+        jobs = Job.objects.filter(cluster_id=cluster_id).exclude(tenant__managers=user)
+        cache[cluster_id] = (
+            frozenset(jobs.values_list("external_id", flat=True)),
+            frozenset(tenants.values_list("name", flat=True)),
+        )
+    return cache[cluster_id]
+
+
+def _redact(value: object, jobs: frozenset[str], tenants: frozenset[str]) -> object:
+    if isinstance(value, str):
+        return HIDDEN_JOB if value in jobs else HIDDEN_TENANT if value in tenants else value
+    if isinstance(value, list):
+        return [_redact(item, jobs, tenants) for item in value]
+    if isinstance(value, dict):
+        if value.get("tenant") in tenants or value.get("id") in jobs or value.get("job") in jobs:
+            return {"id": HIDDEN_JOB}
+        return {key: _redact(item, jobs, tenants) for key, item in value.items()}
+    return value
+
+
+def evidence_for_user(user: User, cluster_id: int, evidence: object) -> object:
+    """A finding's evidence as ``user`` may read it: whole for a reading role; for a
+    tenant-scoped manager, every job and tenant of someone else replaced by a placeholder,
+    in any shape the rules give it (a job's record, an id in a list, a tenant's name)."""
+    if not is_tenant_scoped(user):
+        return evidence
+    jobs, tenants = _evidence_scope(user, cluster_id)
+    return _redact(evidence, jobs, tenants)
+
+
 def incidents_for_user(user: User, cluster: Cluster) -> QuerySet[Incident]:
     """The incidents of a cluster the user may read (a manager: those whose jobs are all of their
     tenants, as ``details.tenants`` lists them)."""

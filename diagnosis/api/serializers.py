@@ -6,6 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from diagnosis.access import evidence_for_user
 from diagnosis.choices import (
     RecommendationKind,
     RecommendationState,
@@ -256,6 +257,16 @@ class FindingSerializer(serializers.ModelSerializer):
             "resolved_at",
         ]
         read_only_fields = fields
+
+    def to_representation(self, instance: Finding) -> dict[str, Any]:
+        """The evidence as the caller may read it (a manager: their tenants' jobs only)."""
+        data = super().to_representation(instance)
+        request = self.context.get("request")
+        if request is not None:
+            data["evidence"] = evidence_for_user(
+                request.user, instance.cluster_id, data["evidence"]
+            )
+        return data
 
 
 def _username(user: Any) -> str | None:

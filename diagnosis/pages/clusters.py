@@ -43,6 +43,7 @@ from diagnosis import charts
 from diagnosis.access import (
     clusters_for_user,
     cycles_for_user,
+    evidence_for_user,
     findings_for_user,
     get_cluster_for_user,
     get_finding_for_user,
@@ -538,6 +539,7 @@ def finding_detail(request: HttpRequest, name: str, finding_id: int) -> HttpResp
     """One finding: summary, evidence, history and the rule's documentation."""
     cluster = get_cluster_for_user(request.user, name)
     finding = get_finding_for_user(request.user, cluster, finding_id)
+    finding.evidence = evidence_for_user(request.user, cluster.pk, finding.evidence)  # shown only
     context = {
         "cluster": cluster,
         "section": "incidents" if finding.rule_id == "xid" else "findings",
