@@ -148,3 +148,22 @@ def test_read_prints_a_valid_snapshot_of_yarn(tmp_path: Path) -> None:
     snap = snapshot.load(document)
     assert snap.scheduler["kind"] == "yarn"
     assert snap.total_gpus == 32
+
+
+@pytest.mark.kubernetes
+def test_the_kubeconfig_can_be_a_file_under_the_secrets_directory(
+    kube_api: KubeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kube_api.load(load_fixture("kai"))
+    monkeypatch.setenv("GPUOBS_SECRETS_DIR", str(tmp_path))  # serving() wrote tmp_path/kubeconfig
+    config = {"kubeconfig_file": "kubeconfig", "watch_timeout_s": 1}
+    assert snapshot.load(read("kai", config_file(tmp_path, config))).scheduler["kind"] == "kai"
+
+
+def test_a_kubeconfig_file_outside_the_secrets_directory_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUOBS_SECRETS_DIR", str(tmp_path))
+    with pytest.raises(CommandError, match=r"scheduler_config\.kubeconfig_file") as caught:
+        read("volcano", config_file(tmp_path, {"kubeconfig_file": "../etc/kubeconfig"}))
+    assert "(permanent)" in str(caught.value)

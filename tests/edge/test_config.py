@@ -34,8 +34,8 @@ def problems(kind: str, raw: object) -> list[str]:
 
 
 def test_the_keys_that_name_secrets_are_declared_secret() -> None:
-    assert spec_of("volcano").secret_keys == {"kubeconfig_env"}
-    assert spec_of("kueue").secret_keys == {"kubeconfig_env"}
+    assert spec_of("volcano").secret_keys == {"kubeconfig_env", "kubeconfig_file"}
+    assert spec_of("kueue").secret_keys == {"kubeconfig_env", "kubeconfig_file"}
     assert spec_of("slurm").secret_keys == {"rest_token_env"}  # slurmrestd JWT, by reference
     assert spec_of("sim").secret_keys == set()
     prometheus = SOURCES["prometheus"].config_spec()

@@ -38,6 +38,7 @@ from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import ReadTimeoutError
 
+from diagnosis.edge import secrets
 from diagnosis.edge.config import ConfigSpec, Setting
 from diagnosis.edge.schedulers.base import SchedulerError, parse_config
 
@@ -68,6 +69,15 @@ KUBE_SETTINGS: tuple[Setting, ...] = (
         "KUBECONFIG",
         "the environment variable holding the kubeconfig's path",
         secret=True,
+    ),
+    Setting(
+        "kubeconfig_file",
+        str,
+        "",
+        "the kubeconfig as a file under the secrets directory (GPUOBS_SECRETS_DIR); "
+        "wins over kubeconfig_env",
+        secret=True,
+        reference="file",
     ),
     Setting("context", str, "", "a context of that kubeconfig (empty: its current context)"),
     Setting("in_cluster", bool, False, "use the pod's service account instead of a kubeconfig"),
@@ -107,6 +117,7 @@ class KubeSettings:
     is refused with an error naming it -- a typo must not silently fall back to a default)."""
 
     kubeconfig_env: str = "KUBECONFIG"
+    kubeconfig_file: str = ""
     context: str = ""
     in_cluster: bool = False
     request_timeout_s: float = 30.0
@@ -133,6 +144,19 @@ class KubeSettings:
         return settings, {k: v for k, v in values.items() if k not in common}
 
 
+def kubeconfig_path(settings: KubeSettings) -> str:
+    """The kubeconfig's path: the secret file ``kubeconfig_file`` (under the secrets directory)
+    when given, else the value of the environment variable ``kubeconfig_env``."""
+    if settings.kubeconfig_file:
+        try:
+            return str(secrets.resolve_file(settings.kubeconfig_file))
+        except secrets.SecretError as exc:
+            raise SchedulerError(
+                f"scheduler_config.kubeconfig_file: {exc}", permanent=True
+            ) from None
+    return os.environ.get(settings.kubeconfig_env, "")
+
+
 def api_client(settings: KubeSettings) -> k8s.ApiClient:
     """An API client for the cluster, from the service account or the kubeconfig whose path is in
     the environment variable ``settings.kubeconfig_env``."""
@@ -141,7 +165,7 @@ def api_client(settings: KubeSettings) -> k8s.ApiClient:
         if settings.in_cluster:
             k8s_config.load_incluster_config(client_configuration=configuration)
         else:
-            path = os.environ.get(settings.kubeconfig_env, "")
+            path = kubeconfig_path(settings)
             if not path:
                 raise SchedulerError(
                     f"the environment variable {settings.kubeconfig_env} (the kubeconfig's path) "
