@@ -412,3 +412,26 @@ def test_advice_without_cliques_keeps_tp_inside_one_node():
     finding = one(snap.build())
     assert finding.evidence["nvlink_cliques"] == []
     assert "inside one node" in JOB_ADVICE["topology-misplacement"](finding.evidence)
+
+
+# -- guessed indexes -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("domains", "guessed", "kinds", "nvlink_unknown"),
+    [
+        (TWO_DOMAINS, False, ["pod-cross-nvlink"], 0),
+        (TWO_DOMAINS, True, [], 1),  # which island a guessed GPU is on is unknown
+        (ONE_DOMAIN, True, [], 0),  # one domain: any guess is inside it
+    ],
+)
+def test_guessed_indexes_are_judged_only_where_the_guess_cannot_matter(
+    domains, guessed, kinds, nvlink_unknown
+):
+    builder = SnapshotBuilder()
+    node(builder, "n1", domains=domains)
+    for index in (3, 4):
+        builder.gpu("n1", index, index_guessed=guessed)
+    judgement = judge(builder.job("j1", gpus_per_pod=2, allocation=[("n1", [3, 4])]).build())
+    assert [f.evidence["kinds"] for f in judgement.findings] == ([kinds] if kinds else [])
+    assert judgement.not_judged[NVLINK_UNKNOWN] == nvlink_unknown

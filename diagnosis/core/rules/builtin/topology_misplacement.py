@@ -129,6 +129,13 @@ class _Layout:
         self.max_numa = np.zeros(count, dtype=np.int64)
         np.maximum.at(self.max_numa, numa_keys // _NODE_STRIDE, numa_sizes)
         self.numa_known = np.bincount(p_node[self.numa[physical] < 0], minlength=count) == 0
+        # A guessed index (an adapter's guess, ``index_guessed``) says nothing about which
+        # NVLink domain or NUMA node the GPU is on where the node has more than one.
+        guessed = gpus["index_guessed"].to_numpy(dtype=bool)
+        many_domains = np.bincount(self.domain_node, minlength=count) > 1
+        many_numa = np.bincount(numa_keys // _NODE_STRIDE, minlength=count) > 1
+        self.placed_dom = np.where(guessed & many_domains[self.node], -1, self.dom_id)
+        self.placed_numa = np.where(guessed & many_numa[self.node], -1, self.numa)
 
     def rows_of(self, node: np.ndarray, index: np.ndarray, instance: np.ndarray) -> np.ndarray:
         """Row positions in ``snapshot.gpus`` of the GPU units (node code, index, instance)."""
@@ -185,9 +192,9 @@ class _Placement:
         instance = alloc["mig_instance"].to_numpy(dtype=np.int64)[keep]
         gpu_rows = layout.rows_of(self.node, self.index, instance)
         self.domain = layout.domain[gpu_rows]
-        self.numa = layout.numa[gpu_rows]
+        self.numa = layout.placed_numa[gpu_rows]
         self.clique = layout.clique[gpu_rows]
-        self.dom_id = layout.dom_id[gpu_rows]
+        self.dom_id = layout.placed_dom[gpu_rows]
         self.rows = len(self.job)
 
 
@@ -544,7 +551,9 @@ RULE = Rule(
             "where NUMA is unknown, counted under *not judged*). A node without topology data "
             'is never taken for "PCIe only": (a)\'s NVLink check and (b) are not judged for '
             "GPUs whose NVLink domain is unknown (counted under *not judged*), while the node "
-            "boundary of (a) and (c) is still judged. One finding per job: warning "
+            "boundary of (a) and (c) is still judged; likewise for a GPU whose index an adapter "
+            "guessed (`index_guessed`) on a node with more than one NVLink domain (NUMA node). "
+            "One finding per job: warning "
             "when (a) or (b) applies, info for (c) or (d) alone."
         ),
         why=(
