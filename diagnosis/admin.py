@@ -4,9 +4,11 @@ from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
+from rest_framework.authtoken.models import TokenProxy
 
 from diagnosis.actions.review import set_cluster_writes
 from diagnosis.models import (
+    ApiToken,
     AuditEntry,
     Cluster,
     ClusterCycle,
@@ -247,3 +249,20 @@ class OwnerNoticeAdmin(admin.ModelAdmin):
 class DeliveryStateAdmin(AdminRoleOnly, admin.ModelAdmin):
     list_display = ["cluster", "channel", "last_success_at", "consecutive_failures"]
     readonly_fields = [f.name for f in DeliveryState._meta.fields]
+
+
+# DRF's plain tokens are not shown (their key is the secret); the hashed ones show no secret.
+if admin.site.is_registered(TokenProxy):
+    admin.site.unregister(TokenProxy)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(AdminRoleOnly, admin.ModelAdmin):
+    """Hashed API tokens: made with ``manage.py api_token create`` (the secret is shown once),
+    revoked here by deleting them."""
+
+    list_display = ["name", "user", "prefix", "created_at", "expires_at", "last_used_at"]
+    readonly_fields = ["user", "name", "prefix", "created_at", "last_used_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

@@ -10,17 +10,54 @@ machine its own user with just that permission and a token.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from django.utils import timezone
+from rest_framework import exceptions
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import BasePermission
+
+from diagnosis.models import ApiToken
+from diagnosis.models.tokens import token_digest
 
 
 class BearerTokenAuthentication(TokenAuthentication):
     keyword = "Bearer"
 
 
-AUTHENTICATION = [TokenAuthentication, BearerTokenAuthentication, SessionAuthentication]
+class HashedTokenAuthentication(TokenAuthentication):
+    """``Token <key>`` or ``Bearer <key>`` checked against the hashed tokens
+    (:class:`diagnosis.models.ApiToken`): an expired token is refused, a used one records when.
+    A key that is no hashed token falls through to DRF's plain tokens of existing clients."""
+
+    keywords = ("Token", "Bearer")
+
+    def authenticate(self, request: Any) -> tuple[Any, Any] | None:
+        header = request.META.get("HTTP_AUTHORIZATION", "").split()
+        if len(header) != 2 or header[0] not in self.keywords:
+            return None
+        row = ApiToken.objects.select_related("user").filter(digest=token_digest(header[1])).first()
+        if row is None:
+            return None
+        if row.expired:
+            raise exceptions.AuthenticationFailed("token expired")
+        if not row.user.is_active:
+            raise exceptions.AuthenticationFailed("user inactive or deleted")
+        now = timezone.now()
+        if row.last_used_at is None or now - row.last_used_at > LAST_USED_GRANULARITY:
+            ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
+        return row.user, row
+
+
+LAST_USED_GRANULARITY = timedelta(minutes=1)  # at most one write a minute per token
+
+AUTHENTICATION = [
+    HashedTokenAuthentication,
+    TokenAuthentication,
+    BearerTokenAuthentication,
+    SessionAuthentication,
+]
 
 
 def permission_or_staff(permission: str) -> type[BasePermission]:

@@ -32,9 +32,11 @@ from diagnosis.models.recommendations import (
 )
 from diagnosis.models.rollups import PoolRollup, RollupFigures, TenantRollup
 from diagnosis.models.subscriptions import ReportFrequency, ReportSubscription
+from diagnosis.models.tokens import ApiToken
 from diagnosis.models.topology import NodeTopology
 
 __all__ = [
+    "ApiToken",
     "AuditEntry",
     "AuditEntryImmutableError",
     "AuditEntryQuerySet",
