@@ -13,7 +13,7 @@ ready) for ``GPUOBS_INCIDENT_HEALTHY_SECONDS``. An Alertmanager incident follows
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,21 +23,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from diagnosis import roles
-from diagnosis.actions.review import (
-    approve_recommendation,
-    request_apply,
-    request_recommendation,
-)
 from diagnosis.actions.workflow import (
     APPLIED_STATES,
-    OPEN_STATES,
     WorkflowDenied,
     WorkflowError,
     actor_name,
-    audit,
 )
-from diagnosis.choices import IncidentState, RecommendationKind
+from diagnosis.choices import IncidentState
 from diagnosis.core import xid_catalog
+from diagnosis.core.incident_hits import HIT_WINDOW, hit_jobs_from_history
 from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import (
     AuditEntry,
@@ -46,7 +40,6 @@ from diagnosis.models import (
     Incident,
     IncidentEvent,
     Job,
-    Recommendation,
     SchedulerEvent,
     Snapshot,
 )
@@ -55,20 +48,8 @@ State = IncidentState
 
 SOURCE_XID = "rule:xid"
 SYSTEM_CYCLE = "system:cycle"
-# A job that failed, was preempted, evicted or restarted on the GPU this long after the fault
-# was hit by it.
-HIT_WINDOW = timedelta(minutes=10)
-HIT_EVENT_KINDS = ("failed", "preempted", "evicted", "restarted", "xid")
 NOT_HEALTHY_NODE_STATES = ("cordoned", "drained", "down")
 UNRESOLVED = (State.OPEN, State.ACKNOWLEDGED, State.MITIGATING)
-
-
-class DrainChanged(WorkflowError):
-    """The jobs a drain would evict changed since on-call was shown them: show them again."""
-
-    def __init__(self, impact: Mapping[str, Any]) -> None:
-        super().__init__("the jobs on the node changed since you looked: check the list again")
-        self.impact = impact
 
 
 def healthy_period() -> timedelta:
@@ -101,7 +82,7 @@ def record_event(
     )
 
 
-def _audit(incident: Incident, user: AbstractBaseUser, action: str, **values: Any) -> None:
+def record_audit(incident: Incident, user: AbstractBaseUser, action: str, **values: Any) -> None:
     AuditEntry.objects.create(
         actor=actor_name(user),
         action=action,
@@ -111,7 +92,7 @@ def _audit(incident: Incident, user: AbstractBaseUser, action: str, **values: An
     )
 
 
-def _lock(incident: Incident) -> Incident:
+def lock_incident(incident: Incident) -> Incident:
     return Incident.objects.select_for_update().get(pk=incident.pk)
 
 
@@ -127,7 +108,7 @@ def acknowledge_incident(incident: Incident, user: AbstractBaseUser) -> Incident
     """``open → acknowledged``: someone is on it."""
     _require_handler(user)
     with transaction.atomic():
-        incident = _lock(incident)
+        incident = lock_incident(incident)
         if incident.state != State.OPEN:
             raise WorkflowError(f"cannot acknowledge an incident that is {incident.state}")
         now = timezone.now()
@@ -138,7 +119,7 @@ def acknowledge_incident(incident: Incident, user: AbstractBaseUser) -> Incident
         record_event(
             incident, actor_name(user), "acknowledged", before="open", after=incident.state
         )
-        _audit(
+        record_audit(
             incident,
             user,
             "incident-acknowledge",
@@ -153,7 +134,7 @@ def resolve_incident_by(incident: Incident, user: AbstractBaseUser, note: str = 
     _require_handler(user)
     note = note.strip()[:2000]
     with transaction.atomic():
-        incident = _lock(incident)
+        incident = lock_incident(incident)
         if incident.state == State.RESOLVED:
             raise WorkflowError("the incident is already resolved")
         before = incident.state
@@ -161,7 +142,7 @@ def resolve_incident_by(incident: Incident, user: AbstractBaseUser, note: str = 
         record_event(
             incident, actor_name(user), "resolved", before=before, after=State.RESOLVED, text=note
         )
-        _audit(
+        record_audit(
             incident,
             user,
             "incident-resolve",
@@ -180,9 +161,9 @@ def add_incident_note(incident: Incident, user: AbstractBaseUser, text: str) -> 
     if len(text) > 4000:
         raise WorkflowError("a note has at most 4000 characters")
     with transaction.atomic():
-        incident = _lock(incident)
+        incident = lock_incident(incident)
         event = record_event(incident, actor_name(user), "note", text=text)
-        _audit(incident, user, "incident-note", after={"text": text})
+        record_audit(incident, user, "incident-note", after={"text": text})
     return event
 
 
@@ -202,77 +183,7 @@ def _resolve(incident: Incident, *, at: datetime, by: AbstractBaseUser | None, n
 # -- jobs hit at the time of the fault -----------------------------------------------------------
 
 
-def _holds(job: Mapping[str, Any], node: str, gpu_index: int | None) -> list[int]:
-    """The GPUs of ``node`` the job holds in a snapshot document (every GPU of the job's pods
-    there), empty when it holds none of the incident's."""
-    held: list[int] = []
-    for pod in job.get("allocation") or ():
-        if pod.get("node") == node:
-            held += [int(g) for g in pod.get("gpus") or ()]
-    if gpu_index is not None and gpu_index not in held:
-        return []
-    return held
-
-
-def hit_jobs_from_history(
-    node: str,
-    gpu_index: int | None,
-    at: datetime,
-    documents: Sequence[Mapping[str, Any]],
-    events: Iterable[Mapping[str, Any]],
-) -> dict[str, dict[str, Any]]:
-    """Job id -> why it was hit by a fault on ``node``/``gpu_index`` at ``at``, from snapshot
-    ``documents`` (any order) and scheduler ``events`` (``time, kind, job, node``).
-
-    Hit: a job that held the GPU at ``at`` -- in the last snapshot before it, unless it had
-    already ended by then; in a snapshot at or after it, if it had started before ``at`` (a job
-    does not change GPUs without starting again) -- and a job that held it and failed, was
-    preempted, evicted or restarted within ``HIT_WINDOW`` after it (or an ``xid`` event names
-    it). A job placed on the GPU afterwards is not hit."""
-
-    def as_time(value: Any) -> datetime | None:
-        return parse_time(value) if value else None
-
-    dated = sorted(
-        ((as_time(d.get("as_of")), d) for d in documents if as_time(d.get("as_of"))),
-        key=lambda pair: pair[0],
-    )
-    before = [d for t, d in dated if t < at]
-    after = [d for t, d in dated if t >= at]
-    hits: dict[str, dict[str, Any]] = {}
-    holders: dict[str, dict[str, Any]] = {}
-    for doc in before[-1:]:
-        for job in doc.get("jobs") or ():
-            gpus = _holds(job, node, gpu_index)
-            ended = as_time(job.get("ended"))
-            if gpus and (ended is None or ended >= at):
-                holders[str(job["id"])] = {"job": job, "gpus": gpus}
-    for doc in after:
-        for job in doc.get("jobs") or ():
-            gpus = _holds(job, node, gpu_index)
-            started = as_time(job.get("started"))
-            if gpus and started is not None and started < at:
-                holders.setdefault(str(job["id"]), {"job": job, "gpus": gpus})
-    for job_id, held in holders.items():
-        hits[job_id] = {"job": held["job"], "gpus": held["gpus"], "why": "held the GPU"}
-    end = at + HIT_WINDOW
-    for event in events:
-        when = as_time(event.get("time"))
-        job_id = str(event.get("job") or "")
-        if not job_id or when is None or not (at <= when <= end):
-            continue
-        if event.get("node") not in (None, "", node) or event.get("kind") not in HIT_EVENT_KINDS:
-            continue
-        if event.get("kind") == "xid" or job_id in holders:
-            entry = hits.setdefault(job_id, {"job": {"id": job_id}, "gpus": [], "why": ""})
-            entry.setdefault("events", [])
-            entry["events"].append({"time": event.get("time"), "kind": event.get("kind")})
-            if event.get("kind") != "xid":
-                entry["why"] = f"{event.get('kind')} at {event.get('time')}"
-    return hits
-
-
-def _iso(value: datetime | None) -> str | None:
+def iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
 
 
@@ -292,7 +203,7 @@ def jobs_hit(cluster: Cluster, node: str, gpu_index: int | None, at: datetime) -
         cluster=cluster, node=node, time__gte=at, time__lte=at + HIT_WINDOW
     ).values("time", "kind", "job_external_id", "node")
     events += [
-        {"time": _iso(e["time"]), "kind": e["kind"], "job": e["job_external_id"], "node": e["node"]}
+        {"time": iso(e["time"]), "kind": e["kind"], "job": e["job_external_id"], "node": e["node"]}
         for e in stored
     ]
     hits = hit_jobs_from_history(node, gpu_index, at, documents, events)
@@ -339,7 +250,7 @@ def jobs_hit(cluster: Cluster, node: str, gpu_index: int | None, at: datetime) -
         "jobs": jobs,
         "tenants": sorted({j["tenant"] for j in jobs if j.get("tenant")}),
         "gpu_hours_lost": round(sum(j["gpu_hours_lost"] for j in jobs), 2),
-        "at": _iso(at),
+        "at": iso(at),
     }
 
 
@@ -541,189 +452,6 @@ def _note_drain(incident: Incident, details: dict[str, Any]) -> None:
         details={"recommendation": rec.pk, "job_ids": drain.get("job_ids") or []},
     )
     details["drain"] = {**drain, "applied_noted": True}
-
-
-# -- the drain -----------------------------------------------------------------------------------
-
-
-def drain_impact(cluster: Cluster, incident: Incident) -> dict[str, Any]:
-    """What draining the incident's node would evict, from the cluster's latest snapshot, now:
-    every job with a pod on the node (the whole job: a gang is evicted whole), the GPUs it holds
-    there, and the node's GPUs taken out of scheduling."""
-
-    latest = Snapshot.objects.filter(cluster=cluster).order_by("-as_of").first()
-    document = latest.load_document() if latest is not None else {}
-    node = incident.node
-    jobs = []
-    for job in document.get("jobs") or ():
-        gpus = _holds(job, node, None)
-        on_node = any(p.get("node") == node for p in job.get("allocation") or ())
-        if not on_node or job.get("state") not in ("running", "pending"):
-            continue
-        jobs.append(
-            {
-                "id": str(job["id"]),
-                "tenant": job.get("tenant"),
-                "queue": job.get("queue"),
-                "state": job.get("state"),
-                "gang": bool(job.get("gang")),
-                "gpus_on_node": sorted(gpus),
-                "job_gpus": int(job.get("pods") or 1) * int(job.get("gpus_per_pod") or 1),
-                "on_failing_gpu": incident.gpu_index in gpus,
-            }
-        )
-    node_row = next((n for n in document.get("nodes") or () if n.get("name") == node), {})
-    return {
-        "method": "static",
-        "as_of": document.get("as_of"),
-        "node": node,
-        "node_state": node_row.get("state"),
-        "gpus_removed": int(node_row.get("gpus") or 0),
-        "jobs_to_evict": sorted(jobs, key=lambda j: j["id"]),
-        "job_ids": sorted(j["id"] for j in jobs),
-        "headline": (
-            f"takes {int(node_row.get('gpus') or 0)} GPUs of {node} out of scheduling; "
-            f"evicts {len(jobs)} job(s)"
-        ),
-        "computed_at": _iso(timezone.now()),
-    }
-
-
-def drain_for_incident(
-    incident: Incident, user: AbstractBaseUser, *, expected_job_ids: Sequence[str] | None = None
-) -> Recommendation:
-    """On-call's one button: drain the incident's node now.
-
-    The jobs to evict are computed again here, at confirmation; when ``expected_job_ids`` (what
-    the confirmation showed) differ, :class:`DrainChanged` carries the fresh list and nothing is
-    done. Otherwise the node's open ``drain-node`` recommendation (or a new one) gets the fresh
-    impact, is approved by ``user`` (one on-call approval suffices, DESIGN §8.2; an SRE's needs a
-    second person as always) and applied -- a dry run on a cluster whose writes are off. The
-    incident becomes ``mitigating`` and remembers the drain and the jobs it evicts."""
-
-    if not roles.can_apply(user, RecommendationKind.DRAIN_NODE):
-        raise WorkflowDenied("draining a node needs the oncall role (or sre)")
-    cluster = incident.cluster
-    with transaction.atomic():
-        incident = _lock(incident)
-        if incident.state == State.RESOLVED:
-            raise WorkflowError("the incident is resolved: nothing to drain for it")
-        if not incident.node:
-            raise WorkflowError("the incident names no node")
-        impact = drain_impact(cluster, incident)
-        if expected_job_ids is not None and sorted(expected_job_ids) != impact["job_ids"]:
-            raise DrainChanged(impact)
-        target = f"node:{incident.node}"
-        rec = (
-            Recommendation.objects.select_for_update()
-            .filter(
-                cluster=cluster,
-                kind=RecommendationKind.DRAIN_NODE,
-                target=target,
-                state__in=OPEN_STATES,
-            )
-            .order_by("-id")
-            .first()
-        )
-        where = incident.node + ("" if incident.gpu_index is None else f"/{incident.gpu_index}")
-        reason = f"gpuobs: incident {incident.pk}: " + (
-            f"Xid {incident.xid_code} on {where}" if incident.xid_code else f"fault on {where}"
-        )
-        if rec is None:
-            rec = Recommendation.objects.create(
-                cluster=cluster,
-                kind=RecommendationKind.DRAIN_NODE,
-                target=target,
-                change={
-                    "from": impact["node_state"] or "ready",
-                    "to": "drained",
-                    "reason": reason[:200],
-                },
-                created_by=user,
-                impact={
-                    **impact,
-                    "generator": "incident",
-                    "summary": f"Cordon and drain node {incident.node} for incident "
-                    f"{incident.pk} ({reason.removeprefix('gpuobs: ')}).",
-                },
-            )
-            audit(
-                rec,
-                actor_name(user),
-                "propose",
-                after={"change": rec.change, "incident": incident.pk},
-            )
-        else:
-            before = (rec.impact or {}).get("jobs_to_evict")
-            rec.impact = {**(rec.impact or {}), **impact}
-            rec.save(update_fields=["impact", "updated_at"])
-            audit(
-                rec,
-                actor_name(user),
-                "impact-refreshed",
-                before={"jobs_to_evict": before},
-                after={"jobs_to_evict": impact["jobs_to_evict"], "incident": incident.pk},
-            )
-        if incident.finding_id is not None:
-            rec.motivating_findings.add(incident.finding_id)
-        before_state = incident.state
-        incident.state = State.MITIGATING
-        incident.drain = rec
-        incident.details = {
-            **(incident.details or {}),
-            "drain": {
-                "recommendation": rec.pk,
-                "node": incident.node,
-                "job_ids": impact["job_ids"],
-                "jobs": impact["jobs_to_evict"],
-                "by": actor_name(user),
-                "at": impact["computed_at"],
-            },
-        }
-        if incident.acknowledged_at is None:
-            incident.acknowledged_at = timezone.now()
-            incident.acknowledged_by = user
-        incident.save(
-            update_fields=["state", "drain", "details", "acknowledged_at", "acknowledged_by"]
-        )
-        record_event(
-            incident,
-            actor_name(user),
-            "mitigating",
-            before=before_state,
-            after=State.MITIGATING,
-            text=f"drain of {incident.node} requested ({impact['headline']})",
-            details={"recommendation": rec.pk, "job_ids": impact["job_ids"]},
-        )
-        _audit(
-            incident,
-            user,
-            "incident-drain",
-            before={"state": before_state},
-            after={
-                "state": State.MITIGATING,
-                "recommendation": rec.pk,
-                "jobs_to_evict": impact["job_ids"],
-            },
-        )
-        own_ok, _ = roles.can_approve(user, rec.kind, requested_by=user)
-        if rec.state == "proposed" and own_ok:
-            rec = approve_recommendation(rec, user)
-        elif rec.state == "proposed" and rec.requested_by_id is None:
-            rec = request_recommendation(rec, user)  # an SRE's: someone else approves it
-        if rec.state == "approved":
-            rec = request_apply(rec, user)
-    rec.refresh_from_db()
-    return rec
-
-
-def drains_of_job(cluster: Cluster, job_id: str) -> list[Incident]:
-    """The incidents whose drain evicted (or, not yet applied, is to evict) the job."""
-    return list(
-        Incident.objects.filter(cluster=cluster, details__drain__job_ids__contains=[job_id])
-        .select_related("drain")
-        .order_by("-opened_at")
-    )
 
 
 def record_cycle_incidents(

@@ -550,7 +550,9 @@ def finding_detail(request: HttpRequest, name: str, finding_id: int) -> HttpResp
         # what the job's owner would be told (docs/integrations.md, "Notices to job owners")
         "owner_notice": preview_notice(finding) if finding.subject.startswith("job:") else None,
         # where a person clicks next (issue #16): its incidents and recommendations
-        "incidents": list(incidents_for_user(request.user, cluster).filter(finding=finding)),
+        "incidents": list(incidents_for_user(request.user, cluster).filter(finding=finding))
+        if finding.rule_id == "xid"
+        else [],
         "recommendations": list(
             recommendations_for_user(request.user, cluster).filter(motivating_findings=finding)
         ),

@@ -25,15 +25,13 @@ from diagnosis.access import (
     incidents_for_user,
     tenants_for_user,
 )
-from diagnosis.actions.oncall import (
+from diagnosis.actions.incident_drain import (
     DrainChanged,
-    acknowledge_incident,
-    add_incident_note,
     drain_for_incident,
     drain_impact,
     drains_of_job,
-    resolve_incident_by,
 )
+from diagnosis.actions.oncall import acknowledge_incident, add_incident_note, resolve_incident_by
 from diagnosis.actions.workflow import APPLIED_STATES, WorkflowDenied, WorkflowError
 from diagnosis.choices import IncidentState, RecommendationKind
 from diagnosis.core import xid_catalog

@@ -13,7 +13,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from diagnosis.actions.cycles import record_cycle
-from diagnosis.actions.oncall import acknowledge_incident, drain_for_incident
+from diagnosis.actions.incident_drain import drain_for_incident
+from diagnosis.actions.oncall import acknowledge_incident
 from diagnosis.models import AuditEntry, Incident, Recommendation, Snapshot, Tenant
 from tests.support.builders import AS_OF, SnapshotBuilder
 from tests.support.world import logged_in_client
