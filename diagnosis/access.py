@@ -202,7 +202,7 @@ def evidence_for_user(user: User, cluster_id: int, evidence: object) -> object:
 
 def incidents_for_user(user: User, cluster: Cluster) -> QuerySet[Incident]:
     """The incidents of a cluster the user may read (a manager: those whose jobs are all of their
-    tenants, as ``details.tenants`` lists them)."""
+    tenants, as ``details.tenants`` lists them, and none of unknown tenant)."""
     _require_login(user)
     if not can_read(user):
         return Incident.objects.none()
@@ -211,8 +211,14 @@ def incidents_for_user(user: User, cluster: Cluster) -> QuerySet[Incident]:
         mine = set(tenants_for_user(user, cluster).values_list("name", flat=True))
         visible = [
             pk
-            for pk, tenants in incidents.values_list("pk", "details__tenants")
-            if isinstance(tenants, list) and tenants and set(tenants) <= mine
+            for pk, tenants, jobs in incidents.values_list(
+                "pk", "details__tenants", "details__jobs"
+            )
+            if isinstance(tenants, list)
+            and tenants
+            and set(tenants) <= mine
+            # a job of unknown tenant (only its id known) is nobody's: never assumed theirs
+            and all(isinstance(j, dict) and j.get("tenant") for j in jobs or ())
         ]
         incidents = incidents.filter(pk__in=visible)
     return incidents

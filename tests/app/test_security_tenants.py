@@ -9,8 +9,9 @@ from datetime import timedelta
 
 import pytest
 
+from diagnosis.access import incidents_for_user
 from diagnosis.actions.cycles import record_cycle
-from diagnosis.models import Finding, Tenant
+from diagnosis.models import Finding, Incident, Tenant
 from tests.support.builders import AS_OF, SnapshotBuilder
 from tests.support.world import logged_in_client
 
@@ -107,3 +108,20 @@ def test_a_manager_reads_no_other_tenants_job_in_any_evidence_shape(planted, mal
 def test_a_viewer_reads_the_whole_evidence(planted, bob):
     api = logged_in_client(bob).get("/api/v1/clusters/shared/findings")
     assert "vision-1" in api.content.decode()
+
+
+def test_an_incident_with_a_job_of_unknown_tenant_is_not_the_managers(shared, mallory):
+    Incident.objects.create(
+        cluster=shared,
+        node="n1",
+        fingerprint="alertmanager:test:unknown-job",
+        details={"jobs": [{"id": "hpo-1", "tenant": "hpo"}, {"id": "1234"}], "tenants": ["hpo"]},
+    )
+    Incident.objects.create(
+        cluster=shared,
+        node="n1",
+        fingerprint="alertmanager:test:theirs",
+        details={"jobs": [{"id": "hpo-1", "tenant": "hpo"}], "tenants": ["hpo"]},
+    )
+    visible = incidents_for_user(mallory, shared).filter(fingerprint__startswith="alertmanager:")
+    assert list(visible.values_list("fingerprint", flat=True)) == ["alertmanager:test:theirs"]
