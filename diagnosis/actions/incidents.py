@@ -10,6 +10,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from diagnosis.actions.oncall import jobs_hit, record_event
 from diagnosis.choices import IncidentState
 from diagnosis.core import xid_catalog
 from diagnosis.models import (
@@ -29,23 +30,6 @@ class AlertOutcome:
 
 def _incident_fingerprint(cluster: Cluster, alert_fingerprint: str) -> str:
     return f"alertmanager:{cluster.pk}:{alert_fingerprint}"
-
-
-def jobs_on_gpu(
-    document: Mapping[str, Any] | None, node: str | None, gpu_index: int | None
-) -> list[dict[str, Any]]:
-    """The jobs of a snapshot document holding a GPU (or, with no index, any GPU of the node)."""
-    if not document or not node:
-        return []
-    hits = []
-    for job in document.get("jobs") or ():
-        for pod in job.get("allocation") or ():
-            if pod.get("node") == node and (gpu_index is None or gpu_index in pod.get("gpus", ())):
-                hits.append(
-                    {k: job.get(k) for k in ("id", "name", "tenant", "queue", "state", "pool")}
-                )
-                break
-    return hits
 
 
 def _incident_summary(gpu_alert: Any, alert: Any, info: Any) -> str:
@@ -74,7 +58,11 @@ def open_or_update_incident_from_alert(
     """
 
     info = xid_catalog.lookup(gpu_alert.xid) if gpu_alert.xid is not None else None
-    jobs = jobs_on_gpu(snapshot_document, gpu_alert.node, gpu_alert.gpu_index)
+    # the jobs on the GPU when the alert fired, from the stored history (issue #16), not those
+    # of the latest snapshot (``snapshot_document`` is kept for the receiver's signature)
+    jobs = []
+    if gpu_alert.node:
+        jobs = jobs_hit(cluster, gpu_alert.node, gpu_alert.gpu_index, alert.starts_at)["jobs"]
     if gpu_alert.hpc_job and not any(j["id"] == gpu_alert.hpc_job for j in jobs):
         jobs.append({"id": gpu_alert.hpc_job})
     details = {
@@ -100,6 +88,14 @@ def open_or_update_incident_from_alert(
         },
     )
     if created:
+        record_event(
+            incident,
+            "system:alertmanager",
+            "opened",
+            after=IncidentState.OPEN,
+            time=alert.starts_at,
+            text=incident.summary,
+        )
         return AlertOutcome("opened", incident)
     episodes = list(incident.details.get("episodes") or [])
     current_start = episodes[-1]["starts_at"] if episodes else None
@@ -109,6 +105,14 @@ def open_or_update_incident_from_alert(
     outcome = "updated"
     if incident.state == IncidentState.RESOLVED:
         outcome = "reopened"
+        record_event(
+            incident,
+            "system:alertmanager",
+            "reopened",
+            before=incident.state,
+            after=IncidentState.OPEN,
+            time=alert.starts_at,
+        )
         incident.state = IncidentState.OPEN
         incident.opened_at = alert.starts_at
         incident.resolved_at = None
@@ -141,6 +145,7 @@ def resolve_incident(incident: Any, *, at: datetime, note: str = "") -> Any:
     incident = Incident.objects.select_for_update().get(pk=incident.pk)
     if incident.state == IncidentState.RESOLVED:
         return incident
+    before = incident.state
     incident.state = IncidentState.RESOLVED
     incident.resolved_at = at
     episodes = list(incident.details.get("episodes") or [])
@@ -150,6 +155,15 @@ def resolve_incident(incident: Any, *, at: datetime, note: str = "") -> Any:
     if note:
         incident.details["resolution"] = note
     incident.save()
+    record_event(
+        incident,
+        "system:alertmanager",
+        "resolved",
+        before=before,
+        after=IncidentState.RESOLVED,
+        time=at,
+        text=note,
+    )
     return incident
 
 

@@ -237,6 +237,7 @@ def jobs_hit(cluster: Cluster, node: str, gpu_index: int | None, at: datetime) -
                 "name": (row.name if row is not None else doc_job.get("name")) or job_id,
                 "tenant": tenant,
                 "queue": doc_job.get("queue"),
+                "pool": (row.pool if row is not None else None) or doc_job.get("pool"),
                 "state": state,
                 "gang": bool(row.gang if row is not None else doc_job.get("gang")),
                 "gpus": gpus,

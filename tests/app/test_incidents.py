@@ -239,6 +239,22 @@ def test_an_alertmanager_incident_shows_on_the_list_and_its_page(alerted, erin):
     assert "bystander" in text  # on n2 GPU 1 when the alert fired
 
 
+def test_an_alertmanager_incident_names_the_jobs_at_the_alerts_time(oncall, make_user):
+    body = alert_body()
+    body["alerts"][0]["labels"].update(Hostname="n1", gpu="3")
+    body["alerts"][0]["startsAt"] = (
+        (AS_OF - timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
+    )
+    sender = make_user("alertmanager")
+    sender.user_permissions.add(Permission.objects.get(codename="add_incident"))
+    client = APIClient()
+    client.force_authenticate(sender)
+    assert client.post("/api/v1/alertmanager", body, format="json").status_code == 200
+    incident = Incident.objects.get(cluster=oncall, source="alertmanager")
+    assert [j["id"] for j in incident.details["jobs"]] == ["victim"]  # not latecomer
+    assert incident.history.filter(kind="opened").exists()
+
+
 def test_an_alertmanager_incident_can_be_acknowledged_in_the_api(alerted, erin):
     client = APIClient()
     client.force_authenticate(erin)
