@@ -9,6 +9,8 @@ import pandas as pd
 import pytest
 
 from diagnosis.core import snapshot as fmt
+from diagnosis.core.rules.builtin.idle_allocation import RULE as IDLE
+from diagnosis.core.rules.facts import SnapshotFacts
 from tests.support.builders import SnapshotBuilder
 
 
@@ -176,3 +178,11 @@ def test_bad_share_is_refused(share):
     builder = SnapshotBuilder().node("n1", gpus=1)
     builder.job("a", gpus_per_pod=1, allocation=[("n1", [0])], share=share)
     assert any("allocation[0].share" in e for e in errors_of(builder.document()))
+
+
+def test_idle_evidence_says_which_gpu_indexes_were_guessed():
+    builder = SnapshotBuilder().node("n1", gpus=2)
+    builder.job("j", gpus_per_pod=2, node="n1", ran="2h", util=0.0)
+    snap = builder.gpu("n1", 1, index_guessed=True).build()
+    (finding,) = IDLE.evaluate(snap, IDLE.resolve(), SnapshotFacts(snap)).findings
+    assert [g.get("index_guessed", False) for g in finding.evidence["per_gpu"]] == [False, True]

@@ -56,7 +56,7 @@ def evaluate(
                     "gpu": g["gpu"],
                     "util": g["util"],
                     "fb_used_frac": g["fb_used_frac"],
-                    **({"mig": g["mig"]} if "mig" in g else {}),
+                    **{k: g[k] for k in ("mig", "index_guessed") if k in g},
                 }
                 for g in gpus
             ],
@@ -75,7 +75,16 @@ def gpu_rows(
     alloc = snapshot.allocations
     alloc = alloc[alloc["job"].isin(job_ids)].sort_values(["job", "order"])
     state = facts.gpu_state[
-        [*GPU_KEY, "uuid", "mig_profile", "util_mean", "fb_used_frac_mean", "health", "node_state"]
+        [
+            *GPU_KEY,
+            "uuid",
+            "mig_profile",
+            "index_guessed",
+            "util_mean",
+            "fb_used_frac_mean",
+            "health",
+            "node_state",
+        ]
     ]
     rows = alloc.merge(state, on=GPU_KEY, how="left")
     out: dict[str, list[dict[str, Any]]] = {}
@@ -86,12 +95,13 @@ def gpu_rows(
         "mig_instance",
         "mig_profile",
         "uuid",
+        "index_guessed",
         "util_mean",
         "fb_used_frac_mean",
         "health",
         "node_state",
     )
-    for job, node, index, instance, profile, uuid, util, fb, health, node_state in zip(
+    for job, node, index, instance, profile, uuid, guessed, util, fb, health, node_state in zip(
         *(rows[c].tolist() for c in columns), strict=True
     ):
         entry = {
@@ -103,6 +113,8 @@ def gpu_rows(
         }
         if instance != WHOLE_GPU:
             entry["mig"] = {"instance": int(instance), "profile": profile, "uuid": uuid}
+        if guessed:
+            entry["index_guessed"] = True
         out.setdefault(job, []).append(entry)
     return out
 
