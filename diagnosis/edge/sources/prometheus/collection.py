@@ -106,10 +106,25 @@ def merge_gpus(
     known: Mapping[tuple[str, int, int], Mapping[str, Any]], reported: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """The scheduler's GPU entries (UUIDs, health, MIG instances it knows) joined with the
-    metrics' by (node, index, MIG instance). Where one side splits a GPU into MIG instances and
-    the other reports it whole, the split wins (a GPU is reported one way, never both), keeping
-    the scheduler's health."""
-    metrics = {_unit_key(g): g for g in reported}
+    metrics'. A MIG instance joins by its UUID first (the metrics know it from
+    ``dra_mig_device_uuid``; the scheduler's instance number may be its own, e.g. the DRA
+    driver's placement ordinal), then by (node, index, instance); the joined entry keeps the
+    metrics' ``GPU_I_ID`` as its instance and the scheduler's UUID. A metrics MIG instance that
+    joins none of the scheduler's MIG entries of its GPU is left out (its pod cannot be told;
+    the scheduler's entries carry the allocations). Where one side splits a GPU into MIG
+    instances and the other reports it whole, the split wins, keeping the scheduler's health."""
+    known = dict(known)
+    by_uuid = {g["uuid"]: key for key, g in known.items() if key[2] >= 0 and g.get("uuid")}
+    metrics: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for entry in reported:
+        key = _unit_key(entry)
+        scheduler_key = by_uuid.get(entry.get("uuid")) if key[2] >= 0 else None
+        if scheduler_key is not None and scheduler_key != key:
+            known[key] = known.pop(scheduler_key)  # the metrics' GPU_I_ID names it
+        metrics[key] = entry
+    scheduler_mig = {key[:2] for key in known if key[2] >= 0}
+    for key in [k for k in metrics if k[2] >= 0 and k[:2] in scheduler_mig and k not in known]:
+        del metrics[key]
     split = {key[:2] for key in (*metrics, *known) if key[2] >= 0}
     health = {key[:2]: g.get("health") for key, g in known.items() if g.get("health")}
     gpus = []
