@@ -10,7 +10,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from diagnosis.actions.oncall import jobs_hit, record_event
+from diagnosis.actions.oncall import adopt_rule_incident, jobs_hit, record_event
 from diagnosis.choices import IncidentState
 from diagnosis.core import xid_catalog
 from diagnosis.models import (
@@ -74,8 +74,14 @@ def open_or_update_incident_from_alert(
         "jobs": jobs,
         "tenants": sorted({j["tenant"] for j in jobs if j.get("tenant")}),
     }
+    fingerprint = _incident_fingerprint(cluster, alert.fingerprint)
+    if gpu_alert.node and not Incident.objects.filter(fingerprint=fingerprint).exists():
+        # the xid rule saw this GPU's Xid first: one incident, not two (issue #16)
+        adopt_rule_incident(
+            cluster, gpu_alert.node, gpu_alert.gpu_index, fingerprint, alert.starts_at
+        )
     incident, created = Incident.objects.select_for_update().get_or_create(
-        fingerprint=_incident_fingerprint(cluster, alert.fingerprint),
+        fingerprint=fingerprint,
         defaults={
             "cluster": cluster,
             "node": gpu_alert.node or "",
@@ -126,6 +132,7 @@ def open_or_update_incident_from_alert(
     incident.xid_code = gpu_alert.xid if gpu_alert.xid is not None else incident.xid_code
     incident.summary = _incident_summary(gpu_alert, alert, info)
     incident.details = {
+        **incident.details,  # what on-call's steps keep there (the drain, the codes)
         **details,
         "deliveries": int(incident.details.get("deliveries") or 0) + 1,
         "episodes": episodes,

@@ -304,11 +304,14 @@ def record_incidents(
 
     as_of = parse_time(document["as_of"])
     stats = {"opened": 0, "resolved": 0}
+    # one incident per GPU and episode: an unresolved Alertmanager incident of the GPU takes the
+    # rule's finding instead of a second incident (keys of the rule's own come last: they win)
+    rows = Incident.objects.select_for_update().filter(
+        cluster=cluster, source__in=(SOURCE_XID, "alertmanager"), state__in=UNRESOLVED
+    )
     unresolved = {
         (i.node, i.gpu_index): i
-        for i in Incident.objects.select_for_update()
-        .filter(cluster=cluster, source=SOURCE_XID, state__in=UNRESOLVED)
-        .order_by("opened_at")
+        for i in sorted(rows, key=lambda i: (i.source == SOURCE_XID, i.opened_at, i.pk))
     }
     for finding in xid_findings:
         evidence = finding.evidence or {}
@@ -355,7 +358,8 @@ def record_incidents(
             )
         _record_codes(incident, codes, finding)
     for incident in unresolved.values():
-        _follow(incident, document, as_of, stats)
+        if incident.source == SOURCE_XID:
+            _follow(incident, document, as_of, stats)
     return stats
 
 
@@ -453,6 +457,37 @@ def _note_drain(incident: Incident, details: dict[str, Any]) -> None:
         details={"recommendation": rec.pk, "job_ids": drain.get("job_ids") or []},
     )
     details["drain"] = {**drain, "applied_noted": True}
+
+
+def adopt_rule_incident(
+    cluster: Cluster, node: str, gpu_index: int | None, fingerprint: str, starts_at: datetime
+) -> Incident | None:
+    """An Alertmanager alert for a GPU whose Xid the ``xid`` rule already opened an incident for
+    takes that incident over (one incident per GPU and episode): it gets the alert's
+    fingerprint and follows the alert from then on. None when there is none to take."""
+    incident = (
+        Incident.objects.select_for_update()
+        .filter(
+            cluster=cluster,
+            source=SOURCE_XID,
+            node=node,
+            gpu_index=gpu_index,
+            state__in=UNRESOLVED,
+        )
+        .order_by("opened_at")
+        .first()
+    )
+    if incident is None:
+        return None
+    incident.fingerprint = fingerprint
+    incident.source = "alertmanager"
+    incident.details = {
+        **(incident.details or {}),
+        "episodes": [{"starts_at": starts_at.isoformat(), "resolved_at": None}],
+    }
+    incident.save(update_fields=["fingerprint", "source", "details"])
+    record_event(incident, "system:alertmanager", "alert", text="Alertmanager's alert joined")
+    return incident
 
 
 def record_cycle_incidents(

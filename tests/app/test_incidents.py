@@ -376,3 +376,18 @@ def test_a_viewer_cannot_drain(oncall, bob):
     response = logged_in_client(bob).post(f"/clusters/oncall/incidents/{incident.pk}/drain/")
     assert response.status_code == 403
     assert the_incident(oncall).drain is None
+
+
+def test_an_alert_for_a_gpu_the_rule_already_opened_joins_that_incident(oncall, make_user):
+    opened = the_incident(oncall)
+    body = alert_body()
+    body["alerts"][0]["labels"].update(Hostname="n1", gpu="3")
+    sender = make_user("alertmanager")
+    sender.user_permissions.add(Permission.objects.get(codename="add_incident"))
+    client = APIClient()
+    client.force_authenticate(sender)
+    assert client.post("/api/v1/alertmanager", body, format="json").status_code == 200
+    incident = Incident.objects.get(cluster=oncall, node="n1", gpu_index=3)  # one, not two
+    assert incident.pk == opened.pk
+    assert incident.source == "alertmanager"
+    assert incident.finding_id == opened.finding_id
