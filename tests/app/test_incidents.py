@@ -391,3 +391,18 @@ def test_an_alert_for_a_gpu_the_rule_already_opened_joins_that_incident(oncall, 
     assert incident.pk == opened.pk
     assert incident.source == "alertmanager"
     assert incident.finding_id == opened.finding_id
+
+
+def test_the_incident_pages_cost_a_bounded_number_of_queries(
+    oncall, erin, django_assert_max_num_queries
+):
+    client = logged_in_client(erin)
+    incident = the_incident(oncall)
+    client.get("/")
+    for path in (
+        "/clusters/oncall/incidents/",
+        f"/clusters/oncall/incidents/{incident.pk}/",
+        f"/clusters/oncall/incidents/{incident.pk}/drain/",
+    ):
+        with django_assert_max_num_queries(12):
+            assert client.get(path).status_code == 200
