@@ -43,7 +43,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
-from rest_framework.authentication import BasicAuthentication
+from rest_framework.authentication import BasicAuthentication, SessionAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.views import APIView
 
@@ -469,7 +469,12 @@ class CanScrape(BasePermission):
 class MetricsView(APIView):
     """``GET /metrics`` (and ``/api/v1/metrics``)."""
 
-    authentication_classes = [*AUTHENTICATION[:-1], BasicAuthentication]
+    # the API's tokens (hashed or plain, Token or Bearer) and basic auth; no session: a scraper
+    # has no browser, and a session cookie would let a page's script read it
+    authentication_classes = [
+        *(a for a in AUTHENTICATION if not issubclass(a, SessionAuthentication)),
+        BasicAuthentication,
+    ]
     permission_classes = [CanScrape]
 
     def get(self, request: Any) -> HttpResponse:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -13,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.authtoken.models import Token
 
 from diagnosis.actions.notifications import deliver_to_alertmanager
-from diagnosis.models import Cluster, ClusterCycle, Finding, PoolRollup, Tenant
+from diagnosis.models import ApiToken, Cluster, ClusterCycle, Finding, PoolRollup, Tenant
 from tests.support.notify_world import record_cycles, scraper
 from tests.support.world import create_user
 
@@ -151,3 +152,9 @@ def test_failed_notifications_are_counted(world, client, settings) -> None:
     assert value(found, "gpuobs_notification_attempts_total", **labels) == 6  # 1 + 2 retries each
     assert value(found, "gpuobs_notification_consecutive_failures", **labels) == 2
     assert value(found, "gpuobs_notifications_sent_total", **labels) == 0
+
+
+def test_a_hashed_api_token_scrapes_too(world, client) -> None:
+    scraper()
+    _, key = ApiToken.issue(User.objects.get(username="prometheus"), "scrape", days=0)
+    assert scrape(client, HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 200
