@@ -96,6 +96,7 @@ CYCLE_FIELDS = (
     "rule_errors",
     "not_judged",
     "data_age_s",
+    "coverage",
 )
 # What the waterfall needs of each cycle in the hour: a few keys of its accounting JSON.
 HOUR_ROW = {
