@@ -9,7 +9,7 @@ import pytest
 
 from diagnosis.edge.errors import SchedulerError
 from diagnosis.edge.schedulers.registry import adapter_for
-from diagnosis.edge.schedulers.slurm.adapter import SlurmAdapter
+from diagnosis.edge.schedulers.slurm.adapter import CONF_DIR_ENV, SlurmAdapter
 from tests.conftest import REPO_ROOT
 from tests.support.rest_server import serving
 
@@ -28,6 +28,12 @@ def routes(version: str) -> dict:
         f"/slurm/{version}/jobs": (200, fixture(version, "squeue.json")),
         f"/slurm/{version}/partitions": (200, fixture(version, "partitions.json")),
     }
+
+
+@pytest.fixture(autouse=True)
+def conf_dir(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test's folder is the deployment's Slurm conf folder (its slurm.conf lives there)."""
+    monkeypatch.setenv(CONF_DIR_ENV, str(tmp_path))
 
 
 def adapter(url: str, version: str, tmp_path, **config) -> SlurmAdapter:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from diagnosis.edge.schedulers.slurm.adapter import SlurmAdapter
+from diagnosis.edge.schedulers.slurm.adapter import CONF_DIR_ENV, SlurmAdapter
 from tests.conftest import require_binary, running_in_ci
 from tests.support.slurm_cluster import (
     ACCOUNTING_BINARIES,
@@ -45,7 +45,9 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
 
 
 @pytest.fixture
-def slurm(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
+def slurm(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
+    # the test cluster's slurm.conf lives in its own folder: the deployment's conf folder here
+    monkeypatch.setenv(CONF_DIR_ENV, str(slurm_cluster.base))
     try:
         yield slurm_cluster
     finally:

@@ -86,6 +86,24 @@ def _absolute_path(value: str) -> str:
     return value
 
 
+# The Slurm configuration the commands (run as the worker) read is the deployment's to say as
+# well: a cluster row may name only a file inside this folder (default /etc/slurm).
+CONF_DIR_ENV = "GPUOBS_SLURM_CONF_DIR"
+DEFAULT_CONF_DIR = "/etc/slurm"
+
+
+def deploy_conf_dir() -> str:
+    return os.path.realpath(os.environ.get(CONF_DIR_ENV, "").strip() or DEFAULT_CONF_DIR)
+
+
+def _slurm_conf(value: str) -> str:
+    _absolute_path(value)
+    folder = deploy_conf_dir()
+    if os.path.commonpath([folder, os.path.realpath(value)]) != folder:
+        raise ValueError(f"must be a file in {folder} ({CONF_DIR_ENV}), got {value!r}")
+    return value
+
+
 def _at_least(minimum: float, words: str):
     def check(value: float) -> float:
         if value < minimum:
@@ -122,7 +140,7 @@ def _gpu_models(value: dict[str, Any]) -> dict[str, str]:
 # A cluster's ``scheduler_config`` for Slurm (see the module doc).
 CONFIG = ConfigSpec(
     (
-        Setting("slurm_conf", str, None, "SLURM_CONF for every command", check=_absolute_path),
+        Setting("slurm_conf", str, None, "SLURM_CONF for every command", check=_slurm_conf),
         Setting("timeout_s", float, DEFAULT_TIMEOUT_S, "per command", check=_positive_seconds),
         Setting("accounting", bool, False, "read sshare/sacctmgr; allow queue-weight changes"),
         Setting(
