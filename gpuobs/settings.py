@@ -130,6 +130,7 @@ AXES_FAILURE_LIMIT = env_int("GPUOBS_LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = env_int("GPUOBS_LOGIN_COOLOFF_MINUTES", 15) / 60  # hours
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False  # no start-up banner on stdout; failures and lockouts are still logged
 AXES_SENSITIVE_PARAMETERS: list[str] = []  # the log names the user and address of a failure
 
 ROOT_URLCONF = "gpuobs.urls"

@@ -57,7 +57,7 @@ def test_a_cycle_reads_the_simulated_cluster_through_prometheus(
     assert cycle.ok, cycle.error
     assert cycle.as_of == planted_history.as_of
     assert (cycle.gpus, cycle.coverage) == (32, 1.0)
-    assert cycle.source["queries"] == 10
+    assert cycle.source["queries"] == 11  # one per metric family, the hardware query included
     assert cycle.source["data_age_s"] == 0
     cluster.refresh_from_db()
     assert cluster.status == DataSourceStatus.OK
@@ -82,7 +82,8 @@ def test_prometheus_down_fails_the_cycle_and_keeps_the_last_good_data(
     assert "is unreachable" in failed.error
     cluster.refresh_from_db()
     assert cluster.status == DataSourceStatus.ERROR
-    assert "unreachable" in cluster.status_message
+    assert cluster.status_message.startswith("metrics source (prometheus) failed")
+    assert "unreachable" in cluster.status_detail  # the whole error is for admins (issue #12)
     assert list(Snapshot.objects.filter(cluster=cluster).values_list("as_of", flat=True)) == [
         good.as_of
     ]
@@ -108,7 +109,8 @@ def test_the_page_and_the_api_say_the_collection_failed(
     assert "is unreachable" in page
     entry = next(c for c in api["results"] if c["name"] == cluster.name)
     assert entry["status"] == "error"
-    assert "is unreachable" in entry["status_message"]
+    assert entry["status_message"].startswith("metrics source (prometheus) failed")
+    assert "127.0.0.1" not in entry["status_message"]  # readers learn what failed, not where
 
 
 def test_prometheus_warnings_degrade_the_status(make_sim_cluster, make_prometheus):
