@@ -34,3 +34,19 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
         return {"type": "http", "scheme": "bearer"}
+
+
+class HashedTokenScheme(OpenApiAuthenticationExtension):
+    """``Authorization: Token <key>`` (or ``Bearer <key>``) checked against the hashed tokens;
+    named apart from DRF's own ``tokenAuth``, which still serves the legacy plain tokens."""
+
+    target_class = "diagnosis.api.auth.HashedTokenAuthentication"
+    name = "hashedTokenAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": "Token <key> or Bearer <key> (manage.py api_token)",
+        }
