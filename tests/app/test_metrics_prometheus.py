@@ -23,7 +23,7 @@ from tests.support.records import make_recommendation
 
 pytestmark = [
     pytest.mark.prometheus,
-    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+    pytest.mark.django_db(transaction=True),
 ]
 
 DASHBOARD = REPO_ROOT / "deploy" / "grafana" / "gpuobs.json"
