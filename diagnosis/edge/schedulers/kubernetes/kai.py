@@ -22,7 +22,7 @@ Writes (:meth:`KaiAdapter.apply`), each a merge patch guarded by the Queue's res
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from kubernetes import client as k8s
@@ -43,7 +43,6 @@ from diagnosis.edge.schedulers.kubernetes.client import (
     PODS,
     KubeConnection,
     KubeSettings,
-    annotations,
     config_key,
     custom_resource,
     labels,
@@ -54,7 +53,11 @@ from diagnosis.edge.schedulers.kubernetes.client import (
     sync_all,
     transport_errors_as_scheduler_errors,
 )
-from diagnosis.edge.schedulers.kubernetes.volcano import check_unchanged, write_error
+from diagnosis.edge.schedulers.kubernetes.volcano import (
+    check_unchanged,
+    pod_job_lookup,
+    write_error,
+)
 from diagnosis.edge.schedulers.targets import target_name
 
 GROUP = "scheduling.run.ai"
@@ -118,7 +121,7 @@ class KaiAdapter(KubeConnection):
             self.key,
             cursor,
             [pods, podgroups],
-            lambda: pod_job_lookup(pods.items.values()),
+            lambda: pod_job_lookup(pods.items.values(), GROUP_ANNOTATION),
         )
         waiting = [e for g in podgroups.items.values() if (e := scheduling_event(g)) is not None]
         merged = sorted(batch.events + waiting, key=lambda e: (e["time"], e["dedup_key"]))
@@ -271,25 +274,6 @@ def scheduling_event(podgroup: Mapping[str, Any]) -> dict[str, Any] | None:
         "message": pending_reason(podgroup) or "",
         "dedup_key": f"kai:{uid}:{newest.get('transitionID') or ''}:{reason}:{moment}",
     }
-
-
-def pod_job_lookup(pods: Iterable[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], str | None]:
-    group_of = {
-        (meta(p).get("namespace"), meta(p).get("name")): annotations(p).get(GROUP_ANNOTATION)
-        for p in pods
-    }
-
-    def job_of(involved: Mapping[str, Any]) -> str | None:
-        namespace, name = involved.get("namespace"), involved.get("name")
-        if not name:
-            return None
-        if involved.get("kind") == "Pod":
-            name = group_of.get((namespace, name)) or name
-        elif involved.get("kind") != "PodGroup":
-            return None
-        return f"{namespace}/{name}" if namespace else name
-
-    return job_of
 
 
 def build_state(

@@ -377,10 +377,13 @@ class VolcanoAdapter(KubeConnection):
 # -- state ---------------------------------------------------------------------------------------
 
 
-def pod_job_lookup(pods: Iterable[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], str | None]:
-    """``job_of(involvedObject)`` for events: a Pod's PodGroup (or itself), a PodGroup."""
+def pod_job_lookup(
+    pods: Iterable[Mapping[str, Any]], group_annotation: str = GROUP_ANNOTATION
+) -> Callable[[Mapping[str, Any]], str | None]:
+    """``job_of(involvedObject)`` for events: a Pod's PodGroup (named by the pod's
+    ``group_annotation``; Volcano's by default) or the Pod itself, a PodGroup."""
     group_of = {
-        (meta(p).get("namespace"), meta(p).get("name")): annotations(p).get(GROUP_ANNOTATION)
+        (meta(p).get("namespace"), meta(p).get("name")): annotations(p).get(group_annotation)
         for p in pods
     }
 
