@@ -103,7 +103,14 @@ class ClusterCycle(models.Model):
     recommendations = models.JSONField(
         default=dict,
         blank=True,
-        help_text="What the recommend step did: proposed, kept, superseded, verified, seconds.",
+        help_text="What the recommend step did: proposed, kept, superseded, verified, seconds; "
+        "an 'error' when the step failed.",
+    )
+    steps = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Seconds each recorded step took (diagnose, store snapshot, findings, "
+        "tenancy, incidents, recommend) and what the findings step wrote.",
     )
 
     class Meta:

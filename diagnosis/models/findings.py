@@ -33,6 +33,14 @@ class Finding(models.Model):
     severity = models.CharField(max_length=16, choices=Severity.choices, default=Severity.WARNING)
     summary = models.TextField(blank=True)
     evidence = models.JSONField(default=dict, blank=True)
+    evidence_digest = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        editable=False,
+        help_text="Digest of severity, summary and evidence as last written: a cycle rewrites the "
+        "row only when it changes (actions.findings.record_findings).",
+    )
     first_seen = models.DateTimeField(help_text="Snapshot time when the rule first reported it.")
     active_since = models.DateTimeField(
         null=True, blank=True, help_text="Start of the current episode (the latest reopening)."
