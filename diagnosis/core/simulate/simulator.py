@@ -292,17 +292,32 @@ class Simulator(StateTransitions):
                 break
 
     def _fair_share_order(self, jobs: list[Job]) -> Iterator[Job]:
-        """Jobs in turn from the queue whose usage / weight (or / deserved) is lowest now."""
+        """Jobs in turn from the queue whose usage / weight (or / deserved) is lowest now (ties:
+        the lower queue number), inside a queue in ``jobs``' order.
+
+        The queues waiting are a heap keyed by ``(share, queue)`` as of when each was pushed.
+        A queue's usage only grows during a pass (the pass binds; releases happen in events
+        between passes), so a stored key is never above the queue's share now: a popped queue
+        whose share has not moved since is the lowest, and one whose share grew is pushed back
+        with its new key. Each job handed out costs O(log queues), not a look at every queue.
+        """
         by_queue: dict[int, deque[Job]] = {}
         for job in jobs:
             by_queue.setdefault(job.queue, deque()).append(job)
         basis = self.policy.fair_share_basis
-        while by_queue:
-            q = min(by_queue, key=lambda q: (self.queues[q].share(basis), q))
+        queues = self.queues
+        heap = [(queues[q].share(basis), q) for q in by_queue]
+        heapq.heapify(heap)
+        while heap:
+            stored, q = heap[0]
+            share = queues[q].share(basis)
+            if share != stored:
+                heapq.heapreplace(heap, (share, q))
+                continue
             waiting = by_queue[q]
             job = waiting.popleft()
             if not waiting:
-                del by_queue[q]
+                heapq.heappop(heap)
             yield job
 
     def _place(self, job: Job, p: int, free: np.ndarray, lo: int) -> str | None:
