@@ -73,12 +73,15 @@ def generate(context: RecommendContext) -> list[Draft]:
     settings = context.settings
     jobs = snapshot.jobs
     starved: dict[str, list[Finding]] = {}
-    for finding in context.findings("starvation"):
-        job_id = finding.subject.removeprefix("job:")
-        if finding.evidence.get("cause") != "share" or job_id not in jobs.index:
-            continue
-        queue = str(job_queue_names(jobs.loc[[job_id]])[0])
-        starved.setdefault(queue, []).append(finding)
+    share_starved = [
+        f for f in context.findings("starvation") if f.evidence.get("cause") == "share"
+    ]
+    if share_starved:  # every job's queue at once: one lookup per finding was 5 s at 16k GPUs
+        queue_of = dict(zip(jobs.index, job_queue_names(jobs), strict=True))
+        for finding in share_starved:
+            queue = queue_of.get(finding.subject.removeprefix("job:"))
+            if queue is not None:
+                starved.setdefault(str(queue), []).append(finding)
 
     shares = queue_shares(snapshot, context.facts)
     wanting = shares.with_demand()
