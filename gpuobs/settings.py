@@ -367,6 +367,11 @@ GPUOBS_APPROVAL_TTL_SECONDS = env_int("GPUOBS_APPROVAL_TTL_SECONDS", 4 * 3600)
 GPUOBS_VERIFY_CYCLES = env_int("GPUOBS_VERIFY_CYCLES", 3)
 GPUOBS_VERIFY_MAX_CYCLES = env_int("GPUOBS_VERIFY_MAX_CYCLES", 12)
 GPUOBS_VERIFY_TOLERANCE_PCT = env_int("GPUOBS_VERIFY_TOLERANCE_PCT", 10)
+# A change is verified after GPUOBS_VERIFY_GOOD_CYCLES consecutive good cycles (its findings
+# resolved, its metric better than before). A proposal whose cause stops for a cycle or two is
+# kept (one id) for GPUOBS_RECOMMENDATION_HOLD_OFF_SECONDS of snapshot time before it expires.
+GPUOBS_VERIFY_GOOD_CYCLES = env_int("GPUOBS_VERIFY_GOOD_CYCLES", 3)
+GPUOBS_RECOMMENDATION_HOLD_OFF_SECONDS = env_int("GPUOBS_RECOMMENDATION_HOLD_OFF_SECONDS", 2 * 3600)
 # Incidents (docs/ui.md, "Incidents"): gpuobs resolves an acknowledged xid incident once its GPU
 # has been healthy, and its node ready, for this long.
 GPUOBS_INCIDENT_HEALTHY_SECONDS = env_int("GPUOBS_INCIDENT_HEALTHY_SECONDS", 30 * 60)

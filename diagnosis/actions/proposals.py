@@ -1,14 +1,17 @@
 """The cycle's recommend step: store the generators' drafts as recommendations (one open per
-target), expire those whose findings resolved, lapse stale approvals, and verify applied ones.
+target, by construction: drafts for one target are merged first), keep one recommendation per
+change while its cause recurs within the hold-off window, expire those whose findings stayed
+resolved, lapse stale approvals, and verify applied ones.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -17,8 +20,9 @@ from diagnosis.actions.verification import verify_applied
 from diagnosis.actions.workflow import OPEN_STATES, REJECTION_QUIET, SYSTEM_CYCLE, save_fields
 from diagnosis.choices import FindingState, RecommendationKind, RecommendationState
 from diagnosis.core import snapshot as snapshot_format
-from diagnosis.core.recommend.base import plain
+from diagnosis.core.recommend.base import RecommendSettings, plain
 from diagnosis.core.recommend.engine import recommend
+from diagnosis.core.recommend.merge import change_key, one_per_target
 from diagnosis.edge.schedulers.targets import target_name
 from diagnosis.models import (
     Cluster,
@@ -34,17 +38,32 @@ def record_recommendations(
     snap: snapshot_format.ClusterSnapshot,
     diagnosis: Any,
     accounting: Mapping[str, Any],
+    recommend_settings: RecommendSettings | None = None,
 ) -> dict[str, Any]:
     """The cycle's recommend step, after its findings are recorded: lapse old approvals, verify
-    applied changes against this cycle, and upsert the generators' proposals (one open
-    recommendation per ``(cluster, kind, target)``: a different change for a target supersedes
-    the open one; the same change keeps it and its impact, which is not simulated again). A
-    proposal nobody approved whose findings have all resolved, and that this cycle did not
-    propose again, expires. Returns what it did, with its timings (kept on the cycle)."""
+    applied changes against this cycle, and upsert the generators' proposals.
+
+    One open recommendation per ``(cluster, kind, target)`` holds by construction: the drafts
+    for one target are merged first (:func:`one_per_target`). The same change keeps the open
+    recommendation and its impact (not simulated again). A different change supersedes it --
+    unless someone requested or approved it and the cycle proposed it within the hold-off
+    window (``GPUOBS_RECOMMENDATION_HOLD_OFF_SECONDS``): then it is held. A change superseded
+    within the window that is proposed again comes back under its id. A proposal nobody
+    approved whose findings have all resolved, not proposed again for the hold-off window,
+    expires. Returns what it did, with its timings (kept on the cycle)."""
 
     started = time.perf_counter()
-    stats: dict[str, Any] = {"proposed": 0, "kept": 0, "superseded": 0, "expired": 0}
+    stats: dict[str, Any] = {
+        "proposed": 0,
+        "kept": 0,
+        "held": 0,
+        "revived": 0,
+        "superseded": 0,
+        "expired": 0,
+        "merged": 0,
+    }
     as_of = snap.as_of.to_pydatetime()
+    recent = as_of - hold_off()
     open_changes = {
         (r.kind, r.target): r.change
         for r in Recommendation.objects.filter(cluster=cluster, state__in=OPEN_STATES).only(
@@ -61,11 +80,13 @@ def record_recommendations(
             return "rejected recently: not proposed again"
         return None
 
-    run = recommend(snap, diagnosis, skip_impact=keep_impact)
+    run = recommend(snap, diagnosis, recommend_settings, skip_impact=keep_impact)
+    proposals = one_per_target(run.recommendations)
+    stats["merged"] = len(run.recommendations) - len(proposals)
     stats["generators_s"] = round(run.seconds.get("generators", 0.0), 3)
     stats["impact_s"] = round(run.seconds.get("impact", 0.0), 3)
     stats["errors"] = [e.as_dict() for e in run.errors]
-    proposed_keys = {(r.kind, r.target) for r in run.recommendations}
+    proposed_keys = {(r.kind, r.target) for r in proposals}
     with transaction.atomic():  # the replays ran before: no row is locked while they run
         stats["lapsed"] = lapse_approvals(cluster)
         stats.update(verify_applied(cluster, snap, diagnosis, accounting))
@@ -75,9 +96,10 @@ def record_recommendations(
                 cluster=cluster, state__in=OPEN_STATES
             )
         }
+        superseded = revivable(cluster, recent)
         keys = {
             Finding.fingerprint_of(cluster.pk, rule, subject)
-            for r in run.recommendations
+            for r in proposals
             for rule, subject in r.finding_keys()
         }
         findings = {
@@ -85,12 +107,13 @@ def record_recommendations(
             for f in Finding.objects.filter(cluster=cluster, fingerprint__in=keys)
         }
         stats["quiet"] = 0
-        for proposal in run.recommendations:
+        for proposal in proposals:
             fields = proposal.stored_fields()
-            if (proposal.kind, proposal.target, change_key(fields["change"])) in rejected:
+            key = (proposal.kind, proposal.target)
+            if (*key, change_key(fields["change"])) in rejected:
                 stats["quiet"] += 1  # someone said no to exactly this change lately
                 continue
-            old = existing.get((proposal.kind, proposal.target))
+            old = existing.get(key)
             if old is not None and (old.state == State.APPLYING or old.rollback_of_id):
                 stats["kept"] += 1
                 continue
@@ -99,31 +122,85 @@ def record_recommendations(
                 save_fields(old, "last_proposed_as_of")
                 stats["kept"] += 1
                 continue
+            if old is not None and is_held(old, recent):
+                stats["held"] += 1  # a person asked for it: a wobble does not replace it
+                continue
             if old is not None:  # leaves the open states first: one open per target
                 old.state = State.SUPERSEDED
                 save_fields(old, "state")
                 stats["superseded"] += 1
-            new = Recommendation.objects.create(
-                cluster=cluster,
-                state=State.PROPOSED,
-                proposed_as_of=as_of,
-                last_proposed_as_of=as_of,
-                **fields,
-            )
+            new = superseded.pop((*key, change_key(fields["change"])), None)
+            if new is not None:
+                revive(new, as_of)
+                stats["revived"] += 1
+            else:
+                new = Recommendation.objects.create(
+                    cluster=cluster,
+                    state=State.PROPOSED,
+                    proposed_as_of=as_of,
+                    last_proposed_as_of=as_of,
+                    **fields,
+                )
+                new.motivating_findings.set(
+                    [findings[k] for k in proposal.finding_keys() if k in findings]
+                )
+                stats["proposed"] += 1
+            existing[key] = new
             if old is not None:
                 old.status_message = f"superseded by #{new.pk}: {describe_change(fields['change'])}"
                 save_fields(old, "status_message")
-            new.motivating_findings.set(
-                [findings[k] for k in proposal.finding_keys() if k in findings]
-            )
-            stats["proposed"] += 1
-        stats["expired"] = expire_resolved(cluster, proposed_keys, snap)
+        stats["expired"] = expire_resolved(cluster, proposed_keys, snap, recent)
     stats["seconds"] = round(time.perf_counter() - started, 3)
     return stats
 
 
-def change_key(change: Mapping[str, Any]) -> str:
-    return json.dumps(change, sort_keys=True, default=str)
+def hold_off() -> timedelta:
+    """How long (snapshot time) a recommendation outlives a cycle that did not propose it."""
+    return timedelta(seconds=settings.GPUOBS_RECOMMENDATION_HOLD_OFF_SECONDS)
+
+
+def proposed_since(rec: Recommendation, since: datetime) -> bool:
+    """Whether a cycle proposed ``rec`` at or after ``since`` (snapshot time)."""
+    last = rec.last_proposed_as_of or rec.proposed_as_of
+    return last is not None and last >= since
+
+
+def is_held(rec: Recommendation, since: datetime) -> bool:
+    """An open change someone requested or approved, proposed at or after ``since``: a
+    different change the cycle computes now does not replace it (its cause is still there)."""
+    asked = rec.requested_by_id is not None or rec.state == State.APPROVED
+    return asked and proposed_since(rec, since)
+
+
+def revivable(cluster: Cluster, since: datetime) -> dict[tuple[str, str, str], Recommendation]:
+    """Proposals the cycle superseded at or after ``since``, by ``(kind, target, change)``: the
+    same change proposed again takes its old id back (one recommendation per change)."""
+    rows = Recommendation.objects.select_for_update().filter(
+        cluster=cluster,
+        state=State.SUPERSEDED,
+        rollback_of__isnull=True,
+        last_proposed_as_of__gte=since,
+    )
+    return {(r.kind, r.target, change_key(r.change)): r for r in rows.order_by("id")}
+
+
+def revive(rec: Recommendation, as_of: datetime) -> None:
+    """A superseded proposal back to ``proposed`` (its request kept; an approval is not)."""
+    rec.state = State.PROPOSED
+    rec.approved_by = None
+    rec.approved_at = None
+    rec.expires_at = None
+    rec.last_proposed_as_of = as_of
+    rec.status_message = "proposed again"
+    save_fields(
+        rec,
+        "state",
+        "approved_by",
+        "approved_at",
+        "expires_at",
+        "last_proposed_as_of",
+        "status_message",
+    )
 
 
 def recently_rejected(cluster: Cluster) -> set[tuple[str, str, str]]:
@@ -158,11 +235,15 @@ def lapse_approvals(cluster: Cluster) -> int:
 
 
 def expire_resolved(
-    cluster: Cluster, proposed_keys: set[tuple[str, str]], snap: snapshot_format.ClusterSnapshot
+    cluster: Cluster,
+    proposed_keys: set[tuple[str, str]],
+    snap: snapshot_format.ClusterSnapshot,
+    since: datetime,
 ) -> int:
     """Expire proposals the cycle no longer makes: a drain once the node is drained or down (an
     Xid leaves the rule's window long before the GPU is fixed, so its finding resolving says
-    nothing); any other once all its motivating findings have resolved."""
+    nothing); any other once all its motivating findings have resolved and no cycle proposed it
+    at or after ``since`` (the hold-off: a flapping finding keeps its recommendation)."""
     stale = Recommendation.objects.select_for_update().filter(
         cluster=cluster, state=State.PROPOSED, rollback_of__isnull=True
     )
@@ -177,6 +258,8 @@ def expire_resolved(
             if state in ("drained", "down"):
                 expire(rec, SYSTEM_CYCLE, f"node {node} is {state} already")
                 expired += 1
+            continue
+        if proposed_since(rec, since):
             continue
         if rec.motivating_findings.exclude(state=FindingState.RESOLVED).exists():
             continue
