@@ -83,6 +83,7 @@ class RecommendationKind(models.TextChoices):
     PLACEMENT_POLICY = "placement-policy", "Placement policy"
     QUEUE_WEIGHT = "queue-weight", "Queue weight"
     DRAIN_NODE = "drain-node", "Drain node"
+    GANG_RELEASE = "gang-release", "Gang release"
     ADVISORY = "advisory", "Advisory"
 
 
@@ -92,6 +93,7 @@ class RecommendationState(models.TextChoices):
     APPLYING = "applying", "Applying"
     APPLIED = "applied", "Applied"
     VERIFIED = "verified", "Verified"
+    REGRESSED = "regressed", "Regressed"
     ROLLED_BACK = "rolled-back", "Rolled back"
     FAILED = "failed", "Failed"
     REJECTED = "rejected", "Rejected"
