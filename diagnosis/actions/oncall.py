@@ -6,7 +6,10 @@ confirms it.
 
 An ``xid`` incident stays open while its GPU is unhealthy, its node cordoned, drained or down, or
 nobody has acknowledged it; gpuobs resolves it only once the GPU has been healthy (and its node
-ready) for ``GPUOBS_INCIDENT_HEALTHY_SECONDS``. An Alertmanager incident follows its alert (see
+ready) for the ``xid`` rule's ``healthy_s`` (per cluster): on the cycle its ``xid`` finding
+resolves (the rule keeps it firing while the GPU is not healthy, then ``healthy_s`` more), or,
+where that finding is held for want of metrics, once healthy for ``healthy_s`` by the
+incident's own clock. An Alertmanager incident follows its alert (see
 :mod:`diagnosis.actions.incidents`). People acknowledge, note, drain and resolve either kind.
 """
 
@@ -17,12 +20,12 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
 from diagnosis import roles
+from diagnosis.actions.findings import cluster_overrides
 from diagnosis.actions.workflow import (
     APPLIED_STATES,
     WorkflowDenied,
@@ -32,7 +35,8 @@ from diagnosis.actions.workflow import (
 from diagnosis.choices import IncidentState
 from diagnosis.core import xid_catalog
 from diagnosis.core.incident_hits import HIT_WINDOW, hit_jobs_from_history
-from diagnosis.core.vocabulary import parse_time
+from diagnosis.core.rules.registry import all_rules
+from diagnosis.core.vocabulary import UNAVAILABLE_NODE_STATES, parse_time
 from diagnosis.models import (
     AuditEntry,
     Cluster,
@@ -48,12 +52,16 @@ State = IncidentState
 
 SOURCE_XID = "rule:xid"
 SYSTEM_CYCLE = "system:cycle"
-NOT_HEALTHY_NODE_STATES = ("cordoned", "drained", "down")
+NOT_HEALTHY_NODE_STATES = UNAVAILABLE_NODE_STATES  # the xid rule's test too
 UNRESOLVED = (State.OPEN, State.ACKNOWLEDGED, State.MITIGATING)
 
 
-def healthy_period() -> timedelta:
-    return timedelta(seconds=settings.GPUOBS_INCIDENT_HEALTHY_SECONDS)
+def healthy_period(cluster: Cluster) -> timedelta:
+    """The ``xid`` rule's ``healthy_s`` for the cluster: how long a GPU must be healthy before
+    its Xid finding and its incident resolve."""
+    rule = all_rules()["xid"]
+    thresholds = rule.resolve(cluster_overrides(cluster).get(rule.id))
+    return timedelta(seconds=rule.keep_firing_for(thresholds))
 
 
 # -- history -------------------------------------------------------------------------------------
@@ -423,7 +431,7 @@ def _follow(incident: Incident, document: Mapping[str, Any], as_of: datetime, st
         incident.source == SOURCE_XID
         and incident.state in (State.ACKNOWLEDGED, State.MITIGATING)
         and incident.healthy_since is not None
-        and as_of - incident.healthy_since >= healthy_period()
+        and _healthy_long_enough(incident, as_of)
     ):
         before = incident.state
         _resolve(
@@ -439,6 +447,15 @@ def _follow(incident: Incident, document: Mapping[str, Any], as_of: datetime, st
             text=f"healthy since {incident.healthy_since:%Y-%m-%d %H:%M} UTC",
         )
         stats["resolved"] += 1
+
+
+def _healthy_long_enough(incident: Incident, as_of: datetime) -> bool:
+    """The GPU has been healthy for the healthy period: its ``xid`` finding resolved (the rule
+    kept it firing while the GPU was not healthy and let it go ``healthy_s`` later), or -- a
+    finding held because the GPU sends no metrics -- the incident saw it healthy that long."""
+    if Finding.objects.filter(pk=incident.finding_id, state="resolved").exists():
+        return True
+    return as_of - incident.healthy_since >= healthy_period(incident.cluster)
 
 
 def _note_drain(incident: Incident, details: dict[str, Any]) -> None:

@@ -98,11 +98,15 @@ class Judgement:
     """What one rule said of one snapshot: its findings and what it could not judge.
 
     ``not_judged`` maps a reason (e.g. ``"no MFU or tensor activity"``) to the number of
-    subjects it could not judge for that reason.
+    subjects it could not judge for that reason. ``sustained`` names subjects the rule does not
+    report now but whose finding, if one is firing (or pending), is to keep going as if reported:
+    the fault is over but its harm is not (an Xid out of the window on a GPU still unhealthy).
+    A sustained subject never opens a finding.
     """
 
     findings: tuple[Finding, ...] = ()
     not_judged: Mapping[str, int] = field(default_factory=dict)
+    sustained: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,14 @@ class Rule:
     # The verdict rests on the GPUs' metrics (util, memory, tensor activity, Xids): when the
     # metrics cover too few GPUs or are too old, the rule is "not judged", never "healthy".
     reads_gpu_metrics: bool = False
+    # The threshold (seconds) that overrides ``keep_firing_for_s`` per cluster, if any.
+    keep_firing_threshold: str | None = None
+
+    def keep_firing_for(self, thresholds: Mapping[str, Any]) -> float:
+        """How long a finding of this rule keeps firing unreported, with these thresholds."""
+        if self.keep_firing_threshold is not None and self.keep_firing_threshold in thresholds:
+            return float(thresholds[self.keep_firing_threshold])
+        return float(self.keep_firing_for_s)
 
     def defaults(self) -> dict[str, float | int]:
         return {t.name: t.default for t in self.thresholds}

@@ -31,6 +31,8 @@ class Diagnosis:
     not_judged: Mapping[str, Mapping[str, int]]
     seconds: Mapping[str, float] = field(default_factory=dict)
     facts: SnapshotFacts | None = None
+    # rule id -> subjects whose firing findings keep going unreported (Judgement.sustained)
+    sustained: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def by_rule(self, rule_id: str) -> list[Finding]:
         return [f for f in self.findings if f.rule == rule_id]
@@ -64,6 +66,7 @@ def run_rules(
     errors: list[RuleFailure] = []
     not_judged: dict[str, dict[str, int]] = {}
     seconds: dict[str, float] = {}
+    sustained: dict[str, frozenset[str]] = {}
     for rule_id, rule in registry.items():
         if selected is not None and rule_id not in selected:
             continue
@@ -79,6 +82,8 @@ def run_rules(
             findings.extend(judgement.findings)
             if judgement.not_judged:
                 not_judged[rule_id] = {k: int(v) for k, v in judgement.not_judged.items() if v}
+            if judgement.sustained:
+                sustained[rule_id] = frozenset(judgement.sustained)
         seconds[rule_id] = time.perf_counter() - started
     findings.sort(key=lambda f: (SEVERITIES.index(f.severity), f.rule, f.subject))
     return Diagnosis(
@@ -88,4 +93,5 @@ def run_rules(
         not_judged={k: v for k, v in not_judged.items() if v},
         seconds=seconds,
         facts=facts,
+        sustained=sustained,
     )

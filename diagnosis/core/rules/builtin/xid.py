@@ -8,10 +8,19 @@ from typing import Any
 import pandas as pd
 
 from diagnosis.core import xid_catalog
-from diagnosis.core.rules.base import Judgement, Rule, RuleDoc
+from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.rules.running_jobs import text
 from diagnosis.core.snapshot import ClusterSnapshot, format_time
+from diagnosis.core.vocabulary import UNAVAILABLE_NODE_STATES
+
+HEALTHY_S = Threshold(
+    "healthy_s",
+    1800,
+    "how long a GPU must have been healthy (health ok, node ready, no Xid reported) before its "
+    "Xid finding -- and on-call's incident -- resolves",
+    unit="s",
+)
 
 
 def evaluate(
@@ -19,8 +28,12 @@ def evaluate(
 ) -> Judgement:
     xids = snapshot.xids
     in_window = xids[(xids["time"] >= snapshot.window_start) & (xids["time"] <= snapshot.as_of)]
+    sustained = _not_healthy(snapshot, facts) - {
+        f"gpu:{node}/{int(index)}"
+        for node, index in zip(in_window["node"], in_window["index"], strict=True)
+    }
     if in_window.empty:
-        return Judgement()
+        return Judgement(sustained=sustained)
 
     per_code = (
         in_window.groupby(["node", "index", "code"], sort=True)["time"]
@@ -110,7 +123,22 @@ def evaluate(
                 severity="critical" if critical else "warning",
             )
         )
-    return Judgement(tuple(findings))
+    return Judgement(tuple(findings), sustained=sustained)
+
+
+def _not_healthy(snapshot: ClusterSnapshot, facts: SnapshotFacts) -> frozenset[str]:
+    """Subjects of the GPUs that are not healthy now: GPU health not ``ok``, node cordoned,
+    drained or down, or an Xid still reported (before the window). Their findings keep firing
+    (:attr:`Judgement.sustained`), so an Xid finding lasts while its GPU is out of service and
+    resolves ``healthy_s`` after it is healthy again -- the same test and period as on-call's
+    incident (diagnosis/actions/oncall.py)."""
+    state = facts.gpu_state
+    bad = (state["health"] != "ok").to_numpy() | state["node_state"].isin(
+        UNAVAILABLE_NODE_STATES
+    ).to_numpy()
+    keys = set(zip(state["node"][bad], state["index"][bad], strict=True))
+    keys |= set(zip(snapshot.xids["node"], snapshot.xids["index"], strict=True))
+    return frozenset(f"gpu:{node}/{int(index)}" for node, index in keys)
 
 
 # Which code's action leads when a GPU reported several: the most disruptive first.
@@ -156,7 +184,7 @@ RULE = Rule(
     title="GPU reported an Xid error",
     severity="warning",
     subject_kind="gpu:",
-    thresholds=(),
+    thresholds=(HEALTHY_S,),
     doc=RuleDoc(
         detects=(
             "A GPU that reported at least one Xid error with a time in the window "
@@ -164,7 +192,12 @@ RULE = Rule(
             "One finding per GPU, listing every code seen. Severity is critical when any of "
             "the codes is critical in gpuobs's Xid catalog (NVIDIA's recommended action needs "
             "a GPU reset, a node reboot or service, e.g. 48, 62, 64, 74, 79, 95, 119, 120), "
-            "warning otherwise (e.g. the application-level 13, 31, 43)."
+            "warning otherwise (e.g. the application-level 13, 31, 43). The finding keeps "
+            "firing after the Xid leaves the window while the GPU is not healthy -- its "
+            "`health` not `ok` (the device plugin, DRA device taints, NVSentinel's node "
+            "conditions), its node cordoned, drained or down, or an older Xid still reported "
+            "-- and resolves only once it has been healthy for `healthy_s`, the period after "
+            "which on-call's incident resolves too."
         ),
         why=(
             "Xids are the NVIDIA driver's error reports. Critical ones mean the GPU is, or "
@@ -197,6 +230,7 @@ RULE = Rule(
     ),
     evaluate=evaluate,
     for_s=0,
-    keep_firing_for_s=0,
+    keep_firing_for_s=HEALTHY_S.default,
+    keep_firing_threshold=HEALTHY_S.name,
     reads_gpu_metrics=True,
 )
