@@ -8,6 +8,7 @@ tasks read them or call an action.
 
 from diagnosis.models.cycles import ClusterCycle, Snapshot, SnapshotDocumentError
 from diagnosis.models.findings import Finding, FindingEvent, RuleOverride
+from diagnosis.models.impact import ReplayOutcome
 from diagnosis.models.incidents import Incident, IncidentEvent
 from diagnosis.models.inventory import (
     Cluster,
@@ -59,6 +60,7 @@ __all__ = [
     "Recommendation",
     "ReportFrequency",
     "ReportSubscription",
+    "ReplayOutcome",
     "RollupFigures",
     "RuleOverride",
     "SchedulerEvent",

@@ -11,10 +11,18 @@ from diagnosis.models.inventory import Cluster, Tenant
 class RollupFigures(models.Model):
     """GPU-seconds of one scope over the interval one diagnosis cycle stands for (the time since
     the previous good cycle's snapshot, at most the snapshot's window). Reports over any period
-    sum these; they never read raw metrics. Columns: ``diagnosis.core.fairness.HeldFigures``."""
+    sum these; they never read raw metrics. Columns: ``diagnosis.core.fairness.HeldFigures``.
+    Retention (``diagnosis.actions.retention``) merges old rows into one per scope and hour."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
-    cycle = models.ForeignKey(ClusterCycle, on_delete=models.CASCADE, related_name="+")
+    cycle = models.ForeignKey(
+        ClusterCycle,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Empty once downsampled to an hour or once its cycle was pruned (retention).",
+    )
     as_of = models.DateTimeField()
     interval_s = models.FloatField()
     allocated_gpu_s = models.FloatField(default=0)
@@ -23,6 +31,7 @@ class RollupFigures(models.Model):
     util_known_gpu_s = models.FloatField(default=0)
     unavailable_gpu_s = models.FloatField(default=0)
     partial_gang_gpu_s = models.FloatField(default=0)
+    hung_gpu_s = models.FloatField(default=0, help_text="held by a hung collective")
     idle_gpu_s = models.FloatField(default=0)
     data_starved_gpu_s = models.FloatField(default=0)
     busy_gpu_s = models.FloatField(default=0)
