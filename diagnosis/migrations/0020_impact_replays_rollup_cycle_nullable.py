@@ -15,7 +15,9 @@ class Migration(migrations.Migration):
             name="cycle",
             field=models.ForeignKey(
                 blank=True,
-                help_text="Empty once downsampled to an hour or once its cycle was pruned (retention).",
+                help_text=(
+                    "Empty once downsampled to an hour or once its cycle was pruned (retention)."
+                ),
                 null=True,
                 on_delete=django.db.models.deletion.SET_NULL,
                 related_name="+",
@@ -27,7 +29,9 @@ class Migration(migrations.Migration):
             name="cycle",
             field=models.ForeignKey(
                 blank=True,
-                help_text="Empty once downsampled to an hour or once its cycle was pruned (retention).",
+                help_text=(
+                    "Empty once downsampled to an hour or once its cycle was pruned (retention)."
+                ),
                 null=True,
                 on_delete=django.db.models.deletion.SET_NULL,
                 related_name="+",
