@@ -92,6 +92,7 @@ class PlotlyJsFinder(BaseFinder):
 BUCKET_LABELS: dict[str, str] = {
     "unavailable": "Unavailable",
     "held-by-partial-gang": "Held by partial gang",
+    "allocated-hung": "Allocated, hung",
     "allocated-idle": "Allocated, idle",
     "allocated-data-starved": "Allocated, data-starved",
     "allocated-busy": "Allocated, busy",
@@ -102,6 +103,7 @@ BUCKET_LABELS: dict[str, str] = {
 BUCKET_HELP: dict[str, str] = {
     "unavailable": "node not ready or GPU unhealthy",
     "held-by-partial-gang": "held by a gang job still waiting for the rest of its pods",
+    "allocated-hung": "held by a job whose GPUs spin without computing (hung-collective)",
     "allocated-idle": "held by a job whose GPUs are under 5% busy",
     "allocated-data-starved": "held by a job whose GPUs wait for input (data-starvation)",
     "allocated-busy": "held by a job doing work",

@@ -4,6 +4,8 @@ Every GPU lands in exactly one bucket, checked in this order:
 
 ``unavailable``             its node is not ``ready`` or the GPU is ``unhealthy`` (held or not)
 ``held-by-partial-gang``    held by a pending gang with ``0 < bound pods < min_member``
+``allocated-hung``          held by a job with a ``hung-collective`` finding (util reads busy,
+                            nothing computes: a hung NCCL collective)
 ``allocated-idle``          held by a job whose GPUs' mean ``util.mean`` < 0.05 (up to float
                             rounding; however long it has run)
 ``allocated-data-starved``  held by a job with a ``data-starvation`` finding
@@ -67,6 +69,7 @@ if TYPE_CHECKING:
 BUCKETS: tuple[str, ...] = (
     "unavailable",
     "held-by-partial-gang",
+    "allocated-hung",
     "allocated-idle",
     "allocated-data-starved",
     "allocated-busy",
@@ -85,7 +88,8 @@ NO_TENANT = "(no tenant)"
 BUCKET_RULES: dict[str, tuple[str, ...]] = {
     "unavailable": ("xid",),
     "held-by-partial-gang": ("gang-deadlock", "gang-partial-hold"),
-    "allocated-idle": ("idle-allocation",),
+    "allocated-hung": ("hung-collective",),
+    "allocated-idle": ("idle-allocation", "idle-held"),
     "allocated-data-starved": ("data-starvation",),
     "allocated-busy": ("low-mfu", "topology-misplacement"),
     "free-fragmented": ("fragmentation",),
@@ -96,6 +100,7 @@ BUCKET_RULES: dict[str, tuple[str, ...]] = {
 (
     _UNAVAILABLE,
     _PARTIAL,
+    _HUNG,
     _IDLE,
     _STARVED,
     _BUSY,
@@ -293,14 +298,14 @@ def _gpu_buckets(
     held = holder.notna().to_numpy()
     usable = state["usable"].to_numpy(dtype=bool)
     job_util = holder.map(facts.job_gpu_stats["util_mean"]).to_numpy(dtype=float)
-    starved = sorted(
-        {f.subject[4:] for f in findings if f.rule == "data-starvation" and f.subject[4:]}
-    )
+    starved = _finding_jobs(findings, "data-starvation")
+    hung = _finding_jobs(findings, "hung-collective")
 
     bucket = np.full(len(state), _NO_DEMAND, dtype=np.int64)
     bucket[held] = _BUSY
     bucket[held & holder.isin(starved).to_numpy()] = _STARVED
     bucket[held & (job_util < IDLE_UTIL - EPS)] = _IDLE
+    bucket[held & holder.isin(hung).to_numpy()] = _HUNG
     bucket[held & holder.isin(facts.partial_gangs.index).to_numpy()] = _PARTIAL
     bucket[~usable] = _UNAVAILABLE
 
@@ -308,6 +313,11 @@ def _gpu_buckets(
     if free.any():
         bucket[free] = _free_buckets(snapshot, facts, state[free])
     return bucket
+
+
+def _finding_jobs(findings: tuple[Finding, ...], rule: str) -> list[str]:
+    """The jobs that ``rule``'s ``job:`` findings name."""
+    return sorted({f.subject[4:] for f in findings if f.rule == rule and f.subject[4:]})
 
 
 def _free_buckets(snapshot: ClusterSnapshot, facts: SnapshotFacts, free: pd.DataFrame):

@@ -273,6 +273,7 @@ class HeldFigures:
     util_known_gpu_s: float = 0.0  # GPUs with a util reading × seconds
     unavailable_gpu_s: float = 0.0
     partial_gang_gpu_s: float = 0.0
+    hung_gpu_s: float = 0.0
     idle_gpu_s: float = 0.0
     data_starved_gpu_s: float = 0.0
     busy_gpu_s: float = 0.0
@@ -316,6 +317,7 @@ class CycleRollup:
 BUCKET_COLUMNS: dict[str, str] = {
     "unavailable": "unavailable_gpu_s",
     "held-by-partial-gang": "partial_gang_gpu_s",
+    "allocated-hung": "hung_gpu_s",
     "allocated-idle": "idle_gpu_s",
     "allocated-data-starved": "data_starved_gpu_s",
     "allocated-busy": "busy_gpu_s",
@@ -489,6 +491,7 @@ CLUSTER_SUMS: tuple[str, ...] = (
 TENANT_BUCKETS: tuple[str, ...] = (
     "unavailable",
     "held-by-partial-gang",
+    "allocated-hung",
     "allocated-idle",
     "allocated-data-starved",
     "allocated-busy",

@@ -34,6 +34,7 @@ PALETTE = (
 BUCKET_COLOURS = {
     "unavailable": "#9aa4b2",
     "held-by-partial-gang": "#d08c2e",
+    "allocated-hung": "#7b241c",
     "allocated-idle": "#c0392b",
     "allocated-data-starved": "#8e44ad",
     "allocated-busy": ACCENT,

@@ -53,6 +53,7 @@ TENANTS_PER_BAR_CHART = 25
 BUCKET_COLOURS = {
     "unavailable": colors.HexColor("#9aa4b2"),
     "held-by-partial-gang": colors.HexColor("#d08c2e"),
+    "allocated-hung": colors.HexColor("#7b241c"),
     "allocated-idle": colors.HexColor("#c0392b"),
     "allocated-data-starved": colors.HexColor("#8e44ad"),
     "allocated-busy": colors.HexColor(ACCENT),

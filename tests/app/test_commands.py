@@ -30,7 +30,7 @@ def bad_snapshot(tmp_path):
 @pytest.fixture
 def busy_snapshot(tmp_path):
     builder = SnapshotBuilder(cluster="lab").pool("a100", nodes=2)
-    builder.job("idle", node="a100-000", waited="3h", util=0.0, fb_used_frac=0.3)
+    builder.job("idle", node="a100-000", waited="3h", util=0.0, fb_used_frac=0.05)
     builder.job("big", state="pending", pods=2, gpus_per_pod=8, waited="6h")
     path = tmp_path / "busy.json"
     path.write_text(json.dumps(builder.document()))

@@ -20,7 +20,7 @@ def idle_cluster(minutes_later: float = 0, *, idle: bool = True):
     """One running job on 8 GPUs: idle (util 0.01) or busy (0.9), as of AS_OF + minutes."""
     builder = SnapshotBuilder(as_of=AS_OF + timedelta(minutes=minutes_later))
     builder.pool("a100", nodes=1)
-    builder.job("j1", node="a100-000", waited="3h", util=0.01 if idle else 0.9, fb_used_frac=0.5)
+    builder.job("j1", node="a100-000", waited="3h", util=0.01 if idle else 0.9, fb_used_frac=0.05)
     return builder.build()
 
 

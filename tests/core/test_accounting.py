@@ -27,6 +27,7 @@ def test_bucket_names_and_order_are_the_designs():
     assert BUCKETS == (
         "unavailable",
         "held-by-partial-gang",
+        "allocated-hung",
         "allocated-idle",
         "allocated-data-starved",
         "allocated-busy",

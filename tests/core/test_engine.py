@@ -15,7 +15,7 @@ from tests.support.builders import BUILTIN_RULE_IDS, SnapshotBuilder
 
 def idle_snapshot():
     builder = SnapshotBuilder().pool("a100", nodes=1)
-    builder.job("j1", node="a100-000", waited="3h", util=0.0, fb_used_frac=0.4)
+    builder.job("j1", node="a100-000", waited="3h", util=0.0, fb_used_frac=0.05)
     builder.gpu("a100-000", 0, xid=[(79, "1m")])
     return builder.build()
 

@@ -168,4 +168,15 @@ def test_an_unknown_or_unloadable_integration_is_a_permanent_error() -> None:
 
 def test_the_rules_that_read_gpu_metrics_say_so() -> None:
     reading = {rule_id for rule_id, rule in all_rules().items() if rule.reads_gpu_metrics}
-    assert reading == {"idle-allocation", "data-starvation", "low-mfu", "xid"}
+    assert reading == {
+        "idle-allocation",
+        "data-starvation",
+        "low-mfu",
+        "xid",
+        "hung-collective",
+        "idle-held",
+        "thermal-throttling",
+        "power-throttling",
+        "ecc-row-remap",
+        "idle-quota",
+    }

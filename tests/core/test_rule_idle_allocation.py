@@ -24,7 +24,7 @@ def one_job(util=0.01, ran="2h", **job_fields):
     return (
         SnapshotBuilder()
         .pool("a100", nodes=2)
-        .job("j1", node="a100-000", ran=ran, util=util, fb_used_frac=0.3, **job_fields)
+        .job("j1", node="a100-000", ran=ran, util=util, fb_used_frac=0.05, **job_fields)
     )
 
 
@@ -36,10 +36,10 @@ def test_idle_job_is_reported_with_per_gpu_evidence():
     assert finding.severity == "warning"
     evidence = finding.evidence
     assert evidence["util_mean"] == pytest.approx(0.01)
-    assert evidence["fb_used_frac_mean"] == pytest.approx(0.3)
+    assert evidence["fb_used_frac_mean"] == pytest.approx(0.05)
     assert evidence["gpus"] == 8
     assert evidence["runtime_s"] == 7200
-    assert evidence["per_gpu"][0] == {"gpu": "a100-000/0", "util": 0.01, "fb_used_frac": 0.3}
+    assert evidence["per_gpu"][0] == {"gpu": "a100-000/0", "util": 0.01, "fb_used_frac": 0.05}
     assert len(evidence["per_gpu"]) == 8
     assert "1.0%" in finding.summary
 
@@ -186,3 +186,17 @@ def test_job_without_tenant_or_kind_stays_plain_json():
     assert finding.evidence["tenant"] is None
     assert finding.evidence["kind"] is None
     assert "no tenant" in finding.summary
+
+
+@pytest.mark.parametrize(("fb", "fires"), [(0.0999, True), (0.10, False), (None, True)])
+def test_an_idle_job_holding_memory_is_left_to_idle_held(fb, fires):
+    """At held_fb [0.10] of memory idle-held takes the job over (one idle job, one finding);
+    a job without a framebuffer reading stays here."""
+    metrics = {} if fb is None else {"fb_used_frac": fb}
+    snap = (
+        SnapshotBuilder()
+        .pool("a100", nodes=1)
+        .job("j1", node="a100-000", ran="2h", util=0.01, **metrics)
+        .build()
+    )
+    assert bool(judge(snap).findings) is fires

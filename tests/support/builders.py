@@ -34,9 +34,18 @@ BUILTIN_RULE_IDS = (
     "low-mfu",
     "topology-misplacement",
     "xid",
+    "hung-collective",
+    "idle-held",
+    "thermal-throttling",
+    "power-throttling",
+    "ecc-row-remap",
+    "idle-quota",
+    "preemption-thrash",
 )
 
 AS_OF = datetime(2026, 11, 29, 8, 0, 0, tzinfo=UTC)
+# Metrics whose one statistic is ``max`` (the rest take ``mean`` unless said otherwise).
+_MAX_STAT_METRICS = frozenset({"temp_c", "power_limit_w", "max_sm_clock_mhz"})
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -140,7 +149,10 @@ class SnapshotBuilder:
     def gpu(self, node: str, index: int, **metrics: Any) -> SnapshotBuilder:
         """Set metrics of one GPU: ``util=0.9`` (mean, and p10/p90 equal to it unless given as
         ``util_p10``/``util_p90``), ``tensor_active=0.4``, ``fb_used_frac=0.7``, ``health=...``,
-        ``xid=[(79, "5m")]`` (code, how long before as_of)."""
+        ``xid=[(79, "5m")]`` (code, how long before as_of); the hardware-health fields
+        ``power_w=250``, ``dram_active=0.01``, ``power_limit_w=400`` and ``max_sm_clock_mhz=1410``
+        (as ``max``), ``sm_clock_mhz=1100``, ``throttle_thermal=0.3`` / ``throttle_power=0.3``
+        (as ``frac``), ``row_remap={"pending": 1, "failure": 0, "uncorrectable": 2}``."""
         entry = self._gpu_entries.get((node, index))
         if entry is None:
             entry = {"node": node, "index": index}
@@ -162,8 +174,12 @@ class SnapshotBuilder:
                 stats["mean"] = value
                 stats.setdefault("p10", value)
                 stats.setdefault("p90", value)
-            elif key == "temp_c":
-                entry["temp_c"] = {"max": value}
+            elif key in _MAX_STAT_METRICS:
+                entry[key] = {"max": value}
+            elif key in ("throttle_thermal", "throttle_power"):
+                entry[key] = {"frac": value}
+            elif key == "row_remap":
+                entry["row_remap"] = dict(value)
             else:
                 entry[key] = {"mean": value}
 

@@ -47,7 +47,7 @@ def two_tenant_snapshot(as_of: datetime, *, with_b1: bool = True, idle: bool = F
         builder.job("alpha-idle", tenant="alpha", gpus_per_pod=4, node="a100-002", ran="2h")
         builder.job("bravo-idle", tenant="bravo", gpus_per_pod=4, node="a100-002", ran="2h")
         for index in range(8):
-            builder.gpu("a100-002", index, util=0.01, fb_used_frac=0.2)
+            builder.gpu("a100-002", index, util=0.01, fb_used_frac=0.05)
     return builder.build()
 
 

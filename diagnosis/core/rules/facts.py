@@ -37,6 +37,45 @@ PEAK_BF16_TFLOPS: dict[str, float] = {
 }
 
 
+# Thermal design power (the default board power limit) per GPU, watts, matched like the peak
+# table on the model name with hyphens read as spaces (longest key first). A GPU's own
+# ``power_limit_w.max`` (DCGM_FI_DEV_POWER_MGMT_LIMIT) wins over this table where reported.
+TDP_WATTS: dict[str, float] = {
+    "H100 PCIE": 350.0,
+    "H100 NVL": 400.0,
+    "H100": 700.0,
+    "H200 NVL": 600.0,
+    "H200": 700.0,
+    "H800": 700.0,
+    "H20": 500.0,
+    "B200": 1000.0,
+    "B100": 700.0,
+    "GB200": 1200.0,
+    "A100 PCIE": 300.0,
+    "A100": 400.0,
+    "A800": 400.0,
+    "A30": 165.0,
+    "A10": 150.0,
+    "L40S": 350.0,
+    "L40": 300.0,
+    "L4": 72.0,
+    "V100": 300.0,
+    "T4": 70.0,
+}
+
+
+def tdp_watts(model: str | None, table: dict[str, float] | None = None) -> float:
+    """Thermal design power of a GPU model such as ``A100-SXM4-80GB``; NaN if unknown."""
+    if not model:
+        return float("nan")
+    table = table or TDP_WATTS
+    name = model.upper().replace("NVIDIA ", "").replace("-", " ").replace("_", " ")
+    for key in sorted(table, key=len, reverse=True):
+        if key.upper() in name:
+            return table[key]
+    return float("nan")
+
+
 def peak_tflops(model: str | None, table: dict[str, float] | None = None) -> float:
     """Peak dense BF16 TFLOP/s for a GPU model name such as ``A100-SXM4-80GB``; NaN if unknown."""
     if not model:
@@ -172,6 +211,18 @@ class SnapshotFacts:
     def pool_capacity(self) -> pd.Series:
         """GPUs per pool (every GPU, usable or not)."""
         return self.snapshot.nodes.groupby("pool")["gpus"].sum()
+
+    @cached_property
+    def power_limit_per_gpu(self) -> pd.Series:
+        """Each GPU's power limit in watts (aligned with ``snapshot.gpus``): its reported
+        ``power_limit_w.max`` where present, else its node model's TDP (:data:`TDP_WATTS`);
+        NaN when neither is known."""
+        snap = self.snapshot
+        models = snap.nodes["gpu_model"]
+        tdp = {model: tdp_watts(model) for model in models.dropna().unique()}
+        by_model = snap.gpus["node"].map(models.map(tdp)).astype("float64")
+        reported = snap.gpus["power_limit_w_max"].astype("float64")
+        return reported.where(reported > 0, by_model)
 
     def peak_tflops_per_node(self, table: dict[str, float] | None = None) -> pd.Series:
         models = self.snapshot.nodes["gpu_model"]

@@ -49,6 +49,11 @@ def below(values: Any, threshold: float) -> Any:
     return values < threshold - EPS
 
 
+def at_most(values: Any, threshold: float) -> Any:
+    """``values <= threshold`` up to :data:`EPS` (NaN is never at most anything)."""
+    return values <= threshold + EPS
+
+
 def running_jobs_with_stats(
     snapshot: ClusterSnapshot,
     facts: SnapshotFacts,

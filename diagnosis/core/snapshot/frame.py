@@ -21,8 +21,19 @@ GPU_METRICS: dict[str, tuple[str, ...]] = {
     "temp_c": ("max",),
     "pcie_rx_Bps": ("mean",),
     "nvlink_Bps": ("mean",),
+    # Optional hardware-health statistics (issue 20; absent: NaN, and the rules reading them
+    # say "not judged"). docs/snapshot.md, "Hidden-waste fields", says where each comes from.
+    "dram_active": ("mean",),
+    "power_limit_w": ("max",),
+    "sm_clock_mhz": ("mean",),
+    "max_sm_clock_mhz": ("max",),
+    "throttle_thermal": ("frac",),
+    "throttle_power": ("frac",),
+    "row_remap": ("pending", "failure", "uncorrectable"),
 }
-FRACTION_METRICS = frozenset({"util", "tensor_active", "fb_used_frac"})
+FRACTION_METRICS = frozenset(
+    {"util", "tensor_active", "fb_used_frac", "dram_active", "throttle_thermal", "throttle_power"}
+)
 
 NODE_COLUMNS = ["pool", "gpu_model", "gpus", "state", "cpu_util"]
 GPU_BASE_COLUMNS = [

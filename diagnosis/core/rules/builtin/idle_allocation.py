@@ -8,8 +8,9 @@ from typing import Any
 import pandas as pd
 
 from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold, evidence_number
+from diagnosis.core.rules.builtin.idle_held import MIN_FB
 from diagnosis.core.rules.facts import SnapshotFacts
-from diagnosis.core.rules.running_jobs import NO_UTIL, below, running_jobs_with_stats
+from diagnosis.core.rules.running_jobs import NO_UTIL, at_least, below, running_jobs_with_stats
 from diagnosis.core.snapshot import GPU_KEY, WHOLE_GPU, ClusterSnapshot
 
 
@@ -21,7 +22,8 @@ def evaluate(
     jobs, not_judged = running_jobs_with_stats(snapshot, facts, min_runtime)
     util = jobs["util_mean"]
     not_judged[NO_UTIL] = int(util.isna().sum())
-    idle = jobs[below(util, max_util)]
+    # Idle with memory held is idle-held's finding, not this rule's (one idle job, one finding).
+    idle = jobs[below(util, max_util) & ~at_least(jobs["fb_used_frac_mean"], thresholds["held_fb"])]
     if idle.empty:
         return Judgement((), not_judged)
 
@@ -138,13 +140,24 @@ RULE = Rule(
             unit="fraction",
             maximum=1.0,
         ),
+        Threshold(
+            "held_fb",
+            MIN_FB,
+            "jobs whose GPUs' mean fb_used_frac.mean is at least this are left to idle-held "
+            "(keep equal to idle-held's min_fb)",
+            unit="fraction",
+            maximum=1.0,
+        ),
     ),
     doc=RuleDoc(
         detects=(
             "A running job started at least `min_runtime` ago whose GPUs' mean utilisation "
             "(the mean over its GPUs of their window `util.mean`) is below `max_util`. GPUs "
             "without a utilisation reading are left out of the mean; a job none of whose GPUs "
-            "has one is not judged (counted under *not judged*), never called idle or healthy."
+            "has one is not judged (counted under *not judged*), never called idle or healthy. "
+            "A job whose GPUs' mean `fb_used_frac.mean` is at least `held_fb` is "
+            "`idle-held`'s finding instead (memory loaded, compute idle: a notebook), so an "
+            "idle job gets one finding; a job without a framebuffer reading stays here."
         ),
         why=(
             "An idle allocation holds GPUs other jobs are waiting for: every hour of it is a "
