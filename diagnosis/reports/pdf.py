@@ -3,14 +3,21 @@ waits by size class, definitions) drawn with ReportLab, in this process.
 
 Why ReportLab (docs/fairness.md): it is a pip package with no browser and nothing downloaded at
 run time, writes vector charts of its own (``reportlab.graphics``) so the PDF needs neither
-matplotlib nor plotly's kaleido + Chromium, embeds the Bitstream Vera font it ships (so any
-machine renders the same file and text extraction works), and lays out tables that repeat their
-header across pages. A 50-tenant report renders in well under a second (bench/reports.py).
+matplotlib nor plotly's kaleido + Chromium, embeds its TrueType font (so any reader shows the
+same file and text extraction works), and lays out tables that repeat their header across pages.
+
+The font (docs/fairness.md, "PDF"): WenQuanYi Micro Hei from the Debian package
+``fonts-wqy-microhei`` (in .ci/run's APT_PACKAGES and the Docker image), embedded as a subset: it
+has CJK, so Chinese tenant names print, and the Greek and math signs of the definitions (Σ, ÷,
+≤). Nothing is downloaded at run time. Where the package is missing, ReportLab's own Bitstream
+Vera is used instead (Latin only: CJK prints as boxes) and a warning says so. A 50-tenant
+report renders in well under a second (bench/reports.py).
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import os
 from collections.abc import Sequence
 from functools import lru_cache
@@ -43,8 +50,13 @@ from diagnosis.core.fairness import SIZE_CLASSES, TENANT_BUCKETS, TenantRow
 from diagnosis.reports.fairness_report import FairnessReportData
 from diagnosis.reports.period import minute_stamp
 
-FONT = "GpuobsVera"
-FONT_BOLD = "GpuobsVera-Bold"
+logger = logging.getLogger(__name__)
+
+FONT = "GpuobsText"
+FONT_BOLD = "GpuobsText-Bold"
+# fonts-wqy-microhei: TrueType outlines (ReportLab embeds no CFF/OpenType-PS font such as Noto CJK)
+CJK_FONT_FILE = "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc"
+CJK_FONT_PACKAGE = "fonts-wqy-microhei"
 PAGE = landscape(A4)
 MARGIN = 14 * mm
 WIDTH = PAGE[0] - 2 * MARGIN
@@ -61,10 +73,23 @@ BUCKET_COLOURS = {
 
 
 @lru_cache(maxsize=1)
-def _register_fonts() -> None:
+def _register_fonts() -> str:
+    """Register the PDF's text font as ``FONT`` and ``FONT_BOLD``; answers the file used. The
+    CJK font has no bold face: headings use the same one, larger."""
+    if os.path.isfile(CJK_FONT_FILE):
+        pdfmetrics.registerFont(TTFont(FONT, CJK_FONT_FILE, subfontIndex=0))
+        pdfmetrics.registerFont(TTFont(FONT_BOLD, CJK_FONT_FILE, subfontIndex=0))
+        return CJK_FONT_FILE
+    logger.warning(
+        "%s not found (apt-get install %s): the fairness PDF falls back to Bitstream Vera, "
+        "which has no CJK glyphs",
+        CJK_FONT_FILE,
+        CJK_FONT_PACKAGE,
+    )
     folder = os.path.join(os.path.dirname(reportlab.__file__), "fonts")
     pdfmetrics.registerFont(TTFont(FONT, os.path.join(folder, "Vera.ttf")))
     pdfmetrics.registerFont(TTFont(FONT_BOLD, os.path.join(folder, "VeraBd.ttf")))
+    return os.path.join(folder, "Vera.ttf")
 
 
 def _styles() -> dict[str, ParagraphStyle]:
