@@ -25,6 +25,7 @@ from redis.exceptions import LockError
 
 from diagnosis.actions.apply import perform_apply, run_dry_run
 from diagnosis.actions.cycles import run_cluster_cycle
+from diagnosis.actions.impact import estimate_recommendation_impact
 from diagnosis.actions.notifications import alertmanager_configured, deliver_to_alertmanager
 from diagnosis.actions.owner_notices import send_owner_notices
 from diagnosis.actions.subscriptions import send_due_report_subscriptions
@@ -216,3 +217,10 @@ def notify_cluster(cluster_id: int) -> dict[str, str]:
     if sent is not None:
         outcome["owner_notices"] = str(sent)
     return outcome
+
+
+@shared_task(name="diagnosis.tasks.estimate_impact")
+def estimate_impact(recommendation_id: int) -> dict:
+    """The impact estimate of one recommendation, on the ``impact`` queue: the cycle stores it
+    pending and sends this after it commits (``diagnosis.actions.impact``)."""
+    return estimate_recommendation_impact(recommendation_id)

@@ -1,8 +1,9 @@
 """The Celery app of gpuobs: configuration from Django settings (``CELERY_*``), queues and routes.
 
 Queues (docs/operations.md): ``collect`` (reading schedulers and metrics), ``diagnose`` (cycles,
-rules, accounting), ``actuate`` (changes to schedulers), and ``celery`` for everything else. A task
-is routed by the start of its function name, so a new task needs no routing entry of its own.
+rules, accounting), ``actuate`` (changes to schedulers), ``impact`` (recommendations' impact
+replays), and ``celery`` for everything else. A task is routed by the start of its function
+name, so a new task needs no routing entry of its own.
 """
 
 import os
@@ -21,8 +22,9 @@ QUEUE_BY_TASK_PREFIX: tuple[tuple[str, str], ...] = (
     ("run_cycle", "diagnose"),  # run_cycles (the beat fan-out) and run_cycle (one cluster)
     ("diagnose_", "diagnose"),
     ("actuate_", "actuate"),
+    ("estimate_", "impact"),  # impact estimates, apart from the cycle (issue #17)
 )
-QUEUES: tuple[str, ...] = (DEFAULT_QUEUE, "collect", "diagnose", "actuate")
+QUEUES: tuple[str, ...] = (DEFAULT_QUEUE, "collect", "diagnose", "actuate", "impact")
 
 
 def queue_for_task(task_name: str) -> str:

@@ -372,6 +372,26 @@ GPUOBS_VERIFY_TOLERANCE_PCT = env_int("GPUOBS_VERIFY_TOLERANCE_PCT", 10)
 # kept (one id) for GPUOBS_RECOMMENDATION_HOLD_OFF_SECONDS of snapshot time before it expires.
 GPUOBS_VERIFY_GOOD_CYCLES = env_int("GPUOBS_VERIFY_GOOD_CYCLES", 3)
 GPUOBS_RECOMMENDATION_HOLD_OFF_SECONDS = env_int("GPUOBS_RECOMMENDATION_HOLD_OFF_SECONDS", 2 * 3600)
+
+# --- impact estimates apart from the cycle (diagnosis/actions/impact.py, docs/operations.md) ---
+# At most GPUOBS_IMPACT_MAX_PER_CYCLE estimates are sent to the ``impact`` queue per cycle (the
+# most GPU-hours at stake first); one sent is not sent again for GPUOBS_IMPACT_REQUEUE_SECONDS.
+# Clusters of GPUOBS_IMPACT_REDUCED_FROM_GPUS GPUs or more are replayed with the reduced model.
+GPUOBS_IMPACT_MAX_PER_CYCLE = env_int("GPUOBS_IMPACT_MAX_PER_CYCLE", 8)
+GPUOBS_IMPACT_REQUEUE_SECONDS = env_int("GPUOBS_IMPACT_REQUEUE_SECONDS", 900)
+GPUOBS_IMPACT_REDUCED_FROM_GPUS = env_int("GPUOBS_IMPACT_REDUCED_FROM_GPUS", 8192)
+
+# --- retention (diagnosis/actions/retention.py, docs/operations.md "Retention") -----------------
+# Days each table keeps its rows (0: forever); rollups older than GPUOBS_ROLLUP_HOURLY_AFTER_DAYS
+# are merged into one row per scope and hour. Beat prunes every GPUOBS_RETENTION_SECONDS, at most
+# GPUOBS_RETENTION_BATCH rows per statement, each batch its own short transaction.
+GPUOBS_RETAIN_SNAPSHOTS_DAYS = env_int("GPUOBS_RETAIN_SNAPSHOTS_DAYS", 7)
+GPUOBS_RETAIN_CYCLES_DAYS = env_int("GPUOBS_RETAIN_CYCLES_DAYS", 30)
+GPUOBS_RETAIN_FINDING_EVENTS_DAYS = env_int("GPUOBS_RETAIN_FINDING_EVENTS_DAYS", 90)
+GPUOBS_RETAIN_REPLAYS_DAYS = env_int("GPUOBS_RETAIN_REPLAYS_DAYS", 2)
+GPUOBS_ROLLUP_HOURLY_AFTER_DAYS = env_int("GPUOBS_ROLLUP_HOURLY_AFTER_DAYS", 30)
+GPUOBS_RETENTION_BATCH = env_int("GPUOBS_RETENTION_BATCH", 2000)
+GPUOBS_RETENTION_SECONDS = env_int("GPUOBS_RETENTION_SECONDS", 900)
 # Incidents (docs/ui.md, "Incidents"): gpuobs resolves an acknowledged xid incident once its GPU
 # has been healthy, and its node ready, for this long.
 GPUOBS_INCIDENT_HEALTHY_SECONDS = env_int("GPUOBS_INCIDENT_HEALTHY_SECONDS", 30 * 60)

@@ -29,3 +29,11 @@ def notify_on_commit(cluster_id: int) -> None:
     from diagnosis.tasks import notify_cluster  # noqa: PLC0415 -- as above
 
     notify_cluster.delay_on_commit(cluster_id)
+
+
+def impact_on_commit(recommendation_id: int) -> None:
+    """Estimate a recommendation's pending impact on the ``impact`` queue, apart from the cycle
+    (issue #17)."""
+    from diagnosis.tasks import estimate_impact  # noqa: PLC0415 -- as above
+
+    estimate_impact.delay_on_commit(recommendation_id)

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from diagnosis.actions.impact import enqueue_impact_estimates
 from diagnosis.actions.review import expire, lapse_reason
 from diagnosis.actions.verification import verify_applied
 from diagnosis.actions.workflow import OPEN_STATES, REJECTION_QUIET, SYSTEM_CYCLE, save_fields
@@ -80,7 +81,9 @@ def record_recommendations(
             return "rejected recently: not proposed again"
         return None
 
-    run = recommend(snap, diagnosis, recommend_settings, skip_impact=keep_impact)
+    # No replay in the cycle (issue #17): drafts to simulate are stored with a pending impact
+    # and estimated on the ``impact`` queue once this step commits (diagnosis/actions/impact.py).
+    run = recommend(snap, diagnosis, recommend_settings, skip_impact=keep_impact, defer_impact=True)
     proposals = one_per_target(run.recommendations)
     stats["merged"] = len(run.recommendations) - len(proposals)
     stats["generators_s"] = round(run.seconds.get("generators", 0.0), 3)
@@ -150,6 +153,7 @@ def record_recommendations(
                 old.status_message = f"superseded by #{new.pk}: {describe_change(fields['change'])}"
                 save_fields(old, "status_message")
         stats["expired"] = expire_resolved(cluster, proposed_keys, snap, recent)
+    stats["impact_queued"] = enqueue_impact_estimates(cluster)
     stats["seconds"] = round(time.perf_counter() - started, 3)
     return stats
 

@@ -68,7 +68,7 @@ def test_app_commands_start_real_entry_points(services: dict[str, dict]) -> None
     worker = command_text(services["worker"])
     assert worker.startswith("celery -A gpuobs worker")
     queues = worker.split("-Q ")[1].split()[0].split(",")
-    assert sorted(queues) == ["actuate", "celery", "collect", "diagnose"]
+    assert sorted(queues) == ["actuate", "celery", "collect", "diagnose", "impact"]
 
     assert command_text(services["beat"]).startswith("celery -A gpuobs beat")
     assert (REPO_ROOT / "gpuobs" / "celery.py").is_file()

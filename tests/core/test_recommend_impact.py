@@ -210,7 +210,13 @@ def test_fair_share_falls_back_to_weights_and_counts_unlisted_queues_at_weight_1
 
 
 def test_every_generator_is_registered_under_its_stable_id():
-    assert set(all_generators()) == {"placement-policy", "queue-weight", "drain-node", "advisory"}
+    assert set(all_generators()) == {
+        "placement-policy",
+        "queue-weight",
+        "drain-node",
+        "drain-row-remap",
+        "advisory",
+    }
 
 
 def test_a_duplicate_generator_id_is_an_error():

@@ -23,7 +23,7 @@ from diagnosis.core.recommend.base import (
     RecommendSettings,
     plain,
 )
-from diagnosis.core.recommend.impact import SeedOutcome, simulated_impact
+from diagnosis.core.recommend.impact import SeedOutcome, pending_impact, simulated_impact
 from diagnosis.core.recommend.registry import all_generators
 from diagnosis.core.rules.engine import Diagnosis, run_rules
 from diagnosis.core.rules.facts import SnapshotFacts
@@ -73,13 +73,16 @@ def recommend(
     *,
     generators: Mapping[str, Generator] | None = None,
     skip_impact: Callable[[Draft], str | None] | None = None,
+    defer_impact: bool = False,
 ) -> RecommendationRun:
     """The recommendations for ``snapshot`` (diagnosed here unless ``diagnosis`` is given), each
     with its impact, ordered drains first, then placement, queue weights and advice.
 
     ``skip_impact`` may name, for a draft, why its replay is not needed (the cycle keeps the
     impact of an open recommendation with the same change); such a draft's impact then says
-    ``not simulated`` with that reason and it is not preselected."""
+    ``not simulated`` with that reason and it is not preselected. With ``defer_impact`` no
+    replay runs here: a draft to simulate gets a pending impact (its plan and stake,
+    :func:`~diagnosis.core.recommend.impact.pending_impact`) for an impact task to estimate."""
     settings = settings or RecommendSettings()
     seconds: dict[str, float] = {}
     started = time.perf_counter()
@@ -102,7 +105,7 @@ def recommend(
     started = time.perf_counter()
     baselines: dict[str | None, list[SeedOutcome]] = {}
     recommendations = [
-        _finish(snapshot, generator_id, draft, settings, baselines, skip_impact)
+        _finish(snapshot, generator_id, draft, settings, baselines, skip_impact, defer_impact)
         for generator_id, draft in drafts
     ]
     seconds["impact"] = time.perf_counter() - started
@@ -119,12 +122,16 @@ def _finish(
     settings: RecommendSettings,
     baselines: dict[str | None, list[SeedOutcome]],
     skip_impact: Callable[[Draft], str | None] | None = None,
+    defer_impact: bool = False,
 ) -> Recommendation:
     harm: tuple[str, ...] = ()
     tradeoffs = tuple(draft.tradeoffs)
     skipped = skip_impact(draft) if skip_impact is not None and draft.plan is not None else None
     if skipped:
         impact = _unknown_impact(skipped)
+        preselect = False
+    elif draft.plan is not None and settings.simulate and defer_impact:
+        impact = pending_impact(snapshot, draft.plan, settings)
         preselect = False
     elif draft.plan is not None and settings.simulate:
         try:

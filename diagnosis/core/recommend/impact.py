@@ -19,15 +19,23 @@ GPU or 5 % of fragmentation, 5 minutes or 5 % of a wait) and the standard deviat
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from diagnosis.core.recommend.base import HARMS, IMPROVES, NO_EFFECT, ImpactPlan, RecommendSettings
-from diagnosis.core.simulate.policy import Policy
+from diagnosis.core.simulate.policy import (
+    Change,
+    DrainNode,
+    Policy,
+    ResumeNode,
+    SetPlacement,
+    SetQueueWeight,
+)
 from diagnosis.core.simulate.replay import DEFAULT_LOOKBACK_S, policy_of, replay
 from diagnosis.core.simulate.simulator import Simulator
 from diagnosis.core.snapshot import ClusterSnapshot
@@ -325,6 +333,9 @@ def assess(
     return Assessment(verdict, tuple(rows), tuple(harm), tuple(tradeoffs), headline)
 
 
+Outcomes = Callable[[Policy, Sequence[Change]], list[SeedOutcome]]
+
+
 def simulated_impact(
     snapshot: ClusterSnapshot,
     plan: ImpactPlan,
@@ -333,11 +344,26 @@ def simulated_impact(
 ) -> tuple[dict[str, Any], Assessment]:
     """The impact of ``plan`` as JSON, and its assessment. ``baselines`` caches the current
     runs by queue order across calls."""
+
+    def outcomes(policy: Policy, changes: Sequence[Change]) -> list[SeedOutcome]:
+        if changes:
+            return run_outcomes(snapshot, policy, changes, settings)
+        if plan.queue_order not in baselines:
+            baselines[plan.queue_order] = run_outcomes(snapshot, policy, (), settings)
+        return baselines[plan.queue_order]
+
+    return estimate_impact(snapshot, plan, settings, outcomes)
+
+
+def estimate_impact(
+    snapshot: ClusterSnapshot, plan: ImpactPlan, settings: RecommendSettings, outcomes: Outcomes
+) -> tuple[dict[str, Any], Assessment]:
+    """The impact of ``plan`` as JSON, and its assessment, with the replays' outcomes from
+    ``outcomes(policy, changes)`` (the current setting is ``changes=()``), which may cache
+    them."""
     policy = replay_policy(snapshot, plan.queue_order)
-    if plan.queue_order not in baselines:
-        baselines[plan.queue_order] = run_outcomes(snapshot, policy, (), settings)
-    current = baselines[plan.queue_order]
-    proposed = run_outcomes(snapshot, policy, plan.changes, settings)
+    current = outcomes(policy, ())
+    proposed = outcomes(policy, plan.changes)
     assessment = assess(plan, current, proposed, settings.horizon_s)
     impact = {
         "method": "simulated",
@@ -354,6 +380,153 @@ def simulated_impact(
         "note": plan.note,
     }
     return impact, assessment
+
+
+# -- estimates apart from the cycle (issue #17) ---------------------------------------------------
+#
+# The cycle stores a draft's impact as *pending*, with its plan as JSON and the GPU-hours at
+# stake; an impact task replays it later (diagnosis/actions/impact.py) and stores what
+# :func:`landed_impact` makes of the estimate. Replays of large clusters use a reduced model.
+
+PENDING_METHOD = "pending"
+PENDING = "impact pending"
+REDUCED_FROM_GPUS = 8192
+REDUCED_SEEDS = 1
+REDUCED_HORIZON_S = 3600.0
+CHANGE_TYPES: dict[str, type] = {
+    cls.__name__: cls for cls in (SetPlacement, SetQueueWeight, DrainNode, ResumeNode)
+}
+
+
+def change_as_dict(change: Change) -> dict[str, Any]:
+    return {"type": type(change).__name__, **asdict(change)}
+
+
+def change_from_dict(data: Mapping[str, Any]) -> Change:
+    fields = {k: v for k, v in data.items() if k != "type"}
+    return CHANGE_TYPES[str(data["type"])](**fields)
+
+
+def plan_as_dict(plan: ImpactPlan) -> dict[str, Any]:
+    """``plan`` as plain JSON (:func:`plan_from_dict` reads it back)."""
+    return {
+        "changes": [change_as_dict(c) for c in plan.changes],
+        "jobs": list(plan.jobs),
+        "queues": list(plan.queues),
+        "fair_share": {q: float(v) for q, v in plan.fair_share.items()},
+        "tradeoff_queues": sorted(plan.tradeoff_queues),
+        "queue_order": plan.queue_order,
+        "jobs_label": plan.jobs_label,
+        "note": plan.note,
+    }
+
+
+def plan_from_dict(data: Mapping[str, Any]) -> ImpactPlan:
+    return ImpactPlan(
+        changes=tuple(change_from_dict(c) for c in data.get("changes") or ()),
+        jobs=tuple(data.get("jobs") or ()),
+        queues=tuple(data.get("queues") or ()),
+        fair_share=dict(data.get("fair_share") or {}),
+        tradeoff_queues=frozenset(data.get("tradeoff_queues") or ()),
+        queue_order=data.get("queue_order"),
+        jobs_label=str(data.get("jobs_label") or "blocked jobs"),
+        note=str(data.get("note") or ""),
+    )
+
+
+def outcome_as_dict(outcome: SeedOutcome) -> dict[str, Any]:
+    return {
+        "seed": outcome.seed,
+        "allocation_util": outcome.allocation_util,
+        "fragmentation_gpus": outcome.fragmentation_gpus,
+        "job_waits": {j: [w, s] for j, (w, s) in outcome.job_waits.items()},
+        "queue_wait_p95_s": dict(outcome.queue_wait_p95_s),
+        "queue_share": dict(outcome.queue_share),
+    }
+
+
+def outcome_from_dict(data: Mapping[str, Any]) -> SeedOutcome:
+    return SeedOutcome(
+        seed=int(data["seed"]),
+        allocation_util=float(data["allocation_util"]),
+        fragmentation_gpus=float(data["fragmentation_gpus"]),
+        job_waits={j: (float(w), bool(s)) for j, (w, s) in data["job_waits"].items()},
+        queue_wait_p95_s={q: float(v) for q, v in data["queue_wait_p95_s"].items()},
+        queue_share={q: float(v) for q, v in data["queue_share"].items()},
+    )
+
+
+def outcomes_key(
+    queue_order: str | None, changes: Sequence[Change], settings: RecommendSettings
+) -> str:
+    """What a replay's outcomes depend on besides the snapshot: the queue order, the changes,
+    the seeds and the horizon (with the snapshot's digest, the cache key of its outcomes)."""
+    return json.dumps(
+        {
+            "queue_order": queue_order,
+            "changes": [change_as_dict(c) for c in changes],
+            "seeds": list(settings.seeds),
+            "horizon_s": settings.horizon_s,
+        },
+        sort_keys=True,
+    )
+
+
+def gpu_hours_at_stake(snapshot: ClusterSnapshot, plan: ImpactPlan, horizon_s: float) -> float:
+    """What the estimate is prioritised by: the GPUs of the jobs the change is meant to help
+    (the plan's jobs; without any, its queues' pending jobs) × the replay horizon, in hours."""
+    jobs = snapshot.jobs
+    helped = jobs.loc[[j for j in plan.jobs if j in jobs.index]]
+    if helped.empty and plan.queues:
+        queue = jobs["queue"].where(jobs["queue"].notna(), jobs["tenant"])
+        helped = jobs[(jobs["state"] == "pending") & queue.isin(list(plan.queues)).to_numpy()]
+    gpus = float((helped["pods"] * helped["gpus_per_pod"]).sum()) if len(helped) else 0.0
+    return gpus * horizon_s / 3600.0
+
+
+def pending_impact(
+    snapshot: ClusterSnapshot, plan: ImpactPlan, settings: RecommendSettings
+) -> dict[str, Any]:
+    """The impact a draft is stored with until its estimate lands: its plan and its stake."""
+    return {
+        "method": PENDING_METHOD,
+        "verdict": PENDING,
+        "headline": "impact pending: its replay runs apart from the cycle and lands here",
+        "plan": plan_as_dict(plan),
+        "stake_gpu_h": round(gpu_hours_at_stake(snapshot, plan, settings.horizon_s), 1),
+    }
+
+
+def impact_settings_for(
+    gpus: int, settings: RecommendSettings, *, reduced_from_gpus: int = REDUCED_FROM_GPUS
+) -> tuple[RecommendSettings, str]:
+    """The replay settings for a cluster of ``gpus`` GPUs and the model's name: ``full`` (the
+    settings as given), or from ``reduced_from_gpus`` on ``reduced`` (the first seed only and
+    at most :data:`REDUCED_HORIZON_S`; its error against the full model: docs/operations.md)."""
+    if gpus < reduced_from_gpus:
+        return settings, "full"
+    reduced = replace(
+        settings,
+        seeds=settings.seeds[:REDUCED_SEEDS],
+        horizon_s=min(settings.horizon_s, REDUCED_HORIZON_S),
+    )
+    return reduced, "reduced"
+
+
+def landed_impact(
+    pending: Mapping[str, Any], impact: Mapping[str, Any], assessment: Assessment, model: str
+) -> dict[str, Any]:
+    """The stored impact once its estimate lands: what the recommendation kept beside its
+    pending impact (summary, advice, basis, findings...), the estimate, and the verdict,
+    preselection, harm and trade-offs (the draft's and the replay's) that follow from it."""
+    out = {k: v for k, v in pending.items() if k not in ("plan", "queued_at")}
+    out.update(impact)
+    out["model"] = model
+    out["verdict"] = assessment.verdict
+    out["harm"] = list(assessment.harm)
+    out["tradeoffs"] = list(dict.fromkeys([*pending.get("tradeoffs", ()), *assessment.tradeoffs]))
+    out["preselect"] = assessment.verdict == IMPROVES and not assessment.harm
+    return out
 
 
 # -- words ----------------------------------------------------------------------------------------
