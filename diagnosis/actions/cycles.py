@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -165,13 +166,15 @@ def record_cycle(
     """
 
     started = time.perf_counter() if started is None else started
+    steps = _Steps()
     skipped = metrics_not_judged(collection)
     only = None
     if skipped:
         only = [
             r for r, rule in all_rules().items() if rule.enabled_by_default and r not in skipped
         ]
-    diagnosis, accounting = diagnose(snap, cluster_overrides(cluster), only=only)
+    with steps.timed("diagnose"):
+        diagnosis, accounting = diagnose(snap, cluster_overrides(cluster), only=only)
     report = accounting.as_dict()["cluster"]
     counts: dict[str, dict[str, int]] = {}
     for finding in diagnosis.findings:
@@ -179,9 +182,13 @@ def record_cycle(
         by_severity[finding.severity] = by_severity.get(finding.severity, 0) + 1
     with transaction.atomic():
         now = timezone.now()
-        document = snapshot_format.dump(snap)
-        Snapshot.store(cluster, document)
-        record_findings(cluster, diagnosis)
+        with steps.timed("snapshot"):
+            document = snapshot_format.dump(snap)
+            document["cluster"] = cluster.name  # an imported file may name another cluster
+            Snapshot.store(cluster, document)
+        with steps.timed("findings"):
+            recorded = record_findings(cluster, diagnosis)
+        steps.record("findings_written", recorded.as_dict())
         as_of = snap.as_of.to_pydatetime()
         cycle = ClusterCycle.objects.create(
             cluster=cluster,
@@ -203,8 +210,10 @@ def record_cycle(
             coverage=(collection or {}).get("coverage"),
             source=dict(collection or {}),
         )
-        record_tenancy(cluster, snap, diagnosis, accounting, cycle)
-        record_cycle_incidents(cluster, document, diagnosis)  # on-call's incidents (issue #16)
+        with steps.timed("tenancy"):
+            record_tenancy(cluster, snap, diagnosis, accounting, cycle)
+        with steps.timed("incidents"):
+            record_cycle_incidents(cluster, document, diagnosis)  # on-call's (issue #16)
         problems = [f"rule {e.rule} failed: {e.message}" for e in diagnosis.errors]
         problems += _collection_problems(collection, skipped)
         _set_status(
@@ -224,9 +233,28 @@ def record_cycle(
                 "last_cycle_at",
             ]
         )
+    cycle.steps = steps.values
     record_recommendation_step(cluster, snap, diagnosis, cycle)
     notify_after_cycle(cluster)  # step 5, enqueued on commit: the cycle never waits for it
     return cycle
+
+
+class _Steps:
+    """Seconds each step of a recorded cycle took, kept on the cycle (``ClusterCycle.steps``)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    @contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.values[f"{name}_s"] = round(time.perf_counter() - started, 4)
+
+    def record(self, name: str, value: Any) -> None:
+        self.values[name] = value
 
 
 def record_recommendation_step(
@@ -241,13 +269,28 @@ def record_recommendation_step(
 
     started = time.perf_counter()
     try:
-        stats = record_recommendations(cluster, snap, diagnosis, cycle.accounting)
+        with transaction.atomic():  # a failed step leaves nothing half-written behind
+            stats = record_recommendations(cluster, snap, diagnosis, cycle.accounting)
     except Exception as exc:  # the cycle's findings and rollups stand without recommendations
         logger.exception("recommend step of cluster %s failed", cluster.name)
-        stats = {"error": f"{type(exc).__name__}: {exc}"}
+        stats = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        _record_step_failure(cluster, f"recommend step failed: {type(exc).__name__}", exc)
     cycle.recommendations = stats
-    cycle.seconds += time.perf_counter() - started
-    cycle.save(update_fields=["recommendations", "seconds"])
+    elapsed = time.perf_counter() - started
+    cycle.seconds += elapsed
+    cycle.steps = {**(cycle.steps or {}), "recommend_s": round(elapsed, 4)}
+    cycle.save(update_fields=["recommendations", "seconds", "steps"])
+
+
+def _record_step_failure(cluster: Cluster, message: str, exc: Exception) -> None:
+    """A step after the findings failed: the cluster's status says so (degraded, the message
+    added to the cycle's own), so the overview, the cluster list and the API show it; the whole
+    error is the admins' ``status_detail``."""
+    status = DataSourceStatus.DEGRADED if cluster.status == DataSourceStatus.OK else cluster.status
+    text = "; ".join(part for part in (cluster.status_message, message) if part)
+    _set_status(cluster, status, text[:1000], timezone.now())
+    cluster.status_detail = f"{message}: {exc}"[:4000]
+    cluster.save(update_fields=["status", "status_message", "status_detail", "status_changed_at"])
 
 
 def metrics_not_judged(collection: Mapping[str, Any] | None) -> dict[str, str]:
@@ -296,3 +339,4 @@ def _collection_problems(
     if repaired:
         problems.append(f"scheduler data repaired to be stored: {'; '.join(repaired[:3])}")
     return problems
+

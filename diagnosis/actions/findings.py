@@ -4,15 +4,18 @@ fingerprint, history rows on transitions) and their tenant tags.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from diagnosis.core import fairness, lifecycle
+from diagnosis.core.rules.base import Finding as RuleFinding
 from diagnosis.core.rules.base import Rule, ThresholdError
 from diagnosis.core.rules.engine import Diagnosis
 from diagnosis.core.rules.registry import all_rules
@@ -56,33 +59,127 @@ def set_rule_override(cluster: Cluster, rule_id: str, threshold: str, value: Any
 
 @dataclass
 class RecordedFindings:
+    """What one evaluation did to the stored findings: transitions, and what it wrote (rows
+    written in full, rows whose timestamps only moved, subjects held because not judged)."""
+
     created: int = 0
     transitions: dict[str, int] = field(default_factory=dict)
     skipped_rules: tuple[str, ...] = ()
+    written: int = 0
+    touched: int = 0
+    held: int = 0
+    events: int = 0
 
     def count(self, from_state: str | None, to_state: str) -> None:
         key = f"{from_state or 'new'}->{to_state}"
         self.transitions[key] = self.transitions.get(key, 0) + 1
 
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "created": self.created,
+            "written": self.written,
+            "touched": self.touched,
+            "held": self.held,
+            "events": self.events,
+            "transitions": dict(self.transitions),
+        }
 
-def _tracked(finding: Finding) -> lifecycle.Tracked:
-    return lifecycle.Tracked(
-        state=finding.state,
-        active_since=finding.active_since or finding.first_seen,
-        last_hit_at=finding.last_hit_at,
-        last_evaluated_at=finding.last_seen,
-        firing_since=finding.firing_since,
-        resolved_at=finding.resolved_at,
+
+# The columns a cycle loads of a stored finding: everything the lifecycle needs and the digest
+# of what was written, never the evidence itself.
+_TRACKED_COLUMNS = (
+    "pk",
+    "rule_id",
+    "subject",
+    "state",
+    "first_seen",
+    "active_since",
+    "last_hit_at",
+    "last_seen",
+    "firing_since",
+    "resolved_at",
+    "evidence_digest",
+)
+# What an upsert writes of a finding; first_seen and the tenant are kept on conflict.
+_WRITTEN_COLUMNS = [
+    "state",
+    "active_since",
+    "last_hit_at",
+    "last_seen",
+    "firing_since",
+    "resolved_at",
+    "severity",
+    "summary",
+    "evidence",
+    "evidence_digest",
+]
+
+
+@dataclass
+class _Stored:
+    """A stored finding as a cycle sees it (no evidence)."""
+
+    pk: int
+    rule_id: str
+    subject: str
+    state: str
+    first_seen: datetime
+    active_since: datetime | None
+    last_hit_at: datetime | None
+    last_seen: datetime
+    firing_since: datetime | None
+    resolved_at: datetime | None
+    evidence_digest: str
+
+    def tracked(self) -> lifecycle.Tracked:
+        return lifecycle.Tracked(
+            state=self.state,
+            active_since=self.active_since or self.first_seen,
+            last_hit_at=self.last_hit_at,
+            last_evaluated_at=self.last_seen,
+            firing_since=self.firing_since,
+            resolved_at=self.resolved_at,
+        )
+
+
+def evidence_digest(hit: RuleFinding) -> str:
+    """A short digest of what a hit says (severity, summary, evidence): equal digests mean the
+    stored row needs no rewrite."""
+    text = json.dumps(
+        [hit.severity, hit.summary, hit.evidence],
+        sort_keys=True,
+        separators=(",", ":"),
+        default=str,
     )
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
-def _apply_tracked(finding: Finding, tracked: lifecycle.Tracked) -> None:
-    finding.state = tracked.state
-    finding.active_since = tracked.active_since
-    finding.last_hit_at = tracked.last_hit_at
-    finding.last_seen = tracked.last_evaluated_at
-    finding.firing_since = tracked.firing_since
-    finding.resolved_at = tracked.resolved_at
+def _lock_cluster_findings(cluster: Cluster) -> None:
+    """Serialize writers of one cluster's findings (a cycle, an imported snapshot) for the
+    transaction. PostgreSQL: one advisory lock, instead of row locks that would write every
+    open finding; elsewhere the database serializes writers itself."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [FINDINGS_LOCK, cluster.pk])
+
+
+FINDINGS_LOCK = 0x6F6273  # the advisory lock class of findings writers (any fixed int4)
+
+
+def _stored_findings(
+    cluster: Cluster, judged: set[str], hit_keys: set[tuple[str, str]]
+) -> dict[tuple[str, str], _Stored]:
+    """The open findings of the judged rules, and the resolved ones that this cycle hits again
+    (found through the fingerprint index): never every resolved finding of the cluster."""
+    rows = Finding.objects.filter(cluster=cluster, rule_id__in=judged).exclude(
+        state=lifecycle.RESOLVED
+    )
+    stored = {(r[1], r[2]): _Stored(*r) for r in rows.values_list(*_TRACKED_COLUMNS)}
+    missing = [Finding.fingerprint_of(cluster.pk, *key) for key in hit_keys - stored.keys()]
+    if missing:
+        again = Finding.objects.filter(fingerprint__in=missing).values_list(*_TRACKED_COLUMNS)
+        stored |= {(r[1], r[2]): _Stored(*r) for r in again}
+    return stored
 
 
 @transaction.atomic
@@ -92,77 +189,160 @@ def record_findings(
     """Upsert a diagnosis's findings by fingerprint ``(cluster, rule, subject)`` and move each
     through its lifecycle (:mod:`diagnosis.core.lifecycle`); every transition is a FindingEvent row.
 
-    Findings of a rule that failed in this diagnosis (an error value) are left as they are.
+    Findings of a rule that failed in this diagnosis (an error value) are left as they are, and
+    so are, per subject, the findings of a GPU-metrics rule whose subject sent no metrics
+    (:func:`diagnosis.core.lifecycle.silent_subjects`) and was not reported.
     Recording the same snapshot twice changes nothing.
+
+    What is written is proportional to what changed (issue #17): a row is written in full (one
+    ``INSERT ... ON CONFLICT`` for all of them) only when it is new or its state or evidence
+    digest changed; the others only move ``last_seen``/``last_hit_at``, in one statement for all
+    of them; history rows only on transitions, in one statement.
     """
     rules = rules if rules is not None else all_rules()
     as_of: datetime = diagnosis.snapshot.as_of.to_pydatetime()
     failed = {error.rule for error in diagnosis.errors}
     judged = {rule_id for rule_id in diagnosis.seconds if rule_id not in failed}
     result = RecordedFindings(skipped_rules=tuple(sorted(failed)))
+    if not judged:
+        return result
+    silent = (
+        lifecycle.silent_subjects(diagnosis.snapshot)
+        if any(rules[r].reads_gpu_metrics for r in judged)
+        else frozenset()
+    )
 
+    # rule id -> subjects not reported now whose open finding goes on as if reported (an Xid
+    # out of the window on a GPU still unhealthy: Judgement.sustained); never opens one
+    sustained: Mapping[str, frozenset[str]] = getattr(diagnosis, "sustained", None) or {}
+
+    _lock_cluster_findings(cluster)
     hits = {(f.rule, f.subject): f for f in diagnosis.findings if f.rule in judged}
-    existing = {
-        (f.rule_id, f.subject): f
-        for f in Finding.objects.select_for_update().filter(cluster=cluster, rule_id__in=judged)
-    }
-    events: list[FindingEvent] = []
-    to_update: list[Finding] = []
-    open_keys = {k for k, f in existing.items() if f.state != lifecycle.RESOLVED}
+    stored = _stored_findings(cluster, judged, set(hits))
+    open_keys = {k for k, f in stored.items() if f.state != lifecycle.RESOLVED}
+    written: list[Finding] = []
+    transitions: list[tuple[int, str, str]] = []  # (index in written, from, to)
+    hit_pks: list[int] = []
+    seen_pks: list[int] = []
     for key in sorted(hits.keys() | open_keys):
         rule_id, subject = key
         rule = rules[rule_id]
         hit = hits.get(key)
-        finding = existing.get(key)
+        row = stored.get(key)
+        reported = hit is not None or (key in open_keys and subject in sustained.get(rule_id, ()))
         step = lifecycle.advance(
-            _tracked(finding) if finding else None,
-            hit=hit is not None,
+            row.tracked() if row else None,
+            hit=reported,
             as_of=as_of,
             for_s=rule.for_s,
             keep_firing_for_s=rule.keep_firing_for_s,
+            judged=not (rule.reads_gpu_metrics and subject in silent),
         )
         if step is None:
+            if not reported and row is not None and as_of > row.last_seen:
+                result.held += 1
             continue
-        if finding is None:
-            finding = Finding(cluster=cluster, rule_id=rule_id, subject=subject, first_seen=as_of)
+        digest = evidence_digest(hit) if hit is not None else None
+        if row is not None and not step.changed and digest in (None, row.evidence_digest):
+            (hit_pks if reported else seen_pks).append(row.pk)
+            continue
+        if row is None:
             result.created += 1
-        _apply_tracked(finding, step.tracked)
-        if hit is not None:
-            finding.severity = hit.severity
-            finding.summary = hit.summary
-            finding.evidence = dict(hit.evidence)
-        if finding.pk is None:
-            finding.save()
-        else:
-            to_update.append(finding)
         if step.changed:
             result.count(step.from_state, step.to_state)
-            events.append(
-                FindingEvent(
-                    finding=finding,
-                    time=timezone.now(),
-                    from_state=step.from_state or "",
-                    to_state=step.to_state,
-                    snapshot_as_of=as_of,
-                )
-            )
-    Finding.objects.bulk_update(
-        to_update,
+            transitions.append((len(written), step.from_state or "", step.to_state))
+        written.append(_written_row(cluster, key, row, step.tracked, hit, digest, as_of))
+    _upsert(written)
+    _touch(hit_pks, seen_pks, as_of)
+    now = timezone.now()
+    FindingEvent.objects.bulk_create(
         [
-            "state",
-            "active_since",
-            "last_hit_at",
-            "last_seen",
-            "firing_since",
-            "resolved_at",
-            "severity",
-            "summary",
-            "evidence",
-        ],
-        batch_size=500,
+            FindingEvent(
+                finding_id=written[i].pk,
+                time=now,
+                from_state=from_state,
+                to_state=to_state,
+                snapshot_as_of=as_of,
+            )
+            for i, from_state, to_state in transitions
+        ]
     )
-    FindingEvent.objects.bulk_create(events, batch_size=500)
+    result.written, result.events = len(written), len(transitions)
+    result.touched = len(hit_pks) + len(seen_pks)
     return result
+
+
+def _written_row(
+    cluster: Cluster,
+    key: tuple[str, str],
+    row: _Stored | None,
+    tracked: lifecycle.Tracked,
+    hit: RuleFinding | None,
+    digest: str | None,
+    as_of: datetime,
+) -> Finding:
+    """The finding as an upsert writes it. A row the cycle did not hit keeps its severity,
+    summary and evidence: the upsert then writes only the lifecycle columns
+    (:func:`_upsert` leaves those three out when they are None)."""
+    rule_id, subject = key
+    finding = Finding(
+        cluster=cluster,
+        rule_id=rule_id,
+        subject=subject,
+        fingerprint=Finding.fingerprint_of(cluster.pk, rule_id, subject),
+        first_seen=row.first_seen if row else as_of,
+        state=tracked.state,
+        active_since=tracked.active_since,
+        last_hit_at=tracked.last_hit_at,
+        last_seen=tracked.last_evaluated_at,
+        firing_since=tracked.firing_since,
+        resolved_at=tracked.resolved_at,
+    )
+    if hit is not None:
+        finding.severity = hit.severity
+        finding.summary = hit.summary
+        finding.evidence = dict(hit.evidence)
+        finding.evidence_digest = digest or ""
+    else:
+        finding.pk = row.pk if row else None
+    return finding
+
+
+def _upsert(findings: list[Finding]) -> None:
+    """Write changed findings: the hit ones (new, or whose evidence or state changed) in one
+    ``INSERT ... ON CONFLICT (fingerprint) DO UPDATE`` (their pks come back), the not-hit ones
+    (a transition only) in one UPDATE of the lifecycle columns."""
+    with_evidence = [f for f in findings if f.pk is None]
+    lifecycle_only = [f for f in findings if f.pk is not None]
+    if with_evidence:
+        Finding.objects.bulk_create(
+            with_evidence,
+            update_conflicts=True,
+            unique_fields=["fingerprint"],
+            update_fields=_WRITTEN_COLUMNS,
+        )
+    if lifecycle_only:
+        Finding.objects.bulk_update(lifecycle_only, _WRITTEN_COLUMNS[:6])
+
+
+def _touch(hit_pks: list[int], seen_pks: list[int], as_of: datetime) -> None:
+    """Move ``last_seen`` (and ``last_hit_at`` of the hit ones) of the findings whose state and
+    evidence did not change: one statement for all of them, no evidence sent or rewritten."""
+    if not hit_pks and not seen_pks:
+        return
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE diagnosis_finding SET last_seen = %s, last_hit_at = CASE WHEN "
+                "id = ANY(%s) THEN %s ELSE last_hit_at END WHERE id = ANY(%s)",
+                [as_of, hit_pks, as_of, hit_pks + seen_pks],
+            )
+        return
+    for start in range(0, max(len(hit_pks), len(seen_pks)), 500):
+        if chunk := hit_pks[start : start + 500]:
+            Finding.objects.filter(pk__in=chunk).update(last_seen=as_of, last_hit_at=as_of)
+        if chunk := seen_pks[start : start + 500]:
+            Finding.objects.filter(pk__in=chunk).update(last_seen=as_of)
 
 
 def tag_finding_tenants(

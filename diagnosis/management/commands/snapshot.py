@@ -28,7 +28,10 @@ class Command(BaseCommand):
         imported.add_argument("file")
         imported.add_argument("--cluster", help="store under this cluster instead of the file's")
         imported.add_argument(
-            "--diagnose", action="store_true", help="also run the rules and record the findings"
+            "--diagnose",
+            action="store_true",
+            help="also run the stored cycle a scheduled cycle runs: cycle row, findings, tenancy "
+            "and rollups, incidents, recommendations",
         )
         read = sub.add_parser(
             "read",
