@@ -462,3 +462,166 @@ def embed(figure: go.Figure, element_id: str, *, label: str) -> SafeString:
         label=label,
         payload=mark_safe(payload),  # noqa: S308 - plotly's JSON, with <, > and & escaped
     )
+
+
+# -- nodes and GPUs (issue 19): the heatmap and the time series of the node, GPU and job pages ---
+
+# The GPU metrics the time series show: key, label, y-axis format, unit (docs/ui.md).
+GPU_SERIES: tuple[tuple[str, str, str, str], ...] = (
+    ("util", "GPU utilization", ".0%", ""),
+    ("tensor_active", "Tensor-core activity", ".0%", ""),
+    ("fb_used_frac", "Framebuffer used", ".0%", ""),
+    ("power_w", "Power", ",.0f", " W"),
+    ("temp_c", "Temperature", ",.0f", " °C"),
+    ("sm_clock_mhz", "SM clock", ",.0f", " MHz"),
+)
+HEATMAP_UTIL_SCALE = [[0.0, "#f3f5f8"], [0.05, "#fde0c5"], [0.5, "#8fb5f0"], [1.0, "#1d3f9e"]]
+
+
+def _epoch_ms(times: Iterable[datetime]) -> np.ndarray:
+    series = pd.to_datetime(pd.Series(list(times)), utc=True).dt.tz_localize(None)
+    return series.to_numpy(dtype="datetime64[ms]").astype(np.int64).astype(float)
+
+
+def _column(rows: list[Mapping[str, Any]], key: str) -> np.ndarray:
+    return np.array(
+        [np.nan if row.get(key) is None else float(row[key]) for row in rows], dtype=float
+    )
+
+
+def gpu_metric_series(rows: list[Mapping[str, Any]]) -> go.Figure:
+    """One GPU over time: a panel per metric of :data:`GPU_SERIES` (rows: ``as_of`` and the
+    metrics, None where the snapshot had none), on one shared time axis."""
+    figure = make_subplots(
+        rows=len(GPU_SERIES),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.035,
+        subplot_titles=[label for _key, label, _fmt, _unit in GPU_SERIES],
+    )
+    times = _epoch_ms(row["as_of"] for row in rows)
+    for i, (key, label, fmt, unit) in enumerate(GPU_SERIES, start=1):
+        figure.add_trace(
+            go.Scatter(
+                x=times,
+                y=_column(rows, key),
+                name=label,
+                mode="lines+markers" if len(rows) < 30 else "lines",
+                marker={"size": 4},
+                line={"color": ACCENT if i % 2 else ACTIVITY, "width": 2},
+                connectgaps=False,
+                hovertemplate=f"%{{y:{fmt}}}{unit}<extra>{label}</extra>",
+            ),
+            row=i,
+            col=1,
+        )
+        axis = "yaxis" if i == 1 else f"yaxis{i}"
+        figure.layout[axis].update(axis_style(tickformat=fmt, ticksuffix=unit, rangemode="tozero"))
+        if fmt == ".0%":
+            figure.layout[axis].update(range=[0, 1.02])
+    for i in range(1, len(GPU_SERIES) + 1):
+        figure.layout["xaxis" if i == 1 else f"xaxis{i}"].update(axis_style(type="date"))
+    figure.layout.update(
+        figure_layout(
+            height=150 * len(GPU_SERIES),
+            showlegend=False,
+            hovermode="x unified",
+            margin={"l": 64, "r": 16, "t": 32, "b": 40},
+        )
+    )
+    return figure
+
+
+def gpus_util_series(
+    series: Mapping[str, list[Mapping[str, Any]]], metric: str = "util"
+) -> go.Figure:
+    """Several GPUs' ``metric`` over time, a line each (the node page, the job page): ``series``
+    maps a GPU's label to its rows (``as_of`` and the metric)."""
+    label, fmt = next(((lbl, f) for k, lbl, f, _u in GPU_SERIES if k == metric), (metric, ".2f"))
+    traces = [
+        go.Scatter(
+            x=_epoch_ms(row["as_of"] for row in rows),
+            y=_column(list(rows), metric),
+            name=plotly_text(name),
+            mode="lines",
+            connectgaps=False,
+            hovertemplate=f"%{{y:{fmt}}}<extra>{plotly_text(name)}</extra>",
+        )
+        for name, rows in series.items()
+    ]
+    return go.Figure(
+        data=traces,
+        layout=figure_layout(
+            height=300,
+            hovermode="x unified",
+            legend={"orientation": "h", "x": 0, "y": -0.18},
+            margin={"l": 64, "r": 16, "t": 16, "b": 40},
+            xaxis=axis_style(type="date"),
+            yaxis=axis_style(
+                tickformat=fmt, range=[0, 1.02] if fmt == ".0%" else None, title={"text": label}
+            ),
+        ),
+    )
+
+
+def gpu_heatmap(
+    nodes: list[str],
+    values: np.ndarray,
+    links: list[list[str]],
+    *,
+    colorby: str = "util",
+    state_labels: Mapping[int, str] | None = None,
+) -> go.Figure:
+    """The cluster's GPUs as one heatmap: a column per node, a row per GPU index, coloured by
+    utilization (``values`` a fraction, NaN where unknown) or by state (``values`` the codes of
+    ``state_labels``). ``links[row][column]`` is the GPU's page: a click goes there."""
+    if colorby == "state" and state_labels:
+        codes = sorted(state_labels)
+        palette = ["#f3f5f8", "#1d3f9e", "#f0a35e", "#c62828", "#9aa4b2", "#ffffff"]
+        top = max(codes) if codes else 1
+        scale = []
+        for code in codes:
+            color = palette[code % len(palette)]
+            low, high = code / (top + 1), (code + 1) / (top + 1)
+            scale += [[low, color], [high, color]]
+        heat = go.Heatmap(
+            x=nodes,
+            z=values,
+            customdata=links,
+            zmin=0,
+            zmax=top + 1,
+            colorscale=scale,
+            colorbar={
+                "tickvals": [c + 0.5 for c in codes],
+                "ticktext": [state_labels[c] for c in codes],
+            },
+            hovertemplate="%{x} GPU %{y}<extra></extra>",
+            xgap=1,
+            ygap=1,
+        )
+    else:
+        heat = go.Heatmap(
+            x=nodes,
+            z=values,
+            customdata=links,
+            zmin=0,
+            zmax=1,
+            colorscale=HEATMAP_UTIL_SCALE,
+            colorbar={"tickformat": ".0%", "title": {"text": "util"}},
+            hovertemplate="%{x} GPU %{y}: %{z:.0%}<extra></extra>",
+            hoverongaps=False,
+            xgap=1 if len(nodes) <= 256 else 0,
+            ygap=1,
+        )
+    rows = values.shape[0] if values.ndim == 2 else 0
+    return go.Figure(
+        data=[heat],
+        layout=figure_layout(
+            height=max(220, 40 + 22 * rows),
+            margin={"l": 48, "r": 16, "t": 8, "b": 64},
+            xaxis=axis_style(
+                type="category", showticklabels=len(nodes) <= 64, title={"text": "node"}
+            ),
+            yaxis=axis_style(title={"text": "GPU"}, autorange="reversed", dtick=1, type="linear"),
+        ),
+    )

@@ -5,6 +5,9 @@ from django.views.generic import RedirectView
 
 from diagnosis.pages import clusters as views
 from diagnosis.pages import incidents as incident_views
+from diagnosis.pages import inventory as inventory_views
+from diagnosis.pages import jobs as job_views
+from diagnosis.pages import queues as queue_views
 from diagnosis.pages import recommendations as recommendation_views
 from diagnosis.pages import reports as report_views
 
@@ -60,7 +63,19 @@ urlpatterns = [
         name="fairness_subscription",
     ),
     path("clusters/<slug:name>/tenants/<path:tenant>/", report_views.tenant_detail, name="tenant"),
-    path("clusters/<slug:name>/jobs/<path:job_id>/", report_views.job_detail, name="job"),
+    # issue 19: nodes and GPUs, queues, jobs (docs/ui.md)
+    path("clusters/<slug:name>/nodes/", inventory_views.node_list, name="nodes"),
+    path("clusters/<slug:name>/nodes/<str:node>/", inventory_views.node_detail, name="node"),
+    path(
+        "clusters/<slug:name>/nodes/<str:node>/gpus/<int:index>/",
+        inventory_views.gpu_detail,
+        name="gpu",
+    ),
+    path("clusters/<slug:name>/gpus/<str:uuid>/", inventory_views.gpu_by_uuid, name="gpu_uuid"),
+    path("clusters/<slug:name>/queues/", queue_views.queue_list, name="queues"),
+    path("clusters/<slug:name>/queues/<str:queue>/", queue_views.queue_detail, name="queue"),
+    path("clusters/<slug:name>/jobs/", job_views.job_list, name="jobs"),
+    path("clusters/<slug:name>/jobs/<path:job_id>/", job_views.job_detail, name="job"),
     path(
         "clusters/<slug:name>/writes/",
         recommendation_views.cluster_writes,

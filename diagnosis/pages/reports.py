@@ -1,6 +1,7 @@
 """Pages of the tenant fairness report (DESIGN.md section 7; docs/fairness.md): the report of a
-cluster over a period, its CSV and PDF, a tenant's drill-down (its jobs and findings), one job,
-and the reader's emailed subscription. Thin: parse, check access, build, render.
+cluster over a period, its CSV and PDF, a tenant's drill-down (its jobs and findings) and the
+reader's emailed subscription. Thin: parse, check access, build, render. A job's page is its
+efficiency report, in diagnosis/pages/jobs.py.
 
 Everything goes through ``diagnosis.access`` and :func:`build_fairness_report`, so a manager
 sees only their tenants here, in the downloads and in the API, and asking for anyone else's
@@ -24,14 +25,12 @@ from diagnosis import charts
 from diagnosis.access import (
     findings_for_user,
     get_cluster_for_user,
-    get_job_for_user,
     get_tenant_for_user,
     jobs_for_user,
 )
 from diagnosis.actions.subscriptions import subscribe_to_report
-from diagnosis.core.fairness import SIZE_CLASSES, size_class
+from diagnosis.core.fairness import SIZE_CLASSES
 from diagnosis.models import Cluster, Job, ReportFrequency, ReportSubscription
-from diagnosis.pages.incidents import job_drains
 from diagnosis.reports import figures
 from diagnosis.reports.csv_export import render_csv
 from diagnosis.reports.fairness_report import FairnessReportData, build_fairness_report, default_end
@@ -207,26 +206,7 @@ def tenant_detail(request: HttpRequest, name: str, tenant: str) -> HttpResponse:
     return render(request, "diagnosis/report_tenant.html", context)
 
 
-@require_safe
-def job_detail(request: HttpRequest, name: str, job_id: str) -> HttpResponse:
-    """One job record and the findings about it."""
-    cluster = get_cluster_for_user(request.user, name)
-    job = get_job_for_user(request.user, cluster, job_id)
-    findings = (
-        findings_for_user(request.user, cluster)
-        .filter(subject=f"job:{job.external_id}")
-        .order_by("-last_seen", "-id")
-    )
-    context = {
-        "cluster": cluster,
-        "section": "fairness",
-        "job": job,
-        "wait_s": _wait_s(job),
-        "size_class": size_class(job.gpus),
-        "findings": list(findings),
-        "drains": job_drains(cluster, job.external_id),  # issue #16: why it was preempted
-    }
-    return render(request, "diagnosis/report_job.html", context)
+# A job's page is its efficiency report: diagnosis/pages/jobs.py (issue 19).
 
 
 def _wait_s(job: Job) -> float | None:

@@ -16,6 +16,8 @@ from django import template
 from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from diagnosis.templatetags.links import evidence_label, evidence_link, link, unit_of
+
 register = template.Library()
 
 EMPTY = mark_safe('<span class="none">—</span>')
@@ -105,77 +107,112 @@ def inline_code(text: Any) -> SafeString:
 
 
 @register.simple_tag
-def evidence_table(evidence: Any) -> SafeString:
-    """A finding's evidence as a table: one row per key; nested dicts as key/value tables,
-    lists of dicts as sub-tables with a column per key, other lists as comma lists."""
+def evidence_table(evidence: Any, cluster: Any = None) -> SafeString:
+    """A finding's evidence as a table: one row per key, labelled for people
+    (:func:`~diagnosis.templatetags.links.evidence_label`); nested dicts as key/value tables,
+    lists of dicts as sub-tables with a column per key, other lists as comma lists. Numbers get
+    their unit (fractions as percents, seconds as durations); with ``cluster``, the names of
+    jobs, tenants, queues and nodes link to their pages."""
+    context = _EvidenceContext(cluster)
     if isinstance(evidence, Mapping) and evidence:
-        return _mapping_table(evidence, depth=0, css="evidence")
-    return _value(evidence, depth=0)
+        return context.mapping_table(evidence, depth=0, css="evidence")
+    return context.value(evidence, depth=0)
 
 
-def _mapping_table(mapping: Mapping[str, Any], *, depth: int, css: str) -> SafeString:
-    rows = format_html_join(
-        "",
-        '<tr><th scope="row">{}</th><td>{}</td></tr>',
-        ((key, _value(value, depth + 1, key)) for key, value in mapping.items()),
-    )
-    return format_html('<table class="{}"><tbody>{}</tbody></table>', css, rows)
+class _EvidenceContext:
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
 
-
-def _value(value: Any, depth: int, key: Any = None) -> SafeString:
-    if value is None or value == "" or value == [] or value == {}:
-        return EMPTY
-    if isinstance(value, bool):
-        return escape("yes" if value else "no")
-    if isinstance(value, int | float):
-        if isinstance(key, str) and key.endswith("_s") and abs(value) >= 90:
-            # seconds (wait_s, hold_s, runtime_s): the number as stored, and readable
-            return format_html(
-                '<span class="num">{}</span> <span class="hint">({})</span>',
-                number(value),
-                duration(value),
-            )
-        return format_html('<span class="num">{}</span>', number(value))
-    if isinstance(value, str):
-        return escape(value)
-    if depth > MAX_DEPTH:
-        return format_html("<code>{}</code>", json.dumps(value, default=str))
-    if isinstance(value, Mapping):
-        return _mapping_table(value, depth=depth, css="kv")
-    if isinstance(value, list | tuple):
-        if all(isinstance(item, Mapping) for item in value):
-            return _records_table(value, depth=depth)
-        if all(not isinstance(item, Mapping | list | tuple) for item in value):
-            shown = format_html_join(
-                ", ", "{}", ((_value(v, depth + 1),) for v in value[:MAX_ROWS])
-            )
-            return format_html("{}{}", shown, _more(len(value)))
-        items = format_html_join("", "<li>{}</li>", ((_value(v, depth + 1),) for v in value))
-        return format_html('<ol class="items">{}</ol>', items)
-    return escape(str(value))
-
-
-def _records_table(records: list[Mapping[str, Any]] | tuple, depth: int) -> SafeString:
-    columns: dict[str, None] = {}
-    for record in records:
-        columns.update(dict.fromkeys(record))
-    head = format_html_join("", '<th scope="col">{}</th>', ((c,) for c in columns))
-    body = format_html_join(
-        "",
-        "<tr>{}</tr>",
-        (
+    def mapping_table(
+        self, mapping: Mapping[str, Any], *, depth: int, css: str, parent: Any = None
+    ) -> SafeString:
+        rows = format_html_join(
+            "",
+            '<tr><th scope="row" title="{}">{}</th><td>{}</td></tr>',
             (
-                format_html_join(
-                    "", "<td>{}</td>", ((_value(r.get(c), depth + 1, c),) for c in columns)
-                ),
+                (key, evidence_label(key), self.value(value, depth + 1, key, parent))
+                for key, value in mapping.items()
+            ),
+        )
+        return format_html('<table class="{}"><tbody>{}</tbody></table>', css, rows)
+
+    def value(self, value: Any, depth: int, key: Any = None, parent: Any = None) -> SafeString:
+        if value is None or value == "" or value == [] or value == {}:
+            return EMPTY
+        if isinstance(value, bool):
+            return escape("yes" if value else "no")
+        if isinstance(value, int | float):
+            return _evidence_number(value, unit_of(key) if key is not None else "")
+        kind = evidence_link(key, parent) if key is not None else None
+        if isinstance(value, str):
+            return link(kind, value, self.cluster) if kind and self.cluster else escape(value)
+        if depth > MAX_DEPTH:
+            return format_html("<code>{}</code>", json.dumps(value, default=str))
+        if isinstance(value, Mapping):
+            return self.mapping_table(value, depth=depth, css="kv", parent=key)
+        if isinstance(value, list | tuple):
+            if all(isinstance(item, Mapping) for item in value):
+                return self.records_table(value, depth=depth, parent=key)
+            if all(not isinstance(item, Mapping | list | tuple) for item in value):
+                shown = format_html_join(
+                    ", ", "{}", ((self.value(v, depth + 1, key, parent),) for v in value[:MAX_ROWS])
+                )
+                return format_html("{}{}", shown, _more(len(value)))
+            items = format_html_join(
+                "", "<li>{}</li>", ((self.value(v, depth + 1, key, parent),) for v in value)
             )
-            for r in records[:MAX_ROWS]
-        ),
-    )
-    more = _more(len(records))
-    return format_html(
-        '<table class="sub"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>{}', head, body, more
-    )
+            return format_html('<ol class="items">{}</ol>', items)
+        return escape(str(value))
+
+    def records_table(
+        self, records: list[Mapping[str, Any]] | tuple, depth: int, parent: Any = None
+    ) -> SafeString:
+        columns: dict[str, None] = {}
+        for record in records:
+            columns.update(dict.fromkeys(record))
+        head = format_html_join(
+            "", '<th scope="col" title="{}">{}</th>', ((c, evidence_label(c)) for c in columns)
+        )
+        body = format_html_join(
+            "",
+            "<tr>{}</tr>",
+            (
+                (
+                    format_html_join(
+                        "",
+                        "<td>{}</td>",
+                        ((self.value(r.get(c), depth + 1, c, parent),) for c in columns),
+                    ),
+                )
+                for r in records[:MAX_ROWS]
+            ),
+        )
+        more = _more(len(records))
+        return format_html(
+            '<table class="sub"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>{}',
+            head,
+            body,
+            more,
+        )
+
+
+def _evidence_number(value: float, unit: str) -> SafeString:
+    """A number of the evidence with its unit: a fraction as a percent (the stored number in
+    the hint), seconds also as a duration, a unit after the number."""
+    if unit == "fraction" and 0 <= value <= 1:
+        return format_html(
+            '<span class="num" title="{}">{}</span>', number(value), percent(value, 1)
+        )
+    if unit == "seconds" and abs(value) >= 90:
+        # seconds (wait_s, hold_s, runtime_s): the number as stored, and readable
+        return format_html(
+            '<span class="num">{}</span> <span class="hint">({})</span>',
+            number(value),
+            duration(value),
+        )
+    if unit and unit not in ("fraction", "seconds"):
+        return format_html('<span class="num">{}</span>&nbsp;{}', number(value), unit)
+    return format_html('<span class="num">{}</span>', number(value))
 
 
 def _more(count: int) -> SafeString:

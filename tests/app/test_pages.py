@@ -492,7 +492,7 @@ def test_evidence_renders_nested_values_readably() -> None:
 
     assert "20,400" in html
     assert "5.7 h" in html
-    assert '<th scope="col">extra</th>' in html
+    assert '<th scope="col" title="extra">Extra</th>' in html
     assert "yes" in html
     assert "13 , 79" in plain(html)
     assert '<table class="kv">' in html

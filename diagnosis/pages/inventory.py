@@ -1,0 +1,395 @@
+"""The SRE's hardware pages (issue 19; docs/ui.md "Nodes and GPUs"): the cluster heatmap and
+node list, a node's page and a GPU's page with its metrics over time.
+
+They read the stored snapshots (:mod:`diagnosis.pages.snapshots`): the latest one for what is
+there now, at most :data:`SERIES_POINTS` of them spread over the chosen range for the charts.
+A manager sees the hardware (cluster-wide, as on the overview) but never another tenant's job:
+those are shown as :data:`~diagnosis.access.HIDDEN_JOB`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from django.core.paginator import Paginator
+from django.db.models import Q
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
+from django.views.decorators.http import require_safe
+
+from diagnosis import charts
+from diagnosis.access import (
+    HIDDEN_JOB,
+    findings_for_user,
+    get_cluster_for_user,
+    incidents_for_user,
+    jobs_for_user,
+)
+from diagnosis.models import Cluster
+from diagnosis.pages.snapshots import (
+    GpuKey,
+    GpuMetrics,
+    StoredSnapshot,
+    gpu_metrics,
+    gpu_series,
+    latest_document,
+    latest_snapshot,
+)
+from diagnosis.pages.time_range import TimeRange, range_picker
+from diagnosis.reports.period import PeriodError
+from diagnosis.roles import is_tenant_scoped
+
+SERIES_POINTS = 120
+NODES_PER_PAGE = 50
+FINDINGS_SHOWN = 50
+INCIDENTS_SHOWN = 20
+HEALTH_STATES: dict[int, Any] = {
+    0: _("ok"),
+    3: _("unhealthy"),
+    4: _("node not ready"),
+    5: _("not reported"),
+}
+
+
+# -- what is where ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which jobs hold which GPU units in one snapshot document, as the reader may see them."""
+
+    jobs_on: dict[tuple[str, int], list[str]]  # (node, index) -> job ids (hidden ones replaced)
+    jobs: dict[str, dict[str, Any]]  # job id -> its snapshot record (visible jobs only)
+
+
+def placement(
+    request: HttpRequest, cluster: Cluster, document: Mapping[str, Any], nodes: Iterable[str]
+) -> Placement:
+    """The jobs on ``nodes`` in ``document``; for a tenant-scoped reader, other tenants' jobs
+    are :data:`HIDDEN_JOB` and left out of ``jobs``."""
+    wanted = set(nodes)
+    jobs_on: dict[tuple[str, int], list[str]] = {}
+    records: dict[str, dict[str, Any]] = {}
+    for job in document.get("jobs") or ():
+        for pod in job.get("allocation") or ():
+            if pod.get("node") in wanted:
+                records[str(job["id"])] = job
+                for index in pod.get("gpus") or ():
+                    jobs_on.setdefault((pod["node"], int(index)), []).append(str(job["id"]))
+    visible = set(records)
+    if records and is_tenant_scoped(request.user):
+        visible = set(
+            jobs_for_user(request.user, cluster)
+            .filter(external_id__in=list(records))
+            .values_list("external_id", flat=True)
+        )
+    return Placement(
+        jobs_on={
+            key: sorted({j if j in visible else HIDDEN_JOB for j in ids})
+            for key, ids in jobs_on.items()
+        },
+        jobs={j: r for j, r in records.items() if j in visible},
+    )
+
+
+def _range(request: HttpRequest, end: Any) -> tuple[TimeRange, str]:
+    """The chart range the query asks for, ending at the latest snapshot by default."""
+    try:
+        return TimeRange.parse(request.GET, default_end=end, default_preset="6h"), ""
+    except PeriodError as error:
+        return TimeRange.parse({}, default_end=end, default_preset="6h"), str(error)
+
+
+def _latest_or_404(cluster: Cluster) -> StoredSnapshot:
+    latest = latest_snapshot(cluster)
+    if latest is None:
+        raise Http404("no snapshot of this cluster yet")
+    return latest
+
+
+def _gpu_label(gpu: Mapping[str, Any]) -> str:
+    mig = gpu.get("mig") or {}
+    return f"GPU {gpu['index']}" + (f" · MIG {mig.get('instance')}" if mig else "")
+
+
+def _gpu_url(cluster: Cluster, node: str, gpu: Mapping[str, Any]) -> str:
+    url = reverse(
+        "diagnosis:gpu", kwargs={"name": cluster.name, "node": node, "index": gpu["index"]}
+    )
+    mig = gpu.get("mig") or {}
+    return f"{url}?mig={mig['instance']}" if mig.get("instance") is not None else url
+
+
+# -- the heatmap and the node list ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    name: str
+    pool: str
+    state: str
+    gpus: int
+    reported: int
+    util_mean: float | None
+    unhealthy: int
+    xids: int
+
+
+def _node_rows(metrics: GpuMetrics, pool: str) -> list[NodeRow]:
+    per_node: dict[str, list[dict[str, Any]]] = {}
+    for (node, _index, _mig), gpu in metrics.gpus.items():
+        per_node.setdefault(node, []).append(gpu)
+    rows = []
+    for name, record in metrics.nodes.items():
+        if pool and record.get("pool") != pool:
+            continue
+        gpus = per_node.get(name, [])
+        utils = [g["util"] for g in gpus if g["util"] is not None]
+        rows.append(
+            NodeRow(
+                name=name,
+                pool=str(record.get("pool") or ""),
+                state=str(record.get("state") or ""),
+                gpus=int(record.get("gpus") or 0),
+                reported=len({g["index"] for g in gpus}),
+                util_mean=sum(utils) / len(utils) if utils else None,
+                unhealthy=sum(g["health"] != "ok" for g in gpus),
+                xids=sum(len(g["xid"]) for g in gpus),
+            )
+        )
+    rows.sort(key=lambda r: (r.pool, r.name))
+    return rows
+
+
+def heatmap_matrix(
+    cluster: Cluster, metrics: GpuMetrics, rows: list[NodeRow], colorby: str
+) -> tuple[list[str], np.ndarray, list[list[str]]]:
+    """Nodes (columns), a row per GPU index: utilization (MIG instances averaged) or health
+    codes (:data:`HEALTH_STATES`), and each cell's GPU page."""
+    width = max((r.gpus for r in rows), default=0)
+    names = [r.name for r in rows]
+    column = {name: i for i, name in enumerate(names)}
+    util_sum = np.zeros((width, len(names)))
+    util_n = np.zeros((width, len(names)))
+    unhealthy = np.zeros((width, len(names)), dtype=bool)
+    reported = np.zeros((width, len(names)), dtype=bool)
+    for (node, index, _mig), gpu in metrics.gpus.items():
+        j = column.get(node)
+        if j is None or index >= width:
+            continue
+        reported[index, j] = True
+        unhealthy[index, j] |= gpu["health"] != "ok"
+        if gpu["util"] is not None:
+            util_sum[index, j] += gpu["util"]
+            util_n[index, j] += 1
+    exists = np.array([[i < r.gpus for r in rows] for i in range(width)]).reshape(width, len(names))
+    base = reverse("diagnosis:node", kwargs={"name": cluster.name, "node": "NODE"})[: -len("NODE/")]
+    links = [[f"{base}{name}/gpus/{i}/" for name in names] for i in range(width)]
+    if colorby == "health":
+        not_ready = np.array([r.state != "ready" for r in rows])[np.newaxis, :]
+        values = np.where(unhealthy, 3, 0).astype(float)
+        values = np.where(not_ready & exists, 4, values)
+        values = np.where(exists & ~reported & ~not_ready, 5, values)
+        values = np.where(exists, values, np.nan)
+    else:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            values = np.where(util_n > 0, util_sum / np.maximum(util_n, 1), np.nan)
+    return names, values, links
+
+
+@require_safe
+def node_list(request: HttpRequest, name: str) -> HttpResponse:
+    """The heatmap of every GPU (one plotly heatmap, whatever the size) and the nodes, paged."""
+    cluster = get_cluster_for_user(request.user, name)
+    latest = latest_snapshot(cluster)
+    colorby = "health" if request.GET.get("color") == "health" else "util"
+    pool = (request.GET.get("pool") or "").strip()
+    context: dict[str, Any] = {
+        "cluster": cluster,
+        "section": "nodes",
+        "latest": latest,
+        "colorby": colorby,
+        "pool": pool,
+    }
+    if latest is not None:
+        metrics = gpu_metrics(latest.id)
+        rows = _node_rows(metrics, pool)
+        page = Paginator(rows, NODES_PER_PAGE).get_page(request.GET.get("page"))
+        query = request.GET.copy()
+        query.pop("page", None)
+        nodes, values, links = heatmap_matrix(cluster, metrics, rows, colorby)
+        figure = charts.gpu_heatmap(
+            nodes,
+            values,
+            links,
+            colorby="state" if colorby == "health" else "util",
+            state_labels={k: str(v) for k, v in HEALTH_STATES.items()},
+        )
+        context |= {
+            "page": page,
+            "query": query.urlencode(),
+            "pools": sorted({str(n.get("pool") or "") for n in metrics.nodes.values()} - {""}),
+            "node_count": len(rows),
+            "gpu_count": sum(r.gpus for r in rows),
+            "heatmap": charts.embed(
+                figure,
+                "gpu-heatmap",
+                label=str(_("Every GPU of the cluster by node; click a cell for its GPU page")),
+            ),
+        }
+    return render(request, "diagnosis/node_list.html", context)
+
+
+# -- a node --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    gpu: dict[str, Any]
+    url: str
+    jobs: list[str] = field(default_factory=list)
+
+
+def _node_findings(request: HttpRequest, cluster: Cluster, node: str, index: int | None = None):
+    subjects = (
+        Q(subject=f"gpu:{node}/{index}")
+        if index is not None
+        else (Q(subject=f"node:{node}") | Q(subject__startswith=f"gpu:{node}/"))
+    )
+    return list(
+        findings_for_user(request.user, cluster)
+        .filter(subjects)
+        .defer("evidence")
+        .order_by("-last_seen", "-id")[:FINDINGS_SHOWN]
+    )
+
+
+def _node_incidents(cluster: Cluster, request: HttpRequest, node: str, index: int | None = None):
+    incidents = incidents_for_user(request.user, cluster).filter(node=node)
+    if index is not None:
+        incidents = incidents.filter(gpu_index=index)
+    return list(incidents.order_by("-opened_at", "-id")[:INCIDENTS_SHOWN])
+
+
+@require_safe
+def node_detail(request: HttpRequest, name: str, node: str) -> HttpResponse:
+    """One node as the latest snapshot has it: its GPUs and their jobs, health, topology and
+    Xids, its incidents and findings, and its GPUs' utilization over the chosen range."""
+    cluster = get_cluster_for_user(request.user, name)
+    latest, document = latest_document(cluster)
+    if latest is None:
+        raise Http404("no snapshot of this cluster yet")
+    metrics = gpu_metrics(latest.id, document)
+    record = metrics.nodes.get(node)
+    if record is None:
+        raise Http404("no such node in the latest snapshot")
+    where = placement(request, cluster, document, [node])
+    gpus = metrics.of_node(node)
+    rows = [
+        GpuRow(g, _gpu_url(cluster, node, g), where.jobs_on.get((node, g["index"]), []))
+        for g in gpus
+    ]
+    time_range, range_error = _range(request, latest.as_of)
+    keys: list[GpuKey] = [
+        (node, g["index"], (g.get("mig") or {}).get("instance", -1)) for g in gpus
+    ]
+    series = gpu_series(cluster, keys, time_range.start, time_range.end, SERIES_POINTS)
+    xids = sorted(
+        ({"index": g["index"], **x} for g in gpus for x in g["xid"]),
+        key=lambda x: str(x.get("time")),
+        reverse=True,
+    )
+    context = {
+        "cluster": cluster,
+        "section": "nodes",
+        "node": node,
+        "record": record,
+        "topology": record.get("topology") or {},
+        "latest": latest,
+        "gpu_rows": rows,
+        "missing_gpus": max(0, int(record.get("gpus") or 0) - len({g["index"] for g in gpus})),
+        "xids": xids,
+        "incidents": _node_incidents(cluster, request, node),
+        "findings": _node_findings(request, cluster, node),
+        "time_range": time_range,
+        "picker": range_picker(request.GET, time_range, range_error),
+        "util_chart": charts.embed(
+            charts.gpus_util_series(
+                {_gpu_label(g): series[k] for g, k in zip(gpus, keys, strict=True)}
+            ),
+            "node-util",
+            label=str(_("Utilization of each GPU of the node over the range")),
+        ),
+        "points": max((len(s) for s in series.values()), default=0),
+    }
+    return render(request, "diagnosis/node_detail.html", context)
+
+
+# -- a GPU ---------------------------------------------------------------------------------------
+
+
+@require_safe
+def gpu_detail(request: HttpRequest, name: str, node: str, index: int) -> HttpResponse:
+    """One GPU (or MIG instance, ``?mig=``): its record now, its jobs, Xids, incidents and
+    findings, and util, tensor activity, framebuffer, power, temperature and SM clock over the
+    chosen range."""
+    cluster = get_cluster_for_user(request.user, name)
+    latest, document = latest_document(cluster)
+    if latest is None:
+        raise Http404("no snapshot of this cluster yet")
+    metrics = gpu_metrics(latest.id, document)
+    mig_text = request.GET.get("mig") or ""
+    instance = int(mig_text) if mig_text.isdigit() else -1
+    key: GpuKey = (node, index, instance)
+    gpu = metrics.gpus.get(key)
+    if gpu is None and instance == -1:  # a GPU split into MIG instances: its first instance
+        key, gpu = next(
+            ((k, g) for k, g in metrics.gpus.items() if k[:2] == (node, index)), (key, None)
+        )
+    record = metrics.nodes.get(node)
+    if record is None or index >= int(record.get("gpus") or 0):
+        raise Http404("no such GPU in the latest snapshot")
+    where = placement(request, cluster, document, [node])
+    time_range, range_error = _range(request, latest.as_of)
+    rows = gpu_series(cluster, [key], time_range.start, time_range.end, SERIES_POINTS)[key]
+    siblings = [(g, _gpu_url(cluster, node, g)) for g in metrics.of_node(node) if g is not gpu]
+    context = {
+        "cluster": cluster,
+        "section": "nodes",
+        "node": node,
+        "record": record,
+        "index": index,
+        "gpu": gpu,
+        "latest": latest,
+        "jobs": where.jobs_on.get((node, index), []),
+        "siblings": siblings,
+        "incidents": _node_incidents(cluster, request, node, index),
+        "findings": _node_findings(request, cluster, node, index),
+        "time_range": time_range,
+        "picker": range_picker(request.GET, time_range, range_error),
+        "points": len(rows),
+        "series_chart": charts.embed(
+            charts.gpu_metric_series(rows),
+            "gpu-series",
+            label=str(_("This GPU's metrics over the range, one panel each")),
+        ),
+        "metrics": charts.GPU_SERIES,
+    }
+    return render(request, "diagnosis/gpu_detail.html", context)
+
+
+@require_safe
+def gpu_by_uuid(request: HttpRequest, name: str, uuid: str) -> HttpResponse:
+    """``/clusters/<c>/gpus/<uuid>/``: the page of the GPU (or MIG instance) with that UUID."""
+    cluster = get_cluster_for_user(request.user, name)
+    latest = _latest_or_404(cluster)
+    for (node, _index, instance), gpu in gpu_metrics(latest.id).gpus.items():
+        if gpu["uuid"] == uuid:
+            url = _gpu_url(cluster, node, gpu)
+            return HttpResponseRedirect(url if instance >= 0 else url.split("?")[0])
+    raise Http404("no GPU with this UUID in the latest snapshot")

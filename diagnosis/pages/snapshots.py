@@ -1,0 +1,223 @@
+"""What the node, GPU, heatmap, queue and job pages read of the stored snapshots.
+
+Each cycle stores its ``gpuobs.snapshot/v1`` document (``Snapshot``, zlib-compressed JSON), and
+a stored snapshot never changes, so what a page extracts from one is kept in this process by
+the snapshot's id (small LRU caches) and the next page reads it without decompressing again.
+
+- :func:`latest_document` -- the newest stored snapshot of a cluster, whole (the node page and the
+  queue pages need its jobs).
+- :func:`gpu_metrics` -- the per-GPU metrics of one snapshot only: the document is read member by
+  member and reading stops after ``gpus``, so the jobs and events of a big cluster are never
+  parsed for the heatmap or a time series.
+- :func:`sampled_snapshots` -- at most ``max_points`` snapshots spread evenly over a time range
+  (a time series is downsampled by choosing snapshots, never by reading all of them).
+
+docs/ui.md ("Nodes and GPUs") says what this costs.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from threading import Lock
+from typing import Any
+
+from diagnosis.models import Cluster, Snapshot
+
+MAX_POINTS = 120
+# GPU metrics the pages chart: (snapshot metric, statistic). Absent ones stay None.
+SERIES_METRICS: dict[str, tuple[str, str]] = {
+    "util": ("util", "mean"),
+    "tensor_active": ("tensor_active", "mean"),
+    "fb_used_frac": ("fb_used_frac", "mean"),
+    "power_w": ("power_w", "mean"),
+    "temp_c": ("temp_c", "max"),
+    "sm_clock_mhz": ("sm_clock_mhz", "mean"),
+}
+GpuKey = tuple[str, int, int]  # node, index, MIG instance (-1: the whole GPU)
+
+
+class _Lru:
+    """A small thread-safe LRU cache of values computed from immutable stored rows."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.items: OrderedDict[Any, Any] = OrderedDict()
+        self.lock = Lock()
+
+    def get(self, key: Any, compute: Callable[[], Any]) -> Any:
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key]
+        value = compute()
+        with self.lock:
+            self.items[key] = value
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        with self.lock:
+            self.items.clear()
+
+
+_documents = _Lru(4)
+_metrics = _Lru(512)
+
+
+def forget_cached() -> None:
+    """Drop what this process keeps of stored snapshots (tests that delete and recreate rows)."""
+    _documents.clear()
+    _metrics.clear()
+
+
+def _raw(snapshot_id: int) -> str:
+    document = Snapshot.objects.filter(pk=snapshot_id).values_list("document", flat=True).first()
+    if document is None:
+        return "{}"
+    return zlib.decompress(bytes(document)).decode()
+
+
+_DECODER = json.JSONDecoder()
+
+
+def read_members(raw: str, wanted: Iterable[str]) -> dict[str, Any]:
+    """The top-level members ``wanted`` of the JSON object ``raw``, read in document order and
+    stopping as soon as all of them are found (what follows is never parsed)."""
+    wanted = set(wanted)
+    found: dict[str, Any] = {}
+    ws = " \t\n\r"
+    i = 0
+    while i < len(raw) and raw[i] in ws:
+        i += 1
+    if raw[i : i + 1] != "{":
+        return found
+    i += 1
+    while wanted - set(found):
+        while i < len(raw) and raw[i] in ws + ",":
+            i += 1
+        if i >= len(raw) or raw[i] == "}":
+            break
+        key, i = _DECODER.raw_decode(raw, i)
+        while raw[i] in ws + ":":
+            i += 1
+        value, i = _DECODER.raw_decode(raw, i)
+        if key in wanted:
+            found[key] = value
+    return found
+
+
+@dataclass(frozen=True)
+class StoredSnapshot:
+    id: int
+    as_of: datetime
+
+
+def latest_snapshot(cluster: Cluster) -> StoredSnapshot | None:
+    row = (
+        Snapshot.objects.filter(cluster=cluster)
+        .order_by("-as_of", "-id")
+        .values_list("id", "as_of")
+        .first()
+    )
+    return StoredSnapshot(*row) if row else None
+
+
+def snapshot_document(snapshot_id: int) -> dict[str, Any]:
+    """The whole document of one stored snapshot ({} when there is none by that id)."""
+    return _documents.get(snapshot_id, lambda: json.loads(_raw(snapshot_id)))
+
+
+def latest_document(cluster: Cluster) -> tuple[StoredSnapshot | None, dict[str, Any]]:
+    """The newest stored snapshot of ``cluster`` and its whole document ({} when none)."""
+    latest = latest_snapshot(cluster)
+    if latest is None:
+        return None, {}
+    return latest, snapshot_document(latest.id)
+
+
+@dataclass(frozen=True)
+class GpuMetrics:
+    """One snapshot's GPUs: each GPU's record (node, index, uuid, health, MIG, Xids) and its
+    charted metrics (:data:`SERIES_METRICS`, None when absent), in the document's order."""
+
+    nodes: dict[str, dict[str, Any]]
+    gpus: dict[GpuKey, dict[str, Any]]
+
+    def of_node(self, node: str) -> list[dict[str, Any]]:
+        return [gpu for key, gpu in self.gpus.items() if key[0] == node]
+
+
+def gpu_key(entry: dict[str, Any]) -> GpuKey:
+    mig = entry.get("mig") or {}
+    instance = mig.get("instance") if isinstance(mig, dict) else None
+    return (str(entry.get("node")), int(entry.get("index", 0)), int(instance) if instance else -1)
+
+
+def _metric(entry: dict[str, Any], metric: str, stat: str) -> float | None:
+    value = (entry.get(metric) or {}).get(stat) if isinstance(entry.get(metric), dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _gpu_metrics(snapshot_id: int, document: dict[str, Any] | None = None) -> GpuMetrics:
+    members = (
+        document if document is not None else read_members(_raw(snapshot_id), ("nodes", "gpus"))
+    )
+    nodes = {str(n.get("name")): n for n in members.get("nodes") or () if isinstance(n, dict)}
+    gpus: dict[GpuKey, dict[str, Any]] = {}
+    for entry in members.get("gpus") or ():
+        if not isinstance(entry, dict):
+            continue
+        record = {
+            "node": str(entry.get("node")),
+            "index": int(entry.get("index", 0)),
+            "uuid": entry.get("uuid") or "",
+            "health": entry.get("health") or "ok",
+            "mig": entry.get("mig") or None,
+            "xid": entry.get("xid") or [],
+        }
+        record |= {name: _metric(entry, *source) for name, source in SERIES_METRICS.items()}
+        gpus[gpu_key(entry)] = record
+    return GpuMetrics(nodes=nodes, gpus=gpus)
+
+
+def gpu_metrics(snapshot_id: int, document: dict[str, Any] | None = None) -> GpuMetrics:
+    """The GPU metrics of one stored snapshot (``document``: its parsed document, if at hand)."""
+    return _metrics.get(snapshot_id, lambda: _gpu_metrics(snapshot_id, document))
+
+
+def sampled_snapshots(
+    cluster: Cluster, start: datetime, end: datetime, max_points: int = MAX_POINTS
+) -> list[StoredSnapshot]:
+    """At most ``max_points`` stored snapshots of ``cluster`` in ``[start, end]``, spread evenly
+    over the snapshots there (always the first and the last)."""
+    rows = list(
+        Snapshot.objects.filter(cluster=cluster, as_of__gte=start, as_of__lte=end)
+        .order_by("as_of", "id")
+        .values_list("id", "as_of")
+    )
+    if len(rows) > max_points > 1:
+        step = (len(rows) - 1) / (max_points - 1)
+        rows = [rows[round(i * step)] for i in range(max_points)]
+    return [StoredSnapshot(*row) for row in rows]
+
+
+def gpu_series(
+    cluster: Cluster, keys: Iterable[GpuKey], start: datetime, end: datetime, max_points: int
+) -> dict[GpuKey, list[dict[str, Any]]]:
+    """Per GPU of ``keys``: its metrics (``as_of`` and :data:`SERIES_METRICS`) at each sampled
+    snapshot in the range that reports it."""
+    keys = list(keys)
+    series: dict[GpuKey, list[dict[str, Any]]] = {key: [] for key in keys}
+    for stored in sampled_snapshots(cluster, start, end, max_points):
+        frame = gpu_metrics(stored.id)
+        for key in keys:
+            gpu = frame.gpus.get(key)
+            if gpu is not None:
+                series[key].append({"as_of": stored.as_of} | {m: gpu[m] for m in SERIES_METRICS})
+    return series
