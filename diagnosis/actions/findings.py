@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -69,6 +70,7 @@ class RecordedFindings:
     touched: int = 0
     held: int = 0
     events: int = 0
+    written_by_rule: dict[str, int] = field(default_factory=dict)
 
     def count(self, from_state: str | None, to_state: str) -> None:
         key = f"{from_state or 'new'}->{to_state}"
@@ -82,6 +84,7 @@ class RecordedFindings:
             "held": self.held,
             "events": self.events,
             "transitions": dict(self.transitions),
+            "written_by_rule": dict(self.written_by_rule),
         }
 
 
@@ -142,11 +145,35 @@ class _Stored:
         )
 
 
+# Evidence durations measured back from the snapshot's time (a job's runtime, a wait, a hold):
+# they grow every cycle while nothing else changes. The digest sees them in steps of 25%
+# (:func:`_clock_step`), so a finding whose judgement is unchanged is rewritten -- its summary
+# and evidence brought up to date -- when such a duration has grown by a quarter, not every cycle.
+CLOCK_KEYS = frozenset({"runtime_s", "wait_s", "hold_s"})
+CLOCK_STEP = 1.25
+
+
+def _clock_step(seconds: Any) -> Any:
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds != seconds:
+        return seconds
+    return int(math.log(max(float(seconds), 1.0) / 60.0 + 1.0, CLOCK_STEP))
+
+
+def _judgement(value: Any) -> Any:
+    """The evidence as the digest sees it: clock durations in steps, the rest as is."""
+    if isinstance(value, Mapping):
+        return {k: _clock_step(v) if k in CLOCK_KEYS else _judgement(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_judgement(v) for v in value]
+    return value
+
+
 def evidence_digest(hit: RuleFinding) -> str:
-    """A short digest of what a hit says (severity, summary, evidence): equal digests mean the
-    stored row needs no rewrite."""
+    """A short digest of what a hit judged (severity and evidence, its clock durations in 25%
+    steps; the summary is derived from them): equal digests mean the stored row needs no
+    rewrite."""
     text = json.dumps(
-        [hit.severity, hit.summary, hit.evidence],
+        [hit.severity, _judgement(hit.evidence)],
         sort_keys=True,
         separators=(",", ":"),
         default=str,
@@ -252,6 +279,7 @@ def record_findings(
             result.count(step.from_state, step.to_state)
             transitions.append((len(written), step.from_state or "", step.to_state))
         written.append(_written_row(cluster, key, row, step.tracked, hit, digest, as_of))
+        result.written_by_rule[rule_id] = result.written_by_rule.get(rule_id, 0) + 1
     _upsert(written)
     _touch(hit_pks, seen_pks, as_of)
     now = timezone.now()

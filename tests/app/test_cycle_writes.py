@@ -22,14 +22,14 @@ RULE = "data-starvation"
 
 def starving(jobs: int, minutes_later: float = 0, *, p90_of: dict[str, float] | None = None):
     """``jobs`` data-starved jobs ``j0``... (bursty: util 0.3 between p10 0 and p90 0.8, or as
-    ``p90_of`` says), one node each, as of AS_OF + minutes."""
+    ``p90_of`` says), one node each, started 3 h before AS_OF, as of AS_OF + minutes."""
     builder = SnapshotBuilder(as_of=AS_OF + timedelta(minutes=minutes_later))
     builder.pool("a100", nodes=jobs)
     for i in range(jobs):
         builder.job(
             f"j{i}",
             node=f"a100-{i:03d}",
-            waited="3h",
+            waited=3 * 3600 + minutes_later * 60,
             util=0.3,
             util_p10=0.0,
             util_p90=(p90_of or {}).get(f"j{i}", 0.8),
@@ -90,6 +90,14 @@ def test_changed_evidence_rewrites_only_that_finding(make_cluster):
     after = dict(Finding.objects.values_list("subject", "evidence_digest"))
     assert [s for s in before if after[s] != before[s]] == ["job:j2"]
     assert Finding.objects.get(subject="job:j2").evidence["util_p90"] == pytest.approx(0.95)
+
+
+def test_a_growing_runtime_rewrites_a_finding_once_it_grew_by_a_quarter(make_cluster):
+    cluster = make_cluster()
+    record(cluster, starving(1))
+    assert record(cluster, starving(1, 1)).written == 0
+    assert record(cluster, starving(1, 50)).written == 1
+    assert Finding.objects.get().evidence["runtime_s"] == 3 * 3600 + 50 * 60
 
 
 def test_the_first_cycle_inserts_every_finding_in_one_statement(make_cluster):
