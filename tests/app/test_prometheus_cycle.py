@@ -128,7 +128,8 @@ def test_prometheus_warnings_degrade_the_status(make_sim_cluster, make_prometheu
 
 
 def idle_job_scheduler(planted) -> dict:
-    """The steady node with a job on its idle GPU 2 for two hours."""
+    """The steady node with a job on its idle GPU 2 (half its memory in use: idle-held) for two
+    hours."""
     document = scheduler_doc([("st-0", 4)])
     started = (planted.as_of - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
     document["jobs"] = [
@@ -161,7 +162,7 @@ def test_a_finding_is_not_resolved_when_the_metrics_go_missing(
     config = PrometheusConfig.parse({"url": prometheus.url, "matchers": {"cluster": "steady"}})
     scheduler = idle_job_scheduler(planted_history)
     record(cluster, config, scheduler, planted_history.as_of)
-    before = Finding.objects.get(cluster=cluster, rule_id="idle-allocation")
+    before = Finding.objects.get(cluster=cluster, rule_id="idle-held")
 
     later = planted_history.as_of + timedelta(minutes=20)  # the history ends at t0: stale
     cycle = record(cluster, config, scheduler, later)
@@ -172,7 +173,7 @@ def test_a_finding_is_not_resolved_when_the_metrics_go_missing(
         before.last_seen,
         None,
     )
-    assert "idle-allocation" in cycle.not_judged
+    assert "idle-held" in cycle.not_judged
     assert cycle.source["judgeable"] is False
 
 
