@@ -365,7 +365,7 @@ GPUOBS_METRICS_MAX_FINDING_SERIES = env_int("GPUOBS_METRICS_MAX_FINDING_SERIES",
 # baseline, at least one unit: a rollback is due) and watched for at most GPUOBS_VERIFY_MAX_CYCLES.
 GPUOBS_APPROVAL_TTL_SECONDS = env_int("GPUOBS_APPROVAL_TTL_SECONDS", 4 * 3600)
 GPUOBS_VERIFY_CYCLES = env_int("GPUOBS_VERIFY_CYCLES", 3)
-GPUOBS_VERIFY_MAX_CYCLES = env_int("GPUOBS_VERIFY_MAX_CYCLES", 12)
+GPUOBS_VERIFY_MAX_CYCLES = env_int("GPUOBS_VERIFY_MAX_CYCLES", 24)
 GPUOBS_VERIFY_TOLERANCE_PCT = env_int("GPUOBS_VERIFY_TOLERANCE_PCT", 10)
 # A change is verified after GPUOBS_VERIFY_GOOD_CYCLES consecutive good cycles (its findings
 # resolved, its metric better than before). A proposal whose cause stops for a cycle or two is

@@ -20,7 +20,7 @@ from diagnosis.actions.workflow import (
     audit,
     save_fields,
 )
-from diagnosis.choices import RecommendationState
+from diagnosis.choices import FindingState, RecommendationState
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.recommend import verify
 from diagnosis.models import (
@@ -37,6 +37,7 @@ def verify_settings() -> verify.VerifySettings:
         cycles=settings.GPUOBS_VERIFY_CYCLES,
         max_cycles=settings.GPUOBS_VERIFY_MAX_CYCLES,
         tolerance=settings.GPUOBS_VERIFY_TOLERANCE_PCT / 100,
+        good_cycles=settings.GPUOBS_VERIFY_GOOD_CYCLES,
     )
 
 
@@ -46,89 +47,102 @@ def verify_applied(
     diagnosis: Any,
     accounting: Mapping[str, Any],
 ) -> dict[str, int]:
-    """Observe every applied (not yet verified) change in this cycle and act on the verdict."""
-    counts = {"verified": 0, "worse": 0}
+    """Observe every applied change, and every verified one still watched for a regression, in
+    this cycle and act on the verdict (:func:`verify.judge`): ``applied → verified`` after the
+    good cycles in a row; ``verified → regressed`` (and its rollback proposed) when a motivating
+    finding opens again or the metric got worse; a rollback proposed for a change made worse.
+
+    A motivating finding is open when this cycle reports it or its stored row is not resolved
+    (the page lists the stored rows: the verdict never disagrees with them)."""
+    counts = {"verified": 0, "worse": 0, "regressed": 0}
     as_of = snap.as_of.to_pydatetime()
     reported = {(f.rule, f.subject) for f in diagnosis.findings}
     facts = getattr(diagnosis, "facts", None)
     config = verify_settings()
     worse: list[tuple[Recommendation, str]] = []
     with transaction.atomic():
-        applied = Recommendation.objects.select_for_update().filter(
-            cluster=cluster, state=State.APPLIED
+        watched = Recommendation.objects.select_for_update().filter(
+            cluster=cluster, state__in=(State.APPLIED, State.VERIFIED, State.REGRESSED)
         )
-        for rec in applied:
+        for rec in watched.prefetch_related("motivating_findings"):
             data = dict(rec.verification or {})
-            if data.get("status") in (verify.INCONCLUSIVE, verify.WORSE):
+            if data.get("status") in (verify.INCONCLUSIVE, verify.WORSE) or data.get("watch_ended"):
                 continue
             since = data.get("since_as_of")
             if since and as_of <= datetime.fromisoformat(since):
                 continue
-            motivating = [(f.rule_id, f.subject) for f in rec.motivating_findings.all()]
+            stored = list(rec.motivating_findings.all())
+            still_open = reported | {
+                (f.rule_id, f.subject) for f in stored if f.state != FindingState.RESOLVED
+            }
             observation = verify.observe(
                 rec.kind,
                 rec.target,
                 rec.change.get("to"),
-                motivating,
+                [(f.rule_id, f.subject) for f in stored],
                 snap,
-                reported,
+                still_open,
                 accounting,
                 facts,
             )
             observations = [*data.get("observations", []), observation.as_dict()]
             observations = observations[-MAX_OBSERVATIONS:]
+            cycles = int(data.get("cycles") or 0) + 1
+            judged = observations
+            if rec.state == State.REGRESSED:  # watched again from the regression on
+                judged = observations[-max(1, cycles - int(data.get("regressed_at_cycle") or 0)) :]
             judgement = verify.judge(
                 rec.kind,
                 data.get("baseline"),
-                [verify.Observation.of(o) for o in observations],
+                [verify.Observation.of(o) for o in judged],
                 config,
                 rollback=rec.rollback_of_id is not None,
+                verified=rec.state == State.VERIFIED,
             )
-            data.update(
-                observations=observations,
-                status=judgement.status,
-                reason=judgement.reason,
-                cycles=len(observations),
-            )
+            data.update(observations=observations, cycles=cycles, **judgement.as_dict())
             rec.verification = data
-            fields = ["verification"]
-            if judgement.status == verify.VERIFIED:
+            outcome = {"observation": observation.as_dict(), "reason": judgement.reason}
+            before = rec.state
+            if judgement.status == verify.VERIFIED and before != State.VERIFIED:
                 rec.state = State.VERIFIED
                 rec.status_message = judgement.reason
-                fields += ["state", "status_message"]
-                audit(
-                    rec,
-                    SYSTEM_CYCLE,
-                    "verify",
-                    before={"baseline": data.get("baseline")},
-                    after={"observation": observation.as_dict(), "reason": judgement.reason},
-                )
+                data["verified_at_cycle"] = cycles
+                audit(rec, SYSTEM_CYCLE, "verify", before={"state": before}, after=outcome)
                 counts["verified"] += 1
+            elif judgement.status == verify.VERIFIED:
+                if cycles - int(data.get("verified_at_cycle") or 0) >= config.max_cycles:
+                    data["watch_ended"] = True  # watched long enough for a regression
+            elif judgement.status == verify.REGRESSED:
+                rec.state = State.REGRESSED
+                rec.status_message = judgement.reason
+                data["regressed_at_cycle"] = cycles
+                audit(rec, SYSTEM_CYCLE, "regress", before={"state": before}, after=outcome)
+                counts["regressed"] += 1
             elif judgement.status == verify.WORSE:
                 rec.status_message = f"worse since applied: {judgement.reason}"
-                fields.append("status_message")
-                audit(
-                    rec,
-                    SYSTEM_CYCLE,
-                    "verify-worse",
-                    before={"baseline": data.get("baseline")},
-                    after={"observation": observation.as_dict(), "reason": judgement.reason},
-                )
-                worse.append((rec, judgement.reason))
+                audit(rec, SYSTEM_CYCLE, "verify-worse", before={"state": before}, after=outcome)
                 counts["worse"] += 1
-            save_fields(rec, *fields)
+            save_fields(rec, "verification", "state", "status_message")
+            if judgement.rollback:
+                worse.append((rec, judgement.reason))
     for rec, reason in worse:
         roll_back_worse(cluster, rec, reason)
     return counts
 
 
-def roll_back_worse(cluster: Cluster, rec: Recommendation, reason: str) -> None:
-    """Propose the rollback of a change that made things worse, or, with the cluster's
-    ``auto_rollback``, perform it (as gpuobs, audited)."""
-    why = f"the target metric got worse: {reason}"
+def roll_back_worse(cluster: Cluster, rec: Recommendation, reason: str) -> Recommendation | None:
+    """Propose the rollback of a change that made things worse or regressed, or, with the
+    cluster's ``auto_rollback``, perform it (as gpuobs, audited); the change's status message
+    names the rollback. Returns the rollback (None when none could be made)."""
+    why = reason if rec.state == State.REGRESSED else f"the target metric got worse: {reason}"
     try:
         undo = create_rollback(rec, user=None, reason=why, approved=cluster.auto_rollback)
         if cluster.auto_rollback:
             request_apply(undo, None)
     except WorkflowError as exc:
         logger.warning("rollback of recommendation %s not made: %s", rec.pk, exc)
+        return None
+    verb = "being applied" if cluster.auto_rollback else "proposed"
+    rec.status_message = f"{rec.status_message}; rollback #{undo.pk} {verb}"[:2000]
+    save_fields(rec, "status_message")
+    return undo

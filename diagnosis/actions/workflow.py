@@ -38,7 +38,8 @@ State = RecommendationState
 OPEN_STATES = (State.PROPOSED, State.APPROVED, State.APPLYING)
 
 
-APPLIED_STATES = (State.APPLIED, State.VERIFIED)
+# Still applied: a regressed change stays written until its rollback is applied.
+APPLIED_STATES = (State.APPLIED, State.VERIFIED, State.REGRESSED)
 
 
 SYSTEM_CYCLE = "system:cycle"

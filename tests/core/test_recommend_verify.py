@@ -4,6 +4,8 @@ measures, when the setting shows as in effect, and the verdict over the observed
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from diagnosis.core.recommend import verify
 from tests.support.builders import SnapshotBuilder
@@ -90,13 +92,110 @@ def test_in_effect_reads_the_snapshot(kind: str, target: str, to, expected) -> N
 # -- judging -------------------------------------------------------------------------------------
 
 
-def test_gone_findings_and_a_metric_no_worse_verify_it() -> None:
-    judgement = verify.judge(
-        "placement-policy", 40.0, [seen(30), seen(0, open_findings=0)], SETTINGS
-    )
+def good(metric: float | None = 0) -> verify.Observation:
+    """A good cycle: the setting in effect, no motivating finding open."""
+    return seen(metric, open_findings=0)
+
+
+def test_good_cycles_in_a_row_verify_it() -> None:
+    judgement = verify.judge("placement-policy", 40.0, [seen(30), *[good()] * 3], SETTINGS)
 
     assert judgement.status == verify.VERIFIED
     assert "was 40" in judgement.reason
+    assert judgement.good_cycles == 3
+
+
+def test_the_first_good_cycle_does_not_verify_it() -> None:
+    judgement = verify.judge("placement-policy", 40.0, [seen(30), good()], SETTINGS)
+
+    assert judgement.status == verify.WATCHING
+    assert "good cycles in a row: 1 of 3" in judgement.reason
+
+
+def test_never_verified_while_a_motivating_finding_is_open() -> None:
+    observations = [*[good()] * 4, seen(0, open_findings=1)]
+
+    judgement = verify.judge("placement-policy", 40.0, observations, SETTINGS)
+
+    assert judgement.status == verify.WATCHING
+    assert not judgement.why[0].ok
+
+
+def test_an_open_finding_between_good_cycles_starts_the_count_again() -> None:
+    observations = [good(), good(), seen(0, open_findings=1), good(), good()]
+
+    assert verify.judge("placement-policy", 40.0, observations, SETTINGS).good_cycles == 2
+
+
+def test_a_metric_no_better_than_before_is_not_a_good_cycle() -> None:
+    judgement = verify.judge("placement-policy", 10.0, [good(10)] * 3, SETTINGS)
+
+    assert judgement.status == verify.WATCHING
+    assert judgement.good_cycles == 0
+
+
+def test_an_unjudged_metric_neither_counts_nor_breaks_the_run() -> None:
+    observations = [good(20), good(None), good(20), good(20)]
+
+    judgement = verify.judge("queue-weight", 16.0, observations, SETTINGS)
+
+    assert judgement.status == verify.VERIFIED
+    assert judgement.good_cycles == 3
+
+
+def test_a_verified_change_whose_finding_opens_again_regressed() -> None:
+    observations = [*[good()] * 3, seen(0, open_findings=1)]
+
+    judgement = verify.judge("placement-policy", 40.0, observations, SETTINGS, verified=True)
+
+    assert judgement.status == verify.REGRESSED
+    assert "motivating findings resolved: 1 open" in judgement.reason
+
+
+def test_a_verified_change_whose_metric_got_worse_regressed() -> None:
+    observations = [*[good(2)] * 3, *[good(30)] * 3]
+
+    judgement = verify.judge("placement-policy", 10.0, observations, SETTINGS, verified=True)
+
+    assert judgement.status == verify.REGRESSED
+    assert "10 before, mean 30" in judgement.reason
+
+
+def test_a_verified_change_that_holds_stays_verified() -> None:
+    observations = [*[good(2)] * 3, good(5)]
+
+    judgement = verify.judge("placement-policy", 10.0, observations, SETTINGS, verified=True)
+
+    assert judgement.status == verify.VERIFIED
+    assert all(c.ok for c in judgement.why)
+
+
+observation_lists = st.lists(
+    st.builds(
+        verify.Observation,
+        as_of=st.just("2026-11-29T08:00:00Z"),
+        metric=st.one_of(st.none(), st.integers(0, 60).map(float)),
+        in_effect=st.sampled_from([True, False, None]),
+        motivating_open=st.integers(0, 2),
+    ),
+    min_size=1,
+    max_size=10,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kind=st.sampled_from(["placement-policy", "queue-weight"]),
+    baseline=st.one_of(st.none(), st.integers(0, 60).map(float)),
+    observations=observation_lists,
+    verified=st.booleans(),
+)
+def test_the_verdict_and_its_why_never_contradict(kind, baseline, observations, verified) -> None:
+    judgement = verify.judge(kind, baseline, observations, SETTINGS, verified=verified)
+
+    assert (judgement.status == verify.VERIFIED) == all(c.ok for c in judgement.why)
+    if judgement.status == verify.VERIFIED:
+        assert observations[-1].motivating_open == 0
 
 
 def test_findings_still_reported_keep_watching() -> None:

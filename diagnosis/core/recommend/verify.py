@@ -6,14 +6,24 @@ snapshot (``in_effect``) and how many of the motivating findings the cycle still
 :func:`judge` turns the observations and the baseline (the metric when it was applied) into a
 :class:`Judgement`:
 
-- ``verified``: the setting is in effect, none of the motivating findings is reported any more,
-  and the metric is not worse than the baseline (beyond the tolerance);
+- ``verified``: for ``settings.good_cycles`` consecutive good cycles the setting was in effect,
+  none of the motivating findings was open and the target metric was better than the baseline
+  (a cycle whose metric cannot be judged, e.g. a queue with no pending demand, neither counts
+  nor breaks the run; one with a motivating finding open breaks it). Never while a motivating
+  finding is open;
 - ``worse``: the mean of the last ``settings.cycles`` judged observations is worse than the
   baseline by more than the tolerance (``max(floor, tolerance × |baseline|)``): a rollback is
   due;
+- ``regressed``: it was verified, and then a motivating finding opened again, the setting
+  stopped showing or the metric got worse as above. A rollback is due (``rollback``) only when
+  the metric is no longer better than the baseline; otherwise it is watched again and verified
+  again after the good cycles in a row;
 - ``inconclusive``: neither after ``settings.max_cycles`` observations (the change stays
   applied; nobody is asked to do anything);
 - ``watching``: not yet decided.
+
+The :class:`Judgement` carries the verdict and the checks behind it (``why``), made by the one
+function :func:`judge`: a page showing both can never show them contradicting each other.
 
 Target metrics, per kind:
 
@@ -42,23 +52,29 @@ from diagnosis.core.vocabulary import UNAVAILABLE_NODE_STATES
 WATCHING = "watching"
 VERIFIED = "verified"
 WORSE = "worse"
+REGRESSED = "regressed"
 INCONCLUSIVE = "inconclusive"
 
 
 @dataclass(frozen=True)
 class VerifySettings:
-    """``cycles``: observations averaged before a change is judged worse; ``max_cycles``: after
-    this many observations, stop watching; ``tolerance`` (relative) and ``floor`` (absolute, in
-    the metric's unit): how much worse than the baseline counts as worse."""
+    """``cycles``: observations averaged before a change is judged worse; ``good_cycles``:
+    consecutive good cycles before it is verified; ``max_cycles``: after this many observations
+    without a verdict, stop watching (and, once verified, how many more cycles it is watched for
+    a regression); ``tolerance`` (relative) and ``floor`` (absolute, in the metric's unit): how
+    much worse than the baseline counts as worse."""
 
     cycles: int = 3
     max_cycles: int = 12
     tolerance: float = 0.10
     floor: float = 1.0
+    good_cycles: int = 3
 
     def __post_init__(self) -> None:
         if self.cycles < 1 or self.max_cycles < self.cycles:
             raise ValueError("verification needs 1 <= cycles <= max_cycles")
+        if not 1 <= self.good_cycles <= self.max_cycles:
+            raise ValueError("verification needs 1 <= good_cycles <= max_cycles")
         if self.tolerance < 0 or self.floor < 0:
             raise ValueError("tolerance and floor must not be negative")
 
@@ -115,9 +131,33 @@ class Observation:
 
 
 @dataclass(frozen=True)
+class Check:
+    """One condition of the verdict, as the page lists it under "why"."""
+
+    label: str
+    ok: bool
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "ok": self.ok, "detail": self.detail}
+
+
+@dataclass(frozen=True)
 class Judgement:
     status: str
     reason: str
+    why: tuple[Check, ...] = ()
+    good_cycles: int = 0
+    rollback: bool = False  # a rollback is due (worse, or regressed to no better than before)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "why": [c.as_dict() for c in self.why],
+            "good_cycles": self.good_cycles,
+            "rollback_due": self.rollback,
+        }
 
 
 def measure(
@@ -196,48 +236,161 @@ def judge(
     settings: VerifySettings,
     *,
     rollback: bool = False,
+    verified: bool = False,
 ) -> Judgement:
-    """What the observations so far say about an applied change (see the module doc)."""
+    """What the observations so far say about an applied change (see the module doc), and why.
+    ``verified``: it was verified already; the cycles since are watched for a regression."""
     if not observations:
         return Judgement(WATCHING, "no cycle since it was applied")
     last = observations[-1]
     metric = None if rollback else metric_for(kind)
     if metric is None:
-        if last.in_effect:
-            return Judgement(VERIFIED, "the new setting shows in the snapshot")
-        if len(observations) >= settings.max_cycles:
-            return Judgement(
-                INCONCLUSIVE, f"the setting did not show in {len(observations)} cycles"
-            )
-        return Judgement(WATCHING, "waiting for the setting to show in the snapshot")
+        return _judge_effect(observations, settings)
 
-    judged = [o.metric for o in observations if o.metric is not None]
-    if baseline is not None and len(judged) >= settings.cycles:
-        recent = judged[-settings.cycles :]
-        mean = sum(recent) / len(recent)
-        if _worse(metric, baseline, mean, settings):
-            return Judgement(
-                WORSE,
-                f"{metric.label}: {_fmt(baseline)} before, mean {_fmt(mean)} over the last "
-                f"{len(recent)} cycles ({metric.better} is better; tolerance "
-                f"{_fmt(settings.margin(baseline))})",
-            )
-    not_worse = (
-        baseline is None
-        or last.metric is None
-        or not _worse(metric, baseline, last.metric, settings)
+    worse = _worse_mean(metric, baseline, observations, settings)
+    findings = Check(
+        "motivating findings resolved",
+        last.motivating_open == 0,
+        f"{last.motivating_open} open" if last.motivating_open else "none open",
     )
-    if last.in_effect is not False and last.motivating_open == 0 and not_worse:
-        now = "" if last.metric is None else f"; {metric.label}: {_fmt(last.metric)}"
+    effect = Check("setting in effect", last.in_effect is not False, _effect(last.in_effect))
+    latest = next((o.metric for o in reversed(observations) if o.metric is not None), None)
+    if verified:  # watched for a regression: the findings back, the setting gone, the metric worse
+        why = (
+            findings,
+            effect,
+            Check("target metric not worse than before", worse is None, worse or "not worse"),
+        )
+        if all(c.ok for c in why):
+            return Judgement(VERIFIED, "verified; no regression since", why)
+        helps = worse is None and latest is not None and _better(metric, baseline, latest)
+        then = (
+            f"; {metric.label} is still better than before ({_fmt(latest)}): watched again"
+            if helps and latest is not None
+            else ""
+        )
+        return Judgement(
+            REGRESSED, f"regressed after verification: {_failed(why)}{then}", why, 0, not helps
+        )
+    streak = _good_streak(metric, baseline, observations, settings)
+    why = (
+        findings,
+        effect,
+        _metric_check(metric, baseline, latest, worse),
+        Check(
+            "good cycles in a row",
+            streak >= settings.good_cycles,
+            f"{streak} of {settings.good_cycles}",
+        ),
+    )
+    good = all(c.ok for c in why)
+    if worse is not None:
+        return Judgement(WORSE, worse, why, streak, rollback=True)
+    if good:
+        now = "" if latest is None else f"; {metric.label}: {_fmt(latest)}"
         was = "" if baseline is None else f" (was {_fmt(baseline)})"
-        return Judgement(VERIFIED, f"the motivating findings are gone{now}{was}")
+        return Judgement(
+            VERIFIED,
+            f"the motivating findings stayed resolved for {streak} cycles{now}{was}",
+            why,
+            streak,
+        )
     if len(observations) >= settings.max_cycles:
         return Judgement(
             INCONCLUSIVE,
-            f"after {len(observations)} cycles {last.motivating_open} motivating finding(s) "
-            "are still reported, and the metric is not worse",
+            f"no verdict after {len(observations)} cycles: {_failed(why)}",
+            why,
+            streak,
         )
-    return Judgement(WATCHING, f"{last.motivating_open} motivating finding(s) still reported")
+    return Judgement(WATCHING, f"not yet: {_failed(why)}", why, streak)
+
+
+def _judge_effect(observations: Sequence[Observation], settings: VerifySettings) -> Judgement:
+    """A change judged by its effect alone (a drain, a rollback): the setting shows."""
+    last = observations[-1]
+    why = (Check("setting in effect", bool(last.in_effect), _effect(last.in_effect)),)
+    if last.in_effect:
+        return Judgement(VERIFIED, "the new setting shows in the snapshot", why)
+    if len(observations) >= settings.max_cycles:
+        return Judgement(
+            INCONCLUSIVE, f"the setting did not show in {len(observations)} cycles", why
+        )
+    return Judgement(WATCHING, "waiting for the setting to show in the snapshot", why)
+
+
+def _effect(in_effect: bool | None) -> str:
+    return {True: "shows in the snapshot", False: "does not show in the snapshot"}.get(
+        in_effect, "the snapshot does not report it"
+    )
+
+
+def _worse_mean(
+    metric: TargetMetric,
+    baseline: float | None,
+    observations: Sequence[Observation],
+    settings: VerifySettings,
+) -> str | None:
+    """Why the metric is worse than the baseline (mean of the last judged cycles), or None."""
+    judged = [o.metric for o in observations if o.metric is not None]
+    if baseline is None or len(judged) < settings.cycles:
+        return None
+    recent = judged[-settings.cycles :]
+    mean = sum(recent) / len(recent)
+    if not _worse(metric, baseline, mean, settings):
+        return None
+    return (
+        f"{metric.label}: {_fmt(baseline)} before, mean {_fmt(mean)} over the last "
+        f"{len(recent)} cycles ({metric.better} is better; tolerance "
+        f"{_fmt(settings.margin(baseline))})"
+    )
+
+
+def _better(metric: TargetMetric, baseline: float | None, value: float) -> bool:
+    """Better than the baseline (unknown baseline: nothing to compare, so not held against it;
+    a lower-is-better metric at zero cannot improve further)."""
+    if baseline is None:
+        return True
+    if metric.better == "lower":
+        return value < baseline or value == baseline == 0
+    return value > baseline
+
+
+def _good_streak(
+    metric: TargetMetric,
+    baseline: float | None,
+    observations: Sequence[Observation],
+    settings: VerifySettings,
+) -> int:
+    """Consecutive good cycles up to the latest (an unjudged metric neither counts nor breaks)."""
+    streak = 0
+    for o in reversed(observations):
+        if o.motivating_open or o.in_effect is False:
+            break
+        if o.metric is None:
+            continue
+        if not _better(metric, baseline, o.metric):
+            break
+        streak += 1
+    return streak
+
+
+def _metric_check(
+    metric: TargetMetric, baseline: float | None, latest: float | None, worse: str | None
+) -> Check:
+    if worse is not None:
+        return Check("target metric better than before", False, worse)
+    if latest is None:
+        return Check("target metric better than before", False, f"{metric.label}: not judged yet")
+    was = "unknown" if baseline is None else _fmt(baseline)
+    return Check(
+        "target metric better than before",
+        _better(metric, baseline, latest),
+        f"{metric.label}: {was} before, {_fmt(latest)} now ({metric.better} is better)",
+    )
+
+
+def _failed(why: Sequence[Check]) -> str:
+    return "; ".join(f"{c.label}: {c.detail}" for c in why if not c.ok)
 
 
 def _worse(metric: TargetMetric, baseline: float, value: float, settings: VerifySettings) -> bool:
