@@ -41,6 +41,7 @@ from diagnosis.access import (
     tenants_for_user,
 )
 from diagnosis.core import fairness
+from diagnosis.core.productive_share import ProductiveFairness, productive_fairness
 from diagnosis.core.vocabulary import format_time
 from diagnosis.models import Cluster, PoolRollup, Tenant, TenantRollup
 from diagnosis.reports.period import ReportPeriod
@@ -73,6 +74,7 @@ class FairnessReportData:
     report: fairness.FairnessReport
     series: pd.DataFrame  # bin, tenant, usage, fair_share, entitlement (visible tenants)
     bin: str
+    productive: ProductiveFairness  # the same sums counting only useful GPU-hours (issue #20)
 
     @property
     def tenants(self) -> tuple[fairness.TenantRow, ...]:
@@ -105,6 +107,7 @@ class FairnessReportData:
                 **{name: stats.as_dict() for name, stats in report.waits.items()},
             },
             "tenants": [row.as_dict() for row in report.tenants],
+            "productive": self.productive.as_dict(),
         }
 
 
@@ -194,6 +197,7 @@ def build_fairness_report(
         report=report,
         series=_share_series(tenant_bins, cluster_bins, visible),
         bin=bin_kind,
+        productive=productive_fairness(tenant_sums, cluster_sums, visible=visible, report=report),
     )
 
 

@@ -1,0 +1,60 @@
+"""Issue #20, item 5, on the demo day: eight 3-hour cycles of the built-in demo cluster (the
+seed scenario), whose ``research`` tenant is allocated about its fair share while deadlocked
+gangs hold most of it. The fairness report flags research as productively starved and its
+headline does not call the day fair; the page and the API say so."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from diagnosis.edge.sim import runtime as sim_runtime
+from diagnosis.models import Cluster
+from diagnosis.reports.fairness_report import build_fairness_report, latest_rollup_time
+from diagnosis.reports.period import ReportPeriod
+
+pytestmark = pytest.mark.django_db
+DAY_CYCLES, STEP_S = 8, 3 * 3600
+
+
+@pytest.fixture(scope="module")
+def demo_day(django_db_setup, django_db_blocker):
+    """The demo's first day, recorded once for the module (and removed after it)."""
+    with django_db_blocker.unblock():
+        call_command("demo", cycles=DAY_CYCLES, step=STEP_S, stdout=StringIO())
+        cluster = Cluster.objects.get(name="demo")
+        end = latest_rollup_time(cluster)
+        yield cluster, ReportPeriod(end - timedelta(days=1), end)
+        sim_runtime.forget("demo")
+        cluster.delete()
+
+
+def test_the_demo_days_report_flags_research_allocated_fair_but_productively_starved(
+    demo_day, alice
+):
+    cluster, period = demo_day
+    data = build_fairness_report(alice, cluster, period)
+    research = data.productive.row("research")
+    assert data.report.tenant("research").ratio >= 0.8  # by allocation it looks served
+    assert research.productive_ratio < 0.5 * research.allocated_ratio
+    assert research.partial_gang_gpu_hours > research.useful_gpu_hours
+    assert research.productively_starved
+    assert "research" in data.productive.starved
+    assert data.productive.verdict == "productively-unfair"
+    assert not data.productive.headline.startswith("Fair")
+
+
+def test_the_page_and_the_api_carry_the_verdict_and_the_flag(demo_day, alice_client):
+    cluster, period = demo_day
+    query = f"from={period.start:%Y-%m-%dT%H:%M:%SZ}&to={period.end:%Y-%m-%dT%H:%M:%SZ}"
+    page = alice_client.get(f"/clusters/{cluster.name}/fairness/?{query}")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'id="fairness-verdict">Not fair in useful GPU-hours: research was allocated' in html
+    assert 'data-tenant="research" class="flagged" data-flag="productively-starved"' in html
+    api = alice_client.get(f"/api/v1/clusters/{cluster.name}/reports/fairness?{query}").json()
+    assert api["productive"]["verdict"] == "productively-unfair"
+    assert api["productive"]["productively_starved"] == ["research"]
