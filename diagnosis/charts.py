@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import html
 import importlib.util
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ from django.core import checks
 from django.core.files.storage import FileSystemStorage
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext
+from django.utils.translation import gettext_noop as N_
 from plotly.subplots import make_subplots
 
 from diagnosis.core.accounting import BUCKET_RULES, BUCKETS
@@ -89,27 +92,28 @@ class PlotlyJsFinder(BaseFinder):
 
 # -- the GPU-hour breakdown over a period --------------------------------------------------------
 
+# English here (gettext_noop marks them for makemessages); translated where shown.
 BUCKET_LABELS: dict[str, str] = {
-    "unavailable": "Unavailable",
-    "held-by-partial-gang": "Held by partial gang",
-    "allocated-hung": "Allocated, hung",
-    "allocated-idle": "Allocated, idle",
-    "allocated-data-starved": "Allocated, data-starved",
-    "allocated-busy": "Allocated, busy",
-    "free-fragmented": "Free, fragmented",
-    "free-demand": "Free, jobs waiting",
-    "free-no-demand": "Free, no demand",
+    "unavailable": N_("Unavailable"),
+    "held-by-partial-gang": N_("Held by partial gang"),
+    "allocated-hung": N_("Allocated, hung"),
+    "allocated-idle": N_("Allocated, idle"),
+    "allocated-data-starved": N_("Allocated, data-starved"),
+    "allocated-busy": N_("Allocated, busy"),
+    "free-fragmented": N_("Free, fragmented"),
+    "free-demand": N_("Free, jobs waiting"),
+    "free-no-demand": N_("Free, no demand"),
 }
 BUCKET_HELP: dict[str, str] = {
-    "unavailable": "node not ready or GPU unhealthy",
-    "held-by-partial-gang": "held by a gang job still waiting for the rest of its pods",
-    "allocated-hung": "held by a job whose GPUs spin without computing (hung-collective)",
-    "allocated-idle": "held by a job whose GPUs are under 5% busy",
-    "allocated-data-starved": "held by a job whose GPUs wait for input (data-starvation)",
-    "allocated-busy": "held by a job doing work",
-    "free-fragmented": "free, but scattered so that waiting jobs cannot be placed",
-    "free-demand": "free while placeable jobs wait (scheduler lag)",
-    "free-no-demand": "free with nothing waiting for it",
+    "unavailable": N_("node not ready or GPU unhealthy"),
+    "held-by-partial-gang": N_("held by a gang job still waiting for the rest of its pods"),
+    "allocated-hung": N_("held by a job whose GPUs spin without computing (hung-collective)"),
+    "allocated-idle": N_("held by a job whose GPUs are under 5% busy"),
+    "allocated-data-starved": N_("held by a job whose GPUs wait for input (data-starvation)"),
+    "allocated-busy": N_("held by a job doing work"),
+    "free-fragmented": N_("free, but scattered so that waiting jobs cannot be placed"),
+    "free-demand": N_("free while placeable jobs wait (scheduler lag)"),
+    "free-no-demand": N_("free with nothing waiting for it"),
 }
 
 
@@ -123,11 +127,11 @@ class BucketHours:
 
     @property
     def label(self) -> str:
-        return BUCKET_LABELS[self.bucket]
+        return gettext(BUCKET_LABELS[self.bucket])
 
     @property
     def help(self) -> str:
-        return BUCKET_HELP[self.bucket]
+        return gettext(BUCKET_HELP[self.bucket])
 
 
 @dataclass(frozen=True)
@@ -235,6 +239,13 @@ MUTED = "#5f6b7a"
 GRID = "#e6e9ee"
 ACCENT = "#2f5ddc"
 ACTIVITY = "#1a7f37"
+# The page's light and dark themes (docs/ui.md "Dark mode"): figures are built in the light
+# one; gpuobs-charts.js repaints text, grid lines and the waterfall's total in the reader's.
+CHART_THEMES: dict[str, dict[str, str]] = {
+    "light": {"ink": INK, "grid": GRID},
+    "dark": {"ink": "#dbe2ec", "grid": "#323b48"},
+}
+_CHART_THEMES_JSON = json.dumps(CHART_THEMES, separators=(",", ":"))
 
 
 def figure_layout(**overrides: Any) -> dict[str, Any]:
@@ -270,14 +281,16 @@ def gpu_hours_waterfall(
     """
     links = links or {}
     names = [b.bucket for b in breakdown.buckets]
-    labels = [BUCKET_LABELS[name].replace(", ", ",<br>") for name in names] + ["Capacity"]
+    labels = [gettext(BUCKET_LABELS[name]).replace(", ", ",<br>") for name in names] + [
+        gettext("Capacity")
+    ]
     values = [b.gpu_hours for b in breakdown.buckets] + [breakdown.capacity_gpu_hours]
     shares = [b.share for b in breakdown.buckets] + [1.0 if breakdown.capacity_gpu_hours else None]
     text = [
         _gpu_hours_text(v) + (f" ({s:.0%})" if s is not None and v else "")
         for v, s in zip(values, shares, strict=True)
     ]
-    helps = [BUCKET_HELP[name] for name in names] + ["every GPU of the cluster"]
+    helps = [gettext(BUCKET_HELP[name]) for name in names] + [gettext("every GPU of the cluster")]
     customdata = [
         [links.get(name, ""), help_text]
         for name, help_text in zip([*names, "capacity"], helps, strict=True)
@@ -290,7 +303,9 @@ def gpu_hours_waterfall(
         textposition="outside",
         cliponaxis=False,
         customdata=customdata,
-        hovertemplate="<b>%{x}</b><br>%{y:,.1f} GPU-hours<br>%{customdata[1]}<extra></extra>",
+        hovertemplate="<b>%{x}</b><br>%{y:,.1f} "
+        + gettext("GPU-hours")
+        + "<br>%{customdata[1]}<extra></extra>",
         increasing={"marker": {"color": ACCENT}},
         decreasing={"marker": {"color": ACCENT}},
         totals={"marker": {"color": INK}},
@@ -305,7 +320,7 @@ def gpu_hours_waterfall(
             showlegend=False,
             xaxis=axis_style(type="category", tickfont={"size": 12}),
             yaxis=axis_style(
-                title={"text": "GPU-hours"}, rangemode="tozero", range=[0, top * 1.12]
+                title={"text": gettext("GPU-hours")}, rangemode="tozero", range=[0, top * 1.12]
             ),
         ),
     )
@@ -339,11 +354,21 @@ def utilization_trend(cycles: pd.DataFrame) -> go.Figure:
             mode="lines",
             line={"color": color, "width": 2},
             connectgaps=False,
-            hovertemplate="%{y:.1%}<extra>" + name.split(" ")[0] + "</extra>",
+            hovertemplate="%{y:.1%}<extra>" + short + "</extra>",
         )
-        for column, name, color in (
-            ("allocation_utilization", "Allocation (GPUs held ÷ GPUs)", ACCENT),
-            ("activity_utilization", "Activity (mean GPU util)", ACTIVITY),
+        for column, name, short, color in (
+            (
+                "allocation_utilization",
+                gettext("Allocation (GPUs held ÷ GPUs)"),
+                gettext("Allocation"),
+                ACCENT,
+            ),
+            (
+                "activity_utilization",
+                gettext("Activity (mean GPU util)"),
+                gettext("Activity"),
+                ACTIVITY,
+            ),
         )
     ]
     figure = go.Figure(
@@ -354,9 +379,62 @@ def utilization_trend(cycles: pd.DataFrame) -> go.Figure:
             legend={"orientation": "h", "x": 0, "y": 1.12},
             margin={"l": 64, "r": 16, "t": 40, "b": 40},
             xaxis=axis_style(type="date"),
-            yaxis=axis_style(tickformat=".0%", range=[0, 1.02], title={"text": "utilization"}),
+            yaxis=axis_style(
+                tickformat=".0%", range=[0, 1.02], title={"text": gettext("utilization")}
+            ),
         ),
     )
+    return figure
+
+
+@dataclass(frozen=True)
+class TimeMark:
+    """Something that happened at a snapshot time, drawn on a time chart as a dotted line with
+    a label: an incident opened, a change applied."""
+
+    at: datetime
+    kind: str  # "incident" or "change"
+    text: str
+
+
+TIME_MARK_COLOURS = {"incident": "#c62828", "change": ACTIVITY}
+
+
+def add_time_marks(figure: go.Figure, marks: Iterable[TimeMark]) -> go.Figure:
+    """``marks`` as vertical lines across ``figure``'s date axis, labelled at the top (the hover
+    text names each)."""
+    shapes, annotations = [], []
+    for mark in marks:
+        x = mark.at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+        colour = TIME_MARK_COLOURS.get(mark.kind, MUTED)
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": x,
+                "x1": x,
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": colour, "width": 1, "dash": "dot"},
+            }
+        )
+        annotations.append(
+            {
+                "x": x,
+                "y": 1,
+                "xref": "x",
+                "yref": "paper",
+                "yanchor": "bottom",
+                "text": "⚠" if mark.kind == "incident" else "✓",
+                "hovertext": plotly_text(mark.text),
+                "showarrow": False,
+                "font": {"color": colour, "size": 13},
+            }
+        )
+    if shapes:
+        figure.layout.shapes = tuple(figure.layout.shapes) + tuple(shapes)
+        figure.layout.annotations = tuple(figure.layout.annotations) + tuple(annotations)
     return figure
 
 
@@ -455,11 +533,12 @@ def embed(figure: go.Figure, element_id: str, *, label: str) -> SafeString:
     """
     payload = figure.to_json(validate=False).translate(_JSON_SCRIPT_ESCAPES)
     return format_html(
-        '<div class="chart" id="{id}" data-figure="{id}-figure" role="img" aria-label="{label}">'
-        "</div>"
+        '<div class="chart" id="{id}" data-figure="{id}-figure" data-themes="{themes}" role="img"'
+        ' aria-label="{label}"></div>'
         '<script id="{id}-figure" type="application/json">{payload}</script>',
         id=element_id,
         label=label,
+        themes=_CHART_THEMES_JSON,
         payload=mark_safe(payload),  # noqa: S308 - plotly's JSON, with <, > and & escaped
     )
 

@@ -7,6 +7,7 @@ from diagnosis.pages import clusters as views
 from diagnosis.pages import incidents as incident_views
 from diagnosis.pages import inventory as inventory_views
 from diagnosis.pages import jobs as job_views
+from diagnosis.pages import live as live_views
 from diagnosis.pages import queues as queue_views
 from diagnosis.pages import recommendations as recommendation_views
 from diagnosis.pages import reports as report_views
@@ -17,6 +18,7 @@ urlpatterns = [
     path("", views.cluster_list, name="cluster_list"),
     path("clusters/", RedirectView.as_view(pattern_name="diagnosis:cluster_list")),
     path("clusters/<slug:name>/", views.cluster_overview, name="cluster"),
+    path("clusters/<slug:name>/live/", live_views.live_status, name="live"),
     path("clusters/<slug:name>/findings/", views.finding_list, name="findings"),
     path("clusters/<slug:name>/findings/<int:finding_id>/", views.finding_detail, name="finding"),
     path("clusters/<slug:name>/incidents/", incident_views.incident_list, name="incidents"),

@@ -88,6 +88,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # the language: set_language's cookie, else Accept-Language, else LANGUAGE_CODE (docs/ui.md)
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -146,6 +148,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "django.template.context_processors.i18n",
+                "diagnosis.pages.navigation.menu",  # the menu of the user's roles (docs/ui.md)
             ],
         },
     },
@@ -190,7 +194,7 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LOGIN_URL = "/accounts/login/"
-LOGIN_REDIRECT_URL = "/"
+LOGIN_REDIRECT_URL = "landing"  # per role: diagnosis/pages/navigation.py
 LOGOUT_REDIRECT_URL = "/accounts/login/"
 
 REST_FRAMEWORK = {
@@ -252,7 +256,11 @@ if os.environ.get("DJANGO_SECURE_PROXY_SSL_HEADER"):
 
 # --- i18n, static files --------------------------------------------------------------------------
 
-LANGUAGE_CODE = "en-us"
+LANGUAGE_CODE = "en"
+# English and Simplified Chinese (locale/zh_Hans/LC_MESSAGES/django.po, compiled .mo committed
+# beside it; docs/ui.md "Language"). Dates and numbers follow the language's formats.
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
@@ -284,6 +292,8 @@ WHITENOISE_AUTOREFRESH = DEBUG
 REDIS_URL = os.environ.get("REDIS_URL") or None
 
 GPUOBS_CYCLE_SECONDS = env_int("GPUOBS_CYCLE_SECONDS", 60)
+# how often a live page asks whether a new cycle landed (docs/ui.md "Live updates")
+GPUOBS_LIVE_POLL_SECONDS = env_int("GPUOBS_LIVE_POLL_SECONDS", 10)
 CELERY_TASK_TIME_LIMIT = env_int("GPUOBS_TASK_TIME_LIMIT", 300)
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("GPUOBS_TASK_SOFT_TIME_LIMIT", 240)
 # A cycle lock outlives the longest a cycle may run (the hard time limit kills it), so a crashed

@@ -1,12 +1,16 @@
-"""URLs of gpuobs. Public: /accounts/login/, /healthz, /static/; everything else needs a login."""
+"""URLs of gpuobs. Public: /accounts/login/, /healthz, /i18n/setlang/, /static/; everything else
+needs a login."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
 from django.urls import include, path
+from django.views.i18n import set_language
 
 from diagnosis.api import urls as api_urls
 from diagnosis.api.metrics import MetricsView
 from diagnosis.pages.health import healthz
+from diagnosis.pages.navigation import landing
 
 # One API (diagnosis/api/urls.py), two prefixes: the versioned /api/v1/ and the short /api/.
 # Each mount is its own URL namespace, so reverse("api-v1:...") names the versioned one.
@@ -15,7 +19,11 @@ API_MOUNTS = {"api/v1/": "api-v1", "api/": "api"}
 urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # after a login without ?next=: the page the user's role starts at (a manager: their report)
+    path("accounts/landing/", landing, name="landing"),
     path("healthz", healthz, name="healthz"),
+    # POST language=en|zh-hans: the language switch in the page header (docs/ui.md "Language")
+    path("i18n/setlang/", login_not_required(set_language), name="set_language"),
     # Prometheus exposition for a scrape job (token or basic auth; docs/integrations.md).
     path("metrics", MetricsView.as_view(), name="metrics"),
     path("admin/", admin.site.urls),

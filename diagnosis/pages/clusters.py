@@ -12,6 +12,7 @@ viewsets move to ``diagnosis/api/`` once that package exists.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -23,6 +24,7 @@ from django.conf import settings
 from django.core.paginator import Page, Paginator
 from django.db.models import (
     Case,
+    CharField,
     Count,
     F,
     IntegerField,
@@ -37,6 +39,7 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext
 from django.views.decorators.http import require_safe
 
 from diagnosis import charts
@@ -55,6 +58,8 @@ from diagnosis.choices import FindingState, Severity
 from diagnosis.core.rules.base import SEVERITIES, Rule
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.models import Cluster, ClusterCycle, DeliveryState, Finding
+from diagnosis.pages.time_range import TimeRange, range_picker
+from diagnosis.reports.period import PeriodError
 from diagnosis.roles import can_administer, is_tenant_scoped
 
 OPEN_STATES = (FindingState.PENDING, FindingState.FIRING)
@@ -374,6 +379,44 @@ def _open_findings_table(
     return table
 
 
+MAX_TREND_MARKS = 40
+
+
+def _trend_marks(
+    request: HttpRequest, cluster: Cluster, cycles: list[tuple[datetime, datetime]]
+) -> list[charts.TimeMark]:
+    """Incidents opened and changes applied while the trend's cycles ran, at the snapshot time
+    of the first cycle that ran after each (the chart's clock is snapshot time; theirs is the
+    wall clock). One query for both; the latest ``MAX_TREND_MARKS``."""
+    if not cycles:
+        return []
+    by_ran_at = sorted(cycles, key=lambda row: row[1])
+    ran_at = [row[1] for row in by_ran_at]
+    low, high = ran_at[0] - timedelta(seconds=settings.GPUOBS_CYCLE_SECONDS), ran_at[-1]
+    incidents = (
+        incidents_for_user(request.user, cluster)
+        .filter(opened_at__gt=low, opened_at__lte=high)
+        .annotate(mark=Value("incident", output_field=CharField()), text=F("summary"))
+        .values_list("opened_at", "mark", "text", "node")
+        .order_by()
+    )
+    changes = (
+        recommendations_for_user(request.user, cluster)
+        .filter(applied_at__gt=low, applied_at__lte=high)
+        .annotate(mark=Value("change", output_field=CharField()), text=F("kind"))
+        .values_list("applied_at", "mark", "text", "target")
+        .order_by()
+    )
+    marks = []
+    rows = sorted(incidents.union(changes, all=True))[-MAX_TREND_MARKS:]
+    for moment, kind, text, subject in rows:
+        index = bisect_left(ran_at, moment)
+        if index < len(by_ran_at):
+            label = text or subject if kind == "incident" else f"{text} {subject}"
+            marks.append(charts.TimeMark(by_ran_at[index][0], kind, label))
+    return marks
+
+
 @require_safe
 def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
     """One cluster: figures of its latest good cycle, the last hour's GPU-hour waterfall, the
@@ -401,45 +444,53 @@ def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
         else "",
     }
     if good is not None:
+        try:
+            time_range, range_error = TimeRange.parse(request.GET, default_end=good.as_of), ""
+        except PeriodError as error:
+            time_range = TimeRange.parse({}, default_end=good.as_of)
+            range_error = str(error)
+        # the waterfall: the hour up to the range's end (the latest good snapshot at most)
+        hour_end = min(time_range.end, good.as_of)
         hour_rows = list(
             cycles.filter(
                 ok=True,
-                as_of__gt=good.as_of - timedelta(seconds=WATERFALL_PERIOD_S),
-                as_of__lte=good.as_of,
+                as_of__gt=hour_end - timedelta(seconds=WATERFALL_PERIOD_S),
+                as_of__lte=hour_end,
             )
             .order_by("as_of")
             .values("as_of", **HOUR_ROW)
         )
-        breakdown = charts.gpu_hours_breakdown(
-            hour_rows, end=good.as_of, period_s=WATERFALL_PERIOD_S
-        )
+        breakdown = charts.gpu_hours_breakdown(hour_rows, end=hour_end, period_s=WATERFALL_PERIOD_S)
         bucket_rows = _bucket_rows(request, cluster, breakdown)
         links = {row.bucket.bucket: row.list_url for row in bucket_rows if row.list_url}
-        trend = pd.DataFrame.from_records(
-            cycles.filter(
-                ok=True,
-                as_of__gt=good.as_of - timedelta(seconds=TREND_PERIOD_S),
-                as_of__lte=good.as_of,
-            )
+        trend_rows = list(
+            cycles.filter(ok=True, as_of__gt=time_range.start, as_of__lte=time_range.end)
             .order_by("as_of")
-            .values_list("as_of", "allocation_utilization", "activity_utilization"),
+            .values_list("as_of", "ran_at", "allocation_utilization", "activity_utilization")
+        )
+        trend = pd.DataFrame.from_records(
+            [(row[0], row[2], row[3]) for row in trend_rows],
             columns=["as_of", "allocation_utilization", "activity_utilization"],
         )
+        marks = _trend_marks(request, cluster, [(row[0], row[1]) for row in trend_rows])
         last = hour_rows[-1] if hour_rows else {}
         context |= {
+            "picker": range_picker(request.GET, time_range, range_error),
+            "time_range": time_range,
             "breakdown": breakdown,
             "bucket_rows": bucket_rows,
             "waterfall": charts.embed(
                 charts.gpu_hours_waterfall(breakdown, links),
                 "gpu-hours-waterfall",
-                label="GPU-hours of the last hour by bucket (the table below lists them)",
+                label=gettext("GPU-hours of the last hour by bucket (the table below lists them)"),
             ),
             "trend": charts.embed(
-                charts.utilization_trend(trend),
+                charts.add_time_marks(charts.utilization_trend(trend), marks),
                 "utilization-trend",
-                label="Allocation and activity utilization over the last 24 hours",
+                label=gettext("Allocation and activity utilization over the chosen range"),
             ),
             "trend_points": len(trend),
+            "trend_marks": marks,
             "activity_coverage": last.get("activity_coverage"),
             "mfu_coverage": last.get("mfu_coverage"),
             "rule_errors": good.rule_errors,

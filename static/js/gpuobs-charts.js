@@ -4,6 +4,10 @@
  * figure. No inline script runs, so a Content-Security-Policy of script-src 'self' holds. A click
  * on a point whose customdata starts with a same-site path ("/...") follows it: the waterfall's
  * bars link to the findings behind each bucket.
+ *
+ * Charts follow the page's theme (gpuobs-theme.js): the container's data-themes holds the text
+ * and grid colours of each (diagnosis/charts.py CHART_THEMES), applied before the first draw
+ * and again when the reader switches. Charts that a live update swaps in (htmx) are drawn too.
  */
 (function () {
   "use strict";
@@ -20,7 +24,64 @@
     return typeof url === "string" && url.charAt(0) === "/" && url.charAt(1) !== "/" ? url : null;
   }
 
+  function themeColours(container) {
+    var theme = document.documentElement.getAttribute("data-theme") || "light";
+    try {
+      var themes = JSON.parse(container.getAttribute("data-themes") || "{}");
+      return themes[theme] || null;
+    } catch (error) {
+      return null;
+    }
+  }
+
+  function layoutUpdate(layout, colours) {
+    var update = { "font.color": colours.ink };
+    Object.keys(layout).forEach(function (key) {
+      if (/^[xy]axis\d*$/.test(key)) {
+        update[key + ".gridcolor"] = colours.grid;
+        update[key + ".zerolinecolor"] = colours.grid;
+        update[key + ".linecolor"] = colours.grid;
+      }
+    });
+    return update;
+  }
+
+  function paint(figure, colours) {
+    var update = layoutUpdate(figure.layout, colours);
+    figure.layout.font = figure.layout.font || {};
+    figure.layout.font.color = colours.ink;
+    Object.keys(update).forEach(function (path) {
+      var parts = path.split(".");
+      if (parts.length === 2 && parts[1] !== "color") {
+        figure.layout[parts[0]] = figure.layout[parts[0]] || {};
+        figure.layout[parts[0]][parts[1]] = update[path];
+      }
+    });
+    figure.data.forEach(function (trace) {
+      if (trace.type === "waterfall" && trace.totals && trace.totals.marker) {
+        trace.totals.marker.color = colours.ink;
+      }
+    });
+  }
+
+  function repaint(container) {
+    var colours = themeColours(container);
+    if (!colours || !container.layout || typeof window.Plotly === "undefined") {
+      return;
+    }
+    window.Plotly.relayout(container, layoutUpdate(container.layout, colours));
+    container.data.forEach(function (trace, index) {
+      if (trace.type === "waterfall") {
+        window.Plotly.restyle(container, { "totals.marker.color": colours.ink }, [index]);
+      }
+    });
+    container.setAttribute("data-theme-drawn", document.documentElement.getAttribute("data-theme"));
+  }
+
   function draw(container) {
+    if (container.getAttribute("data-drawn") || container.getAttribute("data-drawing")) {
+      return;
+    }
     var source = document.getElementById(container.getAttribute("data-figure"));
     if (!source) {
       return;
@@ -31,6 +92,11 @@
       return;
     }
     var figure = JSON.parse(source.textContent);
+    var colours = themeColours(container);
+    if (colours) {
+      paint(figure, colours);
+    }
+    container.setAttribute("data-drawing", "true");
     window.Plotly.newPlot(container, figure.data, figure.layout, config).then(function (plot) {
       plot.on("plotly_click", function (event) {
         var url = linkOf(event.points && event.points[0]);
@@ -39,6 +105,7 @@
         }
       });
       container.setAttribute("data-drawn", "true");
+      container.setAttribute("data-theme-drawn", document.documentElement.getAttribute("data-theme"));
     });
   }
 
@@ -49,6 +116,15 @@
     }
   }
 
+  function repaintAll() {
+    var charts = document.querySelectorAll("[data-figure][data-drawn]");
+    for (var i = 0; i < charts.length; i++) {
+      repaint(charts[i]);
+    }
+  }
+
+  document.addEventListener("gpuobs:theme", repaintAll);
+  document.addEventListener("htmx:afterSettle", drawAll);
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", drawAll);
   } else {
