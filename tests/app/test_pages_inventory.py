@@ -246,17 +246,17 @@ def test_the_queue_page_lists_a_pending_job_with_the_schedulers_reason(
     assert job["pending_reason"][:40] in text
 
 
-def test_the_queue_page_names_the_finding_about_a_pending_job(bob_client: Client, seed) -> None:
-    starving = Finding.objects.filter(
-        cluster=seed, rule_id="starvation", state__in=("pending", "firing")
-    ).first()
-    if starving is None:
-        pytest.skip("no starving job in this run of the seed scenario")
-    job = Job.objects.get(cluster=seed, external_id=starving.subject.partition(":")[2])
+def test_the_queue_page_names_the_deadlock_a_pending_gang_is_in(bob_client: Client, seed) -> None:
+    """The seed's two sweep gangs deadlock on a shared node by the second simulated hour."""
+    deadlock = Finding.objects.get(cluster=seed, rule_id="gang-deadlock", state="firing")
+    member = deadlock.subject.partition(":")[2].split("+")[0]
+    queue = Job.objects.get(cluster=seed, external_id=member).queue.name
 
-    html = bob_client.get(f"/clusters/{seed.name}/queues/{job.queue.name}/").content.decode()
+    response = bob_client.get(f"/clusters/{seed.name}/queues/{queue}/")
 
-    assert f'href="/clusters/{seed.name}/findings/{starving.pk}/"' in html
+    row = re.search(rf"<tr>\s*<td><a[^>]*/jobs/{member}/.*?</tr>", response.content.decode(), re.S)
+    assert row, f"{member} is not listed as pending"
+    assert f'href="/clusters/{seed.name}/findings/{deadlock.pk}/"' in row[0]
 
 
 def test_a_manager_sees_only_their_tenants_queues(mallory, seed) -> None:
