@@ -3,12 +3,23 @@
     PYTHONPATH=. python bench/simulate.py             # week benchmark + placement comparison
     PYTHONPATH=. python bench/simulate.py --runs 3    # best of 3 timings
     PYTHONPATH=. python bench/simulate.py --seeds 3   # placement figures over seeds 0..2
+    PYTHONPATH=. python bench/simulate.py --scale     # replays at 2,048 vs 16,384 GPUs, and
+                                                      # the impact models (issue #17)
 
 Budget (DESIGN.md section 12): a simulated week of a 1,024-GPU cluster with 10,000 jobs <= 5 s
 on 2 cores. The placement comparison runs the seed (demo) scenario and the benchmark week under
 each placement with every other setting and every arrival identical (the seed workload without
 its injected faults, which would hit different jobs under different placements), and prints
 what the simulator says -- whatever it says.
+
+``--scale`` (issue #17) replays bench/rules.py's synthetic snapshots (50 tenants, one queue
+each) at 2,048 and 16,384 GPUs under weighted fair share, one seed, ``--horizon`` simulated
+seconds: the 16k replay must take at most 8x the 2k one (CPU seconds; the budget is the ratio,
+a busy machine slows both). It then estimates the impact of the queue-weight drafts of the 16k
+snapshot with the full model (3 seeds x 3 h) and the reduced one the impact task uses at that
+size (1 seed x 1 h), prints the CPU seconds of each estimate (the current setting's replays
+are shared, as the task's cache shares them) and how far the reduced estimates are from the
+full ones (verdicts that agree, error of the target queue's predicted share).
 """
 
 from __future__ import annotations
@@ -19,7 +30,19 @@ import statistics
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
+from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core.recommend.base import RecommendContext, RecommendSettings
+from diagnosis.core.recommend.builtin import queue_weight
+from diagnosis.core.recommend.impact import (
+    gpu_hours_at_stake,
+    impact_settings_for,
+    replay_policy,
+    simulated_impact,
+)
+from diagnosis.core.rules.engine import run_rules
+from diagnosis.core.simulate.replay import replay
 from diagnosis.core.simulate.scenarios import Scenario, seed_scenario, week_scenario
 from diagnosis.core.simulate.summary import Summary
 
@@ -88,12 +111,113 @@ def compare_placements(name: str, scenario: Scenario, until: float, seeds: range
         )
 
 
+SCALE_TENANTS = 50
+SCALE_DRAFTS = 6
+REPLAY_RATIO_BUDGET = 8.0
+IMPACT_CPU_BUDGET_S = 5.0
+
+
+def scale_snapshot(gpus: int):
+    """bench/rules.py's synthetic snapshot of ``gpus`` GPUs with 50 tenants (one queue each)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import rules  # noqa: PLC0415 -- the other bench's snapshot builder
+
+    rules.TENANTS = tuple(f"team-{i:02d}" for i in range(SCALE_TENANTS))
+    return snapshot_format.load(rules.build_document(gpus))
+
+
+def cpu_of(function) -> tuple[object, float]:
+    started = time.process_time()
+    result = function()
+    return result, time.process_time() - started
+
+
+def time_scale(horizon_s: float, runs: int) -> bool:
+    print(f"== replays under weighted fair share, 1 seed, {horizon_s / 3600:g} h (CPU s) ==")
+    seconds = {}
+    snapshots = {}
+    for gpus in (2048, 16384):
+        snap = snapshots[gpus] = scale_snapshot(gpus)
+        policy = replay_policy(snap, "fair-share")
+        seconds[gpus] = min(
+            cpu_of(lambda s=snap, p=policy: replay(s, p, horizon_s, (0,)))[1] for _ in range(runs)
+        )
+        print(f"{gpus:>6} GPUs, {len(snap.jobs):>6} jobs: {seconds[gpus]:.2f} s")
+    ratio = seconds[16384] / seconds[2048]
+    ok = ratio <= REPLAY_RATIO_BUDGET
+    print(f"16k / 2k: x{ratio:.1f} ({'within' if ok else 'OVER'} the x{REPLAY_RATIO_BUDGET:g})")
+    return compare_models(snapshots[16384]) and ok
+
+
+def compare_models(snap) -> bool:
+    full = RecommendSettings()
+    reduced, _ = impact_settings_for(int(snap.nodes["gpus"].sum()), full)
+    diagnosis = run_rules(snap)
+    context = RecommendContext(snap, diagnosis, full, diagnosis.facts)
+    drafts = [d for d in queue_weight.GENERATOR.generate(context) if d.plan is not None]
+    drafts.sort(key=lambda d: -gpu_hours_at_stake(snap, d.plan, full.horizon_s))
+    drafts = drafts[:SCALE_DRAFTS]
+    print(
+        f"\n== queue-weight impact at 16,384 GPUs: {len(drafts)} drafts, full "
+        f"({len(full.seeds)} seeds x {full.horizon_s / 3600:g} h) vs reduced "
+        f"({len(reduced.seeds)} seed x {reduced.horizon_s / 3600:g} h) =="
+    )
+    agree, errors, reduced_cpu = 0, [], []
+    models = {"full": (full, {}), "reduced": (reduced, {})}
+    for name, (settings, baselines) in models.items():
+        _, cpu = cpu_of(
+            lambda s=settings, b=baselines: simulated_impact(snap, drafts[0].plan, s, b)
+        )
+        print(f"{name}: the current setting's replays (shared by every draft) + one: {cpu:.2f} s")
+    for draft in drafts:
+        results = {}
+        for name, (settings, baselines) in models.items():
+            (impact, assessment), cpu = cpu_of(
+                lambda s=settings, b=baselines, p=draft.plan: simulated_impact(snap, p, s, b)
+            )
+            share = next(
+                (
+                    m
+                    for m in impact["metrics"]
+                    if m["metric"] == "queue_share" and m["subject"] == draft.target
+                ),
+                None,
+            )
+            results[name] = (assessment.verdict, share, cpu)
+        (v_full, s_full, c_full), (v_red, s_red, c_red) = results["full"], results["reduced"]
+        agree += v_full == v_red
+        reduced_cpu.append(c_red)
+        error = None
+        if s_full is not None and s_red is not None:
+            error = abs(s_full["delta"]["mean"] - s_red["delta"]["mean"])
+            errors.append(error)
+        shown = "-" if error is None else f"{100 * error:.2f} pts"
+        print(
+            f"{draft.target:<14} full {v_full:<22} {c_full:6.2f} s | reduced {v_red:<22} "
+            f"{c_red:6.2f} s | share delta error {shown}"
+        )
+    worst = max(reduced_cpu) if reduced_cpu else 0.0
+    ok = worst <= IMPACT_CPU_BUDGET_S
+    mean_error = statistics.mean(errors) if errors else float("nan")
+    print(
+        f"verdicts agree on {agree} of {len(drafts)}; share delta error mean "
+        f"{100 * mean_error:.2f} pts, max {100 * max(errors, default=float('nan')):.2f} pts; "
+        f"reduced estimate at most {worst:.2f} s CPU ({'within' if ok else 'OVER'} "
+        f"{IMPACT_CPU_BUDGET_S:g} s)"
+    )
+    return ok
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1, help="timed runs of the week (best kept)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per placement (median)")
     parser.add_argument("--skip-week", action="store_true")
+    parser.add_argument("--scale", action="store_true", help="only the scale figures (issue #17)")
+    parser.add_argument("--horizon", type=float, default=3 * 3600.0, help="--scale replay, s")
     args = parser.parse_args()
+    if args.scale:
+        return 0 if time_scale(args.horizon, args.runs) else 1
 
     ok = True if args.skip_week else time_week(args.runs)
     seeds = range(args.seeds)

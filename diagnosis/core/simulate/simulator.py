@@ -42,6 +42,7 @@ from diagnosis.core.simulate.placement import NO_NODE, choose_node, pod_slots
 from diagnosis.core.simulate.policy import (
     Change,
     DrainNode,
+    RequeueJob,
     ResumeNode,
     SetPlacement,
     SetQueueWeight,
@@ -57,6 +58,7 @@ from diagnosis.core.simulate.state import (
     TICK,
     UNSCHEDULABLE,
     Job,
+    Queue,
 )
 from diagnosis.core.simulate.summary import Summary, summarize
 from diagnosis.core.simulate.transitions import StateTransitions
@@ -86,6 +88,53 @@ class _SlotCounter:
 
     def forget(self) -> None:
         self.counts.clear()
+
+
+class _FairShareTurns:
+    """Jobs in turn from the queue whose usage / weight (or / deserved) is lowest now (ties: the
+    lower queue number), inside a queue in the given order.
+
+    The queues waiting are a heap keyed by ``(share, queue)`` as of when each was pushed. A
+    queue's usage only grows during a pass (the pass binds; releases happen in events between
+    passes), so a stored key is never above the queue's share now: a popped queue whose share
+    has not moved since is the lowest, and one whose share grew is pushed back with its new
+    key. Each job handed out costs O(log queues), not a look at every queue (issue #17).
+    """
+
+    def __init__(self, jobs: list[Job], queues: list[Queue], basis: str) -> None:
+        self.by_queue: dict[int, deque[Job]] = {}
+        for job in jobs:
+            self.by_queue.setdefault(job.queue, deque()).append(job)
+        self.queues = queues
+        self.basis = basis
+        self.heap = [(queues[q].share(basis), q) for q in self.by_queue]
+        heapq.heapify(self.heap)
+
+    def __iter__(self) -> _FairShareTurns:
+        return self
+
+    def __next__(self) -> Job:
+        heap, queues, basis = self.heap, self.queues, self.basis
+        while heap:
+            stored, q = heap[0]
+            share = queues[q].share(basis)
+            if share != stored:
+                heapq.heapreplace(heap, (share, q))
+                continue
+            waiting = self.by_queue[q]
+            job = waiting.popleft()
+            if not waiting:
+                heapq.heappop(heap)
+            return job
+        raise StopIteration
+
+    def rest(self) -> Iterator[Job]:
+        """The jobs not handed out yet, in the turns they would get while no share moves: each
+        queue's in a row, queues by ``(share, queue)``."""
+        order = sorted((self.queues[q].share(self.basis), q) for _, q in self.heap)
+        self.heap = []
+        for _, q in order:
+            yield from self.by_queue[q]
 
 
 class Simulator(StateTransitions):
@@ -209,6 +258,8 @@ class Simulator(StateTransitions):
                 raise KeyError(f"no queue {change.queue!r}")
         elif isinstance(change, DrainNode | ResumeNode):
             self._node(change.node)
+        elif isinstance(change, RequeueJob):
+            self._job(change.job)
         else:
             raise TypeError(f"unknown change {change!r}")
 
@@ -223,6 +274,8 @@ class Simulator(StateTransitions):
                 self._freed_pools.update(range(len(self.pool_names)))
             elif isinstance(change, DrainNode):
                 self._drain(self._node(change.node), change.reason, change.evict)
+            elif isinstance(change, RequeueJob):
+                self._requeue(self._job(change.job), change.reason)
             elif isinstance(change, ResumeNode):
                 n = self._node(change.node)
                 self.node_cordoned_by_operator[n] = False
@@ -253,20 +306,32 @@ class Simulator(StateTransitions):
         backfill = self.policy.backfill
         self.blocker[p] = None
         slots = _SlotCounter(free)
+        sizes: np.ndarray | None = None
         if full and backfill:
             fits = queue.pods_needed <= slots.for_each(queue.pod_gpus)
-            candidates = [queue.jobs[i] for i in np.flatnonzero(fits)]
+            at = np.flatnonzero(fits)
+            candidates = [queue.jobs[i] for i in at]
+            sizes = queue.pod_gpus[at]
         elif full:
             candidates = list(queue.jobs)
         else:
             candidates = sorted((j for j in new if j.in_queue), key=lambda j: j.key)
         if not candidates:
             return
-        ordered: Iterable[Job] = candidates
+        turns: Iterator[Job]
         if self.policy.queue_order == "fair-share":
-            ordered = self._fair_share_order(candidates)
+            turns = _FairShareTurns(candidates, self.queues, self.policy.fair_share_basis)
+        else:
+            turns = iter(candidates)
+        # Once the pool's fullest free node is below every candidate's pod size, no candidate
+        # fits any more (each needs a pod at least) and the rest of the pass only records why
+        # they wait (a fast path).
+        if sizes is not None:
+            smallest_pod = int(sizes.min())
+        else:
+            smallest_pod = min(j.spec.gpus_per_pod for j in candidates)
         partial_done = False
-        for job in ordered:
+        for job in turns:
             if not job.in_queue:
                 continue
             if job.partial:
@@ -278,6 +343,9 @@ class Simulator(StateTransitions):
                 if waiting is not None and not backfill:
                     self.blocker[p] = waiting
                     break
+                if backfill and int(free.max(initial=0)) < smallest_pod:
+                    self._none_fit(p, turns, candidates, free, partial_done)
+                    return
                 continue
             if slots.of(job.spec.gpus_per_pod) < job.spec.members_needed:
                 outcome: str | None = UNSCHEDULABLE
@@ -285,40 +353,40 @@ class Simulator(StateTransitions):
                 outcome = self._place(job, p, free, lo)
             if outcome is None:
                 slots.forget()
+                if backfill and int(free.max(initial=0)) < smallest_pod:
+                    self._none_fit(p, turns, candidates, free, partial_done)
+                    return
                 continue
             self._unschedulable(job, outcome, free)
             if outcome == UNSCHEDULABLE and not backfill:
                 self.blocker[p] = job
                 break
 
-    def _fair_share_order(self, jobs: list[Job]) -> Iterator[Job]:
-        """Jobs in turn from the queue whose usage / weight (or / deserved) is lowest now (ties:
-        the lower queue number), inside a queue in ``jobs``' order.
-
-        The queues waiting are a heap keyed by ``(share, queue)`` as of when each was pushed.
-        A queue's usage only grows during a pass (the pass binds; releases happen in events
-        between passes), so a stored key is never above the queue's share now: a popped queue
-        whose share has not moved since is the lowest, and one whose share grew is pushed back
-        with its new key. Each job handed out costs O(log queues), not a look at every queue.
-        """
-        by_queue: dict[int, deque[Job]] = {}
-        for job in jobs:
-            by_queue.setdefault(job.queue, deque()).append(job)
-        basis = self.policy.fair_share_basis
-        queues = self.queues
-        heap = [(queues[q].share(basis), q) for q in by_queue]
-        heapq.heapify(heap)
-        while heap:
-            stored, q = heap[0]
-            share = queues[q].share(basis)
-            if share != stored:
-                heapq.heapreplace(heap, (share, q))
+    def _none_fit(
+        self,
+        p: int,
+        turns: Iterator[Job],
+        candidates: list[Job],
+        free: np.ndarray,
+        partial_done: bool,
+    ) -> None:
+        """The rest of a backfill pass in which no candidate fits any more: exactly what the
+        pass would do to each (it waits, unschedulable; the first partial gang's turn still
+        tries the partial gangs), in the same order -- with no placement, no queue's share
+        moves, so the fair-share turns are each queue's jobs in a row."""
+        rest = turns.rest() if isinstance(turns, _FairShareTurns) else turns
+        for job in rest:
+            if not job.in_queue:
                 continue
-            waiting = by_queue[q]
-            job = waiting.popleft()
-            if not waiting:
-                heapq.heappop(heap)
-            yield job
+            if job.partial:
+                if not partial_done:
+                    partial_done = True
+                    self._bind_partial_gangs(p, [j for j in candidates if j.partial])
+                continue
+            if job.failed_scheduling_reported:
+                job.reason = UNSCHEDULABLE  # what _unschedulable does to a job reported before
+            else:
+                self._unschedulable(job, UNSCHEDULABLE, free)
 
     def _place(self, job: Job, p: int, free: np.ndarray, lo: int) -> str | None:
         """Bind and start an all-or-nothing job; None when placed, else the pending reason."""
