@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -153,19 +154,12 @@ CLOCK_KEYS = frozenset({"runtime_s", "wait_s", "hold_s"})
 CLOCK_STEP = 1.25
 
 
-def _clock_step(seconds: Any) -> Any:
-    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds != seconds:
-        return seconds
-    return int(math.log(max(float(seconds), 1.0) / 60.0 + 1.0, CLOCK_STEP))
+_CLOCK_VALUE = re.compile(r'"(?:' + "|".join(sorted(CLOCK_KEYS)) + r')":(-?[0-9][0-9.eE+-]*)')
 
 
-def _judgement(value: Any) -> Any:
-    """The evidence as the digest sees it: clock durations in steps, the rest as is."""
-    if isinstance(value, Mapping):
-        return {k: _clock_step(v) if k in CLOCK_KEYS else _judgement(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_judgement(v) for v in value]
-    return value
+def _clock_step(match: re.Match[str]) -> str:
+    seconds = max(float(match.group(1)), 1.0)
+    return f"{match.group(0)[: -len(match.group(1))]}{int(math.log(seconds / 60 + 1, CLOCK_STEP))}"
 
 
 def evidence_digest(hit: RuleFinding) -> str:
@@ -173,12 +167,10 @@ def evidence_digest(hit: RuleFinding) -> str:
     steps; the summary is derived from them): equal digests mean the stored row needs no
     rewrite."""
     text = json.dumps(
-        [hit.severity, _judgement(hit.evidence)],
-        sort_keys=True,
-        separators=(",", ":"),
-        default=str,
+        [hit.severity, hit.evidence], sort_keys=True, separators=(",", ":"), default=str
     )
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    judged = _CLOCK_VALUE.sub(_clock_step, text)
+    return hashlib.blake2b(judged.encode(), digest_size=16).hexdigest()
 
 
 def _lock_cluster_findings(cluster: Cluster) -> None:
@@ -355,16 +347,23 @@ def _upsert(findings: list[Finding]) -> None:
 
 def _touch(hit_pks: list[int], seen_pks: list[int], as_of: datetime) -> None:
     """Move ``last_seen`` (and ``last_hit_at`` of the hit ones) of the findings whose state and
-    evidence did not change: one statement for all of them, no evidence sent or rewritten."""
+    evidence did not change: one statement for the hit ones, one for the others (if any), their
+    ids as one array parameter; no evidence sent or rewritten."""
     if not hit_pks and not seen_pks:
         return
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE diagnosis_finding SET last_seen = %s, last_hit_at = CASE WHEN "
-                "id = ANY(%s) THEN %s ELSE last_hit_at END WHERE id = ANY(%s)",
-                [as_of, hit_pks, as_of, hit_pks + seen_pks],
-            )
+            if hit_pks:
+                cursor.execute(
+                    "UPDATE diagnosis_finding SET last_seen = %s, last_hit_at = %s "
+                    "WHERE id = ANY(%s)",
+                    [as_of, as_of, hit_pks],
+                )
+            if seen_pks:
+                cursor.execute(
+                    "UPDATE diagnosis_finding SET last_seen = %s WHERE id = ANY(%s)",
+                    [as_of, seen_pks],
+                )
         return
     for start in range(0, max(len(hit_pks), len(seen_pks)), 500):
         if chunk := hit_pks[start : start + 500]:
