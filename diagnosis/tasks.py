@@ -1,19 +1,21 @@
 """Celery tasks: thin wrappers over actions (queues and routing: gpuobs/celery.py).
 
 Beat sends ``run_cycles`` every GPUOBS_CYCLE_SECONDS; it fans out one ``run_cycle`` per enabled
-cluster. ``run_cycle`` holds the cluster's cycle lock while it runs, so two beats, two workers or a
-redelivered message never run one cluster's cycle twice at the same time.
+cluster. ``run_cycle`` starts at most one beat-sent cycle per cluster and interval (a Redis key set
+``NX`` with expiry), and holds the cluster's cycle lock (renewed while it runs) so two beats, two
+workers or a redelivered message never run one cluster's cycle twice, at the same time or in
+the same interval. Beat also sends the worker heartbeat and the stuck-apply sweep every period.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
-from functools import lru_cache
 
 import redis
 from celery import group, shared_task
@@ -23,8 +25,15 @@ from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import LockError
 
-from diagnosis.actions.apply import perform_apply, run_dry_run
-from diagnosis.actions.cycles import run_cluster_cycle
+from diagnosis.actions.apply import perform_apply, run_dry_run, sweep_stuck_applies
+from diagnosis.actions.cycles import record_skipped_cycle, run_cluster_cycle
+from diagnosis.actions.health import (
+    clock_skew_s,
+    database_now,
+    redis_client,
+    skew_refusal,
+    write_heartbeat,
+)
 from diagnosis.actions.impact import estimate_recommendation_impact
 from diagnosis.actions.notifications import alertmanager_configured, deliver_to_alertmanager
 from diagnosis.actions.owner_notices import send_owner_notices
@@ -40,7 +49,10 @@ class CycleOutcome(StrEnum):
     """What ``run_cycle`` did: ran the cycle, or skipped it and why."""
 
     RAN = "ran"
-    LOCKED = "locked"  # another cycle of this cluster holds the lock
+    LOCKED = "locked"  # another cycle of this cluster holds the lock (a skipped-cycle row)
+    SAME_INTERVAL = "same-interval"  # a cycle of this cluster already started this interval
+    STALE = "stale"  # the fan-out that sent it is more than a cycle period old (database time)
+    CLOCK_SKEW = "clock-skew"  # this worker's clock is too far off the database's (a row)
     NO_CLUSTER = "no-cluster"  # no enabled cluster with this id
 
 
@@ -48,42 +60,101 @@ def cycle_lock_key(cluster_id: int) -> str:
     return f"gpuobs:cycle:{cluster_id}"
 
 
-@lru_cache(maxsize=4)
+def cycle_interval_key(cluster_id: int) -> str:
+    return f"gpuobs:cycle-interval:{cluster_id}"
+
+
 def _redis_client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url)
+    return redis_client(url)
+
+
+def interval_gap_ms() -> int:
+    """Two beat-sent cycles of one cluster start at least this far apart: three quarters of a
+    cycle period. A second beat (or a redelivered fan-out) falls inside it and is skipped, while
+    one beat's own sends, a period apart give or take a quarter, always pass."""
+    return int(settings.GPUOBS_CYCLE_SECONDS * 750)
+
+
+def take_cycle_interval(cluster_id: int) -> bool:
+    """Claim this interval's cycle of a cluster (``SET NX`` with expiry, so it needs no release
+    and a dead holder's claim lapses by itself); False when another beat's cycle took it."""
+    if not settings.REDIS_URL:
+        return True  # the embedded mode has one process and one loop: no second beat
+    return bool(
+        _redis_client(settings.REDIS_URL).set(
+            cycle_interval_key(cluster_id), uuid.uuid4().hex, nx=True, px=interval_gap_ms()
+        )
+    )
+
+
+class RenewedLock:
+    """A Redis lock renewed by a thread while its holder lives: it lives
+    GPUOBS_CYCLE_LOCK_SECONDS (one cycle period) and is renewed every third of that, so a cycle
+    as long as it takes keeps it, and a killed worker's lock frees itself within one period."""
+
+    def __init__(self, client: redis.Redis, key: str, ttl_s: float) -> None:
+        self.lock = client.lock(key, timeout=ttl_s, blocking=False)
+        self.ttl_s = ttl_s
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.lost = False
+
+    def acquire(self) -> bool:
+        if not self.lock.acquire():
+            return False
+        self.thread = threading.Thread(target=self._renew, name="cycle-lock-renewal", daemon=True)
+        self.thread.start()
+        return True
+
+    def _renew(self) -> None:
+        while not self.stop.wait(self.ttl_s / 3):
+            try:
+                self.lock.reacquire()
+            except (LockError, redis.RedisError) as exc:
+                # Redis restarted or unreachable: the lock may be gone; the cycle goes on (its
+                # interval key and the database's row locks still keep it single).
+                self.lost = True
+                logger.warning("cycle lock %s not renewed: %s", self.lock.name, exc)
+
+    def release(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+        try:
+            self.lock.release()
+        except (LockError, redis.RedisError):
+            logger.warning("cycle lock %s was gone at release", self.lock.name)
 
 
 @contextmanager
 def cluster_cycle_lock(cluster_id: int) -> Iterator[bool]:
     """Try once to take the cycle lock of a cluster; yield whether this caller holds it.
 
-    With ``REDIS_URL`` the lock is a Redis lock (``gpuobs:cycle:<id>``); in the embedded mode it
-    is a lease on the cluster's row, which also holds between processes sharing the SQLite file.
-    Either expires after GPUOBS_CYCLE_LOCK_SECONDS, longer than a cycle may run, so the lock of a
-    killed worker frees itself.
+    With ``REDIS_URL`` the lock is a :class:`RenewedLock` (``gpuobs:cycle:<id>``); in the
+    embedded mode it is a lease on the cluster's row, which also holds between processes sharing
+    the SQLite file and expires after the task time limit and 30 s.
     """
-    ttl_seconds = settings.GPUOBS_CYCLE_LOCK_SECONDS
     if settings.REDIS_URL:
-        lock = _redis_client(settings.REDIS_URL).lock(
-            cycle_lock_key(cluster_id), timeout=ttl_seconds, blocking=False
+        lock = RenewedLock(
+            _redis_client(settings.REDIS_URL),
+            cycle_lock_key(cluster_id),
+            settings.GPUOBS_CYCLE_LOCK_SECONDS,
         )
         acquired = lock.acquire()
         try:
             yield acquired
         finally:
             if acquired:
-                try:
-                    lock.release()
-                except LockError:
-                    logger.warning("cycle lock of cluster %s expired before release", cluster_id)
+                lock.release()
         return
 
     holder = uuid.uuid4().hex
     now = timezone.now()
+    lease_s = settings.CELERY_TASK_TIME_LIMIT + 30
     acquired = (
         Cluster.objects.filter(pk=cluster_id)
         .filter(Q(cycle_lease_until__isnull=True) | Q(cycle_lease_until__lte=now))
-        .update(cycle_lease_until=now + timedelta(seconds=ttl_seconds), cycle_lease_holder=holder)
+        .update(cycle_lease_until=now + timedelta(seconds=lease_s), cycle_lease_holder=holder)
         == 1
     )
     try:
@@ -97,30 +168,61 @@ def cluster_cycle_lock(cluster_id: int) -> Iterator[bool]:
 
 @shared_task(name="diagnosis.tasks.run_cycles")
 def run_cycles() -> list[int]:
-    """Start one cycle per enabled cluster; returns their ids."""
+    """Start one cycle per enabled cluster; returns their ids. Each carries the fan-out's
+    database time: a cycle still queued a period later is dropped by the worker (by the
+    database's clock, not an absolute ``expires`` a skewed worker clock would misread)."""
     cluster_ids = list(Cluster.objects.filter(enabled=True).values_list("pk", flat=True))
+    fanned_out_at = database_now().isoformat()
     for cluster_id in cluster_ids:
-        # A cycle still queued when the next fan-out comes is stale: drop it.
-        run_cycle.apply_async((cluster_id,), expires=settings.GPUOBS_CYCLE_SECONDS)
+        run_cycle.apply_async((cluster_id,), {"fanned_out_at": fanned_out_at})
     return cluster_ids
 
 
 @shared_task(name="diagnosis.tasks.run_cycle")
-def run_cycle(cluster_id: int) -> dict[str, int | str]:
-    """Run one cycle of one cluster unless another is running; says which happened."""
+def run_cycle(cluster_id: int, fanned_out_at: str | None = None) -> dict[str, int | str]:
+    """Run one cycle of one cluster; says whether it ran or why not. A beat-sent cycle
+    (``fanned_out_at`` set) is dropped when stale and runs at most once per interval whatever the
+    number of beats; any cycle needs this worker's clock to agree with the database's and the
+    cluster's lock. A refused or locked cycle leaves a cycle row saying why."""
     cluster = Cluster.objects.filter(pk=cluster_id, enabled=True).first()
-    if cluster is None:
-        outcome = CycleOutcome.NO_CLUSTER
-    else:
+    outcome = _cycle_gate(cluster, fanned_out_at)
+    if outcome is None:
         with cluster_cycle_lock(cluster_id) as acquired:
             if acquired:
                 run_cluster_cycle(cluster, shard_runner=run_collect_shards)
                 outcome = CycleOutcome.RAN
             else:
                 outcome = CycleOutcome.LOCKED
+                record_skipped_cycle(
+                    cluster, "skipped: the previous cycle of this cluster is still running"
+                )
     if outcome is not CycleOutcome.RAN:
         logger.info("cycle of cluster %s skipped: %s", cluster_id, outcome)
     return {"cluster_id": cluster_id, "outcome": str(outcome)}
+
+
+def _cycle_gate(cluster: Cluster | None, fanned_out_at: str | None) -> CycleOutcome | None:
+    """Why this cycle does not run (None: it may take the lock)."""
+    if cluster is None:
+        return CycleOutcome.NO_CLUSTER
+    if fanned_out_at is not None:
+        age = (database_now() - datetime.fromisoformat(fanned_out_at)).total_seconds()
+        if age > settings.GPUOBS_CYCLE_SECONDS:
+            return CycleOutcome.STALE  # the next fan-out replaces it
+    refusal = skew_refusal(clock_skew_s())
+    if refusal:
+        record_skipped_cycle(cluster, refusal, status_message=refusal)
+        return CycleOutcome.CLOCK_SKEW
+    if fanned_out_at is not None and not take_cycle_interval(cluster.pk):
+        return CycleOutcome.SAME_INTERVAL
+    return None
+
+
+@shared_task(name="diagnosis.tasks.record_worker_heartbeat")
+def record_worker_heartbeat() -> str:
+    """Beat, every cycle period: a worker that runs this takes tasks (``/healthz?deep=1``)."""
+    write_heartbeat("worker")
+    return "ok"
 
 
 @shared_task(name="diagnosis.tasks.ping")
@@ -186,6 +288,13 @@ def actuate_recommendation(self, recommendation_id: int, key: str) -> dict[str, 
         raise self.retry(exc=exc, countdown=countdown) from exc
     logger.info("apply of recommendation %s: %s", recommendation_id, outcome.outcome)
     return {"recommendation": str(recommendation_id), "outcome": outcome.outcome}
+
+
+@shared_task(name="diagnosis.tasks.sweep_stuck_applies")
+def sweep_applies() -> list[int]:
+    """Beat, every cycle period: re-drive applies stuck in ``applying`` (a killed worker, a
+    message lost with Redis) through the re-read / dry-run path; returns their ids."""
+    return sweep_stuck_applies()
 
 
 @shared_task(name="diagnosis.tasks.actuate_dry_run")

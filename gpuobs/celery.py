@@ -8,7 +8,7 @@ name, so a new task needs no routing entry of its own.
 
 import os
 
-from celery import Celery
+from celery import Celery, signals
 from django.conf import settings
 from kombu import Queue
 
@@ -53,15 +53,18 @@ app.autodiscover_tasks()
 
 @app.on_after_configure.connect
 def schedule_diagnosis_cycles(sender: Celery, **kwargs) -> None:
-    """Beat runs ``diagnosis.tasks.run_cycles`` every GPUOBS_CYCLE_SECONDS (one beat only)."""
+    """Beat runs ``diagnosis.tasks.run_cycles`` every GPUOBS_CYCLE_SECONDS, and with it the worker
+    heartbeat and the stuck-apply sweep. No absolute ``expires``: a worker whose clock runs fast
+    would drop every message; the cycle itself drops a stale fan-out by the database's clock.
+    A second beat is harmless: a cluster's cycle starts at most once per interval."""
 
     seconds = settings.GPUOBS_CYCLE_SECONDS
-    sender.add_periodic_task(
-        seconds,
-        sender.signature("diagnosis.tasks.run_cycles"),
-        name="diagnosis cycles",
-        expires=seconds,  # a fan-out that waited a whole period is stale: the next one replaces it
-    )
+    for name, task in (
+        ("diagnosis cycles", "diagnosis.tasks.run_cycles"),
+        ("worker heartbeat", "diagnosis.tasks.record_worker_heartbeat"),
+        ("stuck apply sweep", "diagnosis.tasks.sweep_stuck_applies"),
+    ):
+        sender.add_periodic_task(seconds, sender.signature(task), name=name)
 
 
 @app.on_after_configure.connect
@@ -73,3 +76,23 @@ def schedule_report_subscriptions(sender: Celery, **kwargs) -> None:
         name="fairness report subscriptions",
         expires=3600,
     )
+
+
+# -- beat's heartbeat (diagnosis/actions/health.py) ------------------------------------------------
+
+_in_beat = False
+
+
+@signals.beat_init.connect
+def mark_beat_process(sender=None, **kwargs) -> None:
+    global _in_beat
+    _in_beat = True
+
+
+@signals.after_task_publish.connect
+def beat_heartbeat(sender=None, **kwargs) -> None:
+    """In the beat process, every task sent is a heartbeat of beat (``/healthz?deep=1``)."""
+    if _in_beat:
+        from diagnosis.actions.health import write_heartbeat  # noqa: PLC0415 -- Django is ready
+
+        write_heartbeat("beat", task=sender)

@@ -296,9 +296,15 @@ GPUOBS_CYCLE_SECONDS = env_int("GPUOBS_CYCLE_SECONDS", 60)
 GPUOBS_LIVE_POLL_SECONDS = env_int("GPUOBS_LIVE_POLL_SECONDS", 10)
 CELERY_TASK_TIME_LIMIT = env_int("GPUOBS_TASK_TIME_LIMIT", 300)
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("GPUOBS_TASK_SOFT_TIME_LIMIT", 240)
-# A cycle lock outlives the longest a cycle may run (the hard time limit kills it), so a crashed
-# worker's lock frees itself and a live cycle's lock never expires under it.
-GPUOBS_CYCLE_LOCK_SECONDS = CELERY_TASK_TIME_LIMIT + 30
+# A cycle's lock lives one cycle period and is renewed while the cycle runs, so a killed worker's
+# lock frees itself within one period and a live cycle's lock never expires under it
+# (diagnosis/tasks.py). An apply claim is another worker's to take over once it is older than
+# the hard time limit (no task outlives it) and a few seconds (diagnosis/actions/apply.py).
+GPUOBS_CYCLE_LOCK_SECONDS = max(3, GPUOBS_CYCLE_SECONDS)
+GPUOBS_APPLY_CLAIM_STALE_SECONDS = CELERY_TASK_TIME_LIMIT + 5
+# A worker whose clock is further than this from the database's refuses to run cycles
+# (diagnosis/actions/health.py, "One clock").
+GPUOBS_MAX_CLOCK_SKEW_SECONDS = env_int("GPUOBS_MAX_CLOCK_SKEW_SECONDS", 30)
 
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
@@ -318,6 +324,33 @@ CELERY_RESULT_EXPIRES = 24 * 3600
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Riding out a broker restart (issue #18; docs/operations.md, "Faults"). Retry the connection
+# forever, with short socket timeouts and a health check so a dead connection is noticed, and
+# redeliver the message of a task whose pool process died (every task is idempotent: cycles
+# are locked per cluster and interval, applies claim an idempotency key). The worker no longer
+# dies on reconnect: gpuobs/broker.py works around kombu's Redis transport reading the closed
+# connection's ``client`` (celery/kombu#582, #970).
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_BROKER_CONNECTION_TIMEOUT = 5
+CELERY_BROKER_TRANSPORT = "gpuobs.broker:RedisTransport" if REDIS_URL else None
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "socket_timeout": 10,
+    "socket_connect_timeout": 5,
+    "socket_keepalive": True,
+    "health_check_interval": 10,
+    "retry_on_timeout": True,
+    # A message a killed worker held comes back after this (kombu's default is an hour); longer
+    # than any task may run (the hard time limit) plus the longest apply retry backoff (120 s).
+    "visibility_timeout": CELERY_TASK_TIME_LIMIT + 180,
+}
+CELERY_REDIS_SOCKET_TIMEOUT = 10
+CELERY_REDIS_SOCKET_CONNECT_TIMEOUT = 5
+CELERY_REDIS_RETRY_ON_TIMEOUT = True
+CELERY_REDIS_BACKEND_HEALTH_CHECK_INTERVAL = 10
+CELERY_RESULT_BACKEND_ALWAYS_RETRY = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TIMEZONE = TIME_ZONE
 
 # --- email (fairness report subscriptions) -------------------------------------------------------

@@ -8,6 +8,14 @@ the simulator's check) and stops if the value changed since the recommendation; 
 cluster's write switch off (``Cluster.dry_run``, on by default, only an admin turns it off) it
 stops there; otherwise it writes once, guarded by the value it just read, and records
 before/after and the scheduler's answer.
+
+An apply never stays in ``applying`` (issue #18): the task is published after the request
+commits, and a publish the broker refuses puts the recommendation back to ``approved``
+(:func:`publish_apply`, answered 503); a claim older than the hard time limit belongs to a dead
+worker (an OOM-killed pool process, a killed worker), and the sweeper beat sends every period
+(:func:`sweep_stuck_applies`), or a person's re-check (:func:`recheck_apply`), sends the apply
+again: its dry run re-reads the target, so a change already written is recorded as applied
+without being written twice.
 """
 
 from __future__ import annotations
@@ -15,20 +23,28 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import models, transaction
 from django.utils import timezone
 
+from diagnosis.actions.enqueue import send_apply
+from diagnosis.actions.health import database_now
 from diagnosis.actions.workflow import (
     APPLIED_STATES,
     SYSTEM_ACTUATE,
+    SYSTEM_SWEEP,
+    ApplyNotSent,
     TransientApplyError,
+    WorkflowError,
     actor_name,
     audit,
     lock_recommendation,
+    require_state,
     save_fields,
 )
 from diagnosis.choices import RecommendationKind, RecommendationState
@@ -180,9 +196,8 @@ def _claim(recommendation_id: int, key: str) -> tuple[Recommendation | None, str
         )
         if rec is None or rec.state != State.APPLYING or rec.apply_key != key:
             return None, "duplicate"
-        now = timezone.now()
-        stale_after = timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT + 30)
-        if rec.apply_claimed_at is not None and now - rec.apply_claimed_at < stale_after:
+        now = database_now()  # one clock: a skewed worker never takes over a live claim
+        if rec.apply_claimed_at is not None and now - rec.apply_claimed_at < claim_stale_after():
             return None, "in-progress"
         rec.apply_claimed_at = now
         save_fields(rec, "apply_claimed_at")
@@ -422,3 +437,108 @@ def verification_baseline(rec: Recommendation) -> dict[str, Any]:
     if note:
         out["baseline_note"] = note
     return out
+
+
+# -- publishing and re-driving (issue #18) -------------------------------------------------------
+
+
+def claim_stale_after() -> timedelta:
+    """A claim older than this was made by a task the worker's hard time limit has killed."""
+    return timedelta(seconds=settings.GPUOBS_APPLY_CLAIM_STALE_SECONDS)
+
+
+def publish_apply(recommendation_id: int, key: str) -> None:
+    """Send the apply task (after the request committed). When the broker refuses it, put the
+    recommendation back to ``approved`` (audited ``apply-not-sent``) and raise
+    :class:`ApplyNotSent` (503): nothing is left in ``applying`` with no task to finish it."""
+    try:
+        send_apply(recommendation_id, key)
+    except Exception as exc:  # kombu's OperationalError, redis' ConnectionError, OSError
+        logger.warning("apply of recommendation %s not sent: %r", recommendation_id, exc)
+        _withdraw_apply(recommendation_id, key, exc)
+        raise ApplyNotSent(
+            "the task queue (Redis) is unreachable: nothing was applied and the approval "
+            "stands; try again once it is back"
+        ) from exc
+
+
+def _withdraw_apply(recommendation_id: int, key: str, exc: Exception) -> None:
+    with transaction.atomic():
+        rec = lock_recommendation(recommendation_id)
+        if rec.state != State.APPLYING or rec.apply_key != key or rec.apply_claimed_at:
+            return
+        rec.state = State.APPROVED
+        rec.apply_key = ""
+        rec.status_message = "apply not sent: the task queue was unreachable"
+        save_fields(rec, "state", "apply_key", "status_message")
+        audit(
+            rec,
+            actor_name(rec.applied_by),
+            "apply-not-sent",
+            before={"state": State.APPLYING, "key": key},
+            after={"state": State.APPROVED, "error": f"{type(exc).__name__}: {exc}"[:300]},
+        )
+
+
+def apply_stuck_since(rec: Recommendation, now: datetime) -> datetime | None:
+    """When ``rec``'s apply got stuck (None: it is not): ``applying`` with a claim older than
+    the hard time limit, or with no claim that long after it was requested (no task came)."""
+    if rec.state != State.APPLYING:
+        return None
+    since = rec.apply_claimed_at or rec.updated_at
+    return since if now - since >= claim_stale_after() else None
+
+
+def stuck_applies(now: datetime | None = None) -> list[Recommendation]:
+    now = now or database_now()
+    limit = now - claim_stale_after()
+    return list(
+        Recommendation.objects.filter(state=State.APPLYING)
+        .filter(
+            models.Q(apply_claimed_at__lte=limit)
+            | models.Q(apply_claimed_at__isnull=True, updated_at__lte=limit)
+        )
+        .order_by("pk")
+    )
+
+
+def recheck_apply(rec: Recommendation, user: AbstractBaseUser | None) -> Recommendation:
+    """Send a stuck apply again (the page's "Re-check"; the sweeper with ``user`` None). The
+    claim is released and the same key sent: the task's dry run re-reads the target first, so
+    a change the dead worker wrote is recorded as applied, never written twice."""
+    with transaction.atomic():
+        rec = lock_recommendation(rec)
+        require_state(rec, State.APPLYING, doing="re-check")
+        now = database_now()
+        since = apply_stuck_since(rec, now)
+        if since is None:
+            raise WorkflowError("the apply is still in progress: re-check it once it is stuck")
+        claimed = rec.apply_claimed_at
+        rec.apply_claimed_at = None
+        rec.status_message = (
+            f"re-checking: the apply was stuck since {since:%H:%M:%S} UTC "
+            f"({'its worker died' if claimed else 'no worker took it'})"
+        )
+        save_fields(rec, "apply_claimed_at", "status_message")
+        audit(
+            rec,
+            user.get_username() if user is not None else SYSTEM_SWEEP,
+            "apply-rechecked",
+            before={"claimed_at": claimed.isoformat() if claimed else None},
+            after={"key": rec.apply_key, "stuck_since": since.isoformat()},
+        )
+        transaction.on_commit(partial(publish_apply, rec.pk, rec.apply_key))
+    return rec
+
+
+def sweep_stuck_applies() -> list[int]:
+    """Re-drive every stuck apply (beat, every cycle period); the ids re-driven."""
+    done = []
+    for rec in stuck_applies():
+        try:
+            recheck_apply(rec, None)
+        except (WorkflowError, ApplyNotSent) as exc:
+            logger.warning("stuck apply of recommendation %s not re-driven: %s", rec.pk, exc)
+            continue
+        done.append(rec.pk)
+    return done

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from diagnosis.actions.events import SchedulerEventError, record_scheduler_events
 from diagnosis.actions.findings import cluster_overrides, record_findings
+from diagnosis.actions.health import database_now
 from diagnosis.actions.notifications import notify_after_cycle
 from diagnosis.actions.oncall import record_cycle_incidents
 from diagnosis.actions.proposals import record_recommendations
@@ -340,3 +341,20 @@ def _collection_problems(
         problems.append(f"scheduler data repaired to be stored: {'; '.join(repaired[:3])}")
     return problems
 
+
+def record_skipped_cycle(
+    cluster: Cluster, reason: str, *, status_message: str = ""
+) -> ClusterCycle:
+    """A cycle that was due but did not run (issue #18: its lock held by a running cycle, the
+    worker's clock refused): a failed cycle row with the reason, the last good ``as_of`` kept, so
+    the pages and the API show the missed cycle. ``status_message`` also sets the cluster's
+    status to error with it (a refusal needs someone to act; a lock held does not)."""
+    with transaction.atomic():
+        now = database_now()
+        if status_message:
+            _set_status(cluster, DataSourceStatus.ERROR, status_message, now)
+            cluster.save(update_fields=["status", "status_message", "status_changed_at"])
+        last = ClusterCycle.objects.filter(cluster=cluster, ok=True).order_by("-as_of").first()
+        return ClusterCycle.objects.create(
+            cluster=cluster, as_of=last.as_of if last else now, ran_at=now, ok=False, error=reason
+        )

@@ -7,6 +7,10 @@ time (that would be an import cycle).
 
 from __future__ import annotations
 
+from functools import partial
+
+from django.db import transaction
+
 
 def dry_run_on_commit(recommendation_id: int) -> None:
     """Ask the scheduler, on the ``actuate`` queue, what a recommendation's change would do."""
@@ -17,10 +21,18 @@ def dry_run_on_commit(recommendation_id: int) -> None:
 
 def apply_on_commit(recommendation_id: int, apply_key: str) -> None:
     """Apply an approved recommendation once, on the ``actuate`` queue (``apply_key`` makes a
-    redelivered message a no-op)."""
+    redelivered message a no-op). Sent on commit as ``delay_on_commit`` does; a send the broker
+    refuses puts the recommendation back to approved (``apply.publish_apply``, answered 503)."""
+    from diagnosis.actions.apply import publish_apply  # noqa: PLC0415 -- apply imports this module
+
+    transaction.on_commit(partial(publish_apply, recommendation_id, apply_key))
+
+
+def send_apply(recommendation_id: int, apply_key: str) -> None:
+    """Send the apply task now (raises when the broker refuses it)."""
     from diagnosis.tasks import actuate_recommendation  # noqa: PLC0415 -- as above
 
-    actuate_recommendation.delay_on_commit(recommendation_id, apply_key)
+    actuate_recommendation.delay(recommendation_id, apply_key)
 
 
 def notify_on_commit(cluster_id: int) -> None:

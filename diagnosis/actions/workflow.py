@@ -48,6 +48,9 @@ SYSTEM_CYCLE = "system:cycle"
 SYSTEM_ACTUATE = "system:actuate"
 
 
+SYSTEM_SWEEP = "system:sweeper"  # re-drives applies stuck in applying (actions/apply.py)
+
+
 MAX_OBSERVATIONS = 24
 
 
@@ -61,6 +64,10 @@ class WorkflowError(Exception):
 
 class WorkflowDenied(PermissionDenied):
     """A request the person's role does not allow (403)."""
+
+
+class ApplyNotSent(Exception):
+    """The broker refused the apply task; the recommendation is back to approved (503)."""
 
 
 class TransientApplyError(Exception):

@@ -1,26 +1,96 @@
-"""The clusters of the API: a read-only list and detail, scoped to what the caller may read."""
+"""The clusters of the API: a read-only list and detail, scoped to what the caller may read.
+
+Each cluster says how fresh its data is (issue #18): ``stale`` (the last good cycle, or its
+snapshot, is older than two cycle intervals -- the overview's rule), ``data_age_s``, the last
+good cycle, and the last attempt (failed, skipped or good) with its error. A poller never reads
+``"status": "ok"`` for a cluster whose cycles stopped.
+"""
 
 from __future__ import annotations
 
-from django.db.models import (
-    QuerySet,
-)
+from typing import Any
+
+from django.conf import settings
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
-from rest_framework import viewsets
+from rest_framework import serializers, viewsets
 
 from diagnosis.access import (
     clusters_for_user,
 )
 from diagnosis.api.serializers import ClusterSerializer
-from diagnosis.models import Cluster
+from diagnosis.models import Cluster, ClusterCycle
+from diagnosis.pages.clusters import Freshness
+
+SKIPPED_PREFIX = "skipped:"  # a skipped cycle's error is its reason (no host, no remote text)
+
+
+class ClusterFreshnessSerializer(ClusterSerializer):
+    stale = serializers.SerializerMethodField()
+    data_age_s = serializers.SerializerMethodField()
+    last_good_cycle_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    last_attempt_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    last_attempt_ok = serializers.BooleanField(read_only=True, allow_null=True)
+    last_attempt_error = serializers.SerializerMethodField()
+
+    class Meta(ClusterSerializer.Meta):
+        fields = [
+            *ClusterSerializer.Meta.fields,
+            "stale",
+            "data_age_s",
+            "last_good_cycle_at",
+            "last_attempt_at",
+            "last_attempt_ok",
+            "last_attempt_error",
+        ]
+        read_only_fields = fields
+
+    def _freshness(self, cluster: Cluster) -> Freshness:
+        return Freshness(
+            now=timezone.now(),
+            interval_s=settings.GPUOBS_CYCLE_SECONDS,
+            last_cycle_at=cluster.last_attempt_at,
+            good_cycle_at=cluster.last_good_cycle_at,
+            as_of=cluster.last_good_as_of,
+        )
+
+    def get_stale(self, cluster: Cluster) -> bool:
+        return self._freshness(cluster).stale
+
+    def get_data_age_s(self, cluster: Cluster) -> float | None:
+        age = self._freshness(cluster).age_s
+        return None if age is None else round(age, 1)
+
+    def get_last_attempt_error(self, cluster: Cluster) -> str:
+        """A reader's text: a skipped cycle's reason, else the cluster's status message (which
+        integration failed and how; the full error stays for admins)."""
+        if cluster.last_attempt_ok in (None, True):
+            return ""
+        error: Any = cluster.last_attempt_error or ""
+        return error if error.startswith(SKIPPED_PREFIX) else cluster.status_message
+
+
+def with_freshness(clusters: QuerySet[Cluster]) -> QuerySet[Cluster]:
+    """Each cluster with its latest attempt and latest good cycle, by when they ran (a cycle
+    stamped in the future by a skewed clock is never preferred)."""
+    latest = ClusterCycle.objects.filter(cluster=OuterRef("pk")).order_by("-ran_at", "-id")
+    good = latest.filter(ok=True)
+    return clusters.annotate(
+        last_attempt_at=Subquery(latest.values("ran_at")[:1]),
+        last_attempt_ok=Subquery(latest.values("ok")[:1]),
+        last_attempt_error=Subquery(latest.values("error")[:1]),
+        last_good_cycle_at=Subquery(good.values("ran_at")[:1]),
+        last_good_as_of=Subquery(good.values("as_of")[:1]),
+    )
 
 
 @extend_schema_view(
     retrieve=extend_schema(parameters=[OpenApiParameter("id", int, OpenApiParameter.PATH)])
 )
 class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
-    serializer_class = ClusterSerializer
+    serializer_class = ClusterFreshnessSerializer
     lookup_field = "pk"
 
     def get_queryset(self) -> QuerySet[Cluster]:
-        return clusters_for_user(self.request.user).order_by("name")
+        return with_freshness(clusters_for_user(self.request.user)).order_by("name")

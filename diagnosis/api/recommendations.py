@@ -31,6 +31,7 @@ from diagnosis.access import (
     get_recommendation_for_user,
     recommendations_for_user,
 )
+from diagnosis.actions.apply import recheck_apply
 from diagnosis.actions.review import (
     approve_recommendation,
     reject_recommendation,
@@ -40,7 +41,7 @@ from diagnosis.actions.review import (
     request_rollback,
     set_cluster_writes,
 )
-from diagnosis.actions.workflow import WorkflowError
+from diagnosis.actions.workflow import ApplyNotSent, WorkflowError
 from diagnosis.api.serializers import (
     RecommendationDetailSerializer,
     RecommendationFilter,
@@ -98,6 +99,8 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
             result = do(rec)
         except WorkflowError as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        except ApplyNotSent as exc:  # the broker refused the task: nothing is left applying
+            return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
         result.refresh_from_db()
         return Response(
             RecommendationDetailSerializer(result).data,
@@ -126,6 +129,11 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def apply(self, request: Request, pk: str) -> Response:
         return self._act(request, pk, lambda r: request_apply(r, request.user))
+
+    @action(detail=True, methods=["post"], url_path="re-check")
+    def recheck(self, request: Request, pk: str) -> Response:
+        """Send a stuck apply again (409 while it is still in progress)."""
+        return self._act(request, pk, lambda r: recheck_apply(r, request.user))
 
     @action(detail=True, methods=["post"])
     def rollback(self, request: Request, pk: str) -> Response:

@@ -1,4 +1,4 @@
-"""Liveness for load balancers and containers (no login)."""
+"""Liveness for load balancers and containers (no login): ``/healthz`` and ``/healthz?deep=1``."""
 
 from __future__ import annotations
 
@@ -8,12 +8,19 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
+from diagnosis.actions.health import deep_health
+
 
 @login_not_required
 @never_cache
 @require_safe
 def healthz(request: HttpRequest) -> JsonResponse:
-    """Liveness for load balancers and containers: 200 when the database answers, else 503."""
+    """200 when the database answers, else 503. With ``?deep=1`` also Redis, and the worker's and
+    beat's heartbeats (diagnosis/actions/health.py): 503 when any is missing or stale, with a
+    part per component saying which and since when (docker-compose's health checks use it)."""
+    if request.GET.get("deep") in ("1", "true", "yes"):
+        ok, report = deep_health()
+        return JsonResponse(report, status=200 if ok else 503)
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")

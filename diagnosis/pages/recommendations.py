@@ -30,6 +30,8 @@ from diagnosis.access import (
     incidents_for_user,
     recommendations_for_user,
 )
+from diagnosis.actions.apply import apply_stuck_since, recheck_apply
+from diagnosis.actions.health import database_now
 from diagnosis.actions.review import (
     approve_recommendation,
     reject_recommendation,
@@ -39,7 +41,7 @@ from diagnosis.actions.review import (
     request_rollback,
     set_cluster_writes,
 )
-from diagnosis.actions.workflow import APPLIED_STATES, OPEN_STATES, WorkflowError
+from diagnosis.actions.workflow import APPLIED_STATES, OPEN_STATES, ApplyNotSent, WorkflowError
 from diagnosis.choices import RecommendationKind, RecommendationState
 from diagnosis.core.recommend.impact import format_delta, format_value
 from diagnosis.models import AuditEntry, Recommendation
@@ -92,6 +94,14 @@ def available_actions(rec: Recommendation, user: AbstractBaseUser) -> list[Butto
         buttons.append(Button("reject", "Dismiss" if not has_change else "Reject", "danger"))
     if rec.state in APPLIED_STATES and has_change and rec.rollback_of_id is None and may_act:
         buttons.append(Button("rollback", "Roll back", "danger"))
+    stuck_since = apply_stuck_since(rec, database_now()) if rec.state == State.APPLYING else None
+    if stuck_since is not None and may_act:  # issue #18: a dead worker's or a lost apply
+        note = (
+            f"stuck in applying since {stuck_since:%Y-%m-%d %H:%M:%S} UTC (its worker died or no "
+            "worker took it); gpuobs re-checks by itself every cycle period: the target is "
+            "read again first, so nothing is written twice"
+        )
+        buttons.append(Button("re-check", "Re-check", "primary", note))
     return buttons
 
 
@@ -221,6 +231,7 @@ ACTIONS = {
     "approve": (approve_recommendation, "Approved; a dry run was sent to the scheduler."),
     "dry-run": (request_dry_run, "Dry run sent to the scheduler."),
     "apply": (request_apply, "Apply sent to the scheduler."),
+    "re-check": (recheck_apply, "Re-check sent: the scheduler is read again before any write."),
 }
 
 
@@ -245,7 +256,7 @@ def recommendation_action(
             done = f"Rollback #{target.pk} requested: someone else approves it, then it is applied."
         else:
             raise Http404("no such action")
-    except WorkflowError as exc:
+    except (WorkflowError, ApplyNotSent) as exc:
         messages.error(request, str(exc))
     else:
         target.refresh_from_db()

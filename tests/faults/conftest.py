@@ -1,0 +1,294 @@
+"""The fault suite's real processes (issue #18), each on its own ports and files: a
+``redis-server`` the test may stop and start again, Celery workers (prefork, one pool process)
+and beats started with ``subprocess`` against the test database and that Redis, with a short
+cycle period. A test states what it breaks, waits on conditions with deadlines, and checks what
+the pages and the API then say and that no row was lost or written twice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import psycopg
+import pytest
+import redis
+from django.db import connection, models
+
+from diagnosis.actions import health
+from diagnosis.models import AuditEntry, Cluster, ClusterCycle, Finding, FindingEvent, Incident
+from gpuobs import celery_app
+from tests.app.test_celery import database_url_of_test_database
+from tests.conftest import REPO_ROOT, require_binary
+
+T = TypeVar("T")
+
+# The suite's clock: cycles every 2 s, tasks killed after 8 s (so an apply claim is stale after
+# 13 s), and a worker clock more than 30 s off the database's refuses cycles.
+CYCLE_SECONDS = 2
+TASK_TIME_LIMIT = 8
+FAULT_ENV = {
+    "GPUOBS_CYCLE_SECONDS": str(CYCLE_SECONDS),
+    "GPUOBS_TASK_TIME_LIMIT": str(TASK_TIME_LIMIT),
+    "GPUOBS_TASK_SOFT_TIME_LIMIT": str(TASK_TIME_LIMIT - 2),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/faults/" in str(item.fspath):
+            item.add_marker(pytest.mark.faults)
+
+
+def wait_until(check: Callable[[], T], what: str, timeout: float = 30.0) -> T:
+    """Poll ``check`` until it returns something true; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RedisServer:
+    """A ``redis-server`` on its own port, its append-only file in ``folder`` (so a restart
+    keeps the queued messages, as compose's ``--appendonly yes`` does)."""
+
+    binary: str
+    folder: Path
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        log = (self.folder / "redis.log").open("a")
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.folder),
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        wait_until(lambda: _pings(client), "redis-server to answer", timeout=15)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=15)
+        self.process = None
+
+    def restart(self, down_s: float = 3.0) -> float:
+        """Stop, stay down ``down_s`` (as a container restart does), start again; returns how
+        long Redis was down, seconds."""
+        down = time.monotonic()
+        self.stop()
+        time.sleep(down_s)  # the fault itself: the broker is away this long
+        self.start()
+        return time.monotonic() - down
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+@dataclass
+class CeleryProcess:
+    """``celery -A gpuobs worker|beat`` as a child process; its log in ``log``."""
+
+    process: subprocess.Popen
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def pool_child_pids(self) -> list[int]:
+        """The worker's pool processes (its children)."""
+        children = Path(f"/proc/{self.pid}/task/{self.pid}/children")
+        return [int(p) for p in children.read_text().split()] if children.exists() else []
+
+    def stop(self) -> None:
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@dataclass
+class FaultStack:
+    """The processes of one fault test; everything it started is stopped at the end."""
+
+    redis: RedisServer
+    folder: Path
+    processes: list[CeleryProcess] = field(default_factory=list)
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return {
+            **os.environ,
+            **FAULT_ENV,
+            "DATABASE_URL": database_url_of_test_database(),
+            "REDIS_URL": self.redis.url,
+            **(extra or {}),
+        }
+
+    def _start(self, name: str, args: list[str], prefix: list[str], extra: dict) -> CeleryProcess:
+        log = self.folder / f"{name}-{len(self.processes)}.log"
+        command = [*prefix, sys.executable, "-m", "celery", "-A", "gpuobs", *args]
+        with log.open("w") as out:
+            process = subprocess.Popen(
+                command, cwd=REPO_ROOT, env=self.env(extra), stdout=out, stderr=subprocess.STDOUT
+            )
+        started = CeleryProcess(process, log)
+        self.processes.append(started)
+        return started
+
+    def start_worker(
+        self, *, prefix: list[str] | None = None, extra: dict[str, str] | None = None
+    ) -> CeleryProcess:
+        """A worker on every queue, one prefork pool process, ready to take tasks."""
+        worker = self._start(
+            "worker",
+            [
+                "worker",
+                "-Q",
+                "collect,diagnose,actuate,celery",
+                "--pool=prefork",
+                "--concurrency=1",
+                "--loglevel=INFO",
+                "--hostname",
+                f"fault-{uuid.uuid4().hex[:6]}@%h",
+            ],
+            prefix or [],
+            extra or {},
+        )
+        wait_until(lambda: " ready." in worker.text() or not worker.alive(), "the worker", 60)
+        assert worker.alive(), worker.text()
+        return worker
+
+    def start_beat(self) -> CeleryProcess:
+        schedule = self.folder / f"beat-schedule-{len(self.processes)}"
+        return self._start("beat", ["beat", "--loglevel=INFO", "--schedule", str(schedule)], [], {})
+
+    def stop_all(self) -> None:
+        for process in reversed(self.processes):
+            process.stop()
+        for process in self.processes:
+            print(f"--- {process.log.name}\n{process.text()[-6000:]}")  # shown when a test fails
+
+
+@pytest.fixture
+def fault_stack(tmp_path: Path, settings) -> Iterator[FaultStack]:
+    """A Redis of the test's own, and this process's settings and Celery app pointed at it."""
+    server = RedisServer(require_binary("redis-server", "apt-get install redis-server"), tmp_path)
+    server.start()
+    settings.REDIS_URL = server.url
+    settings.GPUOBS_CYCLE_SECONDS = CYCLE_SECONDS
+    settings.GPUOBS_APPLY_CLAIM_STALE_SECONDS = TASK_TIME_LIMIT + 5
+    saved = celery_app.conf.broker_url, celery_app.conf.task_always_eager
+    celery_app.conf.broker_url = server.url
+    celery_app.conf.task_always_eager = False
+    celery_app.amqp._producer_pool = None
+    celery_app._pool = None
+    health.redis_client.cache_clear()
+    stack = FaultStack(server, tmp_path)
+    try:
+        yield stack
+    finally:
+        stack.stop_all()
+        server.stop()
+        celery_app.conf.broker_url, celery_app.conf.task_always_eager = saved
+        celery_app.amqp._producer_pool = None
+        celery_app._pool = None
+        health.redis_client.cache_clear()
+
+
+@contextmanager
+def row_locked(model: type[models.Model], pk: int) -> Iterator[None]:
+    """Hold ``SELECT ... FOR UPDATE`` on one row from a connection of its own: a worker that
+    needs the row waits, so the test knows where its task is while it breaks something."""
+    db = connection.settings_dict
+    with psycopg.connect(
+        host=db["HOST"] or "127.0.0.1",
+        port=db["PORT"] or 5432,
+        user=db["USER"],
+        password=db["PASSWORD"] or None,
+        dbname=db["NAME"],
+    ) as holder:
+        table = model._meta.db_table  # a model's own table name, not input
+        holder.execute(f'SELECT 1 FROM "{table}" WHERE id = %s FOR UPDATE', [pk])  # noqa: S608
+        yield
+        holder.rollback()
+
+
+def someone_waits_on_a_row_lock() -> bool:
+    """A session of the test database (a worker's) waits for a row lock."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0] > 0
+
+
+def row_counts(cluster: Cluster) -> dict[str, int]:
+    """The rows a fault must neither lose nor duplicate, counted for one cluster."""
+    return {
+        "findings": Finding.objects.filter(cluster=cluster).count(),
+        "finding events": FindingEvent.objects.filter(finding__cluster=cluster).count(),
+        "cycles": ClusterCycle.objects.filter(cluster=cluster, ok=True).count(),
+        "skipped or failed cycles": ClusterCycle.objects.filter(cluster=cluster, ok=False).count(),
+        "audit rows": AuditEntry.objects.filter(cluster=cluster).count(),
+        "incidents": Incident.objects.filter(cluster=cluster).count(),
+    }
+
+
+def scheduler_changes(cluster: Cluster) -> list[dict]:
+    """What the simulated scheduler was written (its replayable change log)."""
+    return Cluster.objects.get(pk=cluster.pk).scheduler_config.get("changes", [])
