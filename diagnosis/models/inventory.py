@@ -226,6 +226,8 @@ class Job(models.Model):
             models.Index(fields=["cluster", "state"], name="job_cluster_state"),
             models.Index(fields=["cluster", "tenant", "state"], name="job_cluster_tenant_state"),
             models.Index(fields=["cluster", "started_at"], name="job_cluster_started"),
+            # the job list, newest first, paged (diagnosis/pages/jobs.py; issue 19)
+            models.Index(fields=["cluster", "-submitted_at", "-id"], name="job_cluster_submitted"),
         ]
 
     def __str__(self) -> str:
