@@ -18,10 +18,16 @@ DeviceClasses where the API serves them and hand them here.
   device; ``consumedCapacity`` for a share of a device), to the pods of ``status.reservedFor``
   (a shared claim serves several: each holds an equal share). Results with ``adminAccess``
   (monitoring agents) hold nothing.
-- **Health.** A device taint with effect ``NoSchedule``/``NoExecute`` (DRA device taints), a
-  claim's ``status.devices[].conditions`` ``Ready``/``Healthy`` False, or a pod's
-  ``allocatedResourcesStatus`` ``Unhealthy`` for the device makes it ``unhealthy`` with the
-  reason.
+- **Health.** A device taint with effect ``NoSchedule``/``NoExecute`` (DRA device taints, in
+  the ResourceSlice or put there by a DeviceTaintRule), a claim's ``status.devices[].conditions``
+  ``Ready``/``Healthy`` False, or a pod's ``allocatedResourcesStatus`` ``Unhealthy`` for the
+  device makes it ``unhealthy`` with the reason. A DeviceTaintRule (``resource.k8s.io``
+  ``devicetaintrules``, cluster-scoped) taints every device its ``spec.deviceSelector`` matches
+  by ``driver``, ``pool`` and ``device`` (all given must match; an empty selector matches all);
+  a rule that selects by ``deviceClassName`` or CEL ``selectors`` is not evaluated here and
+  taints nothing, and effect ``None`` is informational (Kubernetes reference: DeviceTaintRule
+  v1beta2; "Device Taints and Tolerations"). NVSentinel's node conditions are applied on top
+  (:mod:`.health`).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -158,6 +164,39 @@ def _taints(device: Mapping[str, Any]) -> tuple[str, ...]:
             value = taint.get("value")
             reasons.append(f"taint {taint.get('key')}" + (f"={value}" if value else ""))
     return tuple(reasons)
+
+
+def taint_rule_taints(
+    found: Iterable[Device], rules: Iterable[Mapping[str, Any]]
+) -> dict[tuple[str, str], tuple[str, ...]]:
+    """The taints DeviceTaintRules put on the devices, by (pool, device): effect ``NoSchedule``
+    or ``NoExecute`` only, and only rules selecting by driver, pool and device name."""
+    found = list(found)
+    added: dict[tuple[str, str], list[str]] = {}
+    for rule in rules:
+        spec = rule.get("spec") or {}
+        taint = spec.get("taint") or {}
+        selector = spec.get("deviceSelector")
+        if taint.get("effect") not in TAINT_EFFECTS or selector is None:
+            continue
+        if selector.get("deviceClassName") or selector.get("selectors"):
+            continue  # CEL and class selectors: not evaluated here
+        value = taint.get("value")
+        name = str(meta_name(rule))
+        reason = f"taint {taint.get('key')}" + (f"={value}" if value else "") + f" (rule {name})"
+        for device in found:
+            if selector.get("driver") and selector["driver"] != DRIVER:
+                continue
+            if selector.get("pool") and selector["pool"] != device.pool:
+                continue
+            if selector.get("device") and selector["device"] != device.name:
+                continue
+            added.setdefault(device.key, []).append(reason)
+    return {key: tuple(reasons) for key, reasons in added.items()}
+
+
+def meta_name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
 
 
 def _text(value: Any) -> str | None:
@@ -395,11 +434,14 @@ def build_view(
     device_classes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     templates: Iterable[Mapping[str, Any]] = (),
+    taint_rules: Iterable[Mapping[str, Any]] = (),
 ) -> DraView:
-    """The DRA view of a cluster from its ResourceSlices, ResourceClaims, DeviceClasses, pods
-    and ResourceClaimTemplates (pure)."""
+    """The DRA view of a cluster from its ResourceSlices, ResourceClaims, DeviceClasses, pods,
+    ResourceClaimTemplates and DeviceTaintRules (pure)."""
     claims, pods = list(claims), list(pods)
     found = devices(slices)
+    ruled = taint_rule_taints(found, taint_rules)
+    found = [replace(d, taints=d.taints + ruled[d.key]) if d.key in ruled else d for d in found]
     by_key = {d.key: d for d in found}
     holdings = claim_holdings(claims, by_key)
     allocated = {(h.pool, h.device) for held in holdings.values() for h in held}

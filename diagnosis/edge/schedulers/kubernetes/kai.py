@@ -36,7 +36,7 @@ from diagnosis.edge.schedulers.base import (
     SchedulerError,
     SchedulerState,
 )
-from diagnosis.edge.schedulers.kubernetes import dra, objects, optional
+from diagnosis.edge.schedulers.kubernetes import dra, health, objects, optional
 from diagnosis.edge.schedulers.kubernetes.client import (
     KUBE_SETTINGS,
     NODES,
@@ -95,7 +95,9 @@ class KaiAdapter(KubeConnection):
                 "installed?",
                 permanent=True,
             )
-        extra = optional.optional_resources(served)
+        extra = optional.optional_resources(
+            served, optional.resource_discovery(self.api, self.settings)
+        )
         caches = [self._mirror(r) for r in (NODES, PODS, PODGROUPS, QUEUES, *extra)]
         sync_all(self.api, self.settings, caches)
         nodes, pods, podgroups, queues = (list(c.items.values()) for c in caches[:4])
@@ -340,7 +342,7 @@ def build_state(
         queues=queue_rows,
         jobs=sorted(jobs, key=lambda j: j["id"]),
         scheduler=scheduler,
-        gpus=dra.gpu_rows(view, objects.node_cliques(nodes)),
+        gpus=health.gpu_rows(view, nodes, node_rows, objects.node_cliques(nodes)),
     )
 
 

@@ -43,7 +43,7 @@ from diagnosis.edge.schedulers.base import (
     SchedulerError,
     SchedulerState,
 )
-from diagnosis.edge.schedulers.kubernetes import dra, objects, optional
+from diagnosis.edge.schedulers.kubernetes import dra, health, objects, optional
 from diagnosis.edge.schedulers.kubernetes.client import (
     KUBE_SETTINGS,
     NODES,
@@ -152,7 +152,9 @@ class KueueAdapter(KubeConnection):
 
     def read_state(self) -> SchedulerState:
         own = [self._resource(p) for p in ("workloads", "clusterqueues", "localqueues", "cohorts")]
-        extra = optional.optional_resources(self.served())
+        extra = optional.optional_resources(
+            self.served(), optional.resource_discovery(self.api, self.settings)
+        )
         caches = [self._mirror(r) for r in (NODES, PODS, *own, *extra)]
         sync_all(self.api, self.settings, caches)
         nodes, pods, workloads, cluster_queues, local_queues, cohorts = (
@@ -602,7 +604,7 @@ def build_state(
         queues=queue_rows(cluster_queues, local_queues, settings),
         jobs=sorted(jobs, key=lambda j: j["id"]),
         scheduler=scheduler,
-        gpus=dra.gpu_rows(view, objects.node_cliques(nodes)),
+        gpus=health.gpu_rows(view, nodes, node_rows, objects.node_cliques(nodes)),
     )
 
 

@@ -1,16 +1,28 @@
 """What a Kubernetes cluster may serve beyond a scheduler's own kinds, read by every Kubernetes
 adapter where the API serves it (discovery): DRA (``resource.k8s.io/v1``: ResourceSlices,
-ResourceClaims, ResourceClaimTemplates, DeviceClasses, see :mod:`.dra`) and the native gang
+ResourceClaims, ResourceClaimTemplates, DeviceClasses, and DeviceTaintRules in the newest
+version served, see :mod:`.dra`) and the native gang
 API (``scheduling.k8s.io`` Workload: a pod group with ``policy.gang.minCount`` is a gang).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as Urllib3Error
+
 from diagnosis.edge.schedulers.kubernetes import dra
-from diagnosis.edge.schedulers.kubernetes.client import Resource, custom_resource, meta
+from diagnosis.edge.schedulers.kubernetes.client import (
+    KubeSettings,
+    Resource,
+    custom_resource,
+    meta,
+    scheduler_error,
+)
 from diagnosis.edge.schedulers.kubernetes.objects import GpuPod, pod_gang, rfc3339
 
 DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"
@@ -19,20 +31,59 @@ RESOURCE_CLAIMS = custom_resource(DRA_GROUP, DRA_VERSION, "resourceclaims")
 RESOURCE_CLAIM_TEMPLATES = custom_resource(DRA_GROUP, DRA_VERSION, "resourceclaimtemplates")
 DEVICE_CLASSES = custom_resource(DRA_GROUP, DRA_VERSION, "deviceclasses")
 DRA_RESOURCES = (RESOURCE_SLICES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES, DEVICE_CLASSES)
+# DeviceTaintRule: alpha in v1alpha3 (Kubernetes 1.33), beta v1beta2, GA with device taints
+TAINT_RULE_VERSIONS = ("v1", "v1beta2", "v1alpha3")
 GANG_GROUP = "scheduling.k8s.io"
 GANG_VERSIONS = ("v1", "v1beta1", "v1alpha1")  # the Workload API's, newest first
+HTTP_NOT_FOUND = 404
 
 
-def optional_resources(served: Mapping[str, tuple[str, ...]]) -> list[Resource]:
+def optional_resources(
+    served: Mapping[str, tuple[str, ...]],
+    resources_of: Callable[[str, str], frozenset[str]] | None = None,
+) -> list[Resource]:
     """The resources to read beyond the adapter's own, where the API serves them: DRA
-    (``resource.k8s.io/v1``) and the native gang API's Workloads (``scheduling.k8s.io``)."""
+    (``resource.k8s.io/v1``), DeviceTaintRules in the newest version that serves them (asked
+    of ``resources_of(group, version)``, the version's resource discovery: ``v1`` serves them
+    only from Kubernetes 1.37 on) and the native gang API's Workloads (``scheduling.k8s.io``)."""
     extra: list[Resource] = []
-    if DRA_VERSION in served.get(DRA_GROUP, ()):
+    versions = served.get(DRA_GROUP, ())
+    if DRA_VERSION in versions:
         extra.extend(DRA_RESOURCES)
+        for version in (v for v in TAINT_RULE_VERSIONS if v in versions and resources_of):
+            if "devicetaintrules" in resources_of(DRA_GROUP, version):
+                extra.append(custom_resource(DRA_GROUP, version, "devicetaintrules"))
+                break
     gang = next((v for v in GANG_VERSIONS if v in served.get(GANG_GROUP, ())), None)
     if gang is not None:
         extra.append(custom_resource(GANG_GROUP, gang, "workloads"))
     return extra
+
+
+def resource_discovery(
+    api: k8s.ApiClient, settings: KubeSettings
+) -> Callable[[str, str], frozenset[str]]:
+    """``(group, version) -> the resources it serves`` (``GET /apis/<group>/<version>``); a
+    version the server does not know (404) serves none."""
+
+    def resources_of(group: str, version: str) -> frozenset[str]:
+        try:
+            response = k8s.CustomObjectsApi(api).get_api_resources(
+                group,
+                version,
+                _preload_content=False,
+                _request_timeout=settings.request_timeout_s,
+            )
+            listed = json.loads(response.data)
+        except ApiException as exc:
+            if exc.status == HTTP_NOT_FOUND:
+                return frozenset()
+            raise scheduler_error(exc, f"discovering {group}/{version}") from exc
+        except (Urllib3Error, ValueError) as exc:
+            raise scheduler_error(exc, f"discovering {group}/{version}") from exc
+        return frozenset(str(r.get("name")) for r in listed.get("resources") or ())
+
+    return resources_of
 
 
 def of_resource(items: Mapping[str, list[dict[str, Any]]], plural: str, group: str) -> list:
@@ -53,6 +104,7 @@ def dra_view(items: Mapping[str, list[dict[str, Any]]], pods: list[dict[str, Any
         of_resource(items, "deviceclasses", DRA_GROUP),
         pods,
         of_resource(items, "resourceclaimtemplates", DRA_GROUP),
+        of_resource(items, "devicetaintrules", DRA_GROUP),
     )
 
 

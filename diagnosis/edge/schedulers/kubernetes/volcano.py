@@ -42,7 +42,7 @@ from diagnosis.edge.schedulers.base import (
     SchedulerError,
     SchedulerState,
 )
-from diagnosis.edge.schedulers.kubernetes import dra, objects, optional
+from diagnosis.edge.schedulers.kubernetes import dra, health, objects, optional
 from diagnosis.edge.schedulers.kubernetes.client import (
     HTTP_CONFLICT,
     KUBE_SETTINGS,
@@ -135,7 +135,10 @@ class VolcanoAdapter(KubeConnection):
     # -- reading ---------------------------------------------------------------------------------
 
     def read_state(self) -> SchedulerState:
-        extra = optional.optional_resources(served_versions(self.api, self.settings))
+        extra = optional.optional_resources(
+            served_versions(self.api, self.settings),
+            optional.resource_discovery(self.api, self.settings),
+        )
         caches = [self._mirror(r) for r in (NODES, PODS, PODGROUPS, QUEUES, *extra)]
         sync_all(self.api, self.settings, caches)
         nodes, pods, podgroups, queues = (list(c.items.values()) for c in caches[:4])
@@ -501,7 +504,7 @@ def build_state(
         queues=queue_rows,
         jobs=sorted(jobs, key=lambda j: j["id"]),
         scheduler=scheduler,
-        gpus=dra.gpu_rows(view, objects.node_cliques(nodes)),
+        gpus=health.gpu_rows(view, nodes, node_rows, objects.node_cliques(nodes)),
     )
 
 

@@ -112,7 +112,8 @@ def merge_gpus(
     metrics' ``GPU_I_ID`` as its instance and the scheduler's UUID. A metrics MIG instance that
     joins none of the scheduler's MIG entries of its GPU is left out (its pod cannot be told;
     the scheduler's entries carry the allocations). Where one side splits a GPU into MIG
-    instances and the other reports it whole, the split wins, keeping the scheduler's health."""
+    instances and the other reports it whole, the split wins, keeping the scheduler's health.
+    Xids the scheduler side reports (a health tool's node condition) join the metrics' ones."""
     known = dict(known)
     by_uuid = {g["uuid"]: key for key, g in known.items() if key[2] >= 0 and g.get("uuid")}
     metrics: dict[tuple[str, int, int], dict[str, Any]] = {}
@@ -138,6 +139,10 @@ def merge_gpus(
         if "mig" in given and "mig" in entry:
             entry["mig"] = {**given["mig"], **entry["mig"]}
         entry["health"] = given.get("health") or health.get(key[:2]) or "ok"
+        if given.get("xid"):  # Xids the scheduler side knows (NVSentinel's SysLogsXIDError)
+            seen = {(x.get("code"), x.get("time")) for x in entry.get("xid") or ()}
+            extra = [x for x in given["xid"] if (x.get("code"), x.get("time")) not in seen]
+            entry["xid"] = [*(entry.get("xid") or ()), *extra]
         gpus.append(entry)
     return gpus
 
