@@ -86,6 +86,7 @@ def test_a_collection_is_a_fixed_set_of_queries():
             "xid",
             "cpu",
             "hardware",
+            "health",
         ]
     )
     assert all('cluster="x"' in text for text in queries.values())

@@ -533,6 +533,40 @@ def plant_simulator(history: History) -> None:
         into.series.extend(family.series)
 
 
+HEALTH_CLUSTER = "health"
+
+
+def plant_health(history: History) -> None:
+    """Hardware-health fields (issue 20) on ``he-0``, as dcgm-exporter names them
+    (etc/default-counters.csv; the bits: NVIDIA/DCGM dcgm_fields, DCGM_CLOCKS_EVENT_REASON_*).
+    GPU 0: power limit 300 W, SM clock 1100 of 1410 MHz, DRAM active 0.3, clock-event reasons
+    HW_THERMAL (0x40) in the window's last 6 minutes (40% of it), a pending row remap and one row
+    newly remapped for an uncorrectable error. GPU 1: the power violation counter grows 0.5 s a
+    second (50% of the window) while the older field name reports SW_POWER_CAP (0x4) all the
+    time, and SW_THERMAL (0x20) a quarter of the window. GPU 2: none of these fields."""
+    t = history.times
+    t0 = history.t0
+    for index in range(3):
+        history.gpu(HEALTH_CLUSTER, "he-0", index, util=0.9)
+    ids = [
+        GpuIdentity("he-0", i, gpu_uuid(HEALTH_CLUSTER, "he-0", i), "A100-SXM4-80GB").labels(
+            "Hostname", extra={"cluster": HEALTH_CLUSTER}
+        )
+        for i in range(2)
+    ]
+    history.add(dcgm.POWER_MGMT_LIMIT, ids[0], 300.0)
+    history.add(dcgm.SM_CLOCK, ids[0], 1100.0)
+    history.add(dcgm.MAX_SM_CLOCK, ids[0], 1410.0)
+    history.add(dcgm.DRAM_ACTIVE, ids[0], 0.3)
+    history.add(dcgm.CLOCKS_EVENT_REASONS, ids[0], np.where(t > t0 - 360, 0x40, 0x0))
+    history.add(dcgm.ROW_REMAP_PENDING, ids[0], 1.0)
+    history.add(dcgm.ROW_REMAP_FAILURE, ids[0], 0.0)
+    history.add(dcgm.UNCORRECTABLE_REMAPPED_ROWS, ids[0], np.where(t > t0 - 600, 3.0, 2.0))
+    history.add(dcgm.POWER_VIOLATION, ids[1], (t - t[0]) * 0.5e6)
+    quarter = np.where(t > t0 - 225, 0x20, 0x0)
+    history.add(dcgm.CLOCK_THROTTLE_REASONS, ids[1], 0x4 | quarter)
+
+
 @dataclass
 class Planted:
     t0: float
@@ -554,6 +588,7 @@ def planted_history(tmp_path_factory: pytest.TempPathFactory) -> Planted:
     excerpts = plant_real_excerpts(history)
     plant_hardware(history, excerpts)
     plant_simulator(history)
+    plant_health(history)
     history.write(base / "history.om")
     return Planted(t0, history, base / "history.om", excerpts)
 

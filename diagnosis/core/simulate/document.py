@@ -41,7 +41,15 @@ _ROUNDING = {
     "temp_c": 1,
     "pcie_rx_Bps": -3,
     "nvlink_Bps": -3,
+    "dram_active": 4,
+    "throttle_thermal": 4,
+    "throttle_power": 4,
 }
+# Xids after which the GPU's row remapper reports a pending remap (an uncorrectable ECC error
+# marked a row: 48 DBE, 63 row-remap recorded, 94/95 contained/uncontained ECC) or a failed one
+# (64), until the GPU is repaired (reset).
+REMAP_PENDING_XIDS = frozenset({48, 63, 94, 95})
+REMAP_FAILURE_XIDS = frozenset({64})
 
 
 def build_document(sim: ClusterState, window_s: int) -> dict[str, Any]:
@@ -148,6 +156,7 @@ def _gpus(sim: ClusterState, window_s: int, clock: _Clock) -> list[dict[str, Any
         if window_start <= t <= sim.now:
             xids.setdefault((n, index), []).append({"code": code, "time": clock.iso(t)})
     uuids = gpu_uuids(sim)
+    remaps = _row_remaps(sim)
     columns = [
         (metric, stat, values, _ROUNDING[metric])
         for metric, by_stat in stats.items()
@@ -170,8 +179,29 @@ def _gpus(sim: ClusterState, window_s: int, clock: _Clock) -> list[dict[str, Any
                 entry.setdefault(metric, {})[stat] = int(rounded) if digits < 0 else rounded
         if (n, index) in xids:
             entry["xid"] = xids[(n, index)]
+        entry["power_limit_w"] = {"max": float(sim.fleet.board_w[gid])}
+        pending, failure = remaps.get(gid, (0, 0))
+        # A pending remap is applied (and counted as remapped) only at the reset: none in the
+        # window while the GPU waits for it.
+        entry["row_remap"] = {"pending": pending, "failure": failure, "uncorrectable": 0}
         gpus.append(entry)
     return gpus
+
+
+def _row_remaps(sim: ClusterState) -> dict[int, tuple[int, int]]:
+    """GPU -> (remap pending, remap failed) for the GPUs still unhealthy after a memory Xid:
+    the simulator repairs a GPU by resetting it, which applies the remap."""
+    out: dict[int, tuple[int, int]] = {}
+    for _, node, index, code in sim.xids:
+        gid = int(sim.node_offset[node]) + int(index)
+        if sim.gpu_healthy[gid]:
+            continue
+        pending, failure = out.get(gid, (0, 0))
+        out[gid] = (
+            pending or int(code in REMAP_PENDING_XIDS),
+            failure or int(code in REMAP_FAILURE_XIDS),
+        )
+    return out
 
 
 def gpu_uuids(sim: ClusterState) -> list[str]:

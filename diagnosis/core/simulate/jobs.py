@@ -10,7 +10,13 @@ DATA_STARVED = "data-starved"
 IDLE = "idle"
 LOW_MFU = "low-mfu"
 INFERENCE = "inference"
-PROFILES = (HEALTHY, DATA_STARVED, IDLE, LOW_MFU, INFERENCE)
+# Hidden waste (issue 20): a gang stuck in a collective, a job idle before loading anything,
+# GPUs held down by heat, GPUs held at their power cap.
+HUNG = "hung"
+WAITING = "waiting"
+HOT = "hot"
+POWER_CAPPED = "power-capped"
+PROFILES = (HEALTHY, DATA_STARVED, IDLE, LOW_MFU, INFERENCE, HUNG, WAITING, HOT, POWER_CAPPED)
 
 JOB_KINDS = ("training", "inference", "tuning", "notebook", "batch")
 

@@ -16,7 +16,15 @@ data-starved   ~0.3   ~0.13     0.45-0.70   bursts: 30% of samples ~0.9, the res
 idle           0.01   0         0.30-0.60   memory held, nothing computed
 low-mfu        0.80   ~0.10     0.60-0.80   busy but the tensor cores barely work
 inference      daily  ~0.3×u    0.50-0.80   0.10..0.70 over the day, peak at 15:00 UTC
+hung           0.97   ~0        0.70-0.90   a collective spins: ~24% of board power, no DRAM
+waiting        0.01   0         0.01-0.03   idle with nothing loaded (stuck before starting)
+hot            0.92   ~0.45     0.60-0.90   healthy work at ~88 C, thermally throttled ~45%
+power-capped   0.92   ~0.45     0.60-0.90   healthy work at the power cap, capped ~55%
 =============  =====  ========  ==========  ==============================================
+
+Besides the DCGM-like means, every sample carries ``dram_active`` and two 0/1 throttle
+indicators (``throttle_thermal``, ``throttle_power``: the clock-event reasons' thermal and power
+bits) whose window mean is the share of the window throttled.
 """
 
 from __future__ import annotations
@@ -25,7 +33,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from diagnosis.core.simulate.jobs import DATA_STARVED, HEALTHY, IDLE, INFERENCE, LOW_MFU, PROFILES
+from diagnosis.core.simulate.jobs import (
+    DATA_STARVED,
+    HEALTHY,
+    HOT,
+    HUNG,
+    IDLE,
+    INFERENCE,
+    LOW_MFU,
+    POWER_CAPPED,
+    PROFILES,
+    WAITING,
+)
 
 SAMPLE_S = 15  # the scrape interval of the simulated exporter
 METRICS = (
@@ -36,17 +55,53 @@ METRICS = (
     "temp_c",
     "pcie_rx_Bps",
     "nvlink_Bps",
+    "dram_active",
+    "throttle_thermal",
+    "throttle_power",
 )
+# Statistics that are the share of the window an indicator was set (its mean), as "frac".
+SHARE_METRICS = frozenset({"throttle_thermal", "throttle_power"})
 
 PROFILE_CODE = {name: code for code, name in enumerate(PROFILES)}
 FREE = -1  # no job holds the GPU (or a partial gang holds it, not yet running)
 DARK = -2  # the GPU reports nothing (fallen off the bus, node down)
 
 # Nominal mean utilisation per profile, for time-integrated activity (inference: daily mean).
-NOMINAL_UTIL = {HEALTHY: 0.92, DATA_STARVED: 0.28, IDLE: 0.01, LOW_MFU: 0.80, INFERENCE: 0.40}
-NOMINAL_TENSOR = {HEALTHY: 0.45, DATA_STARVED: 0.13, IDLE: 0.0, LOW_MFU: 0.10, INFERENCE: 0.12}
-# Achieved TFLOP/s reported by a training job, as a share of the model's peak: MFU.
-REPORTED_MFU = {HEALTHY: 0.42, DATA_STARVED: 0.12, IDLE: 0.0, LOW_MFU: 0.09, INFERENCE: 0.15}
+NOMINAL_UTIL = {
+    HEALTHY: 0.92,
+    DATA_STARVED: 0.28,
+    IDLE: 0.01,
+    LOW_MFU: 0.80,
+    INFERENCE: 0.40,
+    HUNG: 0.97,
+    WAITING: 0.01,
+    HOT: 0.92,
+    POWER_CAPPED: 0.92,
+}
+NOMINAL_TENSOR = {
+    HEALTHY: 0.45,
+    DATA_STARVED: 0.13,
+    IDLE: 0.0,
+    LOW_MFU: 0.10,
+    INFERENCE: 0.12,
+    HUNG: 0.0,
+    WAITING: 0.0,
+    HOT: 0.45,
+    POWER_CAPPED: 0.45,
+}
+# Achieved TFLOP/s reported by a training job, as a share of the model's peak: MFU (a hung
+# job reports nothing new: its last report is stale, so it reports none).
+REPORTED_MFU = {
+    HEALTHY: 0.42,
+    DATA_STARVED: 0.12,
+    IDLE: 0.0,
+    LOW_MFU: 0.09,
+    INFERENCE: 0.15,
+    HUNG: 0.0,
+    WAITING: 0.0,
+    HOT: 0.36,
+    POWER_CAPPED: 0.38,
+}
 
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -118,47 +173,67 @@ def sample(
     idle = code == PROFILE_CODE[IDLE]
     low_mfu = code == PROFILE_CODE[LOW_MFU]
     inference = code == PROFILE_CODE[INFERENCE]
+    hung = code == PROFILE_CODE[HUNG]
+    waiting = code == PROFILE_CODE[WAITING]
+    hot = code == PROFILE_CODE[HOT]
+    capped = code == PROFILE_CODE[POWER_CAPPED]
+    working = healthy | hot | capped
 
     day_phase = 2 * np.pi * ((times + day_offset_s) / 86400.0 - 15.0 / 24.0)
     daily = 0.40 + 0.30 * np.cos(day_phase)[None, :]
     burst = u1 < 0.3
     util = np.select(
-        [healthy, starved, idle, low_mfu, inference],
+        [working, starved, idle | waiting, low_mfu, inference, hung],
         [
             0.86 + 0.12 * u1,
             np.where(burst, 0.84 + 0.12 * u2, 0.005 + 0.03 * u2),
             0.02 * u1,
             0.74 + 0.12 * u1,
             np.clip(daily + 0.12 * (u1 - 0.5), 0.0, 1.0),
+            0.95 + 0.04 * u1,
         ],
         0.0,
     )
     tensor = np.select(
-        [healthy, starved, low_mfu, inference],
+        [working, starved, low_mfu, inference, hung],
         [
             0.49 * util + 0.04 * (u2 - 0.5),
             0.45 * util,
             0.08 + 0.04 * u2,
             0.30 * util,
+            0.004 * u2,
         ],
         0.0,
     )
     fb = np.select(
-        [healthy, starved, idle, low_mfu, inference],
+        [working, starved, idle, low_mfu, inference, hung, waiting],
         [
             0.60 + 0.30 * fb_level,
             0.45 + 0.25 * fb_level,
             0.30 + 0.30 * fb_level,
             0.60 + 0.20 * fb_level,
             0.50 + 0.30 * fb_level,
+            0.70 + 0.20 * fb_level,
+            0.01 + 0.02 * fb_level,
         ],
+        0.0,
+    )
+    dram = np.select(
+        [working, starved, low_mfu, inference, hung],
+        [0.35 * util, 0.20 * util, 0.25 + 0.04 * u2, 0.25 * util, 0.006 * u2],
         0.0,
     )
     fb = np.where(running, np.clip(fb + 0.01 * (u3 - 0.5), 0.0, 1.0), 0.0)
     idle_w = fleet.idle_w[:, None]
     span_w = (fleet.board_w - fleet.idle_w)[:, None]
     power = idle_w + span_w * (0.55 * util + 0.35 * tensor) + 8.0 * (u3 - 0.5) * running
+    # A spinning collective draws little more than idle; a capped GPU sits at its board power.
+    power = np.where(hung, idle_w + span_w * (0.10 + 0.04 * u3), power)
+    power = np.where(capped, fleet.board_w[:, None] * (0.97 + 0.03 * u3), power)
     temp = 31.0 + 40.0 * util + 8.0 * tensor + 2.0 * u3
+    temp = np.where(hot, 86.0 + 4.0 * u3, temp)
+    throttle_thermal = (hot & (u2 < 0.45)).astype(np.float64)
+    throttle_power = (capped & (u1 < 0.55)).astype(np.float64)
     pcie = np.where(
         running,
         np.where(starved, 0.3e9 + 5.0e9 * util, 0.2e9 + 1.5e9 * util) * (0.8 + 0.4 * u2),
@@ -176,6 +251,9 @@ def sample(
         "temp_c": temp,
         "pcie_rx_Bps": pcie,
         "nvlink_Bps": nvlink,
+        "dram_active": np.clip(dram, 0.0, 1.0),
+        "throttle_thermal": throttle_thermal,
+        "throttle_power": throttle_power,
     }
     dark = code == DARK
     if dark.any():
@@ -195,6 +273,8 @@ def window_statistics(samples: dict[str, np.ndarray]) -> dict[str, dict[str, np.
     for metric, values in samples.items():
         if metric == "temp_c":
             stats[metric] = {"max": _row_reduce(values, full, some, "max")}
+        elif metric in SHARE_METRICS:
+            stats[metric] = {"frac": _row_reduce(values, full, some, "mean")}
         elif metric == "util":
             stats[metric] = {
                 "mean": _row_reduce(values, full, some, "mean"),

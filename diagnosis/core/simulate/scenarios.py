@@ -20,7 +20,17 @@ import numpy as np
 
 from diagnosis.core.simulate.cluster import A100_SXM4_TOPOLOGY, ClusterSpec, PoolSpec, QueueSpec
 from diagnosis.core.simulate.faults import DeadlockingGangs, Fault, ProfileSwitch, Xid
-from diagnosis.core.simulate.jobs import DATA_STARVED, IDLE, LOW_MFU, PARTIAL, JobSpec
+from diagnosis.core.simulate.jobs import (
+    DATA_STARVED,
+    HOT,
+    HUNG,
+    IDLE,
+    LOW_MFU,
+    PARTIAL,
+    POWER_CAPPED,
+    WAITING,
+    JobSpec,
+)
 from diagnosis.core.simulate.policy import Policy
 from diagnosis.core.simulate.simulator import Simulator
 
@@ -112,6 +122,13 @@ def rule_showcase_scenario(seed: int = 0) -> Scenario:
     (topology-misplacement), then an idle, a data-starved and a low-MFU job.
     ``gang`` (4 nodes): two 3-pod gangs bound pod by pod take two nodes each (gang-deadlock).
     ``hold`` (2 nodes): a partial gang holds one node while the other is busy (gang-partial-hold).
+    ``lab`` (5 nodes, hidden waste): a 2 x 8 gang stuck in a collective (hung-collective), a
+    job idle before loading anything in queue ``lab``, whose 8 guaranteed GPUs it leaves idle
+    while a pretrain job waits for the pool (idle-allocation, idle-quota), a job on hot GPUs
+    (thermal-throttling) and one at its power cap (power-throttling); and an Xid 94 (contained
+    ECC error) leaves a row remap pending on a100-001's GPU 0 (ecc-row-remap). The notebook
+    ``idle-nb`` holds its memory (idle-held). Jobs are not preempted in the simulator, so
+    ``preemption-thrash`` has no scenario (see NOT_SIMULATED).
     """
     rng = np.random.default_rng(seed)
     topology = A100_SXM4_TOPOLOGY
@@ -121,11 +138,13 @@ def rule_showcase_scenario(seed: int = 0) -> Scenario:
             PoolSpec.uniform("train", 5, **topology),
             PoolSpec.uniform("gang", 4, **topology),
             PoolSpec.uniform("hold", 2, **topology),
+            PoolSpec.uniform("lab", 5, **topology),
         ),
         queues=(
             QueueSpec("pretrain", weight=4, deserved_gpus=96),
             QueueSpec("research", weight=2, deserved_gpus=96),
             QueueSpec("serving", weight=1, deserved_gpus=24),
+            QueueSpec("lab", weight=1, deserved_gpus=8),
         ),
         name="showcase",
     )
@@ -185,9 +204,18 @@ def rule_showcase_scenario(seed: int = 0) -> Scenario:
             admission=PARTIAL,
         ),
     ]
+    lab = {"pool": "lab", "gpus_per_pod": 8, "tenant": "research"}
+    jobs += [
+        JobSpec("allreduce-hung", 4, DAY, pods=2, profile=HUNG, **lab),
+        JobSpec("lab-wait", 5, DAY, queue="lab", profile=WAITING, kind="batch", **lab),
+        JobSpec("hot-train", 6, DAY, profile=HOT, **lab),
+        JobSpec("capped-train", 7, DAY, profile=POWER_CAPPED, **lab),
+        JobSpec("lab-next", 60, DAY, gpus_per_pod=4, tenant="pretrain", pool="lab"),
+    ]
     faults: tuple[Fault, ...] = (
         DeadlockingGangs(600, "gang", pods=3, tenant="research", duration_s=DAY),
         Xid(SHOWCASE_AT - 300, "a100-000", 0, 79),
+        Xid(SHOWCASE_AT - 600, "a100-001", 0, 94),
     )
     return Scenario(
         "rule-showcase",
@@ -202,13 +230,34 @@ def rule_showcase_scenario(seed: int = 0) -> Scenario:
             "starvation": "job:wide-8 (cause: size)",
             "gang-deadlock": "jobs:gang-a+gang-b",
             "gang-partial-hold": "job:hold-partial",
-            "idle-allocation": "job:idle-nb",
+            "idle-allocation": "job:lab-wait",
+            "idle-held": "job:idle-nb",
+            "hung-collective": "job:allreduce-hung",
+            "idle-quota": "queue:lab",
+            "thermal-throttling": "gpu:lab-003/0",
+            "power-throttling": "gpu:lab-004/0",
+            "ecc-row-remap": "gpu:a100-001/0",
             "data-starvation": "job:starved-input",
             "low-mfu": "job:low-mfu",
             "topology-misplacement": "job:tp-split",
             "xid": "gpu:a100-000/0",
         },
     )
+
+
+# Rules no scenario can show, and why (tests skip them with this reason).
+NOT_SIMULATED: dict[str, str] = {
+    "preemption-thrash": "the simulator preempts no job (it evicts only when a node drains)",
+}
+# Rules the seed (demo) scenario leaves to the showcase: faults it does not inject, so that the
+# demo's schedule stays the one its figures describe.
+SEED_LEAVES_OUT: dict[str, str] = {
+    **NOT_SIMULATED,
+    "thermal-throttling": "no hot GPUs in the demo (rule-showcase: hot-train)",
+    "power-throttling": "no power-capped GPUs in the demo (rule-showcase: capped-train)",
+    "ecc-row-remap": "no memory Xid in the demo (rule-showcase: Xid 94 on a100-001)",
+    "idle-quota": "no queue with a guarantee idles in the demo (rule-showcase: queue lab)",
+}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -399,6 +448,8 @@ def seed_scenario(seed: int = 0, *, hours: float = 7 * 24) -> Scenario:
     )
     faults: tuple[Fault, ...] = (
         ProfileSwitch(10 * 60, "research-loader", DATA_STARVED),
+        ProfileSwitch(HOUR, "research-tp", HUNG),
+        ProfileSwitch(3.5 * HOUR, "research-lowmfu", WAITING),
         DeadlockingGangs(
             50 * 60,
             "a100",
@@ -419,8 +470,10 @@ def seed_scenario(seed: int = 0, *, hours: float = 7 * 24) -> Scenario:
         seed=seed,
         snapshot_at=5 * HOUR,
         notes={
-            "idle-allocation": "research-idle (4 GPUs, util ~0.01) from 0:30",
-            "low-mfu": "research-lowmfu (tensor ~0.1) from 0:15",
+            "idle-held": "research-idle, a notebook (4 GPUs, util ~0.01, memory held) from 0:30",
+            "idle-allocation": "research-lowmfu stalls at 3:30 with its memory freed, from 4:00",
+            "hung-collective": "research-tp (8 GPUs on 2 nodes) hangs in a collective at 1:00",
+            "low-mfu": "research-lowmfu (tensor ~0.1) from 0:15 to 3:30",
             "data-starvation": "research-loader turns data-starved at 0:10, fires from 0:25",
             "topology-misplacement": "research-tp (TP 8 over two 4-GPU pods) spread on 2 nodes",
             "fragmentation": "hpo and 8-GPU research jobs blocked by small jobs under spread",

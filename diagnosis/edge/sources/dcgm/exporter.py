@@ -20,7 +20,7 @@ from typing import TextIO
 
 import numpy as np
 
-from diagnosis.core.simulate.document import gpu_uuids
+from diagnosis.core.simulate.document import REMAP_FAILURE_XIDS, REMAP_PENDING_XIDS, gpu_uuids
 from diagnosis.edge.sources.dcgm import fields as dcgm
 
 DRIVER_VERSION = "560.35.03"
@@ -38,8 +38,16 @@ INTEGER_FIELDS = frozenset(
         dcgm.NVLINK_BANDWIDTH_TOTAL,
         dcgm.XID_ERRORS,
         dcgm.XID_ERRORS_COUNT,
+        dcgm.CLOCKS_EVENT_REASONS,
+        dcgm.ROW_REMAP_PENDING,
+        dcgm.ROW_REMAP_FAILURE,
+        dcgm.UNCORRECTABLE_REMAPPED_ROWS,
     }
 )
+# The clock-event reason bits the simulator's throttle indicators stand for: SW thermal
+# slowdown (0x20) and the SW power cap (0x4), DCGM_CLOCKS_EVENT_REASON_* in DCGM's dcgm_fields.
+THERMAL_REASON = dcgm.THERMAL_REASON_BITS[0]
+POWER_REASON = dcgm.POWER_REASON_BITS[0]
 
 
 @dataclass
@@ -180,16 +188,20 @@ def framebuffer_mib(model: str) -> int:
 
 
 def gpu_fields(
-    metric_values: Mapping[str, np.ndarray], models: Sequence[str]
+    metric_values: Mapping[str, np.ndarray],
+    models: Sequence[str],
+    power_limit_w: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """The simulator's per-GPU metrics (``(GPUs, times)`` arrays: util, tensor_active,
-    fb_used_frac, power_w, temp_c, pcie_rx_Bps, nvlink_Bps) as dcgm-exporter fields."""
+    fb_used_frac, power_w, temp_c, pcie_rx_Bps, nvlink_Bps, and where given dram_active and the
+    throttle indicators) as dcgm-exporter fields; ``power_limit_w`` per GPU, when given, as
+    DCGM_FI_DEV_POWER_MGMT_LIMIT."""
     util = metric_values["util"].astype(np.float64)
     total = np.array([framebuffer_mib(m) for m in models], dtype=np.float64)[:, None]
     used = np.rint(metric_values["fb_used_frac"].astype(np.float64) * total)
     reserved = np.minimum(RESERVED_MIB, total - used)
     nvlink = metric_values["nvlink_Bps"].astype(np.float64)
-    return {
+    fields = {
         dcgm.GR_ENGINE_ACTIVE: util,
         dcgm.GPU_UTIL: np.rint(util * 100),
         dcgm.TENSOR_ACTIVE: metric_values["tensor_active"].astype(np.float64),
@@ -202,6 +214,19 @@ def gpu_fields(
         dcgm.NVLINK_TX_BYTES: np.rint(nvlink / 2),
         dcgm.NVLINK_RX_BYTES: nvlink - np.rint(nvlink / 2),
     }
+    shape = util.shape
+    if "dram_active" in metric_values:
+        fields[dcgm.DRAM_ACTIVE] = metric_values["dram_active"].astype(np.float64)
+    if "throttle_thermal" in metric_values and "throttle_power" in metric_values:
+        fields[dcgm.CLOCKS_EVENT_REASONS] = (
+            THERMAL_REASON * (metric_values["throttle_thermal"] > 0)
+            + POWER_REASON * (metric_values["throttle_power"] > 0)
+        ).astype(np.float64)
+    if power_limit_w is not None:
+        fields[dcgm.POWER_MGMT_LIMIT] = np.broadcast_to(
+            np.asarray(power_limit_w, dtype=np.float64)[:, None], shape
+        ).copy()
+    return fields
 
 
 PROFILING_FIELDS = frozenset(
@@ -211,6 +236,7 @@ PROFILING_FIELDS = frozenset(
         dcgm.PCIE_RX_BYTES,
         dcgm.NVLINK_TX_BYTES,
         dcgm.NVLINK_RX_BYTES,
+        dcgm.DRAM_ACTIVE,
     }
 )
 
@@ -254,6 +280,17 @@ class SimExporter:
             values[gid, times >= moment] = code
         return values
 
+    def _remap_values(self, times: np.ndarray, codes: frozenset[int]) -> np.ndarray:
+        """A row-remapper gauge (pending or failed): 1 from a memory Xid of ``codes`` on, for
+        the GPUs not yet repaired (a repair is a reset, which applies the remap)."""
+        sim = self.simulator
+        values = np.zeros((sim.total_gpus, len(times)))
+        for moment, node, index, code in sim.xids:
+            gid = int(sim.node_offset[node]) + int(index)
+            if code in codes and not sim.gpu_healthy[gid]:
+                values[gid, times >= moment] = 1
+        return values
+
     def _pods(self) -> dict[int, tuple[str, str, str]]:
         """GPU -> (namespace, pod, container) for the GPUs bound pods hold now."""
         pods: dict[int, tuple[str, str, str]] = {}
@@ -280,11 +317,13 @@ class SimExporter:
         at most the simulator's now)."""
         sim = self.simulator
         series = sim.metric_series(start, end, step)
-        fields = gpu_fields(series.values, [g.model for g in self.gpus])
+        fields = gpu_fields(series.values, [g.model for g in self.gpus], sim.fleet.board_w)
         dark = np.isnan(series.values["util"].astype(np.float64))
-        fields[dcgm.XID_ERRORS] = np.where(
-            dark, np.nan, self._xid_values(series.timestamps - sim.spec.start.timestamp())
-        )
+        since_start = series.timestamps - sim.spec.start.timestamp()
+        fields[dcgm.XID_ERRORS] = np.where(dark, np.nan, self._xid_values(since_start))
+        fields[dcgm.ROW_REMAP_PENDING] = self._remap_values(since_start, REMAP_PENDING_XIDS)
+        fields[dcgm.ROW_REMAP_FAILURE] = self._remap_values(since_start, REMAP_FAILURE_XIDS)
+        fields[dcgm.UNCORRECTABLE_REMAPPED_ROWS] = np.zeros_like(fields[dcgm.ROW_REMAP_PENDING])
         pods = self._pods() if pod_labels else {}
         labels = [
             g.labels(self.host_label, pod=pods.get(i), extra=extra) for i, g in enumerate(self.gpus)

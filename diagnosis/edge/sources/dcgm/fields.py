@@ -44,6 +44,28 @@ NVLINK_TX_BYTES = "DCGM_FI_PROF_NVLINK_TX_BYTES"  # B/s
 NVLINK_BANDWIDTH_TOTAL = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"
 XID_ERRORS = "DCGM_FI_DEV_XID_ERRORS"  # gauge: the last Xid seen (labels err_code/err_msg lately)
 XID_ERRORS_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"  # per ``xid`` label: Xids in the exporter's window
+# Hardware health and hidden waste (issue 20). DRAM activity is a profiling field
+# (etc/dcp-metrics-included.csv); SM clock, the remapper's fields and the violation counters
+# are DCGM fields dcgm-exporter writes under their DCGM names (etc/default-counters.csv lists
+# SM_CLOCK and the remapper; the violations are there, commented out). The clock-event
+# reasons bitmask is field 112, DCGM_FI_DEV_CLOCKS_EVENT_REASONS since DCGM 3.3 and
+# DCGM_FI_DEV_CLOCK_THROTTLE_REASONS before (NVIDIA/DCGM testing/python3/dcgm_fields.py).
+DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"  # ratio
+POWER_MGMT_LIMIT = "DCGM_FI_DEV_POWER_MGMT_LIMIT"  # W
+SM_CLOCK = "DCGM_FI_DEV_SM_CLOCK"  # MHz
+MAX_SM_CLOCK = "DCGM_FI_DEV_MAX_SM_CLOCK"  # MHz
+CLOCKS_EVENT_REASONS = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"  # bitmask
+CLOCK_THROTTLE_REASONS = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"  # the same, its older name
+THERMAL_VIOLATION = "DCGM_FI_DEV_THERMAL_VIOLATION"  # µs throttled, since boot
+POWER_VIOLATION = "DCGM_FI_DEV_POWER_VIOLATION"  # µs throttled, since boot
+ROW_REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"  # 0/1
+ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"  # 0/1
+UNCORRECTABLE_REMAPPED_ROWS = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"  # rows, since made
+# The reasons' bits (DCGM_CLOCKS_EVENT_REASON_*): thermal = SW_THERMAL 0x20 | HW_THERMAL 0x40,
+# power = SW_POWER_CAP 0x4 | HW_POWER_BRAKE 0x80.
+THERMAL_REASON_BITS = (0x20, 0x40)
+POWER_REASON_BITS = (0x4, 0x80)
+
 # Multi-node NVLink (GB200/GB300 NVL72): the GPU's fabric clique (DCGM field 173, an integer) and
 # the fabric cluster's UUID (field 172, a string, so dcgm-exporter can only write it as a label
 # when its counters CSV lists it with type ``label``). Together: the cluster-wide NVLink domain,
@@ -89,6 +111,22 @@ FIELD_HELP: dict[str, tuple[str, str]] = {
         "Total number of NVLink bandwidth counters for all lanes.",
     ),
     XID_ERRORS: ("gauge", "Value of the last XID error encountered."),
+    DRAM_ACTIVE: (
+        "gauge",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+    ),
+    POWER_MGMT_LIMIT: ("gauge", "Power management limit (in W)."),
+    SM_CLOCK: ("gauge", "SM clock frequency (in MHz)."),
+    MAX_SM_CLOCK: ("gauge", "Maximum supported SM clock for the device (in MHz)."),
+    CLOCKS_EVENT_REASONS: ("gauge", "Current clock event reasons (bitmask)."),
+    THERMAL_VIOLATION: ("counter", "Throttling duration due to thermal constraints (in us)."),
+    POWER_VIOLATION: ("counter", "Throttling duration due to power constraints (in us)."),
+    ROW_REMAP_PENDING: ("gauge", "Whether remapping of rows is pending."),
+    ROW_REMAP_FAILURE: ("gauge", "Whether remapping of rows has failed"),
+    UNCORRECTABLE_REMAPPED_ROWS: (
+        "counter",
+        "Number of remapped rows for uncorrectable errors",
+    ),
     XID_ERRORS_COUNT: ("counter", "reported XIDs during last window"),
     FABRIC_CLIQUE_ID: ("gauge", "Fabric clique ID."),
     TOPOLOGY_TEXTFILE: (

@@ -11,7 +11,10 @@ for ``DCGM_FI_DEV_GPU_UTIL`` in percent), ``tensor`` (``mean`` per GPU or instan
 GPU or MIG instance ``memory`` (``frac``; an instance's own framebuffer where the exporter reports
 it per instance), per physical GPU ``power`` (``mean``), ``temperature`` (``max``), ``pcie``
 (``mean`` of ``rx`` and ``tx``), ``nvlink`` (``mean`` of ``prof`` bytes/s or of the ``total``
-field in its own unit); ``inventory`` (``last`` sample time per series, with the labels that say
+field in its own unit), ``health`` (per physical GPU: ``power_limit`` / ``max_sm_clock``
+``max``, ``sm_clock`` ``mean``, ``thermal`` / ``power`` ``frac`` of the window throttled,
+``remap`` ``pending`` / ``failure`` / ``uncorrectable``), ``tensor`` with ``src`` ``dram`` for
+DRAM activity; ``inventory`` (``last`` sample time per series, with the labels that say
 where the GPU is and who uses it, and ``samples``: the most samples any GPU has in the window).
 """
 
@@ -37,6 +40,7 @@ ACTIVITY = {
     "util_p10": ("util", None, "p10"),
     "util_p90": ("util", None, "p90"),
     "tensor_active_mean": ("tensor", "", "mean"),
+    "dram_active_mean": ("tensor", "dram", "mean"),
 }
 DEVICE = {
     "fb_used_frac_mean": ("memory", "", "frac"),
@@ -45,8 +49,18 @@ DEVICE = {
     "pcie_rx_Bps_mean": ("pcie", "rx", "mean"),
     "pcie_tx_Bps_mean": ("pcie", "tx", "mean"),
     "nvlink_Bps_mean": ("nvlink", None, "mean"),
+    "power_limit_w_max": ("health", "power_limit", "max"),
+    "sm_clock_mhz_mean": ("health", "sm_clock", "mean"),
+    "max_sm_clock_mhz_max": ("health", "max_sm_clock", "max"),
+    "throttle_thermal_frac": ("health", "thermal", "frac"),
+    "throttle_power_frac": ("health", "power", "frac"),
+    "row_remap_pending": ("health", "remap", "pending"),
+    "row_remap_failure": ("health", "remap", "failure"),
+    "row_remap_uncorrectable": ("health", "remap", "uncorrectable"),
 }
-FRACTIONS = frozenset({"util", "tensor_active", "fb_used_frac"})
+FRACTIONS = frozenset(
+    {"util", "tensor_active", "fb_used_frac", "dram_active", "throttle_thermal", "throttle_power"}
+)
 
 
 def _columns(answer: Answer, *names: str) -> list[list[str]]:
@@ -166,15 +180,26 @@ def statistics(
     """
     tables = {
         name: _Table.of(answers[name])
-        for name in ("util", "tensor", "memory", "power", "temperature", "pcie", "nvlink")
+        for name in (
+            "util",
+            "tensor",
+            "memory",
+            "power",
+            "temperature",
+            "pcie",
+            "nvlink",
+            "health",
+        )
+        if name in answers
     }
     unit_keys: set[tuple[str, str]] = set()
     for name in ("util", "tensor", "memory"):
         table = tables[name]
         unit_keys.update(zip(table.uuid.tolist(), table.instance.tolist(), strict=True))
     device_uuids = {u for u, _ in unit_keys}
-    for name in ("power", "temperature", "pcie", "nvlink"):
-        device_uuids.update(tables[name].uuid.tolist())
+    for name in ("power", "temperature", "pcie", "nvlink", "health"):
+        if name in tables:
+            device_uuids.update(tables[name].uuid.tolist())
     unit_keys.update((u, "") for u in device_uuids)
     split = {u for u, i in unit_keys if i}
     keys = sorted((u, i) for u, i in unit_keys if u and (i or u not in split))
@@ -194,6 +219,8 @@ def statistics(
     _sum_shared(frame, inventory_)
     physical = pd.Index(frame["uuid"].to_numpy())
     for column, (name, src, stat) in DEVICE.items():
+        if name not in tables:
+            continue  # an answer from before the family existed (a stored collection)
         if name == "memory":
             values, _ = _dense(tables[name], src, stat, index, by_instance=True)
         else:

@@ -78,6 +78,29 @@ def family_queries(
             ]
         )
 
+    def peak(metric: str) -> str:
+        return f"max {by(U)} ({over('max_over_time({s}[{w}])', metric)})"
+
+    def reasons(bits: Sequence[int]) -> str:
+        """The share of the window's minutes whose clock-event reasons have one of ``bits``
+        set, over either name of the field (PromQL has no bitwise and: bit b of x is
+        ``floor(x / b) % 2``)."""
+        test = " + ".join(f"floor({{s}} / {bit}) % 2" for bit in bits)
+        template = f"avg_over_time(({test} > bool 0)[{{w}}:1m])"
+        names = (dcgm.CLOCKS_EVENT_REASONS, dcgm.CLOCK_THROTTLE_REASONS)
+        return " or ".join(f"(max {by(U)} ({over(template, name)}))" for name in names)
+
+    def violation(metric: str) -> str:
+        """The share of the window a violation counter (µs) counted as throttled."""
+        return f"max {by(U)} ({over('increase({s}[{w}])', metric)}) / {window_s * 1e6:g}"
+
+    def grown(metric: str) -> str:
+        """How much a gauge that only grows grew in the window."""
+        return f"max {by(U)} ({over('max_over_time({s}[{w}]) - min_over_time({s}[{w}])', metric)})"
+
+    thermal = either(violation(dcgm.THERMAL_VIOLATION), reasons(dcgm.THERMAL_REASON_BITS), U)
+    power = either(violation(dcgm.POWER_VIOLATION), reasons(dcgm.POWER_REASON_BITS), U)
+
     # Framebuffer per GPU or MIG instance (in MIG mode the exporter reports it per instance).
     used, free = total(dcgm.FB_USED, K), total(dcgm.FB_FREE, K)
     reserved = f"({total(dcgm.FB_RESERVED, K)} or {free} * 0)"
@@ -104,7 +127,12 @@ def family_queries(
             if fallback
             else util(dcgm.GR_ENGINE_ACTIVE, "prof")
         ),
-        "tensor": tagged(mean(dcgm.TENSOR_ACTIVE, K), stat="mean"),
+        "tensor": union(
+            [
+                tagged(mean(dcgm.TENSOR_ACTIVE, K), stat="mean"),
+                tagged(mean(dcgm.DRAM_ACTIVE, K), stat="mean", src="dram"),
+            ]
+        ),
         "memory": tagged(f"{used} / ({used} + {free} + {reserved})", stat="frac"),
         "power": tagged(mean(dcgm.POWER_USAGE, U), stat="mean"),
         "temperature": tagged(
@@ -151,6 +179,21 @@ def family_queries(
                     f"{over('max_over_time({s}[{w}])', dcgm.TOPOLOGY_TEXTFILE)})",
                     src="topology",
                 ),
+            ]
+        ),
+        # Hardware health per physical GPU (issue 20): power limit, SM clock and its maximum,
+        # the share of the window throttled for thermal / power reasons (the violation counter
+        # where exported, else the clock-event reasons), and the row remapper.
+        "health": union(
+            [
+                tagged(peak(dcgm.POWER_MGMT_LIMIT), stat="max", src="power_limit"),
+                tagged(mean(dcgm.SM_CLOCK, U), stat="mean", src="sm_clock"),
+                tagged(peak(dcgm.MAX_SM_CLOCK), stat="max", src="max_sm_clock"),
+                tagged(thermal, stat="frac", src="thermal"),
+                tagged(power, stat="frac", src="power"),
+                tagged(peak(dcgm.ROW_REMAP_PENDING), stat="pending", src="remap"),
+                tagged(peak(dcgm.ROW_REMAP_FAILURE), stat="failure", src="remap"),
+                tagged(grown(dcgm.UNCORRECTABLE_REMAPPED_ROWS), stat="uncorrectable", src="remap"),
             ]
         ),
         "cpu": (
