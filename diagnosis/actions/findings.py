@@ -233,8 +233,9 @@ def record_findings(
 
     # rule id -> subjects not reported now whose open finding goes on as if reported (an Xid
     # out of the window on a GPU still unhealthy: Judgement.sustained); never opens one
-    sustained: Mapping[str, frozenset[str]] = getattr(diagnosis, "sustained", None) or {}
+    sustained = diagnosis.sustained
 
+    overrides = cluster_overrides(cluster)  # a rule's keep_firing_for may be a threshold
     _lock_cluster_findings(cluster)
     hits = {(f.rule, f.subject): f for f in diagnosis.findings if f.rule in judged}
     stored = _stored_findings(cluster, judged, set(hits))
@@ -254,7 +255,7 @@ def record_findings(
             hit=reported,
             as_of=as_of,
             for_s=rule.for_s,
-            keep_firing_for_s=rule.keep_firing_for_s,
+            keep_firing_for_s=rule.keep_firing_for(rule.resolve(overrides.get(rule_id))),
             judged=not (rule.reads_gpu_metrics and subject in silent),
         )
         if step is None:
