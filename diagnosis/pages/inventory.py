@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.translation import get_language
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_safe
 
@@ -35,6 +36,7 @@ from diagnosis.pages.snapshots import (
     GpuKey,
     GpuMetrics,
     StoredSnapshot,
+    derived,
     gpu_metrics,
     gpu_series,
     latest_document,
@@ -202,6 +204,34 @@ def heatmap_matrix(
     return names, values, links
 
 
+def _heatmap_view(
+    cluster: Cluster, latest: StoredSnapshot, colorby: str, pool: str
+) -> dict[str, Any]:
+    """The heatmap (embedded), the node rows and the pools of one stored snapshot: the same
+    for every reader (no job names), so kept by the snapshot's id."""
+    metrics = gpu_metrics(latest.id)
+    rows = _node_rows(metrics, pool)
+    nodes, values, links = heatmap_matrix(cluster, metrics, rows, colorby)
+    figure = charts.gpu_heatmap(
+        nodes,
+        values,
+        links,
+        colorby="state" if colorby == "health" else "util",
+        state_labels={k: str(v) for k, v in HEALTH_STATES.items()},
+    )
+    return {
+        "rows": rows,
+        "pools": sorted({str(n.get("pool") or "") for n in metrics.nodes.values()} - {""}),
+        "node_count": len(rows),
+        "gpu_count": sum(r.gpus for r in rows),
+        "heatmap": charts.embed(
+            figure,
+            "gpu-heatmap",
+            label=str(_("Every GPU of the cluster by node; click a cell for its GPU page")),
+        ),
+    }
+
+
 @require_safe
 def node_list(request: HttpRequest, name: str) -> HttpResponse:
     """The heatmap of every GPU (one plotly heatmap, whatever the size) and the nodes, paged."""
@@ -217,31 +247,14 @@ def node_list(request: HttpRequest, name: str) -> HttpResponse:
         "pool": pool,
     }
     if latest is not None:
-        metrics = gpu_metrics(latest.id)
-        rows = _node_rows(metrics, pool)
-        page = Paginator(rows, NODES_PER_PAGE).get_page(request.GET.get("page"))
+        view = derived(
+            ("heatmap", latest.id, cluster.name, colorby, pool, get_language()),
+            lambda: _heatmap_view(cluster, latest, colorby, pool),
+        )
+        page = Paginator(view["rows"], NODES_PER_PAGE).get_page(request.GET.get("page"))
         query = request.GET.copy()
         query.pop("page", None)
-        nodes, values, links = heatmap_matrix(cluster, metrics, rows, colorby)
-        figure = charts.gpu_heatmap(
-            nodes,
-            values,
-            links,
-            colorby="state" if colorby == "health" else "util",
-            state_labels={k: str(v) for k, v in HEALTH_STATES.items()},
-        )
-        context |= {
-            "page": page,
-            "query": query.urlencode(),
-            "pools": sorted({str(n.get("pool") or "") for n in metrics.nodes.values()} - {""}),
-            "node_count": len(rows),
-            "gpu_count": sum(r.gpus for r in rows),
-            "heatmap": charts.embed(
-                figure,
-                "gpu-heatmap",
-                label=str(_("Every GPU of the cluster by node; click a cell for its GPU page")),
-            ),
-        }
+        context |= view | {"page": page, "query": query.urlencode()}
     return render(request, "diagnosis/node_list.html", context)
 
 

@@ -68,12 +68,20 @@ class _Lru:
 
 _documents = _Lru(4)
 _metrics = _Lru(512)
+_derived = _Lru(32)
 
 
 def forget_cached() -> None:
     """Drop what this process keeps of stored snapshots (tests that delete and recreate rows)."""
     _documents.clear()
     _metrics.clear()
+    _derived.clear()
+
+
+def derived(key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+    """What a page computes from stored snapshots only (``key`` must name them by id, and
+    everything else the result depends on), kept like the snapshots' own extracts."""
+    return _derived.get(key, compute)
 
 
 def _raw(snapshot_id: int) -> str:
