@@ -232,7 +232,11 @@ def perform_apply(recommendation_id: int, key: str, *, final_attempt: bool = Tru
     if cluster.dry_run:
         return _record_dry_run_only(rec, key, dry_result)
     guarded = dict(change)
-    if rec.kind in (RecommendationKind.PLACEMENT_POLICY, RecommendationKind.QUEUE_WEIGHT):
+    if rec.kind in (
+        RecommendationKind.PLACEMENT_POLICY,
+        RecommendationKind.QUEUE_WEIGHT,
+        RecommendationKind.GANG_RELEASE,
+    ):
         guarded["from"] = dry.before  # refused if it changed between the dry run and the write
     try:
         result = ask_scheduler(cluster, guarded, dry_run=False)

@@ -19,6 +19,7 @@ PREFIXES = {
     "placement-policy": ("pool:",),
     "queue-weight": ("queue:",),
     "drain-node": ("node:",),
+    "gang-release": ("job:",),
     "advisory": ("job:", "pool:", "cluster:"),
 }
 FAST = RecommendSettings(seeds=(0,), horizon_s=3600.0)

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 PLACEMENT_POLICY = "placement-policy"
 QUEUE_WEIGHT = "queue-weight"
 DRAIN_NODE = "drain-node"
+GANG_RELEASE = "gang-release"
 ADVISORY = "advisory"
-KINDS = (DRAIN_NODE, PLACEMENT_POLICY, QUEUE_WEIGHT, ADVISORY)
+KINDS = (DRAIN_NODE, GANG_RELEASE, PLACEMENT_POLICY, QUEUE_WEIGHT, ADVISORY)
 
 # Impact verdicts, per metric and per recommendation.
 IMPROVES = "improves"

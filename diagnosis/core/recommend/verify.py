@@ -31,6 +31,9 @@ Target metrics, per kind:
   (lower is better);
 - ``queue-weight``: the GPUs the queue holds (higher is better), judged only while the queue
   still has pending demand;
+- ``gang-release``: the GPUs held by partial gangs in the job's pool (``held-by-partial-gang``
+  in the cycle's accounting; lower is better); in effect once the job no longer holds GPUs
+  while pending;
 - ``drain-node``: none; verified once the node shows cordoned or drained.
 
 A rollback (a recommendation undoing another) is verified once its setting is in effect.
@@ -43,7 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from diagnosis.core.recommend.base import DRAIN_NODE, PLACEMENT_POLICY, QUEUE_WEIGHT
+from diagnosis.core.recommend.base import DRAIN_NODE, GANG_RELEASE, PLACEMENT_POLICY, QUEUE_WEIGHT
 from diagnosis.core.recommend.fair_share import queue_shares
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.snapshot import ClusterSnapshot, format_time
@@ -94,6 +97,9 @@ METRICS: Mapping[str, TargetMetric] = {
         "free_fragmented_gpus", "free GPUs stranded by fragmentation in the pool", "lower"
     ),
     QUEUE_WEIGHT: TargetMetric("held_gpus", "GPUs the queue holds", "higher"),
+    GANG_RELEASE: TargetMetric(
+        "partial_gang_gpus", "GPUs held by partial gangs in the pool", "lower"
+    ),
 }
 
 
@@ -170,11 +176,12 @@ def measure(
     """The target metric of a change in one snapshot, and a note when it cannot be judged."""
     name = target.partition(":")[2]
     if kind == PLACEMENT_POLICY:
-        for pool in (accounting or {}).get("pools") or ():
-            if pool.get("pool") == name:
-                bucket = (pool.get("buckets") or {}).get("free-fragmented") or {}
-                return _number(bucket.get("gpus")), ""
-        return None, f"pool {name} is not in the cycle's accounting"
+        return _pool_bucket(accounting, name, "free-fragmented")
+    if kind == GANG_RELEASE:
+        jobs = snapshot.jobs
+        if name not in jobs.index:
+            return None, f"job {name} is not in the snapshot"
+        return _pool_bucket(accounting, str(jobs.at[name, "pool"]), "held-by-partial-gang")
     if kind == QUEUE_WEIGHT:
         share = queue_shares(snapshot, facts).queues.get(name)
         if share is None:
@@ -183,6 +190,17 @@ def measure(
             return None, f"queue {name} has no pending demand: nothing to judge"
         return float(share.held_gpus), ""
     return None, ""
+
+
+def _pool_bucket(
+    accounting: Mapping[str, Any] | None, pool_name: str, bucket_name: str
+) -> tuple[float | None, str]:
+    """A pool's GPUs in one accounting bucket of the cycle."""
+    for pool in (accounting or {}).get("pools") or ():
+        if pool.get("pool") == pool_name:
+            bucket = (pool.get("buckets") or {}).get(bucket_name) or {}
+            return _number(bucket.get("gpus")) or 0.0, ""
+    return None, f"pool {pool_name} is not in the cycle's accounting"
 
 
 def in_effect(kind: str, target: str, to: Any, snapshot: ClusterSnapshot) -> bool | None:
@@ -197,6 +215,12 @@ def in_effect(kind: str, target: str, to: Any, snapshot: ClusterSnapshot) -> boo
             return None
         weight = _number(queues.at[name, "weight"])
         return weight is not None and math.isclose(weight, float(to))
+    if kind == GANG_RELEASE:  # released: not pending with GPUs bound (gone from the list too)
+        jobs = snapshot.jobs
+        if name not in jobs.index:
+            return True
+        state = str(jobs.at[name, "state"])
+        return not (state == "pending" and int(jobs.at[name, "bound_pods"] or 0) > 0)
     if kind == DRAIN_NODE:
         nodes = snapshot.nodes
         if name not in nodes.index:

@@ -115,7 +115,16 @@ class ResumeNode:
     node: str
 
 
-Change = SetPlacement | SetQueueWeight | DrainNode | ResumeNode
+@dataclass(frozen=True)
+class RequeueJob:
+    """Release a job's pods and put it back in its queue (a partial gang's release: Kueue's
+    eviction and requeue, Slurm's ``scontrol requeue``); from then on it is admitted whole."""
+
+    job: str
+    reason: str = "requeued by operator"
+
+
+Change = SetPlacement | SetQueueWeight | DrainNode | ResumeNode | RequeueJob
 
 
 def set_placement(pool: str, placement: str) -> SetPlacement:

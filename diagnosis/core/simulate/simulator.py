@@ -42,6 +42,7 @@ from diagnosis.core.simulate.placement import NO_NODE, choose_node, pod_slots
 from diagnosis.core.simulate.policy import (
     Change,
     DrainNode,
+    RequeueJob,
     ResumeNode,
     SetPlacement,
     SetQueueWeight,
@@ -257,6 +258,8 @@ class Simulator(StateTransitions):
                 raise KeyError(f"no queue {change.queue!r}")
         elif isinstance(change, DrainNode | ResumeNode):
             self._node(change.node)
+        elif isinstance(change, RequeueJob):
+            self._job(change.job)
         else:
             raise TypeError(f"unknown change {change!r}")
 
@@ -271,6 +274,8 @@ class Simulator(StateTransitions):
                 self._freed_pools.update(range(len(self.pool_names)))
             elif isinstance(change, DrainNode):
                 self._drain(self._node(change.node), change.reason, change.evict)
+            elif isinstance(change, RequeueJob):
+                self._requeue(self._job(change.job), change.reason)
             elif isinstance(change, ResumeNode):
                 n = self._node(change.node)
                 self.node_cordoned_by_operator[n] = False

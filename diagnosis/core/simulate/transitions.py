@@ -278,6 +278,15 @@ class StateTransitions(ClusterState):
         if not job.in_queue:
             self._enqueue(job)
 
+    def _requeue(self, job: Job, reason: str) -> None:
+        """Release a job's pods and queue it again, admitted whole from now on (a gang's release:
+        a requeue with all-or-nothing admission, as Kueue's waitForPodsReady does)."""
+        if job.state not in ("pending", "running"):
+            return  # ended (or not arrived): nothing to release
+        job.partial = False
+        if job.pods or job.state == "running":
+            self._evict(job, f"requeued: {reason}")
+
     # -- binding and releasing -------------------------------------------------------------------
 
     def _bind_pod(self, job: Job, n: int, scatter: bool) -> None:

@@ -20,6 +20,7 @@ TARGET_KINDS: dict[str, str] = {
     "queue-weight": "queue",
     "drain-node": "node",
     "resume-node": "node",
+    "gang-release": "job",
 }
 
 

@@ -24,7 +24,13 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from diagnosis.core.simulate import scenarios
-from diagnosis.core.simulate.policy import DrainNode, ResumeNode, SetPlacement, SetQueueWeight
+from diagnosis.core.simulate.policy import (
+    DrainNode,
+    RequeueJob,
+    ResumeNode,
+    SetPlacement,
+    SetQueueWeight,
+)
 from diagnosis.core.simulate.simulator import Simulator
 from diagnosis.core.vocabulary import parse_time
 from diagnosis.edge.config import ConfigSpec, Setting
@@ -113,6 +119,10 @@ def change_from_dict(change: Mapping[str, Any]):
             return DrainNode(target_name(change), reason)
         if kind == "resume-node":
             return ResumeNode(target_name(change))
+        if kind == "gang-release":
+            return RequeueJob(
+                target_name(change), str(change.get("reason") or "requeued by gpuobs")
+            )
     except KeyError as exc:
         raise ChangeError(f"{kind}: missing {exc.args[0]!r}") from None
     except (TypeError, ValueError) as exc:

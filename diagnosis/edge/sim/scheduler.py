@@ -9,6 +9,10 @@ A change is a plain dict, as recommendations carry it::
     {"kind": "queue-weight", "target": "queue:research", "to": 4}
     {"kind": "drain-node", "target": "node:gpu-017", "reason": "Xid 79"}
     {"kind": "resume-node", "target": "node:gpu-017"}
+    {"kind": "gang-release", "target": "job:sweep-gang-a", "to": "requeued"}
+
+A gang release reads the job as ``partial`` (pending with pods bound), ``pending``, ``running``
+or its end state, and requeues it (admitted whole from then on).
 
 The simulator lives in this process (:mod:`diagnosis.edge.sim.runtime`), but every process must
 see the same cluster: :meth:`SimScheduler.apply` therefore returns, with the change it made, the
@@ -25,7 +29,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from diagnosis.core.simulate.policy import SetPlacement, SetQueueWeight
+from diagnosis.core.simulate.policy import RequeueJob, SetPlacement, SetQueueWeight
 from diagnosis.edge.errors import CollectError, SchedulerError
 from diagnosis.edge.schedulers.base import (
     Capabilities,
@@ -143,7 +147,16 @@ class SimScheduler:
             return simulator.placement.get(parsed.pool)
         if isinstance(parsed, SetQueueWeight):
             return simulator.queues[simulator.queue_number[parsed.queue]].weight
+        if isinstance(parsed, RequeueJob):
+            return gang_state(simulator.job_by_id[parsed.job])
         return simulator.node_state_of(parsed.node)
+
+
+def gang_state(job: Any) -> str:
+    """A simulated job as a gang release sees it: ``partial`` while pending with pods bound."""
+    if job.state == "pending" and job.pods:
+        return "partial"
+    return str(job.state)
 
 
 def check_from(change: Mapping[str, Any], value: Any) -> None:

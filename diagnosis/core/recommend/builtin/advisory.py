@@ -2,9 +2,8 @@
 
 One advisory per finding of ``topology-misplacement``, ``data-starvation``, ``low-mfu`` and
 ``idle-allocation`` (target ``job:<id>``, for the job's owner and, where a cluster setting
-helps, the admin), and one per pool for its ``gang-deadlock`` findings (target ``pool:<p>``, for
-the admin; ``cluster:<name>`` when the gangs have no pool). Nothing is applied, so nothing is
-simulated or preselected.
+helps, the admin). Nothing is applied, so nothing is simulated or preselected. (Gang deadlocks
+have their own generator, ``gang_release.py``: the release, and the admission setting.)
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from diagnosis.core.recommend.base import (
     RecommendContext,
     optional_text,
 )
-from diagnosis.core.rules.base import Finding
 from diagnosis.core.rules.builtin.low_mfu import REPORTED
 
 
@@ -100,24 +98,6 @@ def _idle(evidence: Mapping[str, Any]) -> str:
     return text
 
 
-def _gang_deadlock(findings: list[Finding]) -> str:
-    parts = []
-    for finding in findings:
-        members = finding.evidence.get("members", [])
-        youngest = min(members, key=lambda m: (m.get("hold_s") or 0, m["id"]), default=None)
-        names = ", ".join(f"{m['id']} ({m['bound']} pods)" for m in members)
-        release = f" Evict {youngest['id']} (held least long) first." if youngest else ""
-        parts.append(f"Gangs {names} hold GPUs each other needs.{release}")
-    return (
-        "For the admin: "
-        + " ".join(parts)
-        + " To stop partial gangs from holding GPUs, admit gangs all-or-nothing (Volcano "
-        "`gang` plugin with PodGroup `minMember`; Kueue `waitForPodsReady` with a timeout "
-        "and requeue; Slurm allocates whole jobs) or set a gang timeout that releases a "
-        "partial gang's GPUs."
-    )
-
-
 JOB_ADVICE: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "topology-misplacement": _topology,
     "data-starvation": _data_starvation,
@@ -151,25 +131,6 @@ def generate(context: RecommendContext) -> list[Draft]:
                     basis={"rule": rule},
                 )
             )
-    by_pool: dict[str, list[Finding]] = {}
-    for finding in context.findings("gang-deadlock"):
-        pool = finding.evidence.get("pool")
-        target = f"pool:{pool}" if pool else f"cluster:{context.snapshot.cluster}"
-        by_pool.setdefault(target, []).append(finding)
-    for target, findings in sorted(by_pool.items()):
-        held = sum(int(f.evidence.get("gpus_held") or 0) for f in findings)
-        drafts.append(
-            Draft(
-                kind=ADVISORY,
-                target=target,
-                change={},
-                findings=tuple(FindingRef.of(f) for f in findings),
-                summary=f"{len(findings)} gang deadlock(s) in {target} hold {held} GPUs idle.",
-                advisory=_gang_deadlock(findings),
-                static_impact=_impact(held),
-                basis={"rule": "gang-deadlock"},
-            )
-        )
     return drafts
 
 
@@ -178,7 +139,6 @@ GENERATOR = Generator(
     kind=ADVISORY,
     title="Advice for owners and admins",
     rules=(
-        "gang-deadlock",
         "topology-misplacement",
         "data-starvation",
         "low-mfu",
@@ -186,7 +146,7 @@ GENERATOR = Generator(
     ),
     doc=(
         "Text for the job's owner or the admin on findings gpuobs cannot fix by a setting: "
-        "gang timeouts and all-or-nothing admission for `gang-deadlock`, topology-aware "
+        "topology-aware "
         "placement for `topology-misplacement`, data-loader workers and host CPU for "
         "`data-starvation`, precision and kernels for `low-mfu`, releasing or reclaiming idle "
         "GPUs for `idle-allocation`."
