@@ -45,6 +45,10 @@ class MenuItem:
 
 CLUSTER_MENU: tuple[MenuItem, ...] = (
     MenuItem("findings", _("Findings"), "diagnosis:findings", can_read),
+    # issue 19, items 1-3: hardware, queues, jobs (a manager: their tenants' queues and jobs)
+    MenuItem("nodes", _("Nodes"), "diagnosis:nodes", can_read),
+    MenuItem("queues", _("Queues"), "diagnosis:queues", can_read),
+    MenuItem("jobs", _("Jobs"), "diagnosis:jobs", can_read),
     MenuItem("incidents", _("Incidents"), "diagnosis:incidents", _reads_whole_cluster),
     MenuItem(
         "recommendations", _("Recommendations"), "diagnosis:recommendations", _reads_whole_cluster
