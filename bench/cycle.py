@@ -1,0 +1,300 @@
+"""Time the stored diagnosis cycle on PostgreSQL: N consecutive cycles of one big cluster.
+
+    PYTHONPATH=. python bench/cycle.py                        # 2,048 and 16,384 GPUs, 50 cycles
+    PYTHONPATH=. python bench/cycle.py --sizes 16384 --cycles 20
+    PYTHONPATH=. python bench/cycle.py --sizes 65536 --cycles 10
+    PYTHONPATH=. python bench/cycle.py --database-url postgres://postgres@127.0.0.1:5432/x_bench
+
+Each cycle is exactly what ``manage.py snapshot import FILE --diagnose`` runs
+(``actions.snapshots.import_snapshot`` -> ``actions.cycles.record_cycle``, the code path of a
+scheduled cycle after its collection): store the snapshot, diagnose, record the findings, the
+cycle row, tenancy and rollups, incidents, the recommend step. The snapshot is bench/rules.py's
+(nodes of 8 GPUs in three pools, ~1.2 jobs per GPU, 70% pending), loaded once; cycle i judges it
+as of ``as_of + i`` minutes, so jobs run longer and wait longer from cycle to cycle while nothing
+else changes: a steady cluster, what a stored cycle meets most minutes.
+Collection is excluded (no metrics source is asked).
+
+Printed per cycle: wall seconds and each step's (``ClusterCycle.steps``), statements sent, rows
+they wrote (INSERT/UPDATE/DELETE row counts), kilobytes of SQL sent, findings written in full /
+only timestamps moved / history rows; then medians, the slope (cycle N vs cycle 5) and the growth
+of the findings table. Budget (issue #17): at 16,384 GPUs the median stored cycle <= 2 s and cycle
+50 within 10% of cycle 5.
+
+The database named by ``--database-url`` (default: ``$BENCH_DATABASE_URL``, else
+``gpuobs_cycle_bench`` on the local PostgreSQL) is dropped and created afresh, and dropped again
+at the end unless ``--keep``. Without a reachable PostgreSQL the script says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import argparse
+import dataclasses
+import re
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pandas as pd
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.rules import build_document  # noqa: E402
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gpuobs_cycle_bench"
+BUDGET_S = 2.0
+BUDGET_SIZE = 16384
+SLOPE_TOLERANCE = 0.10
+STEPS = ("diagnose", "snapshot", "findings", "tenancy", "incidents", "recommend")
+
+
+def fresh_database(url: str) -> bool:
+    """Drop and create the database of ``url``; False when PostgreSQL cannot be reached."""
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    try:
+        with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as exc:
+        print(f"bench/cycle.py: skipped, no PostgreSQL at {admin}: {exc}".strip())
+        return False
+    return True
+
+
+def drop_database(url: str) -> None:
+    parts = urlsplit(url)
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{parts.path.lstrip("/")}" WITH (FORCE)')
+
+
+TABLE = re.compile(r'^\s*(INSERT INTO|UPDATE|DELETE FROM)\s+"?(\w+)"?', re.IGNORECASE)
+
+
+class Meter:
+    """Statements, rows written (per table) and SQL bytes sent through Django's connection."""
+
+    def __init__(self) -> None:
+        self.statements = 0
+        self.rows = 0
+        self.sent = 0
+        self.written: Counter[str] = Counter()
+
+    def __call__(self, execute: Callable, sql: str, params: Any, many: bool, context: dict):
+        result = execute(sql, params, many, context)
+        self.statements += 1
+        self.sent += len(sql) + len(repr(params)) if params is not None else len(sql)
+        if match := TABLE.match(sql):
+            count = max(context["cursor"].rowcount, 0)
+            self.rows += count
+            self.written[match.group(2).removeprefix("diagnosis_")] += count
+        return result
+
+
+@contextmanager
+def metered() -> Iterator[Meter]:
+    from django.db import connection  # noqa: PLC0415 (Django is set up once the URL is known)
+
+    meter = Meter()
+    with connection.execute_wrapper(meter):
+        yield meter
+
+
+def table_bytes(table: str) -> int:
+    from django.db import connection  # noqa: PLC0415
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_total_relation_size(%s)", [table])
+        return int(cursor.fetchone()[0])
+
+
+def finding_updates() -> tuple[int, int]:
+    """Rows of the findings table updated so far, and how many of them in place (HOT)."""
+    from django.db import connection  # noqa: PLC0415
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+    time.sleep(1.1)  # the backend flushes its table statistics at most once a second
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+            "WHERE relname = 'diagnosis_finding'"
+        )
+        updated, hot = cursor.fetchone()
+    return int(updated), int(hot)
+
+
+def run_size(gpus: int, cycles: int) -> dict[str, Any]:
+    from django.db import reset_queries  # noqa: PLC0415
+
+    from diagnosis.actions.snapshots import import_snapshot  # noqa: PLC0415
+    from diagnosis.core import snapshot as snapshot_format  # noqa: PLC0415
+
+    started = time.perf_counter()
+    snap = snapshot_format.load(build_document(gpus))
+    print(
+        f"\n== {gpus:,} GPUs: {len(snap.nodes):,} nodes, {len(snap.jobs):,} jobs "
+        f"(snapshot built and loaded in {time.perf_counter() - started:.1f} s), {cycles} cycles =="
+    )
+    header = (
+        f"{'cycle':>5} {'total':>6} "
+        + " ".join(f"{s[:9]:>9}" for s in STEPS)
+        + f" {'stmts':>6} {'rows':>7} {'KB sent':>8} {'written':>7} {'touched':>7} {'events':>6}"
+    )
+    print(header)
+    rows: list[dict[str, Any]] = []
+    findings_bytes = []
+    for i in range(cycles):
+        moment = dataclasses.replace(snap, as_of=snap.as_of + pd.Timedelta(minutes=i))
+        reset_queries()
+        with metered() as meter:
+            wall = time.perf_counter()
+            imported = import_snapshot(moment, cluster_name=f"bench-{gpus}", diagnose=True)
+            wall = time.perf_counter() - wall
+        cycle = imported.cycle
+        steps = cycle.steps or {}
+        written = steps.get("findings_written") or {}
+        error = (cycle.recommendations or {}).get("error")
+        row = {
+            "cycle": i + 1,
+            "total_s": wall,
+            **{f"{s}_s": float(steps.get(f"{s}_s") or 0.0) for s in STEPS},
+            "statements": meter.statements,
+            "rows": meter.rows,
+            "kb_sent": meter.sent / 1024,
+            "written": written.get("written", 0),
+            "touched": written.get("touched", 0),
+            "events": written.get("events", 0),
+            "written_by_rule": written.get("written_by_rule", {}),
+            "rows_by_table": dict(meter.written),
+            "recommend_error": error,
+        }
+        rows.append(row)
+        findings_bytes.append(table_bytes("diagnosis_finding"))
+        print(
+            f"{row['cycle']:>5} {wall:>6.2f} "
+            + " ".join(f"{row[f'{s}_s']:>9.3f}" for s in STEPS)
+            + f" {meter.statements:>6} {meter.rows:>7} {row['kb_sent']:>8.0f}"
+            f" {row['written']:>7} {row['touched']:>7} {row['events']:>6}"
+            + (f"  recommend failed: {error[:80]}" if error else "")
+        )
+    updates = finding_updates()
+    return {"gpus": gpus, "rows": rows, "findings_bytes": findings_bytes, "updates": updates}
+
+
+def summarize(result: dict[str, Any]) -> bool:
+    rows = result["rows"]
+    gpus = result["gpus"]
+    steady = rows[min(4, len(rows) - 1) :]  # from cycle 5 on: the first cycles create
+    median = statistics.median(r["total_s"] for r in steady)
+    without = statistics.median(r["total_s"] - r["recommend_s"] for r in steady)
+    print(f"-- {gpus:,} GPUs, cycles {steady[0]['cycle']}..{rows[-1]['cycle']}:")
+    print(
+        f"   median stored cycle {median:.2f} s ({without:.2f} s without the recommend step); "
+        + ", ".join(f"{s} {statistics.median(r[f'{s}_s'] for r in steady):.3f}" for s in STEPS)
+    )
+    print(
+        "   per cycle (median): "
+        f"{statistics.median(r['statements'] for r in steady):.0f} statements, "
+        f"{statistics.median(r['rows'] for r in steady):.0f} rows written, "
+        f"{statistics.median(r['kb_sent'] for r in steady):.0f} KB of SQL sent; findings "
+        f"written in full {statistics.median(r['written'] for r in steady):.0f}, timestamps "
+        f"only {statistics.median(r['touched'] for r in steady):.0f}, history rows "
+        f"{statistics.median(r['events'] for r in steady):.0f}"
+    )
+    last = rows[-1]
+    by_table = ", ".join(f"{t} {n}" for t, n in sorted(last["rows_by_table"].items()) if n)
+    by_rule = ", ".join(f"{r} {n}" for r, n in sorted(last["written_by_rule"].items()))
+    print(f"   cycle {last['cycle']}: rows written by table: {by_table or 'none'}")
+    print(f"   cycle {last['cycle']}: findings written in full by rule: {by_rule or 'none'}")
+    updated, hot = result["updates"]
+    if updated:
+        print(f"   findings rows updated over all cycles: {updated}, {hot / updated:.0%} in place")
+    first_cycle = rows[0]
+    print(
+        f"   cycle 1 (creates): {first_cycle['total_s']:.2f} s, {first_cycle['statements']} "
+        f"statements, {first_cycle['written']} findings written"
+    )
+    ok = True
+    if len(rows) >= 6:
+        fifth, last = rows[4], rows[-1]
+        # a single cycle is noisy on a shared machine: compare the medians of 3 around each
+        around = [
+            statistics.median(r["total_s"] for r in rows[max(0, k - 1) : k + 2])
+            for k in (4, len(rows) - 2)
+        ]
+        slope = around[1] / around[0] - 1
+        print(
+            f"   slope: cycle {last['cycle']} {last['total_s']:.2f} s vs cycle 5 "
+            f"{fifth['total_s']:.2f} s; medians of 3 around them {around[1]:.2f} vs "
+            f"{around[0]:.2f} s ({slope:+.0%})"
+        )
+        ok = slope <= SLOPE_TOLERANCE or gpus != BUDGET_SIZE
+    grown = result["findings_bytes"]
+    print(
+        f"   findings table: {grown[0] / 1e6:.1f} MB after cycle 1, {grown[-1] / 1e6:.1f} MB "
+        f"after cycle {rows[-1]['cycle']}"
+    )
+    failed = sum(1 for r in rows if r["recommend_error"])
+    if failed:
+        print(f"   recommend step failed in {failed} of {len(rows)} cycles")
+    if gpus == BUDGET_SIZE:
+        verdict = "within" if median <= BUDGET_S else "OVER"
+        print(f"   {verdict} the {BUDGET_S:.0f} s budget of a stored cycle at {gpus:,} GPUs")
+        ok = ok and median <= BUDGET_S
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="2048,16384", help="comma-separated GPU counts")
+    parser.add_argument("--cycles", type=int, default=50, help="consecutive cycles per size")
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL),
+        help="PostgreSQL database to create afresh (and drop at the end)",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    args = parser.parse_args(argv)
+    if not fresh_database(args.database_url):
+        return 0
+    os.environ["DATABASE_URL"] = args.database_url
+    os.environ.pop("REDIS_URL", None)  # tasks in-process; the bench measures the cycle only
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuobs.settings")
+    import django  # noqa: PLC0415 (settings read DATABASE_URL: set just above)
+
+    django.setup()
+    from django.core.management import call_command  # noqa: PLC0415
+
+    try:
+        call_command("migrate", verbosity=0)
+        results = [run_size(int(s), args.cycles) for s in args.sizes.split(",") if s.strip()]
+        print()
+        ok = all([summarize(result) for result in results])  # noqa: C419 (every summary)
+    finally:
+        from django.db import connections  # noqa: PLC0415
+
+        connections.close_all()
+        if not args.keep:
+            drop_database(args.database_url)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
