@@ -10,6 +10,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
+# The fairness PDF's font: CJK and math glyphs (diagnosis/reports/pdf.py)
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends fonts-wqy-microhei \
+ && rm -rf /var/lib/apt/lists/*
+
 COPY requirements.txt ./
 RUN pip install -r requirements.txt
 
@@ -17,6 +22,7 @@ COPY manage.py ./
 COPY gpuobs ./gpuobs
 COPY diagnosis ./diagnosis
 COPY templates ./templates
+COPY locale ./locale
 COPY static ./static
 
 # Hashed, compressed static files for whitenoise. The key and host exist only for this step.

@@ -32,8 +32,7 @@ from django.core import checks
 from django.core.files.storage import FileSystemStorage
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.translation import gettext
-from django.utils.translation import gettext_noop as N_
+from django.utils.translation import gettext, gettext_noop
 from plotly.subplots import make_subplots
 
 from diagnosis.core.accounting import BUCKET_RULES, BUCKETS
@@ -94,26 +93,32 @@ class PlotlyJsFinder(BaseFinder):
 
 # English here (gettext_noop marks them for makemessages); translated where shown.
 BUCKET_LABELS: dict[str, str] = {
-    "unavailable": N_("Unavailable"),
-    "held-by-partial-gang": N_("Held by partial gang"),
-    "allocated-hung": N_("Allocated, hung"),
-    "allocated-idle": N_("Allocated, idle"),
-    "allocated-data-starved": N_("Allocated, data-starved"),
-    "allocated-busy": N_("Allocated, busy"),
-    "free-fragmented": N_("Free, fragmented"),
-    "free-demand": N_("Free, jobs waiting"),
-    "free-no-demand": N_("Free, no demand"),
+    "unavailable": gettext_noop("Unavailable"),
+    "held-by-partial-gang": gettext_noop("Held by partial gang"),
+    "allocated-hung": gettext_noop("Allocated, hung"),
+    "allocated-idle": gettext_noop("Allocated, idle"),
+    "allocated-data-starved": gettext_noop("Allocated, data-starved"),
+    "allocated-busy": gettext_noop("Allocated, busy"),
+    "free-fragmented": gettext_noop("Free, fragmented"),
+    "free-demand": gettext_noop("Free, jobs waiting"),
+    "free-no-demand": gettext_noop("Free, no demand"),
 }
 BUCKET_HELP: dict[str, str] = {
-    "unavailable": N_("node not ready or GPU unhealthy"),
-    "held-by-partial-gang": N_("held by a gang job still waiting for the rest of its pods"),
-    "allocated-hung": N_("held by a job whose GPUs spin without computing (hung-collective)"),
-    "allocated-idle": N_("held by a job whose GPUs are under 5% busy"),
-    "allocated-data-starved": N_("held by a job whose GPUs wait for input (data-starvation)"),
-    "allocated-busy": N_("held by a job doing work"),
-    "free-fragmented": N_("free, but scattered so that waiting jobs cannot be placed"),
-    "free-demand": N_("free while placeable jobs wait (scheduler lag)"),
-    "free-no-demand": N_("free with nothing waiting for it"),
+    "unavailable": gettext_noop("node not ready or GPU unhealthy"),
+    "held-by-partial-gang": gettext_noop(
+        "held by a gang job still waiting for the rest of its pods"
+    ),
+    "allocated-hung": gettext_noop(
+        "held by a job whose GPUs spin without computing (hung-collective)"
+    ),
+    "allocated-idle": gettext_noop("held by a job whose GPUs are under 5% busy"),
+    "allocated-data-starved": gettext_noop(
+        "held by a job whose GPUs wait for input (data-starvation)"
+    ),
+    "allocated-busy": gettext_noop("held by a job doing work"),
+    "free-fragmented": gettext_noop("free, but scattered so that waiting jobs cannot be placed"),
+    "free-demand": gettext_noop("free while placeable jobs wait (scheduler lag)"),
+    "free-no-demand": gettext_noop("free with nothing waiting for it"),
 }
 
 

@@ -16,6 +16,7 @@ from django.db.models import Case, IntegerField, Value, When
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.translation import gettext
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from diagnosis import roles
@@ -194,13 +195,13 @@ def incident_action(request: HttpRequest, name: str, incident_id: int, action: s
     try:
         if action == "acknowledge":
             acknowledge_incident(incident, request.user)
-            done = "Acknowledged."
+            done = gettext("Acknowledged.")
         elif action == "resolve":
             resolve_incident_by(incident, request.user, request.POST.get("note") or "")
-            done = "Resolved."
+            done = gettext("Resolved.")
         elif action == "note":
             add_incident_note(incident, request.user, request.POST.get("text") or "")
-            done = "Note added."
+            done = gettext("Note added.")
         else:
             raise Http404("no such action")
     except WorkflowError as exc:
@@ -230,7 +231,11 @@ def incident_drain(request: HttpRequest, name: str, incident_id: int) -> HttpRes
             return HttpResponseRedirect(_detail_url(cluster, incident))
         else:
             outcome = rec.status_message or rec.state
-            messages.success(request, f"Drain of {incident.node}: {outcome}.")
+            messages.success(
+                request,
+                gettext("Drain of %(node)s: %(outcome)s.")
+                % {"node": incident.node, "outcome": outcome},
+            )
             return HttpResponseRedirect(_detail_url(cluster, incident))
     else:
         impact = drain_impact(cluster, incident)

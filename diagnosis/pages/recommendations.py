@@ -21,6 +21,8 @@ from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _lazy
 from django.views.decorators.http import require_POST, require_safe
 
 from diagnosis import charts, roles
@@ -227,11 +229,14 @@ def recommendation_detail(request: HttpRequest, name: str, recommendation_id: in
 
 
 ACTIONS = {
-    "request": (request_recommendation, "Requested: someone else approves it next."),
-    "approve": (approve_recommendation, "Approved; a dry run was sent to the scheduler."),
-    "dry-run": (request_dry_run, "Dry run sent to the scheduler."),
-    "apply": (request_apply, "Apply sent to the scheduler."),
-    "re-check": (recheck_apply, "Re-check sent: the scheduler is read again before any write."),
+    "request": (request_recommendation, _lazy("Requested: someone else approves it next.")),
+    "approve": (approve_recommendation, _lazy("Approved; a dry run was sent to the scheduler.")),
+    "dry-run": (request_dry_run, _lazy("Dry run sent to the scheduler.")),
+    "apply": (request_apply, _lazy("Apply sent to the scheduler.")),
+    "re-check": (
+        recheck_apply,
+        _lazy("Re-check sent: the scheduler is read again before any write."),
+    ),
 }
 
 
@@ -250,25 +255,30 @@ def recommendation_action(
         elif action == "reject":
             reason = (request.POST.get("reason") or "").strip()
             reject_recommendation(rec, request.user, reason)
-            done = "Rejected."
+            done = gettext("Rejected.")
         elif action == "rollback":
             target = request_rollback(rec, request.user)
-            done = f"Rollback #{target.pk} requested: someone else approves it, then it is applied."
+            done = gettext(
+                "Rollback #%(id)s requested: someone else approves it, then it is applied."
+            ) % {"id": target.pk}
         else:
             raise Http404("no such action")
     except (WorkflowError, ApplyNotSent) as exc:
         messages.error(request, str(exc))
     else:
         target.refresh_from_db()
-        messages.success(request, done + _outcome(target))
+        messages.success(request, f"{done}{_outcome(target)}")
     return HttpResponseRedirect(_detail_url(target))
 
 
 def _outcome(rec: Recommendation) -> str:
     """What already happened, when the task ran in the request (the embedded mode)."""
     if rec.status_message:
-        return f" Now {rec.state}: {rec.status_message}"
-    return f" Now {rec.state}."
+        return " " + gettext("Now %(state)s: %(message)s") % {
+            "state": rec.state,
+            "message": rec.status_message,
+        }
+    return " " + gettext("Now %(state)s.") % {"state": rec.state}
 
 
 @require_POST
@@ -279,6 +289,11 @@ def cluster_writes(request: HttpRequest, name: str) -> HttpResponse:
     set_cluster_writes(cluster, request.user, enabled=enabled)
     messages.success(
         request,
-        f"Writes to {cluster.name}'s scheduler are {'on' if enabled else 'off (dry runs only)'}.",
+        (
+            gettext("Writes to %(cluster)s's scheduler are on.")
+            if enabled
+            else gettext("Writes to %(cluster)s's scheduler are off (dry runs only).")
+        )
+        % {"cluster": cluster.name},
     )
     return HttpResponseRedirect(reverse("diagnosis:recommendations", kwargs={"name": cluster.name}))

@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.translation import gettext
 from django.views.decorators.http import require_POST, require_safe
 
 from diagnosis import charts
@@ -144,17 +145,23 @@ def fairness_subscription(request: HttpRequest, name: str) -> HttpResponse:
     frequency = request.POST.get("frequency", "")
     target = reverse("diagnosis:fairness", args=[cluster.name])
     if frequency and frequency not in ReportFrequency.values:
-        messages.error(request, f"Unknown frequency {frequency!r}.")
+        messages.error(request, gettext("Unknown frequency %(value)r.") % {"value": frequency})
         return HttpResponseRedirect(target)
     if frequency and not request.user.email:
-        messages.error(request, "Your account has no email address; ask an admin to add one.")
+        messages.error(
+            request, gettext("Your account has no email address; ask an admin to add one.")
+        )
         return HttpResponseRedirect(target)
     subscription = subscribe_to_report(request.user, cluster, frequency)
     if subscription is None:
-        messages.info(request, "You will no longer get this report by email.")
+        messages.info(request, gettext("You will no longer get this report by email."))
     else:
         label = subscription.get_frequency_display().lower()
-        messages.info(request, f"You will get this report {label} by email, as a PDF.")
+        messages.info(
+            request,
+            gettext("You will get this report %(frequency)s by email, as a PDF.")
+            % {"frequency": label},
+        )
     return HttpResponseRedirect(target)
 
 

@@ -1,0 +1,29 @@
+"""``{% load core_text %}``: English text of the pure core (rule titles and docs, severities,
+states, bucket names) in the reader's language; text the catalog lacks stays as it is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+from django.utils.translation import gettext, gettext_noop
+
+register = template.Library()
+
+# words the core and the models say that pages show as they are
+CORE_WORDS = (
+    gettext_noop("critical"),
+    gettext_noop("warning"),
+    gettext_noop("info"),
+    gettext_noop("pending"),
+    gettext_noop("firing"),
+    gettext_noop("resolved"),
+)
+
+
+@register.filter
+def core_text(value: Any) -> Any:
+    """``{{ rule.title|core_text }}``: the translation of ``value`` (a str), else ``value``."""
+    if isinstance(value, str) and value:
+        return gettext(value)
+    return value
