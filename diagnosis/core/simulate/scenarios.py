@@ -471,7 +471,7 @@ def seed_scenario(seed: int = 0, *, hours: float = 7 * 24) -> Scenario:
         snapshot_at=5 * HOUR,
         notes={
             "idle-held": "research-idle, a notebook (4 GPUs, util ~0.01, memory held) from 0:30",
-            "idle-allocation": "research-lowmfu stalls at 3:30 with its memory freed, from 4:00",
+            "idle-allocation": "research-lowmfu stalls at 3:30 with its memory freed, from 3:45",
             "hung-collective": "research-tp (8 GPUs on 2 nodes) hangs in a collective at 1:00",
             "low-mfu": "research-lowmfu (tensor ~0.1) from 0:15 to 3:30",
             "data-starvation": "research-loader turns data-starved at 0:10, fires from 0:25",
