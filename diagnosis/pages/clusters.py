@@ -119,6 +119,7 @@ SUBJECT_NOUNS = {
     "gpu:": ("GPU", "GPUs"),
     "node:": ("node", "nodes"),
     "tenant:": ("tenant", "tenants"),
+    "queue:": ("queue", "queues"),
     "cluster:": ("cluster", "clusters"),
 }
 
