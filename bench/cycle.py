@@ -12,7 +12,9 @@ cycle row, tenancy and rollups, incidents, the recommend step. The snapshot is b
 (nodes of 8 GPUs in three pools, ~1.2 jobs per GPU, 70% pending), loaded once; cycle i judges it
 as of ``as_of + i`` minutes, so jobs run longer and wait longer from cycle to cycle while nothing
 else changes: a steady cluster, what a stored cycle meets most minutes.
-Collection is excluded (no metrics source is asked).
+Collection is excluded (no metrics source is asked), and so are the tasks a cycle sends (impact
+estimates, notifications: on a worker they run from their own queues; here they are queued in
+memory and never run).
 
 Printed per cycle: wall seconds and each step's (``ClusterCycle.steps``), statements sent, rows
 they wrote (INSERT/UPDATE/DELETE row counts), kilobytes of SQL sent, findings written in full /
@@ -281,6 +283,12 @@ def main(argv: list[str] | None = None) -> int:
 
     django.setup()
     from django.core.management import call_command  # noqa: PLC0415
+
+    from gpuobs.celery import app  # noqa: PLC0415
+
+    # Without a broker, tasks run eagerly in-process; a worker's cycle only sends them (impact
+    # estimates, notifications go to their own queues): queue them in memory, never run them.
+    app.conf.task_always_eager = False
 
     try:
         call_command("migrate", verbosity=0)

@@ -389,9 +389,12 @@ def tag_finding_tenants(
     hits = {(hit.rule, hit.subject): hit for hit in diagnosis.findings}
     if not hits:
         return 0
-    rows = Finding.objects.filter(
-        cluster=cluster, rule_id__in={rule for rule, _ in hits}
-    ).values_list("pk", "rule_id", "subject", "tenant_id")
+    # a hit's finding is open once the cycle recorded it: resolved rows are never read
+    rows = (
+        Finding.objects.filter(cluster=cluster, rule_id__in={rule for rule, _ in hits})
+        .exclude(state=lifecycle.RESOLVED)
+        .values_list("pk", "rule_id", "subject", "tenant_id")
+    )
     by_tenant: dict[int | None, list[int]] = {}
     for pk, rule_id, subject, current in rows.iterator(chunk_size=2000):
         hit = hits.get((rule_id, subject))
