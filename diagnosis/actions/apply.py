@@ -59,7 +59,7 @@ from diagnosis.edge.schedulers.base import (
     same_value,
 )
 from diagnosis.edge.schedulers.registry import adapter_spec
-from diagnosis.models import Cluster, ClusterCycle, Recommendation, Snapshot
+from diagnosis.models import AuditEntry, Cluster, ClusterCycle, Recommendation, Snapshot
 
 State = RecommendationState
 logger = logging.getLogger(__name__)
@@ -271,9 +271,14 @@ def _record_applied(
         rec.applied_at = now
         rec.dry_run_result = dry_result
         rec.apply_result = result
-        rec.status_message = (
-            f"{rec.target} already had the new value: nothing was written" if already else ""
-        )
+        rec.status_message = ""
+        if already:
+            rec.status_message = f"{rec.target} already had the new value: nothing was written"
+            if AuditEntry.objects.filter(recommendation=rec, action="apply-rechecked").exists():
+                rec.status_message = (
+                    f"{rec.target} already had the new value: an earlier attempt of this apply "
+                    "wrote it before its worker died; recorded as applied, nothing written again"
+                )
         rec.verification = baseline
         save_fields(
             rec,

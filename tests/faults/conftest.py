@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -24,12 +24,22 @@ import psycopg
 import pytest
 import redis
 from django.db import connection, models
+from django.utils import timezone
 
 from diagnosis.actions import health
-from diagnosis.models import AuditEntry, Cluster, ClusterCycle, Finding, FindingEvent, Incident
+from diagnosis.models import (
+    AuditEntry,
+    Cluster,
+    ClusterCycle,
+    Finding,
+    FindingEvent,
+    Incident,
+    Recommendation,
+)
 from gpuobs import celery_app
 from tests.app.test_celery import database_url_of_test_database
 from tests.conftest import REPO_ROOT, require_binary
+from tests.support.records import make_recommendation
 
 T = TypeVar("T")
 
@@ -152,13 +162,11 @@ class CeleryProcess:
         return [int(p) for p in children.read_text().split()] if children.exists() else []
 
     def stop(self) -> None:
-        if self.alive():
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        """Kill it and its pool processes (the suite needs no warm shutdown, only speed)."""
+        for pid in [*self.pool_child_pids(), self.pid]:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.process.wait(timeout=15)
 
 
 @dataclass
@@ -292,3 +300,35 @@ def row_counts(cluster: Cluster) -> dict[str, int]:
 def scheduler_changes(cluster: Cluster) -> list[dict]:
     """What the simulated scheduler was written (its replayable change log)."""
     return Cluster.objects.get(pk=cluster.pk).scheduler_config.get("changes", [])
+
+
+@contextmanager
+def table_locked_for_writes(model: type[models.Model]) -> Iterator[None]:
+    """Hold ``LOCK TABLE ... IN SHARE MODE`` from a connection of its own: reads go on, every
+    insert into the table waits (a worker's audit row: the step that records an apply)."""
+    db = connection.settings_dict
+    with psycopg.connect(
+        host=db["HOST"] or "127.0.0.1",
+        port=db["PORT"] or 5432,
+        user=db["USER"],
+        password=db["PASSWORD"] or None,
+        dbname=db["NAME"],
+    ) as holder:
+        table = model._meta.db_table  # a model's own table name, not input
+        holder.execute(f'LOCK TABLE "{table}" IN SHARE MODE')
+        yield
+        holder.rollback()
+
+
+def approved_recommendation(cluster: Cluster, requester, approver) -> Recommendation:
+    """Team-b's weight 1 -> 3, approved (no dry run queued: the test says when a worker runs)."""
+    return make_recommendation(
+        cluster,
+        "queue-weight",
+        "queue:team-b",
+        {"from": 1, "to": 3},
+        state="approved",
+        requested_by=requester,
+        approved_by=approver,
+        approved_at=timezone.now(),
+    )

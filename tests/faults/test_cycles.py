@@ -1,0 +1,108 @@
+"""Cycles under fault (issue #18, defects 4-6): two beats give one cycle per cluster and
+interval; a killed worker's cycle lock frees itself within about one interval; a worker whose
+clock runs 10 minutes fast refuses its cycles visibly (a cycle row, the cluster's status, the
+API, ``/healthz?deep=1``) instead of silently dropping them."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+from datetime import timedelta
+
+import pytest
+import redis
+
+from diagnosis.models import Cluster, ClusterCycle
+from diagnosis.tasks import cycle_lock_key
+from tests.conftest import require_binary
+from tests.faults.conftest import (
+    CYCLE_SECONDS,
+    row_counts,
+    row_locked,
+    someone_waits_on_a_row_lock,
+    wait_until,
+)
+from tests.support.world import logged_in_client
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.lab("lab-faults")]
+
+
+def good_cycles(cluster: Cluster) -> list[ClusterCycle]:
+    return list(ClusterCycle.objects.filter(cluster=cluster, ok=True).order_by("ran_at"))
+
+
+def test_two_beats_start_one_cycle_per_cluster_and_interval(fault_stack, lab) -> None:
+    worker = fault_stack.start_worker()
+    fault_stack.start_beat()
+    fault_stack.start_beat()
+    wait_until(lambda: len(good_cycles(lab)) >= 5, "five cycles under two beats", 40)
+
+    cycles = good_cycles(lab)
+    starts = [c.ran_at - timedelta(seconds=c.seconds) for c in cycles]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(starts)]
+    window = (starts[-1] - starts[0]).total_seconds()
+    print(f"fault matrix: two beats: {len(cycles)} cycles in {window:.1f} s, gaps {gaps}")
+
+    assert min(gaps) >= 0.75 * CYCLE_SECONDS - 0.25, gaps  # never two in one interval
+    assert len(cycles) - 1 <= window / (0.75 * CYCLE_SECONDS) + 1
+    assert "same-interval" in worker.text()  # the second beat's sends were there, and skipped
+
+
+def test_a_killed_workers_cycle_lock_frees_itself_within_about_one_interval(
+    fault_stack, lab
+) -> None:
+    worker = fault_stack.start_worker()
+    fault_stack.start_beat()
+    lock = redis.Redis.from_url(fault_stack.redis.url)
+    with row_locked(Cluster, lab.pk):  # the cycle waits to record itself, holding its lock
+        wait_until(someone_waits_on_a_row_lock, "a cycle to wait on the cluster's row")
+        assert lock.exists(cycle_lock_key(lab.pk))
+        before = row_counts(lab)
+        for pid in [*worker.pool_child_pids(), worker.pid]:
+            os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+    wait_until(lambda: not lock.exists(cycle_lock_key(lab.pk)), "the lock to lapse", 10)
+    freed_s = time.monotonic() - killed
+    fault_stack.start_worker()
+    wait_until(lambda: len(good_cycles(lab)) > before["cycles"], "a cycle after the kill", 30)
+    recovered_s = time.monotonic() - killed
+    print(
+        f"fault matrix: worker killed mid-cycle: lock freed in {freed_s:.1f} s, "
+        f"next cycle {recovered_s:.1f} s after the kill"
+    )
+
+    assert freed_s <= 1.5 * CYCLE_SECONDS + 1
+    after = row_counts(lab)
+    assert after["findings"] >= before["findings"]
+
+
+def test_a_worker_clock_ten_minutes_fast_refuses_its_cycles_and_says_so(
+    fault_stack, lab, alice
+) -> None:
+    faketime = require_binary("faketime", "apt-get install faketime")
+    fault_stack.start_worker(prefix=[faketime, "-f", "+600s"])
+    fault_stack.start_beat()
+    refused = wait_until(
+        lambda: ClusterCycle.objects.filter(cluster=lab, ok=False, error__contains="clock").first(),
+        "a refused cycle",
+        30,
+    )
+    client = logged_in_client(alice)
+    wait_until(
+        lambda: "clock" in (client.get("/healthz?deep=1").json()["worker"]["detail"]),
+        "the deep health check to name the clock",
+        20,
+    )
+    deep = client.get("/healthz?deep=1")
+    api = client.get(f"/api/clusters/{lab.pk}/").json()
+    print(f"fault matrix: worker clock +600 s: {refused.error!r}; healthz {deep.status_code}")
+
+    assert "600 s ahead of the database's" in refused.error
+    assert good_cycles(lab) == []  # nothing stamped 10 minutes ahead
+    assert deep.status_code == 503
+    assert deep.json()["worker"]["status"] == "error"
+    assert api["status"] == "error"
+    assert "clock" in api["last_attempt_error"]
+    assert api["stale"] is True
