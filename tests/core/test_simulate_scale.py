@@ -12,9 +12,20 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import pytest
 
+from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core.simulate import replay
 from diagnosis.core.simulate.cluster import ClusterSpec, PoolSpec, QueueSpec
-from diagnosis.core.simulate.jobs import PARTIAL, JobSpec
+from diagnosis.core.simulate.jobs import (
+    DATA_STARVED,
+    HEALTHY,
+    IDLE,
+    INFERENCE,
+    LOW_MFU,
+    PARTIAL,
+    JobSpec,
+)
 from diagnosis.core.simulate.policy import Policy
+from diagnosis.core.simulate.scenarios import seed_scenario
 from diagnosis.core.simulate.simulator import Simulator, _SlotCounter
 from diagnosis.core.simulate.state import UNSCHEDULABLE, Job
 
@@ -139,3 +150,61 @@ def test_the_pass_schedules_exactly_as_before(policy: str, seed: int) -> None:
     assert len(started) > 500  # the workload really schedules (and queues) many jobs
     assert heap.events == reference.events  # every start, bind and wait, in the same order
     assert heap.summary().as_dict() == reference.summary().as_dict()
+
+
+# -- rebuilding a simulator from a snapshot, without a pandas frame per node, job or pod ---------
+
+
+@pytest.fixture(scope="module")
+def showcase_snapshot() -> snapshot_format.ClusterSnapshot:
+    """The seed scenario after two hours: gangs (some partly bound), MIG-less nodes with NVLink
+    domains and NUMA nodes, jobs of every metric profile."""
+    sim = seed_scenario(0).build()
+    return snapshot_format.load(sim.snapshot(2 * 3600.0))
+
+
+def test_pods_are_read_per_job_and_pod_as_a_groupby_reads_them(showcase_snapshot) -> None:
+    allocations = showcase_snapshot.allocations.sort_values(["job", "pod", "order"], kind="stable")
+    expected: dict[str, list[tuple[str, list[int]]]] = {}
+    for (job, _pod), group in allocations.groupby(["job", "pod"], sort=False):
+        expected.setdefault(job, []).append((group["node"].iloc[0], group["index"].tolist()))
+
+    assert len(expected) > 50
+    assert replay._allocations_by_job(showcase_snapshot) == expected
+
+
+def test_node_topology_is_read_as_a_groupby_reads_it(showcase_snapshot) -> None:
+    gpus = showcase_snapshot.gpus
+    by_node = dict(list(gpus.groupby("node", sort=False)))
+    spec = replay.cluster_of(showcase_snapshot)
+
+    nodes = [node for pool in spec.pools for node in pool.nodes]
+    assert len(nodes) == len(showcase_snapshot.nodes)
+    for node in nodes:
+        group = by_node[node.name]
+        assert list(node.numa) == group["numa"].tolist()
+        assert sorted(i for d in node.nvlink_domains for i in d) == sorted(group["index"])
+
+
+def test_profiles_are_inferred_per_job_as_row_by_row(showcase_snapshot) -> None:
+    snap = showcase_snapshot
+    stats = ["util_mean", "util_p10", "util_p90", "tensor_active_mean"]
+    joined = snap.allocations.merge(snap.gpus[[*snapshot_format.GPU_KEY, *stats]], how="left")
+    expected = {}
+    for job_id, row in joined.groupby("job", sort=False)[stats].mean().iterrows():
+        util, spread = row["util_mean"], row["util_p90"] - row["util_p10"]
+        if snap.jobs.loc[job_id, "kind"] == "inference":
+            expected[job_id] = INFERENCE
+        elif np.isnan(util):
+            expected[job_id] = HEALTHY
+        elif util < 0.05:
+            expected[job_id] = IDLE
+        elif util < 0.6 and spread >= 0.5:
+            expected[job_id] = DATA_STARVED
+        elif util >= 0.6 and row["tensor_active_mean"] < 0.25:
+            expected[job_id] = LOW_MFU
+        else:
+            expected[job_id] = HEALTHY
+
+    assert {IDLE, DATA_STARVED, LOW_MFU, INFERENCE} <= set(expected.values())
+    assert replay.infer_profiles(snap) == expected

@@ -82,21 +82,24 @@ def cluster_of(snap: snapshot_format.ClusterSnapshot) -> ClusterSpec:
     """The snapshot's nodes (grouped by pool, in order of appearance) and queues."""
     gpus = snap.gpus
     gpus = gpus[~gpus[["node", "index"]].duplicated().to_numpy()]  # MIG instances: one GPU
-    by_node = dict(list(gpus.groupby("node", sort=False)))
+    rows_of = _rows_by_key(gpus["node"].to_numpy())
+    gpu_index = gpus["index"].to_numpy()
+    gpu_domain = gpus["nvlink_domain"].to_numpy()
+    gpu_numa = gpus["numa"].to_numpy()
     pools: dict[str, list[NodeSpec]] = {}
     for node in snap.nodes.itertuples(index=False):
-        group = by_node.get(node.name)
+        rows = rows_of.get(node.name)
         domains: tuple[tuple[int, ...], ...] | None = None
         numa: tuple[int, ...] | None = None
-        if group is not None and len(group):
-            index = group["index"].to_numpy()
-            domain = group["nvlink_domain"].to_numpy()
+        if rows is not None and len(rows):
+            index = gpu_index[rows]
+            domain = gpu_domain[rows]
             if (domain >= 0).any():
                 domains = tuple(
                     tuple(int(i) for i in index[domain == d])
                     for d in sorted(set(domain[domain >= 0].tolist()))
                 )
-            numa_values = group["numa"].to_numpy()
+            numa_values = gpu_numa[rows]
             if (numa_values >= 0).all():
                 numa = tuple(int(v) for v in numa_values)
         pools.setdefault(node.pool, []).append(
@@ -126,6 +129,15 @@ def cluster_of(snap: snapshot_format.ClusterSnapshot) -> ClusterSpec:
     )
 
 
+def _rows_by_key(keys: np.ndarray) -> dict[Any, np.ndarray]:
+    """Row positions per key, each key's rows in their order (a groupby without its per-group
+    frames: one stable sort, then slices)."""
+    codes, uniques = pd.factorize(keys)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(uniques) + 1))
+    return {key: order[bounds[i] : bounds[i + 1]] for i, key in enumerate(uniques)}
+
+
 def _optional(value: float) -> float | None:
     return None if value is None or math.isnan(value) else float(value)
 
@@ -139,24 +151,23 @@ def infer_profiles(snap: snapshot_format.ClusterSnapshot) -> dict[str, str]:
         how="left",
     )
     means = joined.groupby("job", sort=False)[stats_columns].mean()
-    profiles: dict[str, str] = {}
-    for job_id, row in means.iterrows():
-        kind = snap.jobs.loc[job_id, "kind"] if job_id in snap.jobs.index else None
-        util = row["util_mean"]
-        spread = row["util_p90"] - row["util_p10"]
-        if kind == "inference":
-            profiles[job_id] = INFERENCE
-        elif math.isnan(util):
-            profiles[job_id] = HEALTHY
-        elif util < 0.05:
-            profiles[job_id] = IDLE
-        elif util < 0.6 and not math.isnan(spread) and spread >= 0.5:
-            profiles[job_id] = DATA_STARVED
-        elif util >= 0.6 and row["tensor_active_mean"] < 0.25:
-            profiles[job_id] = LOW_MFU
-        else:
-            profiles[job_id] = HEALTHY
-    return profiles
+    kind = snap.jobs["kind"].reindex(means.index).to_numpy()
+    util = means["util_mean"].to_numpy()
+    spread = (means["util_p90"] - means["util_p10"]).to_numpy()
+    tensor = means["tensor_active_mean"].to_numpy()
+    with np.errstate(invalid="ignore"):
+        profile = np.select(
+            [
+                kind == "inference",
+                np.isnan(util),
+                util < 0.05,
+                (util < 0.6) & ~np.isnan(spread) & (spread >= 0.5),
+                (util >= 0.6) & (tensor < 0.25),
+            ],
+            [INFERENCE, HEALTHY, IDLE, DATA_STARVED, LOW_MFU],
+            default=HEALTHY,
+        )
+    return dict(zip(means.index, profile.tolist(), strict=True))
 
 
 def typical_work_by_size(snap: snapshot_format.ClusterSnapshot) -> dict[str, float]:
@@ -255,9 +266,19 @@ def _allocations_by_job(
     snap: snapshot_format.ClusterSnapshot,
 ) -> dict[str, list[tuple[str, list[int]]]]:
     out: dict[str, list[tuple[str, list[int]]]] = {}
-    allocations = snap.allocations.sort_values(["job", "pod", "order"], kind="stable")
-    for (job, _pod), group in allocations.groupby(["job", "pod"], sort=False):
-        out.setdefault(job, []).append((group["node"].iloc[0], group["index"].tolist()))
+    allocations = snap.allocations
+    allocations = allocations[allocations["job"].notna() & allocations["pod"].notna()]
+    allocations = allocations.sort_values(["job", "pod", "order"], kind="stable")
+    jobs = allocations["job"].to_numpy()
+    pods = allocations["pod"].to_numpy()
+    nodes = allocations["node"].to_numpy()
+    index = allocations["index"].to_numpy()
+    if not len(jobs):
+        return out
+    starts = np.flatnonzero(np.r_[True, (jobs[1:] != jobs[:-1]) | (pods[1:] != pods[:-1])])
+    ends = np.r_[starts[1:], len(jobs)]
+    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+        out.setdefault(jobs[start], []).append((nodes[start], index[start:end].tolist()))
     return out
 
 
