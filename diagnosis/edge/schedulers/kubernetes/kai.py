@@ -36,7 +36,7 @@ from diagnosis.edge.schedulers.base import (
     SchedulerError,
     SchedulerState,
 )
-from diagnosis.edge.schedulers.kubernetes import dra, health, objects, optional
+from diagnosis.edge.schedulers.kubernetes import dra, gang_release, health, objects, optional
 from diagnosis.edge.schedulers.kubernetes.client import (
     KUBE_SETTINGS,
     NODES,
@@ -78,7 +78,7 @@ CONFIG = ConfigSpec(
 class KaiAdapter(KubeConnection):
     id: ClassVar[str] = "kai"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        change_kinds=frozenset({"queue-weight", "drain-node"})
+        change_kinds=frozenset({"queue-weight", "drain-node", "gang-release"})
     )
 
     def __init__(self, config: Mapping[str, Any] | None, *, cluster: str = "") -> None:
@@ -137,6 +137,16 @@ class KaiAdapter(KubeConnection):
         if kind == "drain-node":
             return objects.drain_node(
                 self.api, self.settings, change, target_name(change), dry_run=dry_run
+            )
+        if kind == "gang-release":
+            return gang_release.release_podgroup(
+                self.api,
+                self.settings,
+                change,
+                target_name(change),
+                podgroup_resource=(GROUP, PODGROUP_VERSION, "podgroups"),
+                group_annotation=GROUP_ANNOTATION,
+                dry_run=dry_run,
             )
         known = ", ".join(sorted(self.capabilities.change_kinds))
         raise SchedulerError(f"kai cannot apply {kind!r} (it takes: {known})", permanent=True)

@@ -43,7 +43,7 @@ from diagnosis.edge.schedulers.base import (
     SchedulerError,
     SchedulerState,
 )
-from diagnosis.edge.schedulers.kubernetes import dra, health, objects, optional
+from diagnosis.edge.schedulers.kubernetes import dra, gang_release, health, objects, optional
 from diagnosis.edge.schedulers.kubernetes.client import (
     KUBE_SETTINGS,
     NODES,
@@ -110,7 +110,7 @@ CONFIG = ConfigSpec(
 class KueueAdapter(KubeConnection):
     id: ClassVar[str] = "kueue"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        change_kinds=frozenset({"queue-weight", "drain-node"})
+        change_kinds=frozenset({"queue-weight", "drain-node", "gang-release"})
     )
 
     def __init__(self, config: Mapping[str, Any] | None, *, cluster: str = "") -> None:
@@ -214,6 +214,16 @@ class KueueAdapter(KubeConnection):
         if kind == "drain-node":
             return objects.drain_node(
                 self.api, self.settings, change, target_name(change), dry_run=dry_run
+            )
+        if kind == "gang-release":
+            return gang_release.deactivate_workload(
+                self.api,
+                self.settings,
+                change,
+                target_name(change),
+                group=GROUP,
+                version=self.version,
+                dry_run=dry_run,
             )
         if kind == "placement-policy":
             raise SchedulerError(

@@ -42,7 +42,7 @@ from diagnosis.edge.schedulers.base import (
     SchedulerError,
     SchedulerState,
 )
-from diagnosis.edge.schedulers.kubernetes import dra, health, objects, optional
+from diagnosis.edge.schedulers.kubernetes import dra, gang_release, health, objects, optional
 from diagnosis.edge.schedulers.kubernetes.client import (
     HTTP_CONFLICT,
     KUBE_SETTINGS,
@@ -120,7 +120,7 @@ CONFIG = ConfigSpec(
 class VolcanoAdapter(KubeConnection):
     id: ClassVar[str] = "volcano"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        change_kinds=frozenset({"placement-policy", "queue-weight", "drain-node"})
+        change_kinds=frozenset({"placement-policy", "queue-weight", "drain-node", "gang-release"})
     )
 
     def __init__(self, config: Mapping[str, Any] | None, *, cluster: str = "") -> None:
@@ -196,6 +196,16 @@ class VolcanoAdapter(KubeConnection):
         if kind == "drain-node":
             return objects.drain_node(
                 self.api, self.settings, change, target_name(change), dry_run=dry_run
+            )
+        if kind == "gang-release":
+            return gang_release.release_podgroup(
+                self.api,
+                self.settings,
+                change,
+                target_name(change),
+                podgroup_resource=(GROUP, VERSION, "podgroups"),
+                group_annotation=GROUP_ANNOTATION,
+                dry_run=dry_run,
             )
         known = ", ".join(sorted(self.capabilities.change_kinds))
         raise SchedulerError(f"volcano cannot apply {kind!r} (it takes: {known})", permanent=True)

@@ -29,6 +29,8 @@ domains and GPU sockets, and with ``nvlink_blocks`` the base blocks of ``topolog
 ``topology.conf`` are cluster-wide NVLink domains (:mod:`.topology`). Absent: not judged.
 """
 
+# long module: one scheduler's reads (a bounded set of commands a cycle) and every change it
+# writes (scontrol, sacctmgr), each write with its read-back; split, they would share most names.
 from __future__ import annotations
 
 import logging
@@ -410,7 +412,9 @@ def _topology_gpus(topology: Mapping[str, Any]) -> int:
 class SlurmAdapter:
     id: ClassVar[str] = "slurm"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        change_kinds=frozenset({"placement-policy", "drain-node", "resume-node", "queue-weight"}),
+        change_kinds=frozenset(
+            {"placement-policy", "drain-node", "resume-node", "queue-weight", "gang-release"}
+        ),
         dry_run=True,
     )
 
@@ -541,6 +545,10 @@ class SlurmAdapter:
         - ``{"kind": "resume-node", "target": "node:N"}`` → ``... State=RESUME``
         - ``{"kind": "queue-weight", "target": "queue:A", "to": 4}``
           → ``sacctmgr -i modify account name=A set fairshare=4`` (accounting only)
+        - ``{"kind": "gang-release", "target": "job:1234", "to": "requeued"}``
+          → ``scontrol requeue 1234`` (Slurm allocates a job whole: its state reads
+          ``running``/``pending``..., never ``partial``, so a release guarded by
+          ``"from": "partial"`` is refused)
 
         The target is read first (an unknown one is a permanent error); with ``"from"`` in
         the change, a target whose value is no longer that is refused. A real change reads the
@@ -642,7 +650,25 @@ class SlurmAdapter:
                 lambda: self._account_fairshare(account),
                 lambda before: shares,
             )
+        if kind == "gang-release":
+            job = _target(change)
+            return _Plan(
+                ["scontrol", "requeue", job], lambda: self._job_state(job), lambda before: "pending"
+            )
         raise SchedulerError(f"Slurm cannot apply a change of kind {kind!r}", permanent=True)
+
+    def _job_state(self, job: str) -> str:
+        """A job's state in lower case (``running``, ``pending``, ``requeued``...)."""
+        try:
+            text = self.commands.run("scontrol", "show", "job", job, "-o")
+        except SchedulerError as exc:
+            if "Invalid job id" in str(exc):
+                raise SchedulerError(f"no job {job!r}", permanent=True) from exc
+            raise
+        state = parse.parse_key_values(text).get("JobState", "")
+        if not state:
+            raise SchedulerError(f"no job {job!r}", permanent=True)
+        return state.lower()
 
     def _partition_placement(self, pool: str) -> str:
         partitions = parse.parse_partitions(
