@@ -39,7 +39,9 @@ def test_recommendations_hold_on_any_valid_snapshot(document):
         assert not (r.preselect and r.harm)
         if r.kind == "queue-weight":
             assert r.change["from"] < r.change["to"] <= max(1, 2 * r.change["from"])
-        if r.kind == "drain-node":
+        if r.kind == "drain-node" and r.generator == "drain-row-remap":
+            assert {f.rule for f in r.findings} == {"ecc-row-remap"}
+        elif r.kind == "drain-node":
             codes = r.basis["codes"]
             assert codes
             assert all(

@@ -75,6 +75,18 @@ def documents(draw: st.DrawFn) -> dict[str, Any]:
             if draw(st.booleans()):
                 entry["tensor_active"] = {"mean": draw(fraction)}
                 entry["fb_used_frac"] = {"mean": draw(fraction)}
+            if draw(st.booleans()):  # the hidden-waste fields (issue 20)
+                entry["power_w"] = {"mean": draw(st.floats(20.0, 700.0))}
+                entry["dram_active"] = {"mean": draw(fraction)}
+            if not draw(st.integers(0, 3)):
+                entry["power_limit_w"] = {"max": draw(st.sampled_from([250.0, 400.0, 700.0]))}
+                entry["throttle_thermal"] = {"frac": draw(fraction)}
+                entry["throttle_power"] = {"frac": draw(fraction)}
+                entry["row_remap"] = {
+                    "pending": draw(st.integers(0, 1)),
+                    "failure": draw(st.integers(0, 1)),
+                    "uncorrectable": draw(st.integers(0, 3)),
+                }
             if draw(st.integers(0, 5)) == 0:
                 code = draw(st.sampled_from([13, 31, 43, 48, 63, 79, 94, 95, 119, 999]))
                 entry["xid"] = [{"code": code, "time": ago(draw(st.integers(0, 3600)))}]
@@ -139,6 +151,8 @@ def documents(draw: st.DrawFn) -> dict[str, Any]:
             taken, free[name] = free[name][:gpus_per_pod], free[name][gpus_per_pod:]
             allocation.append({"node": name, "gpus": taken})
         job["allocation"] = allocation
+        if not draw(st.integers(0, 4)):
+            job["preemptions"] = draw(st.integers(0, 5))
         jobs.append(job)
 
     return {
@@ -151,7 +165,11 @@ def documents(draw: st.DrawFn) -> dict[str, Any]:
         "gpus": gpus,
         "queues": queues,
         "jobs": jobs,
-        "events": [],
+        "events": [
+            {"time": ago(draw(st.integers(0, 8 * 3600))), "kind": "preempted", "job": job["id"]}
+            for job in jobs
+            for _ in range(draw(st.integers(0, 3)) if job["state"] != "completed" else 0)
+        ],
     }
 
 
