@@ -13,6 +13,8 @@ plotly.js is served from our own static files (``vendor/plotly.min.js``), never 
 and the library that draws them always come from the same pinned release.
 """
 
+# long module: every figure of the pages (overview, nodes and GPUs, jobs) shares one layout,
+# one theme (CHART_THEMES) and one embed; a new page's figures may go to a module of their own.
 from __future__ import annotations
 
 import html

@@ -39,7 +39,7 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.translation import gettext
+from django.utils.translation import gettext, gettext_lazy
 from django.views.decorators.http import require_safe
 
 from diagnosis import charts
@@ -64,11 +64,11 @@ from diagnosis.roles import can_administer, is_tenant_scoped
 
 OPEN_STATES = (FindingState.PENDING, FindingState.FIRING)
 STATE_FILTERS = {
-    "open": "Open (pending or firing)",
-    "firing": "Firing",
-    "pending": "Pending",
-    "resolved": "Resolved",
-    "all": "Any state",
+    "open": gettext_lazy("Open (pending or firing)"),
+    "firing": gettext_lazy("Firing"),
+    "pending": gettext_lazy("Pending"),
+    "resolved": gettext_lazy("Resolved"),
+    "all": gettext_lazy("Any state"),
 }
 FINDINGS_PER_PAGE = 50
 WATERFALL_PERIOD_S = 3600

@@ -50,11 +50,11 @@ from diagnosis.models import AuditEntry, Recommendation
 
 State = RecommendationState
 PER_PAGE = 50
-STATE_FILTERS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "open": ("Open (proposed, approved, applying)", OPEN_STATES),
-    "applied": ("Applied or verified", APPLIED_STATES),
+STATE_FILTERS: dict[str, tuple[Any, tuple[str, ...]]] = {
+    "open": (_lazy("Open (proposed, approved, applying)"), OPEN_STATES),
+    "applied": (_lazy("Applied or verified"), APPLIED_STATES),
     "closed": (
-        "Closed",
+        _lazy("Closed"),
         (
             State.ROLLED_BACK,
             State.FAILED,
@@ -63,7 +63,7 @@ STATE_FILTERS: dict[str, tuple[str, tuple[str, ...]]] = {
             State.SUPERSEDED,
         ),
     ),
-    "all": ("Any state", tuple(State.values)),
+    "all": (_lazy("Any state"), tuple(State.values)),
 }
 
 

@@ -18,6 +18,13 @@ CORE_WORDS = (
     gettext_noop("pending"),
     gettext_noop("firing"),
     gettext_noop("resolved"),
+    # the fairness report's presets (diagnosis/reports/period.py)
+    gettext_noop("Last 24 hours"),
+    gettext_noop("Last 7 days"),
+    gettext_noop("Last 30 days"),
+    # report subscriptions (diagnosis/models/subscriptions.py ReportFrequency)
+    gettext_noop("Weekly (the last 7 days)"),
+    gettext_noop("Monthly (the last 30 days)"),
 )
 
 

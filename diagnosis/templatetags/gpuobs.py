@@ -15,6 +15,7 @@ from typing import Any
 from django import template
 from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext
 
 from diagnosis.templatetags.links import evidence_label, evidence_link, link, unit_of
 
@@ -63,14 +64,15 @@ def duration(seconds: Any) -> str:
     if value is None:
         return "—"
     sign, value = ("-" if value < 0 else ""), abs(value)
+    # the units in the reader's language (zh-Hans: 秒, 分钟, 小时, 天)
     if value < 90:
-        text = f"{value:.0f} s"
+        text = gettext("%(n)s s") % {"n": f"{value:.0f}"}
     elif value < 90 * 60:
-        text = f"{value / 60:.0f} min"
+        text = gettext("%(n)s min") % {"n": f"{value / 60:.0f}"}
     elif value < 36 * 3600:
-        text = f"{value / 3600:.1f} h"
+        text = gettext("%(n)s h") % {"n": f"{value / 3600:.1f}"}
     else:
-        text = f"{value / 86400:.1f} d"
+        text = gettext("%(n)s d") % {"n": f"{value / 86400:.1f}"}
     return sign + text
 
 
