@@ -10,6 +10,7 @@ import json
 import pytest
 
 from diagnosis.core.recommend.engine import recommend
+from diagnosis.core.recommend.merge import one_per_target
 from diagnosis.core.rules.builtin.ecc_row_remap import NO_REMAP, RULE
 from diagnosis.core.rules.facts import SnapshotFacts
 from tests.support.builders import SnapshotBuilder
@@ -67,3 +68,12 @@ def test_a_remap_finding_gets_drain_advice():
     assert drain.kind == "drain-node"
     assert drain.change["to"] == "drained"
     assert drain.change["reason"] == "gpuobs: pending row remap on a100-000/0"
+
+
+def test_a_node_with_a_critical_xid_too_gets_one_drain_when_stored():
+    """Both generators draft a drain; the store's one_per_target keeps the Xid's."""
+    run = recommend(cluster(pending=1).gpu("a100-000", 1, xid=[(79, "2m")]).build())
+    stored = one_per_target(run.recommendations)
+    (drain,) = [r for r in stored if r.target == "node:a100-000"]
+    assert drain.generator == "drain-node"
+    assert [c["generator"] for c in drain.basis["conflicting"]] == ["drain-row-remap"]
