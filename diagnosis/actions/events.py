@@ -1,14 +1,17 @@
-"""Scheduler events sent to the API: validated, de-duplicated and stored once."""
+"""Scheduler events sent to the API: validated, de-duplicated and stored once; and which of the
+stored evictions a node's drain caused."""
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 
 from diagnosis.choices import SchedulerEventKind
 from diagnosis.core.vocabulary import parse_time, time_problem
@@ -112,3 +115,47 @@ def record_scheduler_events(cluster: Cluster, batch: EventBatch) -> RecordedEven
         duplicates=len(batch.events) - len(new),
         cursor=locked.event_cursor,
     )
+
+
+# -- evictions a drain caused --------------------------------------------------------------------
+
+EVICTION_KINDS = (SchedulerEventKind.PREEMPTED, SchedulerEventKind.EVICTED)
+# How long after the snapshot a drain was decided on its evictions may come (cluster time).
+DRAIN_EVICTION_WINDOW = timedelta(hours=1)
+_INCIDENT_IN_MESSAGE = re.compile(r"\bincident (\d+)\b")
+
+
+def drain_evictions(
+    cluster: Cluster,
+    node: str,
+    since: datetime,
+    *,
+    incident_id: int | None = None,
+    until: datetime | None = None,
+) -> dict[str, datetime]:
+    """``job id -> time`` of the stored eviction and preemption events that the drain of
+    ``node`` caused: events of those kinds from ``since`` (the cluster's time when the drain was
+    decided: the snapshot it was computed from) to ``until`` (default
+    :data:`DRAIN_EVICTION_WINDOW` later) on that node -- the event's node, or, for an event that
+    names none, the node named in its message (``node gpu-100 drained: ...``). A message that
+    names another incident than ``incident_id`` is another drain's."""
+    until = until or since + DRAIN_EVICTION_WINDOW
+    rows = (
+        SchedulerEvent.objects.filter(
+            cluster=cluster, kind__in=EVICTION_KINDS, time__gte=since, time__lte=until
+        )
+        .exclude(job_external_id="")
+        .filter(Q(node=node) | Q(node="", message__contains=node))
+        .order_by("time", "id")
+        .values_list("job_external_id", "node", "message", "time")
+    )
+    named = re.compile(rf"(?<![\w.-]){re.escape(node)}(?![\w.-])")
+    found: dict[str, datetime] = {}
+    for job, where, message, moment in rows:
+        if not where and not named.search(message):
+            continue
+        other = _INCIDENT_IN_MESSAGE.search(message)
+        if incident_id is not None and other and int(other.group(1)) != incident_id:
+            continue
+        found.setdefault(job, moment)
+    return found

@@ -1,6 +1,7 @@
 """On-call's one button (issue #16): drain an incident's node now, the jobs to evict computed
 when on-call is shown them and again when they confirm; one on-call approval suffices (DESIGN
-§8.2). And which drains evicted a job, for its page."""
+§8.2). And which drains evicted a job, for its page: from the scheduler's stored eviction and
+preemption events matched to the drain (:func:`diagnosis.actions.events.drain_evictions`)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,23 @@ from django.db import transaction
 from django.utils import timezone
 
 from diagnosis import roles
-from diagnosis.actions.oncall import State, iso, lock_incident, record_audit, record_event
+from diagnosis.actions.events import DRAIN_EVICTION_WINDOW, EVICTION_KINDS
+from diagnosis.actions.oncall import (
+    State,
+    drain_decided_at,
+    evicted_by_drain,
+    iso,
+    lock_incident,
+    record_audit,
+    record_event,
+)
 from diagnosis.actions.review import (
     approve_recommendation,
     request_apply,
     request_recommendation,
 )
 from diagnosis.actions.workflow import (
+    APPLIED_STATES,
     OPEN_STATES,
     WorkflowDenied,
     WorkflowError,
@@ -27,7 +38,7 @@ from diagnosis.actions.workflow import (
 )
 from diagnosis.choices import RecommendationKind
 from diagnosis.core.incident_hits import holds
-from diagnosis.models import Cluster, Incident, Recommendation, Snapshot
+from diagnosis.models import Cluster, Incident, Recommendation, SchedulerEvent, Snapshot
 
 
 class DrainChanged(WorkflowError):
@@ -166,6 +177,7 @@ def drain_for_incident(
             "drain": {
                 "recommendation": rec.pk,
                 "node": incident.node,
+                "as_of": impact["as_of"],  # the cluster's time: its evictions come after
                 "job_ids": impact["job_ids"],
                 "jobs": impact["jobs_to_evict"],
                 "by": actor_name(user),
@@ -210,9 +222,29 @@ def drain_for_incident(
 
 
 def drains_of_job(cluster: Cluster, job_id: str) -> list[Incident]:
-    """The incidents whose drain evicted (or, not yet applied, is to evict) the job."""
-    return list(
-        Incident.objects.filter(cluster=cluster, details__drain__job_ids__contains=[job_id])
-        .select_related("drain")
+    """The incidents whose drain preempted the job -- by the scheduler's eviction and
+    preemption events matched to the drain once it is applied (a job on the list at
+    confirmation that the drain did not evict is not one of them; one it evicted that was not
+    on the list is) -- or, not yet applied, whose drain is to evict it."""
+    drained = (
+        Incident.objects.filter(cluster=cluster, drain__isnull=False)
+        .select_related("drain", "cluster")
         .order_by("-opened_at")
     )
+    evictions = list(
+        SchedulerEvent.objects.filter(
+            cluster=cluster, job_external_id=job_id, kind__in=EVICTION_KINDS
+        ).values_list("time", flat=True)
+    )
+    found = []
+    for incident in drained:
+        if incident.drain.state in APPLIED_STATES:
+            since = drain_decided_at(incident)
+            near = since is not None and any(
+                since <= t <= since + DRAIN_EVICTION_WINDOW for t in evictions
+            )
+            if near and job_id in evicted_by_drain(incident):  # only drains near its evictions
+                found.append(incident)
+        elif job_id in (((incident.details or {}).get("drain") or {}).get("job_ids") or ()):
+            found.append(incident)
+    return found

@@ -25,6 +25,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from diagnosis import roles
+from diagnosis.actions.events import drain_evictions
 from diagnosis.actions.findings import cluster_overrides
 from diagnosis.actions.workflow import (
     APPLIED_STATES,
@@ -459,21 +460,60 @@ def _healthy_long_enough(incident: Incident, as_of: datetime) -> bool:
 
 
 def _note_drain(incident: Incident, details: dict[str, Any]) -> None:
-    """Once the drain on-call started is applied, its evictions go on the timeline (once)."""
-    drain = details.get("drain") or {}
+    """Once the drain on-call started is applied, it goes on the timeline (once), and so does
+    each eviction the scheduler's events show it caused (once per job, as they arrive)."""
+    drain = dict(details.get("drain") or {})
     rec = incident.drain
-    if rec is None or drain.get("applied_noted") or rec.state not in APPLIED_STATES:
+    if rec is None or rec.state not in APPLIED_STATES:
         return
-    record_event(
-        incident,
-        SYSTEM_CYCLE,
-        "drain-applied",
-        time=rec.applied_at or timezone.now(),
-        text=f"node {incident.node} drained; evicted: "
-        + (", ".join(drain.get("job_ids") or ()) or "no job"),
-        details={"recommendation": rec.pk, "job_ids": drain.get("job_ids") or []},
-    )
-    details["drain"] = {**drain, "applied_noted": True}
+    node = drain.get("node") or incident.node
+    if not drain.get("applied_noted"):
+        record_event(
+            incident,
+            SYSTEM_CYCLE,
+            "drain-applied",
+            time=rec.applied_at or timezone.now(),
+            text=f"node {node} drained",
+            details={"recommendation": rec.pk, "job_ids": drain.get("job_ids") or []},
+        )
+        drain["applied_noted"] = True
+    noted = set(drain.get("evicted") or ())
+    for job_id, moment in sorted(evicted_by_drain(incident).items()):
+        if job_id in noted:
+            continue
+        record_event(
+            incident,
+            SYSTEM_CYCLE,
+            "evicted",
+            time=moment,
+            text=f"job {job_id} preempted by the drain of {node}",
+            details={"job": job_id, "recommendation": rec.pk},
+        )
+        noted.add(job_id)
+    details["drain"] = {**drain, "evicted": sorted(noted)}
+
+
+def drain_decided_at(incident: Incident) -> datetime | None:
+    """The cluster's time when the incident's drain was decided: the snapshot its impact was
+    computed from (cluster time, which a simulated cluster runs ahead of ours); else when the
+    drain was applied."""
+    drain = (incident.details or {}).get("drain") or {}
+    rec = incident.drain
+    moment = parse_time(drain.get("as_of") or ((rec.impact or {}).get("as_of") if rec else ""))
+    if moment is None and rec is not None:
+        moment = rec.applied_at
+    return moment
+
+
+def evicted_by_drain(incident: Incident) -> dict[str, datetime]:
+    """The jobs the scheduler says the incident's applied drain evicted or preempted (its stored
+    events on the node after the drain was decided), with when; empty before it is applied."""
+    rec = incident.drain
+    since = drain_decided_at(incident)
+    if rec is None or rec.state not in APPLIED_STATES or since is None:
+        return {}
+    node = ((incident.details or {}).get("drain") or {}).get("node") or incident.node
+    return drain_evictions(incident.cluster, node, since, incident_id=incident.pk)
 
 
 def adopt_rule_incident(

@@ -15,7 +15,14 @@ from rest_framework.test import APIClient
 from diagnosis.actions.cycles import record_cycle
 from diagnosis.actions.incident_drain import drain_for_incident
 from diagnosis.actions.oncall import acknowledge_incident
-from diagnosis.models import AuditEntry, Incident, Recommendation, Snapshot, Tenant
+from diagnosis.models import (
+    AuditEntry,
+    Incident,
+    Recommendation,
+    SchedulerEvent,
+    Snapshot,
+    Tenant,
+)
 from tests.support.builders import AS_OF, SnapshotBuilder
 from tests.support.world import logged_in_client
 
@@ -366,6 +373,14 @@ def test_an_evicted_job_says_which_drain_preempted_it(oncall, erin):
     store_now(oncall, [("latecomer", [3])])
     rec = drain_for_incident(the_incident(oncall), erin)
     Recommendation.objects.filter(pk=rec.pk).update(state="applied")
+    SchedulerEvent.objects.create(  # the scheduler's word that the drain evicted it
+        cluster=oncall,
+        time=AS_OF + timedelta(minutes=2),
+        kind="evicted",
+        node="n1",
+        job_external_id="latecomer",
+        dedup_key="latecomer-evicted",
+    )
     text = logged_in_client(erin).get("/clusters/oncall/jobs/latecomer/").content.decode()
     assert "preempted by the drain of n1 for incident <a" in text
     assert f"#{the_incident(oncall).pk}" in text
