@@ -37,6 +37,7 @@ from diagnosis.actions.health import (
 from diagnosis.actions.impact import estimate_recommendation_impact
 from diagnosis.actions.notifications import alertmanager_configured, deliver_to_alertmanager
 from diagnosis.actions.owner_notices import send_owner_notices
+from diagnosis.actions.retention import prune
 from diagnosis.actions.subscriptions import send_due_report_subscriptions
 from diagnosis.actions.workflow import TransientApplyError
 from diagnosis.edge.sources.prometheus import collect_shard
@@ -333,3 +334,10 @@ def estimate_impact(recommendation_id: int) -> dict:
     """The impact estimate of one recommendation, on the ``impact`` queue: the cycle stores it
     pending and sends this after it commits (``diagnosis.actions.impact``)."""
     return estimate_recommendation_impact(recommendation_id)
+
+
+@shared_task(name="diagnosis.tasks.prune_retention")
+def prune_retention() -> dict:
+    """Beat, every GPUOBS_RETENTION_SECONDS: delete and downsample what retention no longer
+    keeps, in short batches (``diagnosis.actions.retention``)."""
+    return prune()

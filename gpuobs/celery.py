@@ -96,3 +96,12 @@ def beat_heartbeat(sender=None, **kwargs) -> None:
         from diagnosis.actions.health import write_heartbeat  # noqa: PLC0415 -- Django is ready
 
         write_heartbeat("beat", task=sender)
+
+
+@app.on_after_configure.connect
+def schedule_retention(sender: Celery, **kwargs) -> None:
+    """Beat prunes what retention no longer keeps every GPUOBS_RETENTION_SECONDS (issue #17)."""
+    seconds = settings.GPUOBS_RETENTION_SECONDS
+    sender.add_periodic_task(
+        seconds, sender.signature("diagnosis.tasks.prune_retention"), name="retention"
+    )
