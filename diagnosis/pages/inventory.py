@@ -401,8 +401,7 @@ def gpu_by_uuid(request: HttpRequest, name: str, uuid: str) -> HttpResponse:
     """``/clusters/<c>/gpus/<uuid>/``: the page of the GPU (or MIG instance) with that UUID."""
     cluster = get_cluster_for_user(request.user, name)
     latest = _latest_or_404(cluster)
-    for (node, _index, instance), gpu in gpu_metrics(latest.id).gpus.items():
+    for (node, _index, _instance), gpu in gpu_metrics(latest.id).gpus.items():
         if gpu["uuid"] == uuid:
-            url = _gpu_url(cluster, node, gpu)
-            return HttpResponseRedirect(url if instance >= 0 else url.split("?")[0])
+            return HttpResponseRedirect(_gpu_url(cluster, node, gpu))
     raise Http404("no GPU with this UUID in the latest snapshot")

@@ -61,6 +61,10 @@ class _Lru:
                 self.items.popitem(last=False)
         return value
 
+    def peek(self, key: Any) -> Any:
+        with self.lock:
+            return self.items.get(key)
+
     def clear(self) -> None:
         with self.lock:
             self.items.clear()
@@ -172,10 +176,13 @@ def _metric(entry: dict[str, Any], metric: str, stat: str) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _gpu_metrics(snapshot_id: int, document: dict[str, Any] | None = None) -> GpuMetrics:
-    members = (
-        document if document is not None else read_members(_raw(snapshot_id), ("nodes", "gpus"))
-    )
+def _gpu_metrics(
+    snapshot_id: int, document: dict[str, Any] | None = None, raw: str | None = None
+) -> GpuMetrics:
+    if document is not None:
+        members = document
+    else:
+        members = read_members(raw if raw is not None else _raw(snapshot_id), ("nodes", "gpus"))
     nodes = {str(n.get("name")): n for n in members.get("nodes") or () if isinstance(n, dict)}
     gpus: dict[GpuKey, dict[str, Any]] = {}
     for entry in members.get("gpus") or ():
@@ -197,6 +204,21 @@ def _gpu_metrics(snapshot_id: int, document: dict[str, Any] | None = None) -> Gp
 def gpu_metrics(snapshot_id: int, document: dict[str, Any] | None = None) -> GpuMetrics:
     """The GPU metrics of one stored snapshot (``document``: its parsed document, if at hand)."""
     return _metrics.get(snapshot_id, lambda: _gpu_metrics(snapshot_id, document))
+
+
+def gpu_metrics_of(snapshot_ids: Iterable[int]) -> dict[int, GpuMetrics]:
+    """The GPU metrics of several stored snapshots; those not kept yet are read in one query."""
+    ids = list(snapshot_ids)
+    found = {i: m for i in ids if (m := _metrics.peek(i)) is not None}
+    missing = [i for i in ids if i not in found]
+    if missing:
+        rows = Snapshot.objects.filter(pk__in=missing).values_list("id", "document")
+        for snapshot_id, document in rows.iterator(chunk_size=8):
+            raw = zlib.decompress(bytes(document)).decode()
+            found[snapshot_id] = _metrics.get(
+                snapshot_id, lambda i=snapshot_id, r=raw: _gpu_metrics(i, raw=r)
+            )
+    return found
 
 
 def sampled_snapshots(
@@ -222,8 +244,12 @@ def gpu_series(
     snapshot in the range that reports it."""
     keys = list(keys)
     series: dict[GpuKey, list[dict[str, Any]]] = {key: [] for key in keys}
-    for stored in sampled_snapshots(cluster, start, end, max_points):
-        frame = gpu_metrics(stored.id)
+    sampled = sampled_snapshots(cluster, start, end, max_points)
+    frames = gpu_metrics_of(s.id for s in sampled)
+    for stored in sampled:
+        frame = frames.get(stored.id)
+        if frame is None:
+            continue
         for key in keys:
             gpu = frame.gpus.get(key)
             if gpu is not None:
