@@ -1,10 +1,10 @@
-"""PostgreSQL: keep a finding's row narrow, so the cycle's per-cycle timestamp statement
-(``last_seen``/``last_hit_at``) rewrites a couple of hundred bytes per open finding, in place,
-instead of a copy of its evidence (issue #17). ``toast_tuple_target = 128`` stores a row's
-summary and evidence compressed out of line as soon as the row passes 128 bytes (an UPDATE that
-leaves them alone copies only their pointers); ``fillfactor = 50`` leaves each page room for a
-new version of every row on it, so those updates stay on the page (heap-only tuples) and the
-table does not grow from cycle to cycle."""
+"""PostgreSQL: room for the cycle's per-cycle timestamp statement (``last_seen``/``last_hit_at``,
+no indexed column) to update every open finding in place (issue #17). ``fillfactor = 50`` leaves
+each page room for a new version of every row on it, so those updates stay on their page
+(heap-only tuples, pruned by the next cycle) instead of growing the table and its indexes;
+``toast_tuple_target = 128``: a row that PostgreSQL toasts at all (over ~2 kB, a long evidence)
+has its summary and evidence compressed out of line down to 128 bytes, so the timestamp update
+copies only their pointers. Rows under ~2 kB stay as they are (PostgreSQL toasts none below)."""
 
 from django.db import migrations
 
