@@ -117,12 +117,18 @@ def metered() -> Iterator[Meter]:
         yield meter
 
 
-def table_bytes(table: str) -> int:
+def table_bytes(table: str) -> tuple[int, int, int]:
+    """The table's heap, TOAST and index bytes."""
     from django.db import connection  # noqa: PLC0415
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_total_relation_size(%s)", [table])
-        return int(cursor.fetchone()[0])
+        cursor.execute(
+            "SELECT pg_relation_size(c.oid), COALESCE(pg_relation_size(c.reltoastrelid), 0), "
+            "pg_indexes_size(c.oid) FROM pg_class c WHERE c.oid = %s::regclass",
+            [table],
+        )
+        heap, toast, indexes = cursor.fetchone()
+    return int(heap), int(toast), int(indexes)
 
 
 def finding_updates() -> tuple[int, int]:
@@ -249,9 +255,15 @@ def summarize(result: dict[str, Any]) -> bool:
         )
         ok = slope <= SLOPE_TOLERANCE or gpus != BUDGET_SIZE
     grown = result["findings_bytes"]
+    marks = sorted({0, min(4, len(grown) - 1), len(grown) - 1})
     print(
-        f"   findings table: {grown[0] / 1e6:.1f} MB after cycle 1, {grown[-1] / 1e6:.1f} MB "
-        f"after cycle {rows[-1]['cycle']}"
+        "   findings table (heap + TOAST + indexes, MB): "
+        + "; ".join(
+            f"after cycle {k + 1}: "
+            + " + ".join(f"{part / 1e6:.1f}" for part in grown[k])
+            + f" = {sum(grown[k]) / 1e6:.1f}"
+            for k in marks
+        )
     )
     failed = sum(1 for r in rows if r["recommend_error"])
     if failed:
