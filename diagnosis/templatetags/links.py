@@ -100,12 +100,13 @@ def gpu_ref(node: Any, index: Any) -> str:
     return f"{node}/{index}"
 
 
-_SUBJECT_KINDS = {"job": "job", "node": "node", "gpu": "gpu", "tenant": "tenant"}
+_SUBJECT_KINDS = {"job": "job", "node": "node", "gpu": "gpu", "tenant": "tenant", "queue": "queue"}
 
 
 @register.filter
 def subject_link(subject: Any, cluster: Any) -> SafeString:
-    """A finding's subject with its name linked: ``job:<a>job-17</a>``, a pool to its findings."""
+    """A finding's subject (or a recommendation's target) with its name linked:
+    ``job:<a>job-17</a>``, ``queue:…``, ``node:…``; a pool to its findings."""
     text = str(subject or "")
     prefix, sep, name = text.partition(":")
     if not sep:
