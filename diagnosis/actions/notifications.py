@@ -7,6 +7,9 @@ the cycle never waits on it) :func:`deliver_to_alertmanager` sends Alertmanager'
   (``GPUOBS_ALERTMANAGER_MIN_SEVERITY``, per rule ``GPUOBS_ALERTMANAGER_RULE_SEVERITY``) as
   ``alertname="GpuobsFinding"``;
 - every open or acknowledged incident as ``alertname="GpuobsIncident"``;
+- every requested change awaiting approval as ``alertname="GpuobsApprovalRequested"``, with the
+  people who may approve it (label ``approvers``, comma-separated user names: route on it);
+  sent at once when the change is requested, resolved once it is approved, rejected or gone;
 
 each with ``endsAt`` a few cycles ahead (Alertmanager's resend model, as Prometheus does it: an
 alert that stops being re-sent resolves by itself), and every finding or incident resolved since
@@ -32,7 +35,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from diagnosis.actions.enqueue import notify_on_commit
-from diagnosis.choices import FindingState, IncidentState, Severity
+from diagnosis.actions.review import eligible_approvers
+from diagnosis.choices import FindingState, IncidentState, RecommendationState, Severity
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.edge.notify.alertmanager import (
     AlertmanagerTarget,
@@ -48,6 +52,7 @@ from diagnosis.models import (
     Incident,
     NotifyChannel,
     OwnerNoticePolicy,
+    Recommendation,
 )
 
 logger = logging.getLogger(__name__)
@@ -202,6 +207,42 @@ def incident_alert(incident: Incident, *, now: datetime, ends_at: datetime) -> P
     )
 
 
+def approval_alert(rec: Recommendation, *, now: datetime, ends_at: datetime) -> PostableAlert:
+    """A requested change waiting for a second person, addressed to those who may approve it."""
+    cluster = rec.cluster
+    url = external_url(
+        reverse(
+            "diagnosis:recommendation",
+            kwargs={"name": cluster.name, "recommendation_id": rec.pk},
+        )
+    )
+    approvers = ",".join(p.get_username() for p in eligible_approvers(rec))
+    requester = rec.requested_by.get_username() if rec.requested_by_id else ""
+    change = rec.change or {}
+    what = f"{change.get('from')!r} → {change.get('to')!r}" if "to" in change else "a change"
+    return PostableAlert(
+        labels={
+            "alertname": "GpuobsApprovalRequested",
+            "severity": "info",
+            "cluster": cluster.name,
+            "kind": rec.kind,
+            "subject": rec.target,
+            "recommendation": str(rec.pk),
+            "requested_by": requester,
+            "approvers": approvers,
+        },
+        annotations={
+            "summary": f"{requester} asks for {rec.kind} {rec.target}: {what}; needs approval",
+            "description": str((rec.impact or {}).get("summary") or "")
+            + f" May approve: {approvers or 'nobody (no eligible approver)'}.",
+            "runbook_url": url,
+        },
+        starts_at=min(rec.requested_at or now, now),
+        ends_at=ends_at,
+        generator_url=url,
+    )
+
+
 @dataclass(frozen=True)
 class AlertBatch:
     alerts: tuple[PostableAlert, ...]
@@ -243,6 +284,15 @@ def alerts_for(cluster: Cluster, *, now: datetime, since: datetime | None) -> Al
     for incident in incidents.filter(state=IncidentState.RESOLVED, resolved_at__gte=cursor):
         ended = min(incident.resolved_at or now, now)
         alerts.append(incident_alert(incident, now=now, ends_at=ended))
+    requested = (
+        Recommendation.objects.filter(cluster=cluster, requested_by__isnull=False)
+        .select_related("cluster", "requested_by")
+        .order_by("id")
+    )
+    for rec in requested.filter(state=RecommendationState.PROPOSED):
+        alerts.append(approval_alert(rec, now=now, ends_at=valid_until))
+    for rec in requested.exclude(state=RecommendationState.PROPOSED).filter(updated_at__gte=cursor):
+        alerts.append(approval_alert(rec, now=now, ends_at=min(rec.updated_at, now)))
     firing_count = sum(1 for a in alerts if a.ends_at and a.ends_at > now)
     return AlertBatch(tuple(alerts), firing_count, len(alerts) - firing_count)
 

@@ -1,5 +1,6 @@
 """People's steps of the recommendation workflow: request, approve, reject, ask for a dry run or
-an apply, request a rollback, and turn a cluster's writes on or off.
+an apply, request a rollback, and turn a cluster's writes on or off; and who may approve what is
+waiting (the approver queue: :func:`awaiting_approval_by`, :func:`eligible_approvers`).
 """
 
 from __future__ import annotations
@@ -8,12 +9,14 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from diagnosis import roles
-from diagnosis.actions.enqueue import apply_on_commit, dry_run_on_commit
+from diagnosis.actions.enqueue import apply_on_commit, dry_run_on_commit, notify_on_commit
 from diagnosis.actions.workflow import (
     APPLIED_STATES,
     OPEN_STATES,
@@ -53,7 +56,49 @@ def request_recommendation(rec: Recommendation, user: AbstractBaseUser) -> Recom
         rec.status_message = ""
         save_fields(rec, "requested_by", "requested_at", "status_message")
         audit(rec, actor_name(user), "request", after={"change": rec.change})
+        if settings.GPUOBS_ALERTMANAGER_URL:  # tell the approvers now, not at the next cycle
+            notify_on_commit(rec.cluster_id)
     return rec
+
+
+def awaiting_approval_by(
+    user: AbstractBaseUser, recommendations: QuerySet[Recommendation]
+) -> QuerySet[Recommendation]:
+    """Of ``recommendations``, the requested changes ``user`` may approve now (someone else's
+    request; an on-call drain of their own): "awaiting my approval"."""
+    if not roles.has_role(user, roles.Role.SRE, roles.Role.ONCALL):
+        return recommendations.none()
+    waiting = recommendations.filter(
+        state=State.PROPOSED, requested_by__isnull=False
+    ).select_related("requested_by")
+    mine = [
+        rec.pk
+        for rec in waiting
+        if roles.can_approve(
+            user, rec.kind, rec.requested_by, rollback=rec.rollback_of_id is not None
+        )[0]
+    ]
+    return recommendations.filter(pk__in=mine)
+
+
+def eligible_approvers(rec: Recommendation) -> list[AbstractBaseUser]:
+    """The active people who may approve ``rec`` as requested (sorted by user name)."""
+    people = get_user_model().objects.filter(is_active=True)
+    wanted = [roles.Role.SRE, roles.Role.ADMIN]
+    if rec.kind == RecommendationKind.DRAIN_NODE:
+        wanted.append(roles.Role.ONCALL)
+    candidates = people.filter(
+        Q(groups__name__in=[r.value for r in wanted]) | Q(is_superuser=True)
+    ).distinct()
+    rollback = rec.rollback_of_id is not None
+    return sorted(
+        (
+            person
+            for person in candidates
+            if roles.can_approve(person, rec.kind, rec.requested_by, rollback=rollback)[0]
+        ),
+        key=lambda person: person.get_username(),
+    )
 
 
 def approve_recommendation(rec: Recommendation, user: AbstractBaseUser) -> Recommendation:

@@ -1,8 +1,9 @@
 """The recommendations API (DRF) and the cluster write switch. Thin: access-checked reads
 (``diagnosis.access``), the workflow's actions (``diagnosis.workflow``) for every change.
 
-- ``GET /api/recommendations/[?cluster=&state=&kind=]`` and ``GET /api/recommendations/{id}/``
-  (the detail adds the audit trail);
+- ``GET /api/recommendations/[?cluster=&state=&kind=&awaiting=me]`` and
+  ``GET /api/recommendations/{id}/`` (the detail adds the audit trail); ``awaiting=me``: the
+  requested changes the caller may approve (the approver queue);
 - ``POST /api/recommendations/{id}/request|approve|reject|dry-run|apply|rollback/``
   (``reject`` takes ``{"reason": "..."}``; ``rollback`` answers 201 with the new
   recommendation that undoes the change);
@@ -34,6 +35,7 @@ from diagnosis.access import (
 from diagnosis.actions.apply import recheck_apply
 from diagnosis.actions.review import (
     approve_recommendation,
+    awaiting_approval_by,
     reject_recommendation,
     request_apply,
     request_dry_run,
@@ -77,6 +79,8 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
                 queryset = queryset.filter(state=wanted["state"])
             if "kind" in wanted:
                 queryset = queryset.filter(kind=wanted["kind"])
+            if wanted.get("awaiting") == "me":
+                queryset = awaiting_approval_by(user, queryset)
         return (
             queryset.select_related("cluster", "requested_by", "approved_by", "applied_by")
             .prefetch_related("motivating_findings")

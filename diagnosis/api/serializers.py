@@ -199,6 +199,9 @@ class RecommendationFilter(serializers.Serializer):
     cluster = serializers.SlugField(required=False)
     state = serializers.ChoiceField(choices=RecommendationState.choices, required=False)
     kind = serializers.ChoiceField(choices=RecommendationKind.choices, required=False)
+    awaiting = serializers.ChoiceField(
+        choices=[("me", "the requested changes the caller may approve")], required=False
+    )
 
 
 class WriteSwitchSerializer(serializers.Serializer):

@@ -36,6 +36,7 @@ from diagnosis.actions.apply import apply_stuck_since, recheck_apply
 from diagnosis.actions.health import database_now
 from diagnosis.actions.review import (
     approve_recommendation,
+    awaiting_approval_by,
     reject_recommendation,
     request_apply,
     request_dry_run,
@@ -50,6 +51,7 @@ from diagnosis.models import AuditEntry, Recommendation
 
 State = RecommendationState
 PER_PAGE = 50
+AWAITING = "awaiting"  # the state filter "awaiting my approval": requests the reader may approve
 STATE_FILTERS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "open": (_lazy("Open (proposed, approved, applying)"), OPEN_STATES),
     "applied": (_lazy("Applied or verified"), APPLIED_STATES),
@@ -118,13 +120,13 @@ def recommendation_list(request: HttpRequest, name: str) -> HttpResponse:
     """A cluster's recommendations, open ones first by default, with the write switch."""
     cluster = get_cluster_for_user(request.user, name)
     state = request.GET.get("state") or "open"
-    if state not in STATE_FILTERS:
+    if state not in STATE_FILTERS and state != AWAITING:
         state = "open"
-    recommendations = (
-        recommendations_for_user(request.user, cluster)
-        .filter(state__in=STATE_FILTERS[state][1])
-        .select_related("requested_by", "approved_by")
-        .order_by("-created_at", "-id")
+    readable = recommendations_for_user(request.user, cluster)
+    awaiting = awaiting_approval_by(request.user, readable)
+    chosen = awaiting if state == AWAITING else readable.filter(state__in=STATE_FILTERS[state][1])
+    recommendations = chosen.select_related("requested_by", "approved_by").order_by(
+        "-created_at", "-id"
     )
     page = Paginator(recommendations, PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
@@ -135,7 +137,11 @@ def recommendation_list(request: HttpRequest, name: str) -> HttpResponse:
         "page": page,
         "query": query.urlencode(),
         "state": state,
-        "state_choices": {k: label for k, (label, _) in STATE_FILTERS.items()},
+        "state_choices": {
+            AWAITING: "Awaiting my approval",
+            **{k: label for k, (label, _) in STATE_FILTERS.items()},
+        },
+        "awaiting_count": awaiting.count(),
         "can_administer": roles.can_administer(request.user),
     }
     return render(request, "diagnosis/recommendation_list.html", context)
