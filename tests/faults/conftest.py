@@ -117,8 +117,9 @@ class RedisServer:
         wait_until(lambda: _pings(client), "redis-server to answer", timeout=15)
 
     def stop(self) -> None:
+        """Kill it, as a crash would (``appendfsync always``: every write is already on disk)."""
         if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
+            self.process.kill()
             self.process.wait(timeout=15)
         self.process = None
 
@@ -332,3 +333,13 @@ def approved_recommendation(cluster: Cluster, requester, approver) -> Recommenda
         approved_by=approver,
         approved_at=timezone.now(),
     )
+
+
+def audit_actions(rec: Recommendation) -> list[str]:
+    """A recommendation's audit trail, oldest first."""
+    entries = AuditEntry.objects.filter(recommendation=rec).order_by("id")
+    return list(entries.values_list("action", flat=True))
+
+
+def good_cycles(cluster: Cluster) -> list[ClusterCycle]:
+    return list(ClusterCycle.objects.filter(cluster=cluster, ok=True).order_by("ran_at"))

@@ -12,18 +12,19 @@ import pytest
 from kombu import Connection, Exchange, Queue
 from kombu.transport import redis as kombu_redis
 
-from diagnosis.actions.review import approve_recommendation, request_apply, request_recommendation
-from diagnosis.models import AuditEntry, Cluster, ClusterCycle, Recommendation
-from diagnosis.tasks import run_cycle
+from diagnosis.actions.review import request_apply
+from diagnosis.models import Cluster, Recommendation
 from gpuobs.broker import RedisTransport
 from tests.faults.conftest import (
-    row_counts,
+    approved_recommendation,
+    audit_actions,
+    good_cycles,
     row_locked,
     scheduler_changes,
     someone_waits_on_a_row_lock,
     wait_until,
 )
-from tests.support.records import make_recommendation
+from tests.support.world import logged_in_client
 
 RECOVERY_S = 30  # what the suite promises: the worker takes tasks again within this
 
@@ -60,48 +61,48 @@ def test_gpuobs_transport_restores_the_unacked_message_after_a_lost_connection(f
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.lab("lab-faults", dry_run=False)
-def test_a_redis_restart_mid_apply_leaves_the_worker_running_and_applies_once(
-    fault_stack, lab, carol, dave
+def test_a_redis_restart_mid_task_leaves_worker_and_beat_running_and_applies_once(
+    fault_stack, lab, carol, dave, alice
 ) -> None:
-    rec = make_recommendation(lab, "queue-weight", "queue:team-b", {"from": 1, "to": 3})
-    request_recommendation(rec, carol)
-    approve_recommendation(rec, dave)  # its dry run is queued
-    before = row_counts(lab)
-    request_apply(rec, dave)  # the apply is queued behind it
+    rec = approved_recommendation(lab, carol, dave)
+    request_apply(rec, dave)  # queued before the worker starts
 
-    with row_locked(Cluster, lab.pk):  # the worker's first task waits here: a task in flight
+    with row_locked(Cluster, lab.pk):  # the worker's task (the apply or a cycle) waits here
         worker = fault_stack.start_worker()
-        wait_until(someone_waits_on_a_row_lock, "the worker's task to wait on the cluster's row")
+        beat = fault_stack.start_beat()
+        wait_until(someone_waits_on_a_row_lock, "a task in flight, waiting on the cluster's row")
+        cycles_before = len(good_cycles(lab))
         down = time.monotonic()
         fault_stack.redis.stop()
-    # The task goes on while the broker is away: its result and its ack meet a dead connection.
-    wait_until(
-        lambda: Recommendation.objects.filter(pk=rec.pk, state="applied").exists(),
-        "the apply to finish while Redis is down",
-        RECOVERY_S,
-    )
-    time.sleep(2)  # the fault itself: Redis stays away a little longer, as a restart does
+    time.sleep(3)  # the fault itself: Redis is away this long, as in a container restart
     fault_stack.redis.start()
     down_s = time.monotonic() - down
     restarted = time.monotonic()
-    cycles = ClusterCycle.objects.filter(cluster=lab, ok=True).count()
-    run_cycle.delay(lab.pk)  # a task sent after the restart is taken
+
     wait_until(
-        lambda: ClusterCycle.objects.filter(cluster=lab, ok=True).count() > cycles,
-        "a cycle after the restart",
+        lambda: Recommendation.objects.filter(pk=rec.pk, state="applied").exists(),
+        "the apply",
         RECOVERY_S,
     )
+    after_restart = len(good_cycles(lab))
+    wait_until(lambda: len(good_cycles(lab)) > after_restart, "beat's next cycle", RECOVERY_S)
     recovered_s = time.monotonic() - restarted
-    print(f"fault matrix: redis down {down_s:.1f} s mid-apply; recovered {recovered_s:.1f} s")
+    deep = wait_until(
+        lambda: (
+            (answer := logged_in_client(alice).get("/healthz?deep=1")).status_code == 200 and answer
+        ),
+        "the deep health check to pass again",
+        RECOVERY_S,
+    )
+    print(
+        f"fault matrix: redis down {down_s:.1f} s with a task in flight; the apply and the next "
+        f"cycle done {recovered_s:.1f} s after it came back; cycles before {cycles_before}"
+    )
 
     assert worker.alive(), "the worker exited on the broker restart"
+    assert beat.alive(), "beat exited on the broker restart"
     assert "Unrecoverable error" not in worker.text()
     assert [c["change"]["to"] for c in scheduler_changes(lab)] == [3]  # written once
-    applied = Recommendation.objects.get(pk=rec.pk)
-    assert applied.apply_result["after"] == 3
-    assert AuditEntry.objects.filter(recommendation=rec, action="apply").count() == 1
-    after = row_counts(lab)
-    # apply-requested and apply (the queued dry run found it applying: skipped, no row)
-    assert after["audit rows"] == before["audit rows"] + 2
-    assert after["cycles"] == before["cycles"] + 1
-    assert after["findings"] >= before["findings"]
+    assert audit_actions(rec) == ["apply-requested", "apply"]
+    assert deep.json()["worker"]["status"] == "ok"
+    assert deep.json()["beat"]["status"] == "ok"

@@ -19,6 +19,7 @@ from diagnosis.tasks import cycle_lock_key
 from tests.conftest import require_binary
 from tests.faults.conftest import (
     CYCLE_SECONDS,
+    good_cycles,
     row_counts,
     row_locked,
     someone_waits_on_a_row_lock,
@@ -29,14 +30,10 @@ from tests.support.world import logged_in_client
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.lab("lab-faults")]
 
 
-def good_cycles(cluster: Cluster) -> list[ClusterCycle]:
-    return list(ClusterCycle.objects.filter(cluster=cluster, ok=True).order_by("ran_at"))
-
-
 def test_two_beats_start_one_cycle_per_cluster_and_interval(fault_stack, lab) -> None:
+    fault_stack.start_beat()
+    fault_stack.start_beat()
     worker = fault_stack.start_worker()
-    fault_stack.start_beat()
-    fault_stack.start_beat()
     wait_until(lambda: len(good_cycles(lab)) >= 5, "five cycles under two beats", 40)
 
     cycles = good_cycles(lab)
@@ -53,8 +50,8 @@ def test_two_beats_start_one_cycle_per_cluster_and_interval(fault_stack, lab) ->
 def test_a_killed_workers_cycle_lock_frees_itself_within_about_one_interval(
     fault_stack, lab
 ) -> None:
-    worker = fault_stack.start_worker()
     fault_stack.start_beat()
+    worker = fault_stack.start_worker()
     lock = redis.Redis.from_url(fault_stack.redis.url)
     with row_locked(Cluster, lab.pk):  # the cycle waits to record itself, holding its lock
         wait_until(someone_waits_on_a_row_lock, "a cycle to wait on the cluster's row")
@@ -82,8 +79,8 @@ def test_a_worker_clock_ten_minutes_fast_refuses_its_cycles_and_says_so(
     fault_stack, lab, alice
 ) -> None:
     faketime = require_binary("faketime", "apt-get install faketime")
-    fault_stack.start_worker(prefix=[faketime, "-f", "+600s"])
     fault_stack.start_beat()
+    fault_stack.start_worker(prefix=[faketime, "-f", "+600s"])
     refused = wait_until(
         lambda: ClusterCycle.objects.filter(cluster=lab, ok=False, error__contains="clock").first(),
         "a refused cycle",

@@ -17,6 +17,7 @@ from diagnosis.models import AuditEntry, Recommendation
 from tests.faults.conftest import (
     TASK_TIME_LIMIT,
     approved_recommendation,
+    audit_actions,
     row_counts,
     scheduler_changes,
     someone_waits_on_a_row_lock,
@@ -26,14 +27,6 @@ from tests.faults.conftest import (
 from tests.support.world import logged_in_client
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.lab("lab-faults", dry_run=False)]
-
-
-def audit_actions(rec: Recommendation) -> list[str]:
-    return list(
-        AuditEntry.objects.filter(recommendation=rec)
-        .order_by("id")
-        .values_list("action", flat=True)
-    )
 
 
 def test_an_apply_whose_pool_process_died_after_writing_is_recorded_once(
