@@ -89,11 +89,12 @@ def test_approving_binpack_in_the_demo_makes_fragmentation_go_away(
     assert rec.apply_result["before"] == "spread"
     assert rec.verification["baseline"] == before[-1]  # fragmented GPUs when it was applied
 
-    after, verified_at, resolved_at, verified_while_open = [], None, None, []
+    after, verified_at, resolved_at, verified_while_open, states = [], None, None, [], []
     for number in range(1, AFTER_CYCLES + 1):
         cycle = run_cluster_cycle(Cluster.objects.get(pk=cluster.pk))
         after.append(fragmented(cycle.accounting))
         rec.refresh_from_db()
+        states.append(rec.state)
         if verified_at is None and rec.state == "verified":
             verified_at = number
         finding = Finding.objects.get(cluster=cluster, rule_id="fragmentation")
@@ -114,6 +115,7 @@ def test_approving_binpack_in_the_demo_makes_fragmentation_go_away(
         "last_5h_gpu_hours_after": round(gpu_hours(after[-30:]), 1),
         "last_5h_gpu_hours_without_change": round(gpu_hours(without[-30:]), 1),
         "cycles_until_verified": verified_at,
+        "recommendation_state_after": states,
         "cycles_until_finding_resolved": resolved_at,
         "verification": rec.verification.get("reason"),
     }

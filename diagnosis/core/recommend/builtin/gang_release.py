@@ -60,9 +60,9 @@ POLICY: Mapping[str, str] = {
         "none of them."
     ),
     "slurm": (
-        "Slurm: allocate the job whole (one `sbatch`/`salloc` with `--nodes`/`--gpus` for every "
-        "rank, not per-rank steps queued separately) and keep `SchedulerParameters` free of "
-        "`bf_continue` for heterogeneous jobs; Slurm then never holds part of a job."
+        "Slurm: submit the gang as one job (`sbatch --nodes=N --gpus-per-node=G` with `srun` for "
+        "the ranks, or a heterogeneous job `sbatch ... : ...`), not as separate jobs per rank: "
+        "Slurm allocates one job whole, so it never holds part of a gang."
     ),
     "sim": (
         "Simulator: admit gangs all-or-nothing (`gang_admission: all-or-nothing`, the simulator's "
