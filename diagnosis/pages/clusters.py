@@ -321,9 +321,10 @@ def _bucket_rows(
     refs = [_split_ref(ref) for refs in shown.values() for ref in refs]
     found: dict[tuple[str, str], dict[str, Any]] = {}
     if refs:
-        rows = (
+        fingerprints = {Finding.fingerprint_of(cluster.pk, r, s) for r, s in refs}
+        rows = (  # through the fingerprint index, not a scan of the cluster's findings
             findings_for_user(request.user, cluster)
-            .filter(rule_id__in={r for r, _ in refs}, subject__in={s for _, s in refs})
+            .filter(fingerprint__in=fingerprints)
             .values("id", "rule_id", "subject", "state")
         )
         found = {(row["rule_id"], row["subject"]): row for row in rows}
@@ -381,6 +382,26 @@ def _open_findings_table(
 
 
 MAX_TREND_MARKS = 40
+MAX_TREND_POINTS = 360  # a day of minute cycles drawn as 4-minute means
+
+
+def downsampled_trend(trend: pd.DataFrame, span: timedelta) -> pd.DataFrame:
+    """At most about :data:`MAX_TREND_POINTS` points over ``span``: the cycles' utilizations
+    averaged per equal slice of time (each point at its slice's last cycle), so a day or a month
+    of minute cycles draws as fast as an hour. Slices without a cycle stay empty (the chart's
+    gaps stay gaps)."""
+    if len(trend) <= MAX_TREND_POINTS:
+        return trend
+    width = pd.Timedelta(seconds=max(span.total_seconds() / MAX_TREND_POINTS, 1.0)).ceil("s")
+    as_of = pd.to_datetime(trend["as_of"], utc=True)
+    slices = trend.groupby(as_of.dt.floor(width).to_numpy(), sort=True)
+    return pd.DataFrame(
+        {
+            "as_of": slices["as_of"].last().to_numpy(),
+            "allocation_utilization": slices["allocation_utilization"].mean().to_numpy(),
+            "activity_utilization": slices["activity_utilization"].mean().to_numpy(),
+        }
+    )
 
 
 def _trend_marks(
@@ -469,9 +490,12 @@ def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
             .order_by("as_of")
             .values_list("as_of", "ran_at", "allocation_utilization", "activity_utilization")
         )
-        trend = pd.DataFrame.from_records(
-            [(row[0], row[2], row[3]) for row in trend_rows],
-            columns=["as_of", "allocation_utilization", "activity_utilization"],
+        trend = downsampled_trend(
+            pd.DataFrame.from_records(
+                [(row[0], row[2], row[3]) for row in trend_rows],
+                columns=["as_of", "allocation_utilization", "activity_utilization"],
+            ),
+            time_range.end - time_range.start,
         )
         marks = _trend_marks(request, cluster, [(row[0], row[1]) for row in trend_rows])
         last = hour_rows[-1] if hour_rows else {}
