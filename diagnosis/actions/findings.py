@@ -236,6 +236,10 @@ def record_findings(
     sustained = diagnosis.sustained
 
     overrides = cluster_overrides(cluster)  # a rule's keep_firing_for may be a threshold
+    keep_firing_for = {
+        rule_id: rules[rule_id].keep_firing_for(rules[rule_id].resolve(overrides.get(rule_id)))
+        for rule_id in judged
+    }
     _lock_cluster_findings(cluster)
     hits = {(f.rule, f.subject): f for f in diagnosis.findings if f.rule in judged}
     stored = _stored_findings(cluster, judged, set(hits))
@@ -255,7 +259,7 @@ def record_findings(
             hit=reported,
             as_of=as_of,
             for_s=rule.for_s,
-            keep_firing_for_s=rule.keep_firing_for(rule.resolve(overrides.get(rule_id))),
+            keep_firing_for_s=keep_firing_for[rule_id],
             judged=not (rule.reads_gpu_metrics and subject in silent),
         )
         if step is None:
@@ -302,9 +306,9 @@ def _written_row(
     digest: str | None,
     as_of: datetime,
 ) -> Finding:
-    """The finding as an upsert writes it. A row the cycle did not hit keeps its severity,
-    summary and evidence: the upsert then writes only the lifecycle columns
-    (:func:`_upsert` leaves those three out when they are None)."""
+    """The finding as :func:`_upsert` writes it: a hit with its severity, summary and evidence
+    (no pk: the upsert finds the row by fingerprint); a row the cycle did not hit (a transition
+    only) with its pk, of which only the lifecycle columns are written."""
     rule_id, subject = key
     finding = Finding(
         cluster=cluster,
