@@ -21,12 +21,13 @@ import redis
 from celery import group, shared_task
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from django.conf import settings
+from django.db import DatabaseError
 from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import LockError
 
 from diagnosis.actions.apply import perform_apply, run_dry_run, sweep_stuck_applies
-from diagnosis.actions.cycles import record_skipped_cycle, run_cluster_cycle
+from diagnosis.actions.cycles import record_cycle_lost, record_skipped_cycle, run_cluster_cycle
 from diagnosis.actions.health import (
     clock_skew_s,
     database_now,
@@ -190,7 +191,11 @@ def run_cycle(cluster_id: int, fanned_out_at: str | None = None) -> dict[str, in
     if outcome is None:
         with cluster_cycle_lock(cluster_id) as acquired:
             if acquired:
-                run_cluster_cycle(cluster, shard_runner=run_collect_shards)
+                try:
+                    run_cluster_cycle(cluster, shard_runner=run_collect_shards)
+                except DatabaseError as exc:  # PostgreSQL lost mid-cycle: a row says so
+                    record_cycle_lost(cluster, exc)
+                    raise
                 outcome = CycleOutcome.RAN
             else:
                 outcome = CycleOutcome.LOCKED

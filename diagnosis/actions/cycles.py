@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from diagnosis.actions.events import SchedulerEventError, record_scheduler_events
@@ -358,3 +358,23 @@ def record_skipped_cycle(
         return ClusterCycle.objects.create(
             cluster=cluster, as_of=last.as_of if last else now, ran_at=now, ok=False, error=reason
         )
+
+
+def record_cycle_lost(
+    cluster: Cluster, exc: Exception, *, attempts: int = 5
+) -> ClusterCycle | None:
+    """A cycle killed by a database error (PostgreSQL restarted mid-cycle): once the database
+    answers again, a failed cycle row and the cluster's status say so (``attempts`` tries, a
+    second apart; None when it never came back: the log says so)."""
+    reason = (
+        f"failed: the database connection was lost mid-cycle ({type(exc).__name__}); "
+        "the next cycle runs again"
+    )
+    for _ in range(attempts):
+        connection.close()  # a broken connection is not reused; the next query reconnects
+        try:
+            return record_skipped_cycle(cluster, reason, status_message=reason)
+        except DatabaseError:
+            time.sleep(1)
+    logger.error("cycle of cluster %s lost to the database and not recorded", cluster.name)
+    return None

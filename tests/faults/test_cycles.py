@@ -13,7 +13,9 @@ from datetime import timedelta
 
 import pytest
 import redis
+from django.db import OperationalError
 
+from diagnosis import tasks
 from diagnosis.models import Cluster, ClusterCycle
 from diagnosis.tasks import cycle_lock_key
 from tests.conftest import require_binary
@@ -103,3 +105,23 @@ def test_a_worker_clock_ten_minutes_fast_refuses_its_cycles_and_says_so(
     assert api["status"] == "error"
     assert "clock" in api["last_attempt_error"]
     assert api["stale"] is True
+
+
+def test_a_cycle_killed_by_a_lost_database_leaves_a_failed_cycle_row(
+    lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL restarted mid-cycle (the connection dropped under the cycle): the task still
+    fails, and once the database answers a failed row and the cluster's status say why."""
+
+    def cycle_losing_its_database(cluster: Cluster, **options) -> None:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(tasks, "run_cluster_cycle", cycle_losing_its_database)
+    with pytest.raises(OperationalError):
+        tasks.run_cycle(lab.pk)
+
+    lost = ClusterCycle.objects.get(cluster=lab, ok=False)
+    lab.refresh_from_db()
+    assert "database connection was lost mid-cycle (OperationalError)" in lost.error
+    assert lab.status == "error"
+    assert lab.status_message == lost.error

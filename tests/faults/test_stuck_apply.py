@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import signal
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from diagnosis.actions.review import request_apply
 from diagnosis.models import AuditEntry, Recommendation
@@ -92,3 +94,27 @@ def test_apply_pressed_while_redis_is_down_answers_503_and_leaves_it_approved(
     assert rec.apply_key == ""
     assert audit_actions(rec) == ["apply-requested", "apply-not-sent"]
     assert scheduler_changes(lab) == []
+
+
+def test_a_stuck_apply_is_shown_and_re_check_sends_it_again(fault_stack, lab, carol, dave) -> None:
+    """The page of an apply stuck past its claim's life (no worker running here) offers
+    Re-check; pressing it releases the claim, audits it and sends the same key again."""
+    rec = approved_recommendation(lab, carol, dave)
+    request_apply(rec, dave)  # queued; no worker takes it
+    Recommendation.objects.filter(pk=rec.pk).update(
+        apply_claimed_at=timezone.now() - timedelta(seconds=TASK_TIME_LIMIT + 6)
+    )
+    client = logged_in_client(dave)
+    url = f"/clusters/{lab.name}/recommendations/{rec.pk}/"
+
+    page = client.get(url).content.decode()
+    answer = client.post(f"{url}re-check/", follow=True)
+
+    assert "stuck in applying since" in page
+    assert 'id="action-re-check"' in page
+    assert "Re-check sent" in answer.content.decode()
+    rec.refresh_from_db()
+    assert rec.state == "applying"
+    assert rec.apply_claimed_at is None
+    assert audit_actions(rec) == ["apply-requested", "apply-rechecked"]
+    assert "re-checking" in rec.status_message
