@@ -288,9 +288,11 @@ def gpu_hours_waterfall(
     """
     links = links or {}
     names = [b.bucket for b in breakdown.buckets]
-    labels = [gettext(BUCKET_LABELS[name]).replace(", ", ",<br>") for name in names] + [
-        gettext("Capacity")
-    ]
+    # two lines per label: after the comma (English ", ", Chinese "，")
+    labels = [
+        gettext(BUCKET_LABELS[name]).replace(", ", ",<br>").replace("，", "，<br>")
+        for name in names
+    ] + [gettext("Capacity")]
     values = [b.gpu_hours for b in breakdown.buckets] + [breakdown.capacity_gpu_hours]
     shares = [b.share for b in breakdown.buckets] + [1.0 if breakdown.capacity_gpu_hours else None]
     text = [
