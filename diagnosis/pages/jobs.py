@@ -34,7 +34,7 @@ from diagnosis.access import (
 from diagnosis.choices import FindingState, JobState, SchedulerEventKind
 from diagnosis.core.fairness import size_class
 from diagnosis.core.rules.facts import peak_tflops
-from diagnosis.models import Cluster, Finding, Job, SchedulerEvent, Snapshot
+from diagnosis.models import Cluster, Finding, Job, Queue, SchedulerEvent, Snapshot, Tenant
 from diagnosis.pages.incidents import job_drains
 from diagnosis.pages.snapshots import (
     GpuKey,
@@ -80,7 +80,7 @@ class JobFilter:
             pool=(query.get("pool") or "").strip(),
         )
 
-    def apply(self, jobs: QuerySet[Job]) -> QuerySet[Job]:
+    def apply(self, jobs: QuerySet[Job], cluster: Cluster) -> QuerySet[Job]:
         if self.state == "live":
             jobs = jobs.filter(state__in=LIVE_STATES, unlisted_since__isnull=True)
         elif self.state != "all":
@@ -92,12 +92,17 @@ class JobFilter:
         if self.pool:
             jobs = jobs.filter(pool=self.pool)
         if self.search:
+            # tenants and queues are few: their matching ids first, so the jobs need no join
             term = self.search
+            tenants = Tenant.objects.filter(cluster=cluster, name__icontains=term)
+            queues = Queue.objects.filter(cluster=cluster, name__icontains=term)
+            tenant_ids = list(tenants.values_list("pk", flat=True)[:500])
+            queue_ids = list(queues.values_list("pk", flat=True)[:500])
             jobs = jobs.filter(
                 Q(external_id__icontains=term)
                 | Q(name__icontains=term)
-                | Q(tenant__name__icontains=term)
-                | Q(queue__name__icontains=term)
+                | Q(tenant_id__in=tenant_ids)
+                | Q(queue_id__in=queue_ids)
             )
         return jobs
 
@@ -109,7 +114,7 @@ def job_list(request: HttpRequest, name: str) -> HttpResponse:
     cluster = get_cluster_for_user(request.user, name)
     filters = JobFilter.parse(request.GET)
     jobs = (
-        filters.apply(jobs_for_user(request.user, cluster))
+        filters.apply(jobs_for_user(request.user, cluster), cluster)
         .select_related("tenant", "queue")
         .order_by("-submitted_at", "-id")
     )
