@@ -23,6 +23,7 @@ from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import AuditEntry, Cluster, Recommendation
 from tests.conftest import REPO_ROOT
 from tests.support.records import stepped_seed_config
+from tests.support.world import logged_in_client
 
 pytestmark = pytest.mark.django_db
 
@@ -78,6 +79,9 @@ def test_releasing_a_deadlocked_gang_frees_the_gpus_partial_gangs_held(
     assert best["completes"] == [runner_up["id"]]
     policy = Recommendation.objects.get(cluster=demo, kind="advisory", target="pool:a100")
     assert "all-or-nothing" in policy.impact["advisory"]
+
+    page = logged_in_client(dave).get(f"/clusters/{demo.name}/recommendations/{rec.pk}/")
+    assert 'id="release-candidates"' in page.content.decode()
 
     set_cluster_writes(demo, alice, enabled=True)
     request_recommendation(rec, carol)
