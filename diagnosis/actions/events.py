@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -132,27 +132,35 @@ def drain_evictions(
     *,
     incident_id: int | None = None,
     until: datetime | None = None,
+    events: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, datetime]:
-    """``job id -> time`` of the stored eviction and preemption events that the drain of
-    ``node`` caused: events of those kinds from ``since`` (the cluster's time when the drain was
-    decided: the snapshot it was computed from) to ``until`` (default
-    :data:`DRAIN_EVICTION_WINDOW` later) on that node -- the event's node, or, for an event that
-    names none, the node named in its message (``node gpu-100 drained: ...``). A message that
-    names another incident than ``incident_id`` is another drain's."""
+    """``job id -> time`` of the eviction and preemption events that the drain of ``node``
+    caused: the stored ones and ``events`` (a snapshot's, ``{time, kind, job, node, message}``)
+    of those kinds from ``since`` (the cluster's time when the drain was decided: the snapshot
+    it was computed from) to ``until`` (default :data:`DRAIN_EVICTION_WINDOW` later), on that
+    node -- the event's node, or, for an event that names none, the node named in its message
+    (``node gpu-100 drained: ...``). A message that names another incident than ``incident_id``
+    is another drain's."""
     until = until or since + DRAIN_EVICTION_WINDOW
-    rows = (
+    stored = (
         SchedulerEvent.objects.filter(
             cluster=cluster, kind__in=EVICTION_KINDS, time__gte=since, time__lte=until
         )
         .exclude(job_external_id="")
         .filter(Q(node=node) | Q(node="", message__contains=node))
-        .order_by("time", "id")
         .values_list("job_external_id", "node", "message", "time")
     )
+    given = [
+        (str(e.get("job") or ""), str(e.get("node") or ""), str(e.get("message") or ""), moment)
+        for e in events
+        if e.get("kind") in EVICTION_KINDS and (moment := parse_time(e.get("time"))) is not None
+    ]
     named = re.compile(rf"(?<![\w.-]){re.escape(node)}(?![\w.-])")
     found: dict[str, datetime] = {}
-    for job, where, message, moment in rows:
-        if not where and not named.search(message):
+    for job, where, message, moment in sorted([*stored, *given], key=lambda row: row[3]):
+        if not job or not since <= moment <= until:
+            continue
+        if where != node and (where or not named.search(message)):
             continue
         other = _INCIDENT_IN_MESSAGE.search(message)
         if incident_id is not None and other and int(other.group(1)) != incident_id:

@@ -13,11 +13,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from diagnosis import roles
-from diagnosis.actions.events import DRAIN_EVICTION_WINDOW, EVICTION_KINDS
 from diagnosis.actions.oncall import (
     State,
-    drain_decided_at,
-    evicted_by_drain,
     iso,
     lock_incident,
     record_audit,
@@ -38,7 +35,7 @@ from diagnosis.actions.workflow import (
 )
 from diagnosis.choices import RecommendationKind
 from diagnosis.core.incident_hits import holds
-from diagnosis.models import Cluster, Incident, Recommendation, SchedulerEvent, Snapshot
+from diagnosis.models import Cluster, Incident, Recommendation, Snapshot
 
 
 class DrainChanged(WorkflowError):
@@ -222,29 +219,21 @@ def drain_for_incident(
 
 
 def drains_of_job(cluster: Cluster, job_id: str) -> list[Incident]:
-    """The incidents whose drain preempted the job -- by the scheduler's eviction and
-    preemption events matched to the drain once it is applied (a job on the list at
-    confirmation that the drain did not evict is not one of them; one it evicted that was not
-    on the list is) -- or, not yet applied, whose drain is to evict it."""
+    """The incidents whose applied drain preempted the job, as the scheduler's eviction and
+    preemption events matched to the drain say (``details.drain.evicted``, noted each cycle: a
+    job on the list at confirmation that the drain did not evict is not one of them; one it
+    evicted that was not on the list is), or whose drain, not yet applied, is to evict it."""
     drained = (
         Incident.objects.filter(cluster=cluster, drain__isnull=False)
-        .select_related("drain", "cluster")
+        .select_related("drain")
         .order_by("-opened_at")
     )
-    evictions = list(
-        SchedulerEvent.objects.filter(
-            cluster=cluster, job_external_id=job_id, kind__in=EVICTION_KINDS
-        ).values_list("time", flat=True)
-    )
     found = []
-    for incident in drained:
+    for incident in drained:  # drains are few; JSON containment is not on every database
+        drain = (incident.details or {}).get("drain") or {}
         if incident.drain.state in APPLIED_STATES:
-            since = drain_decided_at(incident)
-            near = since is not None and any(
-                since <= t <= since + DRAIN_EVICTION_WINDOW for t in evictions
-            )
-            if near and job_id in evicted_by_drain(incident):  # only drains near its evictions
+            if job_id in (drain.get("evicted") or {}):
                 found.append(incident)
-        elif job_id in (((incident.details or {}).get("drain") or {}).get("job_ids") or ()):
+        elif job_id in (drain.get("job_ids") or ()):
             found.append(incident)
     return found

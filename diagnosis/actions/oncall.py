@@ -25,7 +25,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from diagnosis import roles
-from diagnosis.actions.events import drain_evictions
+from diagnosis.actions.events import DRAIN_EVICTION_WINDOW, drain_evictions
 from diagnosis.actions.findings import cluster_overrides
 from diagnosis.actions.workflow import (
     APPLIED_STATES,
@@ -369,6 +369,7 @@ def record_incidents(
     for incident in unresolved.values():
         if incident.source == SOURCE_XID:
             _follow(incident, document, as_of, stats)
+    _note_recent_drains(cluster, document, as_of)
     return stats
 
 
@@ -421,7 +422,7 @@ def _follow(incident: Incident, document: Mapping[str, Any], as_of: datetime, st
             details={"healthy": health["healthy"], "node_state": health["node_state"]},
         )
     details["health"] = {k: health[k] for k in ("healthy", "gpu_health", "node_state")}
-    _note_drain(incident, details)
+    _note_drain(incident, details, document)
     incident.details = details
     if not health["healthy"] or health["xids"]:
         incident.healthy_since = None
@@ -459,12 +460,15 @@ def _healthy_long_enough(incident: Incident, as_of: datetime) -> bool:
     return as_of - incident.healthy_since >= healthy_period(incident.cluster)
 
 
-def _note_drain(incident: Incident, details: dict[str, Any]) -> None:
+def _note_drain(incident: Incident, details: dict[str, Any], document: Mapping[str, Any]) -> None:
     """Once the drain on-call started is applied, it goes on the timeline (once), and so does
-    each eviction the scheduler's events show it caused (once per job, as they arrive)."""
+    each eviction the scheduler's events show it caused (the cycle's snapshot events and the
+    stored ones; once per job, as they arrive). The evictions are kept in
+    ``details.drain.evicted`` (job id -> time): what a job's page reads."""
     drain = dict(details.get("drain") or {})
     rec = incident.drain
-    if rec is None or rec.state not in APPLIED_STATES:
+    since = drain_decided_at(incident)
+    if rec is None or rec.state not in APPLIED_STATES or since is None:
         return
     node = drain.get("node") or incident.node
     if not drain.get("applied_noted"):
@@ -477,9 +481,16 @@ def _note_drain(incident: Incident, details: dict[str, Any]) -> None:
             details={"recommendation": rec.pk, "job_ids": drain.get("job_ids") or []},
         )
         drain["applied_noted"] = True
-    noted = set(drain.get("evicted") or ())
-    for job_id, moment in sorted(evicted_by_drain(incident).items()):
-        if job_id in noted:
+    evicted = dict(drain.get("evicted") or {})
+    found = drain_evictions(
+        incident.cluster,
+        node,
+        since,
+        incident_id=incident.pk,
+        events=document.get("events") or (),
+    )
+    for job_id, moment in sorted(found.items()):
+        if job_id in evicted:
             continue
         record_event(
             incident,
@@ -489,8 +500,8 @@ def _note_drain(incident: Incident, details: dict[str, Any]) -> None:
             text=f"job {job_id} preempted by the drain of {node}",
             details={"job": job_id, "recommendation": rec.pk},
         )
-        noted.add(job_id)
-    details["drain"] = {**drain, "evicted": sorted(noted)}
+        evicted[job_id] = iso(moment)
+    details["drain"] = {**drain, "evicted": evicted}
 
 
 def drain_decided_at(incident: Incident) -> datetime | None:
@@ -505,15 +516,22 @@ def drain_decided_at(incident: Incident) -> datetime | None:
     return moment
 
 
-def evicted_by_drain(incident: Incident) -> dict[str, datetime]:
-    """The jobs the scheduler says the incident's applied drain evicted or preempted (its stored
-    events on the node after the drain was decided), with when; empty before it is applied."""
-    rec = incident.drain
-    since = drain_decided_at(incident)
-    if rec is None or rec.state not in APPLIED_STATES or since is None:
-        return {}
-    node = ((incident.details or {}).get("drain") or {}).get("node") or incident.node
-    return drain_evictions(incident.cluster, node, since, incident_id=incident.pk)
+def _note_recent_drains(cluster: Cluster, document: Mapping[str, Any], as_of: datetime) -> None:
+    """The evictions of drains that ended their incident (resolved right after the drain) while
+    their window is open: an unresolved incident's are noted as it is followed."""
+    for incident in (
+        Incident.objects.select_for_update()
+        .filter(cluster=cluster, state=State.RESOLVED, drain__isnull=False)
+        .select_related("drain")
+    ):
+        since = drain_decided_at(incident)
+        if since is None or as_of > since + DRAIN_EVICTION_WINDOW:
+            continue
+        details = dict(incident.details or {})
+        _note_drain(incident, details, document)
+        if details != incident.details:
+            incident.details = details
+            incident.save(update_fields=["details"])
 
 
 def adopt_rule_incident(

@@ -2,16 +2,19 @@
 the demo's seed scenario runs past its Xid 79 on gpu-100/3, writes on. erin (oncall) logs in,
 opens the open Xid 79 incident, sees hpo-074 -- the job that failed at the Xid's second -- as
 hit, presses Drain, sees the jobs to evict as they are now, confirms, sees the applied drain on
-the incident and "preempted by the drain" on an evicted job's page, and resolves the incident.
+the incident and, once the next cycle brings the scheduler's eviction events, "preempted by the
+drain" on an evicted job's page, and resolves the incident.
 
 From the incident page to the applied drain: 2 clicks (Drain, Confirm)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from diagnosis.actions.cycles import run_cluster_cycle
 from diagnosis.actions.review import set_cluster_writes
 from diagnosis.models import Cluster, Incident
 from tests.conftest import REPO_ROOT
@@ -62,6 +65,11 @@ def test_erin_drains_the_node_of_the_xid_79_incident_and_resolves_it(
         expect(page.locator("#drain-status")).to_contain_text("Applied")
         expect(page.locator("#timeline")).to_contain_text("mitigating")
 
+        # the next cycle brings the scheduler's eviction events: they name the evicted jobs
+        with ThreadPoolExecutor(1) as pool:  # outside Playwright's event loop
+            pool.submit(run_cluster_cycle, demo).result()
+        page.reload()
+        expect(page.locator("#timeline")).to_contain_text(f"job {evicted} preempted by the drain")
         page.click(f"#drain a >> text={evicted}")
         expect(page.locator("p.drain-note")).to_contain_text(
             f"preempted by the drain of gpu-100 for incident #{incident.pk}"
@@ -75,8 +83,5 @@ def test_erin_drains_the_node_of_the_xid_79_incident_and_resolves_it(
         page.screenshot(path=str(SCREENSHOT), full_page=True)
     assert errors == []
     incident.refresh_from_db()
-    assert (incident.state, incident.resolved_by, incident.drain.state) == (
-        "resolved",
-        erin,
-        "applied",
-    )
+    assert (incident.state, incident.resolved_by) == ("resolved", erin)
+    assert incident.drain.state in ("applied", "verified")  # the extra cycle may verify it

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.django_db
 
 
 def evicted(cluster, job: str, *, node: str = "", message: str = "", minutes: int = 3):
+    """The scheduler's eviction event of ``job``, stored (the events API, a cursor's read)."""
     SchedulerEvent.objects.create(
         cluster=cluster,
         time=AS_OF + timedelta(minutes=minutes),
@@ -36,6 +37,12 @@ def evicted(cluster, job: str, *, node: str = "", message: str = "", minutes: in
         message=message,
         dedup_key=f"{job}-{minutes}",
     )
+
+
+def cycle(cluster, minutes: int, *, builder=None) -> None:
+    """A cycle ``minutes`` after AS_OF: it matches the scheduler's events to the drain."""
+    builder = builder or after_the_xid(as_of=AS_OF + timedelta(minutes=minutes))
+    record_cycle(cluster, builder.build())
 
 
 @pytest.fixture
@@ -53,16 +60,25 @@ def job_page(cluster, user, job: str) -> str:
 
 def test_a_job_the_drain_evicted_that_was_not_on_the_list_gets_the_note(drained, erin):
     incident = the_incident(drained)
-    # walk-in started on n1 right after on-call confirmed (the scheduler placed it meanwhile)
+    # walk-in started on n1 right after on-call confirmed (the scheduler placed it meanwhile);
+    # the next snapshot carries the simulator's eviction event, which names the node and incident
     later = after_the_xid(as_of=AS_OF + timedelta(minutes=2))
     later.job("walk-in", tenant="vision", allocation=[("n1", [4])], gpus_per_pod=1, ran=60)
-    record_cycle(drained, later.build())
-    evicted(drained, "walk-in", message=f"node n1 drained: gpuobs: incident {incident.pk}: Xid 79")
+    cycle(drained, 2, builder=later)
+    evicting = after_the_xid(as_of=AS_OF + timedelta(minutes=4))
+    evicting.event(
+        "evicted",
+        ago="1m",
+        job="walk-in",
+        message=f"node n1 drained: gpuobs: incident {incident.pk}: Xid 79 on n1/3",
+    )
+    cycle(drained, 4, builder=evicting)
     assert drains_of_job(drained, "walk-in") == [incident]
     assert "preempted by the drain of n1 for incident <a" in job_page(drained, erin, "walk-in")
 
 
 def test_a_job_on_the_list_that_the_drain_did_not_evict_gets_no_note(drained, erin):
+    cycle(drained, 4)
     assert drains_of_job(drained, "latecomer") == []
     assert "preempted by the drain" not in job_page(drained, erin, "latecomer")
 
@@ -71,16 +87,17 @@ def test_an_eviction_on_another_node_or_for_another_incident_is_not_this_drains(
     evicted(drained, "elsewhere", node="n2")
     evicted(drained, "other-drain", message="node n1 drained: gpuobs: incident 999999: Xid 13")
     evicted(drained, "long-before", node="n1", minutes=-30)
-    assert drains_of_job(drained, "elsewhere") == []
-    assert drains_of_job(drained, "other-drain") == []
-    assert drains_of_job(drained, "long-before") == []
+    cycle(drained, 5)
+    for job in ("elsewhere", "other-drain", "long-before"):
+        assert drains_of_job(drained, job) == []
 
 
-def test_the_evictions_go_on_the_incidents_timeline_once(drained):
+def test_a_stored_eviction_on_the_node_goes_on_the_timeline_once(drained):
     evicted(drained, "latecomer", node="n1")
     for minutes in (5, 6):
-        record_cycle(drained, after_the_xid(as_of=AS_OF + timedelta(minutes=minutes)).build())
+        cycle(drained, minutes)
     rows = the_incident(drained).history.filter(kind="evicted")
     assert list(rows.values_list("text", flat=True)) == [
         "job latecomer preempted by the drain of n1"
     ]
+    assert drains_of_job(drained, "latecomer") == [the_incident(drained)]

@@ -381,6 +381,7 @@ def test_an_evicted_job_says_which_drain_preempted_it(oncall, erin):
         job_external_id="latecomer",
         dedup_key="latecomer-evicted",
     )
+    later(oncall, 3)  # the cycle matches the scheduler's events to the drain
     text = logged_in_client(erin).get("/clusters/oncall/jobs/latecomer/").content.decode()
     assert "preempted by the drain of n1 for incident <a" in text
     assert f"#{the_incident(oncall).pk}" in text
