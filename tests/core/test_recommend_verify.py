@@ -63,6 +63,32 @@ def test_a_queue_with_pending_demand_is_measured_by_the_gpus_it_holds() -> None:
     assert verify.measure("queue-weight", "queue:team-a", snap, None) == (8.0, "")
 
 
+def gang_cluster():
+    """A partial gang (one of two pods bound) and a running job in pool a100."""
+    return (
+        SnapshotBuilder()
+        .pool("a100", nodes=2)
+        .job("partial", state="pending", pods=2, gpus_per_pod=8, bound=1, nodes=["a100-000"])
+        .job("whole", node="a100-001")
+        .build()
+    )
+
+
+def test_a_gang_release_is_measured_by_its_pools_gpus_held_by_partial_gangs() -> None:
+    accounting = {"pools": [{"pool": "a100", "buckets": {"held-by-partial-gang": {"gpus": 8}}}]}
+
+    assert verify.measure("gang-release", "job:partial", gang_cluster(), accounting) == (8.0, "")
+
+
+@pytest.mark.parametrize(
+    ("job", "expected"), [("partial", False), ("whole", True), ("gone-since", True)]
+)
+def test_a_gang_release_is_in_effect_once_the_job_holds_no_gpu_while_pending(
+    job: str, expected: bool
+) -> None:
+    assert verify.in_effect("gang-release", f"job:{job}", "requeued", gang_cluster()) is expected
+
+
 @pytest.mark.parametrize(
     ("kind", "target", "to", "expected"),
     [
