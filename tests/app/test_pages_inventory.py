@@ -20,7 +20,7 @@ from django.test import Client
 from diagnosis.access import HIDDEN_JOB
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster, Finding, Job, Snapshot, Tenant
-from diagnosis.pages import snapshots
+from diagnosis.pages import inventory, snapshots
 from diagnosis.templatetags.gpuobs import evidence_table
 from diagnosis.templatetags.links import markdown, markdown_inline, subject_link
 from tests.support.browser import stepped_seed_cluster
@@ -405,3 +405,34 @@ def test_advice_markdown_is_rendered_and_raw_html_is_not() -> None:
 
 def test_inline_markdown_has_no_paragraph() -> None:
     assert str(markdown_inline("use `x`")) == "use <code>x</code>"
+
+
+def test_the_health_heatmap_codes_unhealthy_not_ready_and_unreported_gpus(seed) -> None:
+    def gpu(node: str, index: int, health: str = "ok") -> dict:
+        return {"node": node, "index": index, "health": health, "util": 0.5, "xid": []}
+
+    metrics = snapshots.GpuMetrics(
+        nodes={
+            "a": {"name": "a", "pool": "p", "gpus": 2, "state": "ready"},
+            "b": {"name": "b", "pool": "p", "gpus": 2, "state": "drained"},
+        },
+        gpus={("a", 0, -1): gpu("a", 0, "unhealthy"), ("b", 0, -1): gpu("b", 0)},
+    )
+    rows = inventory._node_rows(metrics, "")
+
+    nodes, values, links = inventory.heatmap_matrix(seed, metrics, rows, "health")
+
+    assert nodes == ["a", "b"]
+    assert values.tolist() == [[3.0, 4.0], [5.0, 4.0]]  # unhealthy, not ready; unreported
+    assert links[1][0] == f"/clusters/{seed.name}/nodes/a/gpus/1/"
+
+
+def test_a_broken_custom_range_falls_back_and_says_why(bob_client: Client, seed) -> None:
+    node, index, _job = busy_gpu(seed)
+
+    response = bob_client.get(
+        f"/clusters/{seed.name}/nodes/{node}/gpus/{index}/", {"from": "2026-12-01T10:00"}
+    )
+
+    assert response.status_code == 200
+    assert "both from and to are needed" in text_of(response)
