@@ -324,12 +324,12 @@ CELERY_RESULT_EXPIRES = 24 * 3600
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# Riding out a broker restart (issue #18; docs/operations.md, "Faults"). Retry the connection
-# forever, with short socket timeouts and a health check so a dead connection is noticed, and
-# redeliver the message of a task whose pool process died (every task is idempotent: cycles
-# are locked per cluster and interval, applies claim an idempotency key). The worker no longer
-# dies on reconnect: gpuobs/broker.py works around kombu's Redis transport reading the closed
-# connection's ``client`` (celery/kombu#582, #970).
+# Riding out a broker restart (issue #18; docs/operations.md, "Faults and supervision"):
+# retry the connection forever, with short socket timeouts and a health check so a dead
+# connection is noticed, and redeliver the message of a task whose pool process died (every task
+# is idempotent: cycles are locked per cluster and interval, applies claim an idempotency key).
+# The worker no longer dies on reconnect: gpuobs/broker.py works around kombu's Redis transport
+# reading the closed connection's ``client`` (celery/kombu#582, #970).
 CELERY_BROKER_CONNECTION_RETRY = True
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_BROKER_CONNECTION_TIMEOUT = 5
@@ -350,6 +350,8 @@ CELERY_REDIS_RETRY_ON_TIMEOUT = True
 CELERY_REDIS_BACKEND_HEALTH_CHECK_INTERVAL = 10
 CELERY_RESULT_BACKEND_ALWAYS_RETRY = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# A task running when the broker connection drops finishes; its ack is lost, so its message comes
+# back after the visibility timeout and finds the work done (a duplicate apply, a locked cycle).
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TIMEZONE = TIME_ZONE
 

@@ -43,10 +43,10 @@ from tests.support.records import make_recommendation
 
 T = TypeVar("T")
 
-# The suite's clock: cycles every 2 s, tasks killed after 8 s (so an apply claim is stale after
-# 13 s), and a worker clock more than 30 s off the database's refuses cycles.
+# The suite's clock: cycles every 2 s, tasks killed after 6 s (so an apply claim is stale after
+# 11 s), and a worker clock more than 30 s off the database's refuses cycles.
 CYCLE_SECONDS = 2
-TASK_TIME_LIMIT = 8
+TASK_TIME_LIMIT = 6
 FAULT_ENV = {
     "GPUOBS_CYCLE_SECONDS": str(CYCLE_SECONDS),
     "GPUOBS_TASK_TIME_LIMIT": str(TASK_TIME_LIMIT),

@@ -36,7 +36,7 @@ def test_two_beats_start_one_cycle_per_cluster_and_interval(fault_stack, lab) ->
     fault_stack.start_beat()
     fault_stack.start_beat()
     worker = fault_stack.start_worker()
-    wait_until(lambda: len(good_cycles(lab)) >= 5, "five cycles under two beats", 40)
+    wait_until(lambda: len(good_cycles(lab)) >= 4, "four cycles under two beats", 40)
 
     cycles = good_cycles(lab)
     starts = [c.ran_at - timedelta(seconds=c.seconds) for c in cycles]
@@ -64,7 +64,7 @@ def test_a_killed_workers_cycle_lock_frees_itself_within_about_one_interval(
         killed = time.monotonic()
     wait_until(lambda: not lock.exists(cycle_lock_key(lab.pk)), "the lock to lapse", 10)
     freed_s = time.monotonic() - killed
-    fault_stack.start_worker()
+    fault_stack.start_worker()  # what the supervisor does
     wait_until(lambda: len(good_cycles(lab)) > before["cycles"], "a cycle after the kill", 30)
     recovered_s = time.monotonic() - killed
     print(

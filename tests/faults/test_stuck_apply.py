@@ -31,9 +31,13 @@ from tests.support.world import logged_in_client
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.lab("lab-faults", dry_run=False)]
 
 
-def test_an_apply_whose_pool_process_died_after_writing_is_recorded_once(
-    fault_stack, lab, carol, dave
+@pytest.mark.parametrize("killed", ["pool process", "whole worker"])
+def test_an_apply_whose_worker_died_after_writing_is_recorded_once(
+    fault_stack, lab, carol, dave, killed: str
 ) -> None:
+    """The pool process alone (the OOM killer's choice: the worker sees WorkerLostError and the
+    message is rejected back to the queue) or the whole worker (a replacement starts; the
+    message stays unacknowledged in Redis until the visibility timeout)."""
     rec = approved_recommendation(lab, carol, dave)
     before = row_counts(lab)
     request_apply(rec, dave)  # queued; no worker yet
@@ -44,23 +48,26 @@ def test_an_apply_whose_pool_process_died_after_writing_is_recorded_once(
         assert [c["change"]["to"] for c in scheduler_changes(lab)] == [3]  # the write committed
         (child,) = worker.pool_child_pids()
         os.kill(child, signal.SIGKILL)  # the OOM killer's stand-in
-        killed = time.monotonic()
-        wait_until(lambda: "WorkerLostError" in worker.text(), "the worker to see its child die")
+        if killed == "whole worker":
+            os.kill(worker.pid, signal.SIGKILL)
+        else:
+            wait_until(lambda: "WorkerLostError" in worker.text(), "the worker to see it die")
+        killed_at = time.monotonic()
     stuck = Recommendation.objects.get(pk=rec.pk)
     assert stuck.state == "applying"
     assert stuck.apply_claimed_at is not None
 
     fault_stack.start_beat()  # the sweeper runs every cycle period
+    if killed == "whole worker":
+        worker = fault_stack.start_worker()
     recovery_limit = TASK_TIME_LIMIT + 5 + 20  # the claim goes stale, then a sweep and an apply
     applied = wait_until(
         lambda: Recommendation.objects.filter(pk=rec.pk, state="applied").first(),
         "the sweeper to record the apply",
         recovery_limit,
     )
-    recovered_s = time.monotonic() - killed
-    print(
-        f"fault matrix: pool process killed mid-apply; recorded as applied in {recovered_s:.1f} s"
-    )
+    recovered_s = time.monotonic() - killed_at
+    print(f"fault matrix: {killed} killed mid-apply; recorded as applied in {recovered_s:.1f} s")
 
     assert [c["change"]["to"] for c in scheduler_changes(lab)] == [3]  # never written twice
     assert audit_actions(rec) == ["apply-requested", "apply-rechecked", "apply-already-in-place"]
