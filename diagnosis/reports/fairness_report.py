@@ -41,9 +41,10 @@ from diagnosis.access import (
     tenants_for_user,
 )
 from diagnosis.core import fairness
+from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.productive_share import ProductiveFairness, productive_fairness
 from diagnosis.core.vocabulary import format_time
-from diagnosis.models import Cluster, PoolRollup, Tenant, TenantRollup
+from diagnosis.models import Cluster, PoolRollup, Snapshot, Tenant, TenantRollup
 from diagnosis.reports.period import ReportPeriod
 from diagnosis.roles import User, is_tenant_scoped
 
@@ -75,6 +76,10 @@ class FairnessReportData:
     series: pd.DataFrame  # bin, tenant, usage, fair_share, entitlement (visible tenants)
     bin: str
     productive: ProductiveFairness  # the same sums counting only useful GPU-hours (issue #20)
+    # the scheduler's queue hierarchy with each node's share, from the period's newest snapshot
+    # (Volcano/KAI parent queues, Kueue cohorts and their weights); () without a hierarchy
+    tree: tuple[fairness.TreeNode, ...] = ()
+    tree_as_of: datetime | None = None
 
     @property
     def tenants(self) -> tuple[fairness.TenantRow, ...]:
@@ -108,6 +113,10 @@ class FairnessReportData:
             },
             "tenants": [row.as_dict() for row in report.tenants],
             "productive": self.productive.as_dict(),
+            "tree": {
+                "as_of": format_time(self.tree_as_of) if self.tree_as_of else None,
+                "nodes": [node.as_dict() for node in self.tree],
+            },
         }
 
 
@@ -186,6 +195,7 @@ def build_fairness_report(
         starvation_findings=_starvation_findings(user, cluster, period, visible),
         visible=visible,
     )
+    tree, tree_as_of = _queue_tree(cluster, period, visible)
     return FairnessReportData(
         cluster=cluster,
         period=period,
@@ -198,7 +208,38 @@ def build_fairness_report(
         series=_share_series(tenant_bins, cluster_bins, visible),
         bin=bin_kind,
         productive=productive_fairness(tenant_sums, cluster_sums, visible=visible, report=report),
+        tree=tree,
+        tree_as_of=tree_as_of,
     )
+
+
+# Scheduler kinds whose snapshots can carry a queue hierarchy (parent queues, cohorts).
+HIERARCHICAL_SCHEDULERS = ("volcano", "kueue", "kai")
+
+
+def _queue_tree(
+    cluster: Cluster, period: ReportPeriod, visible: tuple[str, ...] | None
+) -> tuple[tuple[fairness.TreeNode, ...], datetime | None]:
+    """The hierarchy of the period's newest snapshot (one snapshot read, only for a scheduler
+    that has hierarchies). A tenant-scoped reader sees the groups and their own leaf queues,
+    never another tenant's queue."""
+    if cluster.scheduler_kind not in HIERARCHICAL_SCHEDULERS:
+        return (), None
+    newest = (
+        Snapshot.objects.filter(cluster=cluster, as_of__gt=period.start, as_of__lte=period.end)
+        .order_by("-as_of")
+        .first()
+    )
+    if newest is None:
+        return (), None
+    document = newest.load_document()
+    scheduler = document.get("scheduler") or {}
+    if not (scheduler.get("queue_parents") or scheduler.get("cohorts")):
+        return (), None
+    nodes = fairness.snapshot_tree(snapshot_format.load(document))
+    if visible is not None:
+        nodes = tuple(n for n in nodes if n.tenant is None or n.tenant in visible)
+    return nodes, newest.as_of
 
 
 class _Seconds(Func):

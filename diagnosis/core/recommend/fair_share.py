@@ -25,15 +25,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from diagnosis.core.fairness import tree_water_fill, water_fill
+from diagnosis.core.fairness import job_queue_names, queue_tree, tree_water_fill, water_fill
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.snapshot import ClusterSnapshot
 from diagnosis.core.vocabulary import LIVE_JOB_STATES
+
+__all__ = ["FairShares", "QueueShare", "job_queue_names", "queue_shares", "queue_tree"]
 
 _EPS = 1e-9
 
@@ -175,34 +176,3 @@ def queue_shares(snapshot: ClusterSnapshot, facts: SnapshotFacts | None = None) 
         parent_of=parent_of,
         group_weight=group_weight,
     )
-
-
-def queue_tree(scheduler: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, float]]:
-    """(parent of each queue or cohort, each cohort's weight) from the snapshot's scheduler
-    section; empty when it reports no hierarchy. Values that are not names or numbers are
-    ignored (unknown is not assumed)."""
-    parents = scheduler.get("queue_parents") or {}
-    cohorts = scheduler.get("cohorts") or {}
-    parent_of: dict[str, str] = {}
-    group_weight: dict[str, float] = {}
-    if isinstance(cohorts, Mapping):
-        for name, entry in cohorts.items():
-            if not isinstance(entry, Mapping):
-                continue
-            weight = entry.get("weight")
-            if isinstance(weight, int | float) and not isinstance(weight, bool) and weight >= 0:
-                group_weight[str(name)] = float(weight)
-            if isinstance(entry.get("parent"), str) and entry["parent"]:
-                parent_of[str(name)] = entry["parent"]
-    if isinstance(parents, Mapping):
-        parent_of.update({str(k): v for k, v in parents.items() if isinstance(v, str) and v})
-    return parent_of, group_weight
-
-
-def job_queue_names(jobs: pd.DataFrame) -> np.ndarray:
-    """Each job's queue as the scheduler sees it: its queue, else its tenant, else ``default``
-    (the simulator's rule)."""
-    queue = jobs["queue"].astype(object)
-    tenant = jobs["tenant"].astype(object)
-    named = queue.where(queue.notna(), tenant)
-    return named.where(named.notna(), "default").astype(str).to_numpy()
