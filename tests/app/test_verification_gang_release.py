@@ -82,6 +82,7 @@ def test_releasing_a_deadlocked_gang_frees_the_gpus_partial_gangs_held(
 
     page = logged_in_client(dave).get(f"/clusters/{demo.name}/recommendations/{rec.pk}/")
     assert 'id="release-candidates"' in page.content.decode()
+    assert "Request this change" in page.content.decode()  # applied from the page like any other
 
     set_cluster_writes(demo, alice, enabled=True)
     request_recommendation(rec, carol)
