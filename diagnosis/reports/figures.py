@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from django.utils.translation import gettext
 
 from diagnosis.charts import (
     ACCENT,
@@ -57,9 +58,9 @@ def share_over_time(data: FairnessReportData) -> go.Figure:
         colour = PALETTE[index % len(PALETTE)]
         shown_name = plotly_text(row.tenant)
         for column, label, dash in (
-            ("usage", "usage", "solid"),
-            ("fair_share", "fair share", "dash"),
-            ("entitlement", "entitlement", "dot"),
+            ("usage", gettext("usage"), "solid"),
+            ("fair_share", gettext("fair share"), "dash"),
+            ("entitlement", gettext("entitlement"), "dot"),
         ):
             traces.append(
                 go.Scatter(
@@ -82,7 +83,9 @@ def share_over_time(data: FairnessReportData) -> go.Figure:
             margin={"l": 64, "r": 16, "t": 16, "b": 40},
             xaxis=axis_style(type="date"),
             yaxis=axis_style(
-                tickformat=".0%", rangemode="tozero", title={"text": "share of usable GPUs"}
+                tickformat=".0%",
+                rangemode="tozero",
+                title={"text": gettext("share of usable GPUs")},
             ),
         ),
     )
@@ -91,7 +94,7 @@ def share_over_time(data: FairnessReportData) -> go.Figure:
 def waits_by_size_class(data: FairnessReportData) -> go.Figure:
     """p50 and p95 wait (hours) of the shown tenants' started jobs, per size class."""
     waits = data.report.waits
-    names = [f"{c} GPU" if c == "1" else f"{c} GPUs" for c in SIZE_CLASSES]
+    names = [gettext("%(size)s GPUs") % {"size": c} for c in SIZE_CLASSES]
     bars = [
         go.Bar(
             x=names,
@@ -99,7 +102,7 @@ def waits_by_size_class(data: FairnessReportData) -> go.Figure:
             name="p50",
             marker={"color": ACCENT},
             customdata=[waits[c].jobs for c in SIZE_CLASSES],
-            hovertemplate="p50 %{y:.2f} h (%{customdata} jobs)<extra></extra>",
+            hovertemplate="p50 %{y:.2f} h (%{customdata} " + gettext("jobs") + ")<extra></extra>",
         ),
         go.Bar(
             x=names,
@@ -107,7 +110,7 @@ def waits_by_size_class(data: FairnessReportData) -> go.Figure:
             name="p95",
             marker={"color": INK},
             customdata=[waits[c].jobs for c in SIZE_CLASSES],
-            hovertemplate="p95 %{y:.2f} h (%{customdata} jobs)<extra></extra>",
+            hovertemplate="p95 %{y:.2f} h (%{customdata} " + gettext("jobs") + ")<extra></extra>",
         ),
     ]
     return go.Figure(
@@ -118,7 +121,7 @@ def waits_by_size_class(data: FairnessReportData) -> go.Figure:
             legend={"orientation": "h", "x": 0, "y": 1.12},
             margin={"l": 64, "r": 16, "t": 40, "b": 40},
             xaxis=axis_style(type="category"),
-            yaxis=axis_style(title={"text": "wait (hours)"}, rangemode="tozero"),
+            yaxis=axis_style(title={"text": gettext("wait (hours)")}, rangemode="tozero"),
         ),
     )
 
@@ -130,10 +133,14 @@ def tenant_breakdown(data: FairnessReportData) -> go.Figure:
         go.Bar(
             y=[plotly_text(r.tenant) for r in rows],
             x=[r.buckets[bucket] for r in rows],
-            name=BUCKET_LABELS[bucket],
+            name=gettext(BUCKET_LABELS[bucket]),
             orientation="h",
             marker={"color": BUCKET_COLOURS[bucket]},
-            hovertemplate="%{y}: %{x:,.1f} GPU-hours<extra>" + BUCKET_LABELS[bucket] + "</extra>",
+            hovertemplate="%{y}: %{x:,.1f} "
+            + gettext("GPU-hours")
+            + "<extra>"
+            + gettext(BUCKET_LABELS[bucket])
+            + "</extra>",
         )
         for bucket in TENANT_BUCKETS
     ]
@@ -151,7 +158,7 @@ def tenant_breakdown(data: FairnessReportData) -> go.Figure:
                 "traceorder": "normal",
             },
             margin={"l": 120, "r": 16, "t": 16, "b": 40},
-            xaxis=axis_style(title={"text": "GPU-hours"}, rangemode="tozero", side="top"),
+            xaxis=axis_style(title={"text": gettext("GPU-hours")}, rangemode="tozero", side="top"),
             yaxis=axis_style(type="category"),
         ),
     )
