@@ -73,10 +73,10 @@ def skew_refusal(skew_s: float) -> str:
     if abs(skew_s) <= bound:
         return ""
     way = "ahead of" if skew_s > 0 else "behind"
+    logger.warning("worker %s: clock %+.0f s off the database's", socket.gethostname(), skew_s)
     return (
         f"skipped: the worker's clock is {abs(skew_s):.0f} s {way} the database's "
-        f"(more than {bound} s): cycle refused until the clocks agree (check NTP on "
-        f"{socket.gethostname()})"
+        f"(more than {bound} s): cycle refused until the clocks agree (check the workers' NTP)"
     )
 
 
@@ -138,8 +138,11 @@ class ComponentHealth:
         }
 
 
-def component_health(component: str, now: datetime | None = None) -> ComponentHealth:
-    """Whether ``component``'s heartbeat is fresh (see :func:`stale_after_s`)."""
+def component_health(
+    component: str, now: datetime | None = None, *, show_hosts: bool = False
+) -> ComponentHealth:
+    """Whether ``component``'s heartbeat is fresh (see :func:`stale_after_s`); ``show_hosts``
+    names the writer's host and pid (for staff: ``/healthz`` answers anyone)."""
     if not settings.REDIS_URL:
         return ComponentHealth(component, True, "embedded mode: cycles run in the web process")
     try:
@@ -153,7 +156,9 @@ def component_health(component: str, now: datetime | None = None) -> ComponentHe
     age = ((now or database_now()) - seen).total_seconds()
     skew = beat.get("clock_skew_s")
     ok = age <= stale_after_s()
-    detail = f"last heartbeat {age:.0f} s ago from {beat.get('host')} (pid {beat.get('pid')})"
+    detail = f"last heartbeat {age:.0f} s ago"
+    if show_hosts:
+        detail += f" from {beat.get('host')} (pid {beat.get('pid')})"
     if not ok:
         detail = f"stale: {detail}, more than {stale_after_s():.0f} s"
     elif skew is not None and abs(skew) > settings.GPUOBS_MAX_CLOCK_SKEW_SECONDS:
@@ -172,7 +177,7 @@ def redis_health() -> dict[str, str]:
     return {"status": "ok", "detail": "answers"}
 
 
-def deep_health() -> tuple[bool, dict[str, Any]]:
+def deep_health(*, show_hosts: bool = False) -> tuple[bool, dict[str, Any]]:
     """Database, Redis, worker and beat: (all fine, the report ``/healthz?deep=1`` answers)."""
     report: dict[str, Any] = {}
     try:
@@ -183,6 +188,7 @@ def deep_health() -> tuple[bool, dict[str, Any]]:
         report["database"] = {"status": "error", "detail": "unreachable"}
     report["redis"] = redis_health()
     for component in COMPONENTS:
-        report[component] = component_health(component, now or timezone.now()).as_dict()
+        health = component_health(component, now or timezone.now(), show_hosts=show_hosts)
+        report[component] = health.as_dict()
     ok = all(part["status"] == "ok" for part in report.values())
     return ok, {"status": "ok" if ok else "error", **report}

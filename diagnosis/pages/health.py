@@ -17,9 +17,10 @@ from diagnosis.actions.health import deep_health
 def healthz(request: HttpRequest) -> JsonResponse:
     """200 when the database answers, else 503. With ``?deep=1`` also Redis, and the worker's and
     beat's heartbeats (diagnosis/actions/health.py): 503 when any is missing or stale, with a
-    part per component saying which and since when (docker-compose's health checks use it)."""
+    part per component saying which and since when (docker-compose's health checks use it); the
+    heartbeats' hosts and pids only for staff."""
     if request.GET.get("deep") in ("1", "true", "yes"):
-        ok, report = deep_health()
+        ok, report = deep_health(show_hosts=request.user.is_staff)
         return JsonResponse(report, status=200 if ok else 503)
     try:
         with connection.cursor() as cursor:

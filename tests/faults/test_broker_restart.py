@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.test import Client
 from kombu import Connection, Exchange, Queue
 from kombu.transport import redis as kombu_redis
 
@@ -106,3 +107,7 @@ def test_a_redis_restart_mid_task_leaves_worker_and_beat_running_and_applies_onc
     assert audit_actions(rec) == ["apply-requested", "apply"]
     assert deep.json()["worker"]["status"] == "ok"
     assert deep.json()["beat"]["status"] == "ok"
+    assert "pid" in deep.json()["worker"]["detail"]  # alice is staff
+    anonymous = Client().get("/healthz?deep=1").json()
+    assert anonymous["worker"]["status"] == "ok"
+    assert "pid" not in anonymous["worker"]["detail"]  # no host names for anyone

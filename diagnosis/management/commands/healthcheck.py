@@ -20,7 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("part", nargs="?", default="all", choices=[*COMPONENTS, "all"])
 
     def handle(self, *args, part: str, **options) -> None:
-        ok, report = deep_health()
+        ok, report = deep_health(show_hosts=True)  # the operator's own shell
         shown = report if part == "all" else {part: report[part]}
         self.stdout.write(json.dumps(shown, indent=2))
         healthy = ok if part == "all" else report[part]["status"] == "ok"
