@@ -88,9 +88,10 @@ def verify_applied(
             observations = [*data.get("observations", []), observation.as_dict()]
             observations = observations[-MAX_OBSERVATIONS:]
             cycles = int(data.get("cycles") or 0) + 1
-            judged = observations
+            judged, observed = observations, cycles
             if rec.state == State.REGRESSED:  # watched again from the regression on
-                judged = observations[-max(1, cycles - int(data.get("regressed_at_cycle") or 0)) :]
+                observed = max(1, cycles - int(data.get("regressed_at_cycle") or 0))
+                judged = observations[-observed:]
             judgement = verify.judge(
                 rec.kind,
                 data.get("baseline"),
@@ -98,6 +99,7 @@ def verify_applied(
                 config,
                 rollback=rec.rollback_of_id is not None,
                 verified=rec.state == State.VERIFIED,
+                observed=observed,
             )
             data.update(observations=observations, cycles=cycles, **judgement.as_dict())
             rec.verification = data

@@ -296,3 +296,13 @@ def test_a_rollback_is_verified_by_its_effect_alone() -> None:
 def test_settings_refuse_nonsense() -> None:
     with pytest.raises(ValueError, match="cycles"):
         verify.VerifySettings(cycles=5, max_cycles=2)
+
+
+def test_the_cycles_observed_in_all_count_toward_inconclusive() -> None:
+    """Only the latest observations are kept; the count of every cycle watched decides."""
+    kept = [seen(30)] * 2
+
+    judgement = verify.judge("placement-policy", 40.0, kept, SETTINGS, observed=6)
+
+    assert judgement.status == verify.INCONCLUSIVE
+    assert "after 6 cycles" in judgement.reason

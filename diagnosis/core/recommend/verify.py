@@ -261,15 +261,18 @@ def judge(
     *,
     rollback: bool = False,
     verified: bool = False,
+    observed: int | None = None,
 ) -> Judgement:
     """What the observations so far say about an applied change (see the module doc), and why.
-    ``verified``: it was verified already; the cycles since are watched for a regression."""
+    ``verified``: it was verified already; the cycles since are watched for a regression.
+    ``observed``: how many cycles were observed in all (the observations kept may be fewer)."""
     if not observations:
         return Judgement(WATCHING, "no cycle since it was applied")
     last = observations[-1]
+    count = max(observed or 0, len(observations))
     metric = None if rollback else metric_for(kind)
     if metric is None:
-        return _judge_effect(observations, settings)
+        return _judge_effect(observations, settings, count)
 
     worse = _worse_mean(metric, baseline, observations, settings)
     findings = Check(
@@ -319,26 +322,26 @@ def judge(
             why,
             streak,
         )
-    if len(observations) >= settings.max_cycles:
+    if count >= settings.max_cycles:
         return Judgement(
             INCONCLUSIVE,
-            f"no verdict after {len(observations)} cycles: {_failed(why)}",
+            f"no verdict after {count} cycles: {_failed(why)}",
             why,
             streak,
         )
     return Judgement(WATCHING, f"not yet: {_failed(why)}", why, streak)
 
 
-def _judge_effect(observations: Sequence[Observation], settings: VerifySettings) -> Judgement:
+def _judge_effect(
+    observations: Sequence[Observation], settings: VerifySettings, count: int
+) -> Judgement:
     """A change judged by its effect alone (a drain, a rollback): the setting shows."""
     last = observations[-1]
     why = (Check("setting in effect", bool(last.in_effect), _effect(last.in_effect)),)
     if last.in_effect:
         return Judgement(VERIFIED, "the new setting shows in the snapshot", why)
-    if len(observations) >= settings.max_cycles:
-        return Judgement(
-            INCONCLUSIVE, f"the setting did not show in {len(observations)} cycles", why
-        )
+    if count >= settings.max_cycles:
+        return Judgement(INCONCLUSIVE, f"the setting did not show in {count} cycles", why)
     return Judgement(WATCHING, "waiting for the setting to show in the snapshot", why)
 
 
