@@ -14,7 +14,8 @@ import pytest
 from django.db import connection
 
 from diagnosis.actions.cycles import run_cluster_cycle
-from diagnosis.models import Cluster, ClusterCycle
+from diagnosis.models import Cluster, ClusterCycle, Finding, Job, Queue, Tenant
+from diagnosis.pages.snapshots import latest_document
 from tests.conftest import REPO_ROOT
 from tests.support.browser import browser_page, chromium, log_in, stepped_seed_cluster
 
@@ -38,6 +39,27 @@ MAIN_PAGES = (
 )
 
 
+def detail_pages(cluster: Cluster) -> tuple[str, ...]:
+    """One page of each kind of thing: a finding, node, GPU, queue, job and tenant."""
+    base = f"/clusters/{cluster.name}"
+    finding = Finding.objects.filter(cluster=cluster).order_by("id").first()
+    job = Job.objects.filter(cluster=cluster, state="running").order_by("external_id").first()
+    tenant = Tenant.objects.filter(cluster=cluster).order_by("name").first()
+    queue = Queue.objects.filter(cluster=cluster).order_by("name").first()
+    _, document = latest_document(cluster)
+    node = document["nodes"][0]["name"] if document.get("nodes") else None
+    pages = [
+        f"{base}/findings/{finding.pk}/" if finding else None,
+        f"{base}/jobs/{job.external_id}/" if job else None,
+        f"{base}/tenants/{tenant.name}/" if tenant else None,
+        f"{base}/queues/{queue.name}/" if queue else None,
+        f"{base}/nodes/{node}/" if node else None,
+        f"{base}/nodes/{node}/gpus/0/" if node else None,
+    ]
+    assert None not in pages, pages
+    return tuple(pages)
+
+
 @pytest.fixture
 def simulated_cluster(settings) -> Iterator[Cluster]:
     settings.GPUOBS_CYCLE_SECONDS = 3600  # the data stays fresh for the whole test
@@ -56,13 +78,14 @@ def test_every_main_page_fits_a_390_px_phone(
 ) -> None:
     from playwright.sync_api import expect  # noqa: PLC0415 -- optional: `chromium` skips without it
 
+    pages = MAIN_PAGES + detail_pages(simulated_cluster)
     base = live_server.url
     with browser_page(chromium) as (page, errors):
         page.set_viewport_size(PHONE)
         page.goto(f"{base}/accounts/login/")
         log_in(page, "bob", then=f"{base}/")
         widths = {}
-        for path in MAIN_PAGES:
+        for path in pages:
             page.goto(f"{base}{path}")
             page.wait_for_load_state("load")
             widths[path] = page.evaluate("document.documentElement.scrollWidth")
