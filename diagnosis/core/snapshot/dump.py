@@ -154,6 +154,8 @@ def _dump_jobs(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
         share = float(group["share"].iloc[0])
         if share != 1.0:
             pod["share"] = share
+        if bool(group["guessed"].iloc[0]):
+            pod["gpus_guessed"] = True
         allocation.setdefault(job, []).append(pod)
     jobs = []
     for j in snapshot.jobs.itertuples(index=False):

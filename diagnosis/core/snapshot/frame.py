@@ -81,7 +81,8 @@ JOB_COLUMNS = [
     "preemptions",
     "bound_pods",
 ]
-ALLOCATION_COLUMNS = ["job", "pod", "order", "node", "index", "mig_instance", "share"]
+# ``guessed``: the adapter guessed which GPUs of the node the pod holds (``gpus_guessed``)
+ALLOCATION_COLUMNS = ["job", "pod", "order", "node", "index", "mig_instance", "share", "guessed"]
 QUEUE_COLUMNS = ["tenant", "weight", "deserved_gpus", "capability_gpus"]
 EVENT_COLUMNS = ["time", "kind", "job", "node", "reason", "message"]
 XID_COLUMNS = ["node", "index", "code", "time"]

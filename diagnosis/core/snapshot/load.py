@@ -401,6 +401,7 @@ class _Loader:
         alloc_index: list[int] = []
         alloc_instance: list[int] = []
         alloc_share: list[float] = []
+        alloc_guessed: list[bool] = []
         owner: dict[tuple[str, int, int], str] = {}
         held: dict[tuple[str, int, int], float] = {}
         seen: set[str] = set()
@@ -485,6 +486,7 @@ class _Loader:
                 if not math.isnan(share) and share <= 0:
                     check.error(f"{pod_path}.share", f"a share must be > 0, got {share!r}")
                 share = 1.0 if math.isnan(share) or share <= 0 else share
+                guessed = bool(check.boolean(pod, "gpus_guessed", pod_path, default=False))
                 for g, index in enumerate(gpu_list):
                     gpu_path = f"{pod_path}.gpus[{g}]"
                     if node is None:
@@ -517,6 +519,7 @@ class _Loader:
                     alloc_index.append(index)
                     alloc_instance.append(instance)
                     alloc_share.append(share)
+                    alloc_guessed.append(guessed)
                     order += 1
             rows.append(row)
 
@@ -545,6 +548,7 @@ class _Loader:
                 "index": np.asarray(alloc_index, dtype=np.int64),
                 "mig_instance": np.asarray(alloc_instance, dtype=np.int64),
                 "share": np.asarray(alloc_share, dtype="float64"),
+                "guessed": np.asarray(alloc_guessed, dtype=bool),
             }
         )
         return _indexed(jobs, "id"), allocations

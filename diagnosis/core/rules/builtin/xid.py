@@ -54,6 +54,18 @@ def evaluate(
         )
     )
     holders = _holders(snapshot.jobs, gpus["job"])
+    # GPUs whose index an adapter guessed, and GPUs whose holder's indexes are guessed (the
+    # device plugin without its annotation: the job may hold another GPU of the node)
+    index_guessed = set(
+        zip(
+            state["node"][state["index_guessed"]],
+            state["index"][state["index_guessed"]],
+            strict=True,
+        )
+    )
+    allocs = snapshot.allocations
+    guessed_allocs = allocs[allocs["guessed"].to_numpy(dtype=bool)]
+    holder_guessed = set(zip(guessed_allocs["node"], guessed_allocs["index"], strict=True))
 
     codes_by_gpu: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for node, index, code, count, first, last in zip(
@@ -86,11 +98,19 @@ def evaluate(
             for c in codes
         )
         worst = min(codes, key=_urgency)
+        placed_by_guess = (node, int(index)) in holder_guessed
         who = (
             f"job {job_list[0]['id']} ({job_list[0]['tenant'] or 'no tenant'}) is on it"
+            + (
+                " (a guess: the scheduler does not say which GPUs it holds)"
+                if placed_by_guess
+                else ""
+            )
             if job_list
             else "no job holds it now"
         )
+        if (node, int(index)) in index_guessed:
+            who += "; the GPU's index is a guess (join by UUID)"
         summary = (
             f"GPU {node}/{int(index)} reported {names} in the last {_duration(snapshot.window_s)}; "
             f"action: {worst['action']}; {who}."
@@ -109,6 +129,8 @@ def evaluate(
             "job_ids": [j["id"] for j in job_list],
             "tenants": tenants,
             "gpu_free": not job_list,
+            "holder_guessed": placed_by_guess,
+            "index_guessed": (node, int(index)) in index_guessed,
             "gpu_health": health,
             "node_state": node_state,
             "window_start": window_start,
@@ -219,8 +241,10 @@ RULE = Rule(
             "`nvidia_investigatory` buckets, `app_level`, `severity`, `known`), `names`, "
             "`critical_codes`, `xid_count`; `action`, `action_text` and `meaning` of the most "
             "urgent code; `jobs` (id, tenant, queue, state, kind), `job_ids` and `tenants` on "
-            "that GPU, `gpu_free` when no job holds it now, `gpu_health`, `node_state`, and "
-            "the window."
+            "that GPU, `gpu_free` when no job holds it now, `holder_guessed` when that job's GPU "
+            "indexes are the adapter's guess (`allocation[].gpus_guessed`: the job may hold "
+            "another GPU of the node), `index_guessed` when the GPU's own index is, "
+            "`gpu_health`, `node_state`, and the window."
         ),
         references=(
             "DESIGN.md section 5 (`xid`) and section 8.1 (`drain-node`)",
