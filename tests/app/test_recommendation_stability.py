@@ -4,17 +4,19 @@ for the hold-off window -- a requested change included."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from diagnosis.actions.cycles import run_cluster_cycle
 from diagnosis.actions.proposals import record_recommendations
 from diagnosis.actions.review import request_recommendation
 from diagnosis.core.recommend.base import RecommendSettings
 from diagnosis.core.rules.engine import run_rules
-from diagnosis.models import Recommendation
+from diagnosis.edge.sim import runtime as sim_runtime
+from diagnosis.models import Cluster, Finding, Recommendation
 from tests.support.builders import AS_OF, SnapshotBuilder
-from tests.support.records import make_recommendation
+from tests.support.records import make_recommendation, stepped_seed_config
 
 pytestmark = pytest.mark.django_db
 
@@ -152,3 +154,34 @@ def test_a_superseded_change_proposed_again_takes_its_id_back(make_cluster) -> N
     assert binpack.state == "proposed"
     assert best_fit.state == "superseded"
     assert best_fit.status_message.startswith(f"superseded by #{binpack.pk}")
+
+
+def test_the_demos_binpack_proposal_keeps_its_id_while_fragmentation_flaps(make_cluster) -> None:
+    """The seed scenario left under spread: fragmentation is reported from 0:30, resolves around
+    1:50 and comes back at 2:30 (docs/recommendations.md, "The demo, before and after"); the
+    binpack proposal is one recommendation all along, not a new one each time it comes back."""
+    start = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
+    cluster = make_cluster(
+        "demo-flapping",
+        scheduler_kind="sim",
+        metrics_kind="sim",
+        scheduler_config=stepped_seed_config(start, 600),
+    )
+    finding_states = []
+    try:
+        for _ in range(16):
+            cycle = run_cluster_cycle(Cluster.objects.get(pk=cluster.pk))
+            assert cycle.ok, cycle.error
+            finding = Finding.objects.filter(
+                cluster=cluster, rule_id="fragmentation", subject="pool:a100"
+            ).first()
+            finding_states.append(finding.state if finding else None)
+    finally:
+        sim_runtime.forget(cluster.name)
+
+    assert "resolved" in finding_states[3:]  # it flapped
+    assert finding_states[-1] != "resolved"  # and came back
+    (binpack,) = Recommendation.objects.filter(
+        cluster=cluster, kind="placement-policy", target="pool:a100"
+    )
+    assert binpack.state == "proposed"
