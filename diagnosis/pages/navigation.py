@@ -57,14 +57,21 @@ CLUSTER_MENU: tuple[MenuItem, ...] = (
 )
 
 
+# the entries the cluster list links beside each cluster's name
+CLUSTER_LIST_LINKS = ("findings", "incidents", "fairness")
+
+
 def menu(request: HttpRequest) -> dict[str, Any]:
-    """Context processor: ``cluster_menu`` (the entries this user may use) and ``admin_menu``
-    (whether the Admin link shows: the admin site lets only staff in)."""
+    """Context processor: ``cluster_menu`` (the entries this user may use), ``cluster_links``
+    (those of them the cluster list shows per cluster) and ``admin_menu`` (whether the Admin
+    link shows: the admin site lets only staff in)."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
-        return {"cluster_menu": (), "admin_menu": False}
+        return {"cluster_menu": (), "cluster_links": (), "admin_menu": False}
+    items = tuple(item for item in CLUSTER_MENU if item.shown_to(user))
     return {
-        "cluster_menu": tuple(item for item in CLUSTER_MENU if item.shown_to(user)),
+        "cluster_menu": items,
+        "cluster_links": tuple(item for item in items if item.section in CLUSTER_LIST_LINKS),
         "admin_menu": user.is_staff,
     }
 

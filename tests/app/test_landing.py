@@ -78,3 +78,12 @@ def test_an_sres_menu_offers_incidents_and_recommendations(clusters, carol) -> N
 def test_only_staff_see_the_admin_link(clusters, alice, carol) -> None:
     assert 'href="/admin/"' in logged_in_client(alice).get("/").content.decode()
     assert 'href="/admin/"' not in logged_in_client(carol).get("/").content.decode()
+
+
+def test_the_cluster_list_links_a_manager_to_no_incidents(clusters, mallory) -> None:
+    Tenant.objects.create(cluster=clusters, name="hpo").managers.add(mallory)
+
+    html = logged_in_client(mallory).get("/").content.decode()
+
+    assert 'href="/clusters/beta/fairness/"' in html
+    assert 'href="/clusters/beta/incidents/"' not in html
