@@ -190,12 +190,19 @@ def freshness_of(
     )
 
 
+def ran_by_now(cycles: QuerySet[ClusterCycle]) -> QuerySet[ClusterCycle]:
+    """The cycles that ran by now, give or take the clock skew a worker is allowed: a cycle a
+    fast worker clock stamped ahead is never preferred (issue #18)."""
+    horizon = timezone.now() + timedelta(seconds=settings.GPUOBS_MAX_CLOCK_SKEW_SECONDS)
+    return cycles.filter(ran_at__lte=horizon)
+
+
 def _latest_cycles(
     cycles: QuerySet[ClusterCycle],
 ) -> tuple[ClusterCycle | None, ClusterCycle | None]:
     """The latest cycle (failed or not) and the latest good one. A failed cycle keeps the
     ``as_of`` of the last good one, so ``(-as_of, -id)`` puts it last among equals."""
-    cycles = cycles.only(*CYCLE_FIELDS).order_by("-as_of", "-id")
+    cycles = ran_by_now(cycles).only(*CYCLE_FIELDS).order_by("-as_of", "-id")
     latest = cycles.first()
     if latest is None or latest.ok:
         return latest, latest
@@ -246,7 +253,8 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
     """Every cluster the user may read, with its headline figures."""
     clusters = clusters_for_user(request.user)
     cycles = cycles_for_user(request.user)
-    latest = cycles.filter(cluster=OuterRef("pk")).order_by("-as_of", "-id").values("pk")
+    latest = ran_by_now(cycles).filter(cluster=OuterRef("pk")).order_by("-as_of", "-id")
+    latest = latest.values("pk")
     open_q = Q(findings__state__in=OPEN_STATES)
     if is_tenant_scoped(request.user):  # count only the findings a manager may see
         open_q &= Q(findings__tenant__managers=request.user)

@@ -125,3 +125,19 @@ def test_a_cycle_killed_by_a_lost_database_leaves_a_failed_cycle_row(
     assert "database connection was lost mid-cycle (OperationalError)" in lost.error
     assert lab.status == "error"
     assert lab.status_message == lost.error
+
+
+def test_the_overview_never_prefers_a_cycle_a_fast_clock_stamped_ahead(lab, alice) -> None:
+    """Issue #18, defect 5: a cycle stamped 10 minutes ahead (a worker clock before the refusal,
+    or restored data) showed "coverage 0.0%" under OK / Fresh for 10 minutes."""
+    tasks.run_cycle(lab.pk)
+    real = ClusterCycle.objects.get(cluster=lab, ok=True)
+    ahead = timedelta(minutes=10)
+    ClusterCycle.objects.create(
+        cluster=lab, as_of=real.as_of + ahead, ran_at=real.ran_at + ahead, coverage=0.0
+    )
+
+    page = logged_in_client(alice).get(f"/clusters/{lab.name}/")
+
+    assert page.status_code == 200
+    assert page.context["freshness"].as_of == real.as_of
