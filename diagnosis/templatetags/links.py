@@ -20,7 +20,9 @@ use :func:`evidence_label`, :func:`evidence_link` and :func:`unit_of` from here.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
+from urllib.parse import quote
 
 from django import template
 from django.urls import NoReverseMatch, reverse
@@ -58,28 +60,42 @@ def _cluster_name(cluster: Any) -> str:
     return str(getattr(cluster, "name", cluster) or "")
 
 
+_PLACEHOLDER = "gpuobs-value-placeholder"
+_URL_SAFE = "!$&'()*+,;=" + "/~:@"  # what reverse() leaves unquoted (RFC 3986 sub-delims + /~:@)
+_PATH_KINDS = frozenset({"job", "tenant"})  # routed by <path:…>: a "/" in the name is fine
+
+
+@lru_cache(maxsize=256)
+def _url_parts(kind: str, cluster_name: str) -> tuple[str, str]:
+    """The page URL of a ``kind`` in ``cluster_name`` around its name: reverse() once per kind
+    and cluster, not once per link (a list of 50 jobs shows 150 links)."""
+    url = reverse(_ROUTES[kind], kwargs={"name": cluster_name, _ID_KWARGS[kind]: _PLACEHOLDER})
+    head, _sep, tail = url.partition(_PLACEHOLDER)
+    return head, tail
+
+
 def url_of(kind: str, value: Any, cluster: Any) -> str | None:
     """The page of ``value`` (a ``kind`` of thing) in ``cluster``, or None when it has none."""
     text = "" if value is None else str(value).strip()
     name = _cluster_name(cluster)
     if not text or not name or kind not in _ROUTES or text.startswith("("):
         return None  # nothing, or a placeholder such as "(another tenant's job)"
-    kwargs: dict[str, Any] = {"name": name}
-    if kind == "gpu":
-        node, _sep, index = text.rpartition("/")
-        if not node or not index.isdigit():
-            return None
-        kwargs |= {"node": node, "index": int(index)}
-    elif kind in _INTEGER_KINDS:
-        if not text.isdigit():
-            return None
-        kwargs[_ID_KWARGS[kind]] = int(text)
-    else:
-        kwargs[_ID_KWARGS[kind]] = text
     try:
-        return reverse(_ROUTES[kind], kwargs=kwargs)
-    except NoReverseMatch:  # a name a URL cannot carry (e.g. a node name with a slash)
+        if kind == "gpu":
+            node, _sep, index = text.rpartition("/")
+            if not node or not index.isdigit():
+                return None
+            return reverse(_ROUTES[kind], kwargs={"name": name, "node": node, "index": int(index)})
+        if kind in _INTEGER_KINDS:
+            if not text.isdigit():
+                return None
+            return reverse(_ROUTES[kind], kwargs={"name": name, _ID_KWARGS[kind]: int(text)})
+    except NoReverseMatch:  # a node name a URL cannot carry (e.g. with a slash)
         return None
+    if "/" in text and kind not in _PATH_KINDS:
+        return None
+    head, tail = _url_parts(kind, name)
+    return f"{head}{quote(text, safe=_URL_SAFE)}{tail}"
 
 
 @register.simple_tag

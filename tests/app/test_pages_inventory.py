@@ -16,13 +16,14 @@ from html import unescape
 
 import pytest
 from django.test import Client
+from django.urls import reverse
 
 from diagnosis.access import HIDDEN_JOB
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster, Finding, Job, Snapshot, Tenant
 from diagnosis.pages import inventory, snapshots
 from diagnosis.templatetags.gpuobs import evidence_table
-from diagnosis.templatetags.links import markdown, markdown_inline, subject_link
+from diagnosis.templatetags.links import markdown, markdown_inline, subject_link, url_of
 from tests.support.browser import stepped_seed_cluster
 from tests.support.world import logged_in_client
 
@@ -436,3 +437,17 @@ def test_a_broken_custom_range_falls_back_and_says_why(bob_client: Client, seed)
 
     assert response.status_code == 200
     assert "both from and to are needed" in text_of(response)
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "kwarg"),
+    [("job", "job 1/x%y#?", "job_id"), ("tenant", "团队 a", "tenant"), ("queue", "q.1", "queue")],
+)
+def test_a_link_is_the_url_reverse_gives(kind: str, name: str, kwarg: str) -> None:
+    expected = reverse(f"diagnosis:{kind}", kwargs={"name": "demo", kwarg: name})
+
+    assert url_of(kind, name, "demo") == expected
+
+
+def test_a_node_name_a_url_cannot_carry_is_plain_text() -> None:
+    assert url_of("node", "a/b", "demo") is None
