@@ -64,12 +64,22 @@ CSV_COLUMNS: dict[str, str] = {
     "dominant_share": "DRF dominant share (empty: CPU and memory not known)",
     "dominant_resource": "the resource of the dominant share",
     "jain_index": "Jain's index of the ratios of every tenant with demand (the cluster's)",
+    "useful_gpu_hours": "allocated GPU-hours minus partial-gang, hung, idle, data-starved "
+    "and unavailable ones (the allocated-busy bucket)",
+    "productive_share": "useful GPU-seconds ÷ usable GPU-seconds, 0..1",
+    "productive_ratio": "useful ÷ fair GPU-seconds (empty when the fair share is 0)",
+    "mfu_weighted_ratio": "productive ratio with busy GPU-seconds weighted by MFU relative to "
+    "the cluster's (empty: no MFU known)",
+    "productively_starved": "1 when the allocated ratio looks fair (>= 0.8) while the "
+    "productive ratio is under half of it, else 0",
+    "productive_jain_index": "Jain's index of the productive ratios (the cluster's)",
 }
 
 
 def csv_rows(data: FairnessReportData) -> list[dict[str, Any]]:
     """One dict per tenant with exactly the :data:`CSV_COLUMNS`."""
     document = data.as_dict()
+    productive = {row["tenant"]: row for row in document["productive"]["tenants"]}
     rows = []
     for tenant in document["tenants"]:
         row: dict[str, Any] = {
@@ -110,6 +120,12 @@ def csv_rows(data: FairnessReportData) -> list[dict[str, Any]]:
         row["dominant_share"] = tenant["dominant_share"]
         row["dominant_resource"] = tenant["dominant_resource"]
         row["jain_index"] = document["jain_index"]
+        useful = productive.get(tenant["tenant"]) or {}
+        for column in ("useful_gpu_hours", "productive_share", "productive_ratio"):
+            row[column] = useful.get(column)
+        row["mfu_weighted_ratio"] = useful.get("mfu_weighted_ratio")
+        row["productively_starved"] = int(bool(useful.get("productively_starved")))
+        row["productive_jain_index"] = document["productive"]["jain_index"]
         rows.append(row)
     return rows
 

@@ -13,6 +13,7 @@ from django.core.management import call_command
 
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster
+from diagnosis.reports.csv_export import csv_rows
 from diagnosis.reports.fairness_report import build_fairness_report, latest_rollup_time
 from diagnosis.reports.period import ReportPeriod
 
@@ -58,3 +59,11 @@ def test_the_page_and_the_api_carry_the_verdict_and_the_flag(demo_day, alice_cli
     api = alice_client.get(f"/api/v1/clusters/{cluster.name}/reports/fairness?{query}").json()
     assert api["productive"]["verdict"] == "productively-unfair"
     assert api["productive"]["productively_starved"] == ["research"]
+
+
+def test_the_csv_flags_research_too(demo_day, alice):
+    cluster, period = demo_day
+    rows = csv_rows(build_fairness_report(alice, cluster, period))
+    flags = {row["tenant"]: row["productively_starved"] for row in rows}
+    assert flags["research"] == 1
+    assert flags["pretrain"] == 0
