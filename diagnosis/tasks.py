@@ -62,8 +62,9 @@ def cycle_lock_key(cluster_id: int) -> str:
     return f"gpuobs:cycle:{cluster_id}"
 
 
-def cycle_interval_key(cluster_id: int) -> str:
-    return f"gpuobs:cycle-interval:{cluster_id}"
+def cycle_interval_key(cluster: Cluster) -> str:
+    """Per cluster row: a cluster deleted and made again under the same id starts afresh."""
+    return f"gpuobs:cycle-interval:{cluster.pk}:{cluster.created_at.timestamp():.0f}"
 
 
 def _redis_client(url: str) -> redis.Redis:
@@ -77,14 +78,14 @@ def interval_gap_ms() -> int:
     return int(settings.GPUOBS_CYCLE_SECONDS * 750)
 
 
-def take_cycle_interval(cluster_id: int) -> bool:
+def take_cycle_interval(cluster: Cluster) -> bool:
     """Claim this interval's cycle of a cluster (``SET NX`` with expiry, so it needs no release
     and a dead holder's claim lapses by itself); False when another beat's cycle took it."""
     if not settings.REDIS_URL:
         return True  # the embedded mode has one process and one loop: no second beat
     return bool(
         _redis_client(settings.REDIS_URL).set(
-            cycle_interval_key(cluster_id), uuid.uuid4().hex, nx=True, px=interval_gap_ms()
+            cycle_interval_key(cluster), uuid.uuid4().hex, nx=True, px=interval_gap_ms()
         )
     )
 
@@ -219,7 +220,7 @@ def _cycle_gate(cluster: Cluster | None, fanned_out_at: str | None) -> CycleOutc
     if refusal:
         record_skipped_cycle(cluster, refusal, status_message=refusal)
         return CycleOutcome.CLOCK_SKEW
-    if fanned_out_at is not None and not take_cycle_interval(cluster.pk):
+    if fanned_out_at is not None and not take_cycle_interval(cluster):
         return CycleOutcome.SAME_INTERVAL
     return None
 
