@@ -242,7 +242,7 @@ def test_a_change_in_effect_with_no_finding_left_and_no_worse_is_verified(demo) 
     cycles(demo, FIRST_FRAGMENTATION_CYCLE)
     rec = applied_spread(demo, baseline=100.0)
 
-    cycles(demo, 3)  # GPUOBS_VERIFY_GOOD_CYCLES good cycles in a row (tests/app/test_verification.py)
+    cycles(demo, 3)  # GPUOBS_VERIFY_GOOD_CYCLES good cycles in a row (test_verification.py)
 
     rec.refresh_from_db()
     assert rec.state == "verified"
