@@ -96,7 +96,8 @@ class RenewedLock:
     as long as it takes keeps it, and a killed worker's lock frees itself within one period."""
 
     def __init__(self, client: redis.Redis, key: str, ttl_s: float) -> None:
-        self.lock = client.lock(key, timeout=ttl_s, blocking=False)
+        # thread_local=False: the renewal thread must see the token the holder's thread took
+        self.lock = client.lock(key, timeout=ttl_s, blocking=False, thread_local=False)
         self.ttl_s = ttl_s
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None

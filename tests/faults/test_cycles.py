@@ -141,3 +141,20 @@ def test_the_overview_never_prefers_a_cycle_a_fast_clock_stamped_ahead(lab, alic
 
     assert page.status_code == 200
     assert page.context["freshness"].as_of == real.as_of
+
+
+def test_a_cycle_longer_than_its_locks_life_keeps_the_lock(fault_stack) -> None:
+    """A stalled Prometheus made a cycle outlive its lock (issue #18, defect 6): the lock is
+    renewed while its holder runs, and freed at once when it ends."""
+    client = redis.Redis.from_url(fault_stack.redis.url)
+    held = tasks.RenewedLock(client, "gpuobs:cycle:test", ttl_s=0.6)
+    assert held.acquire()
+    try:
+        time.sleep(2.0)  # the fault: the cycle runs three lock lives
+        second = tasks.RenewedLock(client, "gpuobs:cycle:test", ttl_s=0.6)
+        assert not second.acquire()
+        assert held.lock.owned()
+    finally:
+        held.release()
+    assert not client.exists("gpuobs:cycle:test")
+    assert not held.lost
