@@ -1,0 +1,272 @@
+"""Load the pages with concurrent clients against a running server on PostgreSQL (issue #17).
+
+    PYTHONPATH=. python bench/load.py                    # 1,024 and 16,384 GPUs, 60 s each
+    PYTHONPATH=. python bench/load.py --seconds 20       # shorter runs
+    PYTHONPATH=. python bench/load.py --sizes 16384 --clients 20
+
+For each size the bench makes its own database ``test_<name>`` (``DATABASE_URL``, default
+``postgres://postgres@127.0.0.1:5432/postgres``) and fills it with bench/reports.py's 30 days of
+minute cycles and rollups (50 tenants, four pools), its jobs and findings, plus the accounting of
+the last hour's cycles (the overview's waterfall reads them; bench/rules.py's snapshot of that
+size, diagnosed once) and open findings in proportion to the size (about 8,300 at 16,384 GPUs,
+as the issue measured). It then starts gunicorn (``GPUOBS_WEB_WORKERS`` workers, default 3, as
+docker-compose.yml does; ``runserver`` when gunicorn is not installed) on that database with
+production settings and runs ``--clients`` threads, each with its own logged-in session and
+keep-alive connection, requesting in turn the overview, the findings list and the 24-hour
+fairness page for ``--seconds``. It prints p50/p95/p99 per page and the errors (any answer but
+200). Budget (DESIGN.md section 12): p95 <= 150 ms with 20 clients. The client threads share
+the machine with the server: on a small or busy machine the figures include their CPU too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuobs.settings")
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+os.environ.pop("REDIS_URL", None)
+
+import reports  # noqa: E402 -- bench/reports.py: django.setup() and the 30-day fill
+import rules  # noqa: E402 -- bench/rules.py: the synthetic snapshot of a size
+from django.conf import settings  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.test import Client  # noqa: E402
+from django.test.utils import (  # noqa: E402
+    setup_databases,
+    setup_test_environment,
+    teardown_databases,
+)
+
+from diagnosis.actions.retention import figure_fields  # noqa: E402
+from diagnosis.core import snapshot as snapshot_format  # noqa: E402
+from diagnosis.core.diagnose import diagnose  # noqa: E402
+from diagnosis.models import ClusterCycle, Finding, PoolRollup, TenantRollup  # noqa: E402
+
+BUDGET_P95_MS = 150.0
+DAYS = 30
+OPEN_FINDINGS_PER_GPU = 8300 / 16384
+PORT = 8765
+COOKIE = settings.SESSION_COOKIE_NAME
+
+
+def fill(gpus: int, clients: int) -> tuple[str, list[str]]:
+    """The database of one size; returns the cluster's name and the admin's session cookie."""
+    reports.GPUS = gpus
+    with connection.cursor() as cursor:  # columns newer than bench/reports.py's fill: 0
+        for model in (PoolRollup, TenantRollup):
+            for field in figure_fields(model):
+                cursor.execute(
+                    f"ALTER TABLE {model._meta.db_table} ALTER COLUMN {field} SET DEFAULT 0"
+                )
+    cluster, (admin, _manager) = reports.fill(DAYS)
+    snap = snapshot_format.load(rules.build_document(gpus))
+    _diagnosis, accounting = diagnose(snap)
+    document = accounting.as_dict()
+    last_hour = ClusterCycle.objects.filter(
+        cluster=cluster, as_of__gt=reports.END - timedelta(hours=1)
+    )
+    last_hour.update(
+        accounting=document,
+        allocation_utilization=0.8,
+        activity_utilization=0.6,
+        allocated_gpus=int(0.8 * gpus),
+    )
+    ClusterCycle.objects.filter(cluster=cluster).exclude(pk__in=last_hour).update(
+        allocation_utilization=0.78, activity_utilization=0.55
+    )
+    rules_ids = ("fragmentation", "gang-partial-hold", "idle-allocation", "low-mfu", "starvation")
+    Finding.objects.bulk_create(
+        (
+            Finding(
+                cluster=cluster,
+                rule_id=rules_ids[i % len(rules_ids)],
+                subject=f"job:open-{i}",
+                fingerprint=Finding.fingerprint_of(
+                    cluster.pk, rules_ids[i % len(rules_ids)], f"job:open-{i}"
+                ),
+                state="firing",
+                severity="warning",
+                first_seen=reports.END - timedelta(hours=2),
+                last_seen=reports.END,
+                last_hit_at=reports.END,
+            )
+            for i in range(round(OPEN_FINDINGS_PER_GPU * gpus))
+        ),
+        batch_size=2000,
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE")
+    sessions = []
+    for _ in range(clients):
+        client = Client()
+        client.force_login(admin)
+        sessions.append(client.cookies[settings.SESSION_COOKIE_NAME].value)
+    return cluster.name, sessions
+
+
+def start_server(database: str) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "DATABASE_URL": database,
+        "DJANGO_DEBUG": "0",
+        "DJANGO_SECRET_KEY": settings.SECRET_KEY,  # the sessions made here are signed with it
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "DJANGO_SECURE_SSL_REDIRECT": "0",
+        "DJANGO_SECURE_COOKIES": "0",
+        "DJANGO_SECURE_HSTS_SECONDS": "0",
+        "DJANGO_LOG_LEVEL": "WARNING",
+    }
+    # Production serves hashed static files from STATIC_ROOT (collectstatic, as the image does).
+    subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
+    workers = os.environ.get("GPUOBS_WEB_WORKERS", "3")
+    if shutil.which("gunicorn") or (Path(sys.executable).parent / "gunicorn").exists():
+        gunicorn = shutil.which("gunicorn") or str(Path(sys.executable).parent / "gunicorn")
+        command = [gunicorn, "gpuobs.wsgi:application", "--bind", f"127.0.0.1:{PORT}"]
+        command += ["--workers", workers, "--log-level", "warning"]
+    else:
+        command = [sys.executable, "manage.py", "runserver", f"127.0.0.1:{PORT}", "--noreload"]
+    server = subprocess.Popen(command, cwd=ROOT, env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", PORT), timeout=1).close()
+            return server
+        except OSError:
+            if server.poll() is not None:
+                raise RuntimeError(f"the server exited with {server.returncode}") from None
+            time.sleep(0.2)  # waiting for the server's port to open: nothing to wait on
+    server.terminate()
+    raise RuntimeError("the server did not open its port within 60 s")
+
+
+def run_clients(name: str, sessions: list[str], seconds: float) -> dict[str, list[float]]:
+    end = reports.END
+    day = f"from={(end - timedelta(days=1)):%Y-%m-%dT%H:%MZ}&to={end:%Y-%m-%dT%H:%MZ}"
+    pages = {
+        "overview": f"/clusters/{name}/",
+        "findings": f"/clusters/{name}/findings/",
+        "fairness 24 h": f"/clusters/{name}/fairness/?{day}",
+    }
+    warm = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+    for _ in range(2 * int(os.environ.get("GPUOBS_WEB_WORKERS", "3"))):  # every worker warm
+        for path in pages.values():
+            warm.request("GET", path, headers={"Cookie": f"{COOKIE}={sessions[0]}"})
+            warm.getresponse().read()
+    warm.close()
+    latencies: dict[str, list[float]] = {page: [] for page in pages}
+    errors: dict[str, list[float]] = {page: [] for page in pages}
+    stop = time.monotonic() + seconds
+    lock = threading.Lock()
+
+    def client(session: str, offset: int) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=30)
+        headers = {"Cookie": f"{COOKIE}={session}"}
+        order = list(pages.items())
+        turn = offset
+        while time.monotonic() < stop:
+            page, path = order[turn % len(order)]
+            turn += 1
+            started = time.perf_counter()
+            try:
+                connection.request("GET", path, headers=headers)
+                response = connection.getresponse()
+                response.read()
+                ok = response.status == 200
+            except (OSError, http.client.HTTPException):
+                connection.close()
+                connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=30)
+                ok = False
+            elapsed = (time.perf_counter() - started) * 1000
+            with lock:
+                (latencies if ok else errors)[page].append(elapsed)
+
+    threads = [
+        threading.Thread(target=client, args=(session, i)) for i, session in enumerate(sessions)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {page: (latencies[page], errors[page]) for page in pages}
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    return (
+        statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+        if len(values) > 1
+        else values[0]
+    )
+
+
+def measure(gpus: int, seconds: float, clients: int) -> bool:
+    setup_test_environment()
+    databases = setup_databases(verbosity=0, interactive=False)
+    ok = True
+    try:
+        started = time.perf_counter()
+        name, sessions = fill(gpus, clients)
+        filled = time.perf_counter() - started
+        print(
+            f"\n== {gpus:,} GPUs, {DAYS} days stored (filled in {filled:.0f} s), "
+            f"{len(sessions)} clients, {seconds:g} s =="
+        )
+        database = settings.DATABASES["default"]
+        url = f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}"
+        connection.close()
+        server = start_server(url)
+        try:
+            results = run_clients(name, sessions, seconds)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+        print(
+            f"{'page':<14} {'requests':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>7}"
+        )
+        for page, (done, failed) in results.items():
+            p95 = percentile(done, 95)
+            ok = ok and p95 <= BUDGET_P95_MS and not failed
+            print(
+                f"{page:<14} {len(done):>8} {percentile(done, 50):>8.0f} {p95:>8.0f} "
+                f"{percentile(done, 99):>8.0f} {len(failed):>7}"
+            )
+    finally:
+        teardown_databases(databases, verbosity=0)
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1024,16384", help="GPU counts, comma-separated")
+    parser.add_argument("--seconds", type=float, default=60.0, help="per size")
+    parser.add_argument("--clients", type=int, default=20)
+    args = parser.parse_args(argv)
+    ok = True
+    for gpus in [int(s) for s in args.sizes.split(",")]:
+        ok = measure(gpus, args.seconds, args.clients) and ok
+    print(f"\nbudget: p95 <= {BUDGET_P95_MS:g} ms on every page: {'met' if ok else 'NOT met'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
