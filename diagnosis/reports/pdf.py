@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 import reportlab
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 from reportlab.graphics.charts.barcharts import HorizontalBarChart, VerticalBarChart
 from reportlab.graphics.charts.legends import Legend
 from reportlab.graphics.charts.lineplots import LinePlot
@@ -161,20 +163,20 @@ def _grid(rows: list[list[object]], widths: Sequence[float], numeric_from: int =
 def tenant_table_rows(rows: Sequence[TenantRow]) -> list[list[str]]:
     """Header and one line per tenant, as the page's table shows them."""
     header = [
-        "Tenant",
-        "Entitled",
-        "Fair share",
-        "Usage",
-        "Ratio",
-        "Demand GPU-h",
-        "Wait p50",
-        "Wait p95",
-        "Jobs started",
-        "Starv. findings",
-        "Pre-empted",
-        "Util",
-        "MFU",
-        "Idle GPU-h",
+        _("Tenant"),
+        _("Entitled"),
+        _("Fair share"),
+        _("Usage"),
+        _("Ratio"),
+        _("Demand GPU-h"),
+        _("Wait p50"),
+        _("Wait p95"),
+        _("Jobs started"),
+        _("Starv. findings"),
+        _("Pre-empted"),
+        _("Util"),
+        _("MFU"),
+        _("Idle GPU-h"),
     ]
     body = [
         [
@@ -349,14 +351,16 @@ def _breakdown_charts(data: FairnessReportData) -> list[Flowable]:
         legend.deltax = 110
         legend.fontName = FONT
         legend.fontSize = 7
-        legend.colorNamePairs = [(BUCKET_COLOURS[b], BUCKET_LABELS[b]) for b in TENANT_BUCKETS]
+        legend.colorNamePairs = [(BUCKET_COLOURS[b], _(BUCKET_LABELS[b])) for b in TENANT_BUCKETS]
         drawing.add(legend)
         out.append(drawing)
     return out
 
 
 def _waits_table(data: FairnessReportData) -> Table:
-    header = ["Tenant"] + [f"{c} GPU: jobs / p50 / p95" for c in SIZE_CLASSES]
+    header = [_("Tenant")] + [
+        _("%(size)s GPU: jobs / p50 / p95") % {"size": c} for c in SIZE_CLASSES
+    ]
     body = [
         [row.tenant]
         + [
@@ -374,7 +378,7 @@ def _footer(canvas, document) -> None:
     canvas.setFont(FONT, 7)
     canvas.setFillColor(colors.HexColor(MUTED))
     canvas.drawString(MARGIN, 8 * mm, document.title)
-    canvas.drawRightString(PAGE[0] - MARGIN, 8 * mm, f"page {document.page}")
+    canvas.drawRightString(PAGE[0] - MARGIN, 8 * mm, _("page %(n)s") % {"n": document.page})
     canvas.restoreState()
 
 
@@ -383,7 +387,7 @@ def render_pdf(data: FairnessReportData) -> bytes:
     _register_fonts()
     styles = _styles()
     report = data.report
-    title = f"Tenant fairness report — {data.cluster.name}"
+    title = _("Tenant fairness report — %(cluster)s") % {"cluster": data.cluster.name}
     buffer = io.BytesIO()
     document = SimpleDocTemplate(
         buffer,
@@ -398,36 +402,43 @@ def render_pdf(data: FairnessReportData) -> bytes:
         invariant=True,
     )
     scope = (
-        "your tenants: " + ", ".join(data.visible_tenants or ())
+        _("your tenants: %(tenants)s") % {"tenants": ", ".join(data.visible_tenants or ())}
         if data.tenant_scoped
-        else "every tenant"
+        else _("every tenant")
     )
     summary = [
         [
-            "Period",
+            _("Period"),
             f"{minute_stamp(data.period.start)} – {minute_stamp(data.period.end)} "
-            f"({data.period.label})",
+            f"({_(data.period.label)})",
         ],
-        ["Shown", scope],
-        ["Cycles", f"{data.cycles} covering {report.covered_s / 3600:,.1f} h"],
+        [_("Shown"), scope],
         [
-            "Capacity",
-            f"{_fmt_hours(report.capacity_gpu_hours)} GPU-h, "
-            f"usable {_fmt_hours(report.usable_gpu_hours)} GPU-h",
+            _("Cycles"),
+            _("%(cycles)s covering %(hours)s h")
+            % {"cycles": data.cycles, "hours": f"{report.covered_s / 3600:,.1f}"},
         ],
-        ["Entitlement from", data.entitlement_basis or "—"],
-        ["Jain's index", "—" if report.jain_index is None else f"{report.jain_index:.3f}"],
-        ["Generated", minute_stamp(data.generated_at)],
+        [
+            _("Capacity"),
+            _("%(capacity)s GPU-h, usable %(usable)s GPU-h")
+            % {
+                "capacity": _fmt_hours(report.capacity_gpu_hours),
+                "usable": _fmt_hours(report.usable_gpu_hours),
+            },
+        ],
+        [_("Entitlement from"), data.entitlement_basis or "—"],
+        [_("Jain's index"), "—" if report.jain_index is None else f"{report.jain_index:.3f}"],
+        [_("Generated"), minute_stamp(data.generated_at)],
     ]
     story: list[Flowable] = [
         Paragraph(_esc(title), styles["title"]),
         Spacer(1, 4),
         _grid([["", ""], *summary], [40 * mm, WIDTH - 40 * mm], numeric_from=2),
         Spacer(1, 8),
-        Paragraph("Tenants", styles["h2"]),
+        Paragraph(_esc(_("Tenants")), styles["h2"]),
     ]
     if not data.tenants:
-        story.append(Paragraph("No tenant rows in this period.", styles["body"]))
+        story.append(Paragraph(_esc(_("No tenant rows in this period.")), styles["body"]))
     else:
         rows = tenant_table_rows(data.tenants)
         header = [rows[0][0]] + [Paragraph(_esc(h), styles["head"]) for h in rows[0][1:]]
@@ -436,11 +447,15 @@ def render_pdf(data: FairnessReportData) -> bytes:
         story.append(_grid(rows, widths))
     story += [
         PageBreak(),
-        Paragraph("Share of the usable GPUs over time, per tenant", styles["h2"]),
+        Paragraph(_esc(_("Share of the usable GPUs over time, per tenant")), styles["h2"]),
         Paragraph(
-            "Usage: GPU-seconds its jobs held ÷ usable GPU-seconds. Fair share: what "
-            "max-min water-filling by entitlement, capped at demand, gives it. Entitlement: "
-            "its share of the deserved GPUs (or weights).",
+            _esc(
+                _(
+                    "Usage: GPU-seconds its jobs held ÷ usable GPU-seconds. Fair share: what "
+                    "max-min water-filling by entitlement, capped at demand, gives it. "
+                    "Entitlement: its share of the deserved GPUs (or weights)."
+                )
+            ),
             styles["muted"],
         ),
         *_share_charts(data),
@@ -448,38 +463,55 @@ def render_pdf(data: FairnessReportData) -> bytes:
         KeepTogether(
             [
                 Paragraph(
-                    "Waits by job size class (jobs that started in the period)", styles["h2"]
+                    _esc(_("Waits by job size class (jobs that started in the period)")),
+                    styles["h2"],
                 ),
                 _waits_chart(data),
             ]
         ),
         _waits_table(data),
         CondPageBreak(200),
-        Paragraph("GPU-hours each tenant held, by accounting bucket", styles["h2"]),
+        Paragraph(_esc(_("GPU-hours each tenant held, by accounting bucket")), styles["h2"]),
         *_breakdown_charts(data),
         PageBreak(),
-        Paragraph("Definitions", styles["h2"]),
-        *[Paragraph(_esc(text), styles["body"]) for text in DEFINITIONS],
+        Paragraph(_esc(_("Definitions")), styles["h2"]),
+        *[Paragraph(_esc(_(text)), styles["body"]) for text in DEFINITIONS],
     ]
     document.build(story, onFirstPage=_footer, onLaterPages=_footer)
     return buffer.getvalue()
 
 
+# in English; the PDF shows them in the reader's language (gettext_noop: found by makemessages)
 DEFINITIONS = (
-    "Usable GPU-seconds: GPUs on ready nodes with healthy GPUs, times the seconds each diagnosis "
-    "cycle stands for. Every figure is summed from the per-cycle rollups of the period.",
-    "Entitlement: the tenant's share of the deserved GPUs of all tenants (the weights of their "
-    "queues when some tenant with demand has no deserved GPUs), averaged over time.",
-    "Fair share: each cycle, the usable GPUs are water-filled over the tenants in proportion to "
-    "entitlement, each capped at its demand (GPUs held plus GPUs still asked for by pending "
-    "jobs); what a capped tenant does not take goes to the others. Summed over the period.",
-    "Ratio: usage ÷ fair share; 1 is fair, below 1 the tenant got less than its fair share.",
-    "Jain's index: (Σr)² ÷ (n·Σr²) over the ratios of every tenant with demand; 1 when all "
-    "ratios are equal.",
-    "Waits: start − submission of the jobs that started in the period, p50 and p95 by linear "
-    "interpolation, per size class of GPUs asked (1, 2–8, 9–64, more than 64).",
-    "Starvation: distinct starvation findings of the tenant's jobs reported in the period. "
-    "Util: mean GPU utilization of its held GPU-seconds with a reading. MFU: model FLOPs "
-    "utilization of its busy GPU-seconds where known. Idle GPU-hours: allocated-idle plus "
-    "held-by-partial-gang.",
+    gettext_noop(
+        "Usable GPU-seconds: GPUs on ready nodes with healthy GPUs, times the seconds each "
+        "diagnosis cycle stands for. Every figure is summed from the per-cycle rollups of the "
+        "period."
+    ),
+    gettext_noop(
+        "Entitlement: the tenant's share of the deserved GPUs of all tenants (the weights of their "
+        "queues when some tenant with demand has no deserved GPUs), averaged over time."
+    ),
+    gettext_noop(
+        "Fair share: each cycle, the usable GPUs are water-filled over the tenants in proportion "
+        "to entitlement, each capped at its demand (GPUs held plus GPUs still asked for by pending "
+        "jobs); what a capped tenant does not take goes to the others. Summed over the period."
+    ),
+    gettext_noop(
+        "Ratio: usage ÷ fair share; 1 is fair, below 1 the tenant got less than its fair share."
+    ),
+    gettext_noop(
+        "Jain's index: (Σr)² ÷ (n·Σr²) over the ratios of every tenant with demand; 1 when all "
+        "ratios are equal."
+    ),
+    gettext_noop(
+        "Waits: start − submission of the jobs that started in the period, p50 and p95 by linear "
+        "interpolation, per size class of GPUs asked (1, 2–8, 9–64, more than 64)."
+    ),
+    gettext_noop(
+        "Starvation: distinct starvation findings of the tenant's jobs reported in the period. "
+        "Util: mean GPU utilization of its held GPU-seconds with a reading. MFU: model FLOPs "
+        "utilization of its busy GPU-seconds where known. Idle GPU-hours: allocated-idle plus "
+        "held-by-partial-gang."
+    ),
 )

@@ -77,3 +77,16 @@ def test_the_pdf_embeds_wenquanyi_micro_hei_as_a_subset(cjk_font: str, alice_cli
     }
     assert any(name.endswith("+WenQuanYiMicroHei-0") for name in fonts), fonts
     assert b"/FontFile2" in content  # the TrueType program itself is in the file
+
+
+def test_a_chinese_reader_gets_the_pdf_in_chinese(cjk_font: str, alice_client) -> None:
+    chinese_tenant_cluster()
+
+    response = alice_client.get(
+        f"/clusters/beijing/fairness.pdf?{PERIOD}", HTTP_ACCEPT_LANGUAGE="zh-CN"
+    )
+
+    text = pdf_text(response.content)
+    assert "租户公平性报告" in text  # "Tenant fairness report"
+    assert "Jain 指数：" in text  # the definitions, with their Σ
+    assert "Σ" in text
