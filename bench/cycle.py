@@ -148,7 +148,23 @@ def finding_updates() -> tuple[int, int]:
     return int(updated), int(hot)
 
 
-def run_size(gpus: int, cycles: int) -> dict[str, Any]:
+def server_setting(name: str) -> str:
+    from django.db import connection  # noqa: PLC0415
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting(%s)", [name])
+        return str(cursor.fetchone()[0])
+
+
+def vacuum_findings() -> None:
+    """What autovacuum does to a busy table, between two cycles (outside their timings)."""
+    from django.db import connection  # noqa: PLC0415
+
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM diagnosis_finding")
+
+
+def run_size(gpus: int, cycles: int, *, vacuum: bool = False) -> dict[str, Any]:
     from django.db import reset_queries  # noqa: PLC0415
 
     from diagnosis.actions.snapshots import import_snapshot  # noqa: PLC0415
@@ -194,6 +210,8 @@ def run_size(gpus: int, cycles: int) -> dict[str, Any]:
             "recommend_error": error,
         }
         rows.append(row)
+        if vacuum:
+            vacuum_findings()
         findings_bytes.append(table_bytes("diagnosis_finding"))
         print(
             f"{row['cycle']:>5} {wall:>6.2f} "
@@ -285,6 +303,12 @@ def main(argv: list[str] | None = None) -> int:
         help="PostgreSQL database to create afresh (and drop at the end)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument(
+        "--vacuum",
+        action="store_true",
+        help="VACUUM the findings table after each cycle (untimed), as autovacuum would on a "
+        "server that runs it",
+    )
     args = parser.parse_args(argv)
     if not fresh_database(args.database_url):
         return 0
@@ -304,7 +328,13 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         call_command("migrate", verbosity=0)
-        results = [run_size(int(s), args.cycles) for s in args.sizes.split(",") if s.strip()]
+        print(
+            f"PostgreSQL {server_setting('server_version')}, autovacuum "
+            f"{server_setting('autovacuum')}"
+            + (", the findings table vacuumed after each cycle" if args.vacuum else "")
+        )
+        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+        results = [run_size(size, args.cycles, vacuum=args.vacuum) for size in sizes]
         print()
         ok = all([summarize(result) for result in results])  # noqa: C419 (every summary)
     finally:
