@@ -1,0 +1,122 @@
+"""Time the issue-19 pages on a big cluster: the GPU heatmap and the job list above all.
+
+    PYTHONPATH=. python bench/pages.py              # 16,384 GPUs, 20,000 jobs, 2 cycles
+    PYTHONPATH=. python bench/pages.py --runs 20    # median and p95 of 20 requests per page
+
+Not a timed test: it prints figures (docs/ui.md, "Nodes and GPUs" and "Jobs", quotes them).
+Budget (issue 19): the heatmap and the job list under 150 ms server time at 16,384 GPUs /
+20,000 jobs. The cluster: the snapshot of bench/rules.py recorded as real cycles
+(``record_cycle``, as bench/metrics.py does), then each page requested through Django's test
+client (every middleware, a logged-in viewer's session). The first request after a cycle reads
+the new snapshot from the database ("cold"); later ones find what they need in the process's
+cache of stored snapshots ("warm"). Needs PostgreSQL (``DATABASE_URL``); the bench makes
+``test_<name>`` and drops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuobs.settings")
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.contrib.auth.models import Group, User  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.test import Client  # noqa: E402
+from django.test.utils import (  # noqa: E402
+    CaptureQueriesContext,
+    setup_databases,
+    setup_test_environment,
+    teardown_databases,
+)
+
+from bench.metrics import record_cycles  # noqa: E402
+from diagnosis.pages import snapshots  # noqa: E402
+
+BUDGET_S = 0.150
+
+
+def timed(client: Client, path: str) -> tuple[float, float, int, int]:
+    """Wall seconds, this process's CPU seconds (what the server spent on the request, minus
+    PostgreSQL's own time and minus waiting for a CPU on a busy machine), bytes, queries."""
+    connection.queries_log.clear()
+    with CaptureQueriesContext(connection) as queries:
+        started, cpu = time.perf_counter(), time.process_time()
+        response = client.get(path)
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    assert response.status_code == 200, (path, response.status_code)
+    return seconds, cpu, len(response.content), len(queries.captured_queries)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cycles", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=10)
+    options = parser.parse_args(argv)
+    if connection.vendor != "postgresql":
+        print("bench/pages.py needs PostgreSQL: set DATABASE_URL=postgres://...")
+        return 1
+    setup_test_environment()
+    config = setup_databases(verbosity=0, interactive=False)
+    results = []
+    try:
+        cluster, document = record_cycles(options.cycles)
+        user = User.objects.create_user("viewer")
+        user.groups.add(Group.objects.get_or_create(name="viewer")[0])
+        client = Client()
+        client.force_login(user)
+        node = document["nodes"][0]["name"]
+        base = f"/clusters/{cluster.name}"
+        pages = [
+            ("heatmap (util)", f"{base}/nodes/"),
+            ("heatmap (health)", f"{base}/nodes/?color=health"),
+            ("job list (pending or running)", f"{base}/jobs/"),
+            ("job list, search 'team-a'", f"{base}/jobs/?q=team-a&state=all"),
+            ("job list, page 200 of all", f"{base}/jobs/?state=all&page=200"),
+            ("queue list", f"{base}/queues/"),
+            ("node page", f"{base}/nodes/{node}/"),
+            ("GPU page (2 points)", f"{base}/nodes/{node}/gpus/0/"),
+        ]
+        for label, path in pages:
+            snapshots.forget_cached()
+            cold = timed(client, path)
+            warm = [timed(client, path) for _ in range(options.runs)]
+            results.append((label, cold, warm))
+    finally:
+        teardown_databases(config, verbosity=0)
+    gpus, jobs = len(document["gpus"]), len(document["jobs"])
+    print(f"\ncluster: {gpus:,} GPUs, {len(document['nodes']):,} nodes, {jobs:,} jobs")
+    print(
+        f"{'page':<32} {'cold s':>7} {'median s':>9} {'p95 s':>7} {'CPU med s':>9}"
+        f" {'queries':>8} {'KiB':>7}"
+    )
+    over = []
+    for label, cold, warm in results:
+        times = sorted(w[0] for w in warm)
+        p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+        median = statistics.median(times)
+        cpu = statistics.median(w[1] for w in warm)
+        print(
+            f"{label:<32} {cold[0]:>7.3f} {median:>9.3f} {p95:>7.3f} {cpu:>9.3f}"
+            f" {warm[0][3]:>8} {warm[0][2] / 1024:>7.0f}"
+        )
+        if label.startswith(("heatmap", "job list")) and p95 > BUDGET_S:
+            over.append(label)
+    print(f"\nbudget: heatmap and job list p95 (warm) <= {BUDGET_S * 1000:.0f} ms: ", end="")
+    print("met" if not over else f"NOT met by {', '.join(over)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
