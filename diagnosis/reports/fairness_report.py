@@ -115,9 +115,25 @@ class FairnessReportData:
             "productive": self.productive.as_dict(),
             "tree": {
                 "as_of": format_time(self.tree_as_of) if self.tree_as_of else None,
-                "nodes": [node.as_dict() for node in self.tree],
+                "nodes": [_tree_node(node) for node in self.tree],
             },
         }
+
+
+def _tree_node(node: fairness.TreeNode) -> dict[str, Any]:
+    number = fairness.json_number
+    return {
+        "name": node.name,
+        "kind": node.kind,
+        "parent": node.parent,
+        "depth": node.depth,
+        "weight": number(node.weight),
+        "tenant": node.tenant,
+        "demand_gpus": number(node.demand_gpus),
+        "fair_gpus": number(node.fair_gpus),
+        "held_gpus": number(node.held_gpus),
+        "ratio": number(node.ratio),
+    }
 
 
 def latest_rollup_time(cluster: Cluster) -> datetime | None:

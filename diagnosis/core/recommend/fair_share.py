@@ -12,12 +12,12 @@ applied to queues, whose weight is what a scheduler lets us change).
 - **hierarchy**: where the snapshot's scheduler reports parents (``scheduler.queue_parents``:
   Volcano's and KAI's parent queues, Kueue's ClusterQueue -> Cohort; ``scheduler.cohorts``:
   each cohort's weight and parent), the water-filling runs down the tree
-  (:func:`~diagnosis.core.fairness.tree_water_fill`): a tenant's subtree gets its share at each
+  (:func:`~diagnosis.core.water_fill.tree_water_fill`): a tenant's subtree gets its share at each
   level, then divides it among its children;
 - **held**: GPUs its jobs hold now; **ratio** = held / fair GPUs (None when its fair share is 0).
 
 A small pure helper with a narrow interface (:func:`queue_shares`); the water-filling itself is
-the fairness report's (:func:`diagnosis.core.fairness.water_fill`), so recommendations and the
+the fairness report's (:func:`diagnosis.core.water_fill.water_fill`), so recommendations and the
 manager's report divide capacity the same way.
 """
 
@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from diagnosis.core.fairness import job_queue_names, queue_tree, tree_water_fill, water_fill
+from diagnosis.core.queue_hierarchy import job_queue_names, queue_tree
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.snapshot import ClusterSnapshot
 from diagnosis.core.vocabulary import LIVE_JOB_STATES
+from diagnosis.core.water_fill import tree_water_fill, water_fill
 
 __all__ = ["FairShares", "QueueShare", "job_queue_names", "queue_shares", "queue_tree"]
 
