@@ -176,20 +176,28 @@ def heatmap_matrix(
     width = max((r.gpus for r in rows), default=0)
     names = [r.name for r in rows]
     column = {name: i for i, name in enumerate(names)}
-    util_sum = np.zeros((width, len(names)))
-    util_n = np.zeros((width, len(names)))
-    unhealthy = np.zeros((width, len(names)), dtype=bool)
-    reported = np.zeros((width, len(names)), dtype=bool)
+    at_row, at_column, utils, bad = [], [], [], []
     for (node, index, _mig), gpu in metrics.gpus.items():
         j = column.get(node)
         if j is None or index >= width:
             continue
-        reported[index, j] = True
-        unhealthy[index, j] |= gpu["health"] != "ok"
-        if gpu["util"] is not None:
-            util_sum[index, j] += gpu["util"]
-            util_n[index, j] += 1
-    exists = np.array([[i < r.gpus for r in rows] for i in range(width)]).reshape(width, len(names))
+        at_row.append(index)
+        at_column.append(j)
+        utils.append(np.nan if gpu["util"] is None else gpu["util"])
+        bad.append(gpu["health"] != "ok")
+    cells = (np.array(at_row, dtype=int), np.array(at_column, dtype=int))
+    util = np.array(utils, dtype=float)
+    known = ~np.isnan(util)
+    util_sum = np.zeros((width, len(names)))
+    util_n = np.zeros((width, len(names)))
+    np.add.at(util_sum, (cells[0][known], cells[1][known]), util[known])
+    np.add.at(util_n, (cells[0][known], cells[1][known]), 1)
+    reported = np.zeros((width, len(names)), dtype=bool)
+    reported[cells] = True
+    unhealthy = np.zeros((width, len(names)), dtype=bool)
+    flagged = np.array(bad, dtype=bool)
+    unhealthy[cells[0][flagged], cells[1][flagged]] = True
+    exists = np.arange(width)[:, np.newaxis] < np.array([r.gpus for r in rows], dtype=int)
     base = reverse("diagnosis:node", kwargs={"name": cluster.name, "node": "NODE"})[: -len("NODE/")]
     links = [[f"{base}{name}/gpus/{i}/" for name in names] for i in range(width)]
     if colorby == "health":

@@ -171,11 +171,6 @@ def gpu_key(entry: dict[str, Any]) -> GpuKey:
     return (str(entry.get("node")), int(entry.get("index", 0)), int(instance) if instance else -1)
 
 
-def _metric(entry: dict[str, Any], metric: str, stat: str) -> float | None:
-    value = (entry.get(metric) or {}).get(stat) if isinstance(entry.get(metric), dict) else None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def _gpu_metrics(
     snapshot_id: int, document: dict[str, Any] | None = None, raw: str | None = None
 ) -> GpuMetrics:
@@ -196,7 +191,10 @@ def _gpu_metrics(
             "mig": entry.get("mig") or None,
             "xid": entry.get("xid") or [],
         }
-        record |= {name: _metric(entry, *source) for name, source in SERIES_METRICS.items()}
+        for name, (metric, stat) in SERIES_METRICS.items():  # inline: 16,384 GPUs x 6
+            stats = entry.get(metric)
+            value = stats.get(stat) if type(stats) is dict else None
+            record[name] = float(value) if type(value) in (int, float) else None
         gpus[gpu_key(entry)] = record
     return GpuMetrics(nodes=nodes, gpus=gpus)
 
