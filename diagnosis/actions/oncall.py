@@ -516,12 +516,20 @@ def drain_decided_at(incident: Incident) -> datetime | None:
     return moment
 
 
+# Resolved incidents whose drain may still bring evictions are looked at for this long after they
+# were resolved (wall clock); the eviction window itself is in the cluster's time.
+RECENT_DRAIN_LOOKBACK = timedelta(days=1)
+
+
 def _note_recent_drains(cluster: Cluster, document: Mapping[str, Any], as_of: datetime) -> None:
     """The evictions of drains that ended their incident (resolved right after the drain) while
     their window is open: an unresolved incident's are noted as it is followed."""
+    recently = timezone.now() - RECENT_DRAIN_LOOKBACK  # our clock: when it was resolved
     for incident in (
         Incident.objects.select_for_update()
-        .filter(cluster=cluster, state=State.RESOLVED, drain__isnull=False)
+        .filter(
+            cluster=cluster, state=State.RESOLVED, drain__isnull=False, resolved_at__gte=recently
+        )
         .select_related("drain")
     ):
         since = drain_decided_at(incident)

@@ -12,6 +12,7 @@ import pytest
 
 from diagnosis.actions.cycles import record_cycle
 from diagnosis.actions.incident_drain import drain_for_incident, drains_of_job
+from diagnosis.actions.oncall import resolve_incident_by
 from diagnosis.models import Recommendation, SchedulerEvent
 from tests.app.test_incidents import (  # noqa: F401 (oncall: the fixture)
     after_the_xid,
@@ -100,4 +101,11 @@ def test_a_stored_eviction_on_the_node_goes_on_the_timeline_once(drained):
     assert list(rows.values_list("text", flat=True)) == [
         "job latecomer preempted by the drain of n1"
     ]
+    assert drains_of_job(drained, "latecomer") == [the_incident(drained)]
+
+
+def test_an_incident_resolved_right_after_its_drain_still_names_the_evicted(drained, erin):
+    resolve_incident_by(the_incident(drained), erin, "replaced the GPU")
+    evicted(drained, "latecomer", node="n1")
+    cycle(drained, 5)
     assert drains_of_job(drained, "latecomer") == [the_incident(drained)]
