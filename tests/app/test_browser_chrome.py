@@ -68,6 +68,15 @@ def simulated_cluster(settings) -> Iterator[Cluster]:
         yield cluster
 
 
+def shot_name(path: str) -> str:
+    """``/`` -> ``clusters``, ``/clusters/<c>/`` -> ``overview``, ``/clusters/<c>/jobs/x/`` ->
+    ``jobs-x``."""
+    if path == "/":
+        return "clusters"
+    inner = path.strip("/").removeprefix(f"clusters/{CLUSTER}").strip("/")
+    return inner.replace("/", "-") or "overview"
+
+
 def shot(page, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
@@ -89,9 +98,7 @@ def test_every_main_page_fits_a_390_px_phone(
             page.goto(f"{base}{path}")
             page.wait_for_load_state("load")
             widths[path] = page.evaluate("document.documentElement.scrollWidth")
-            shot(
-                page, "phone" + (path.strip("/").replace("/", "-").replace(CLUSTER, "") or "-list")
-            )
+            shot(page, f"phone-{shot_name(path)}")
         # the navigation folds behind the menu button and opens from it
         page.goto(f"{base}/clusters/{CLUSTER}/")
         expect(page.locator("nav.topnav")).to_be_hidden()
