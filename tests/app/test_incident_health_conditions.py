@@ -98,3 +98,15 @@ def test_the_same_xid_from_dcgm_and_from_the_condition_is_one_incident(cluster):
     record_cycle(cluster, snapshot(merged))
     assert Finding.objects.filter(cluster=cluster, rule_id="xid").count() == 1
     assert Incident.objects.filter(cluster=cluster).count() == 1
+
+
+def test_on_a_device_plugin_node_the_metrics_uuid_places_the_incident(cluster):
+    """No DRA: the scheduler cannot tell which GPU the condition's UUID is; dcgm-exporter can."""
+    scheduler = health.gpu_rows(dra.DraView.empty(), [NODE], [{"name": "n1", "gpus": 2}])
+    metrics = [
+        {"node": "n1", "index": 0, "uuid": "GPU-zero"},
+        {"node": "n1", "index": 1, "uuid": UUID},
+    ]
+    record_cycle(cluster, snapshot(merge_gpus({_unit_key(g): g for g in scheduler}, metrics)))
+    incident = Incident.objects.get(cluster=cluster)
+    assert (incident.node, incident.gpu_index, incident.xid_code) == ("n1", 1, 79)

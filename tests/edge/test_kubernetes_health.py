@@ -174,3 +174,27 @@ def test_the_metrics_and_the_condition_report_one_gpu_with_both_xid_rows():
         {"code": 79, "time": "2026-11-29T07:55:02Z"},
         {"code": 79, "time": SINCE},
     ]
+
+
+def device_plugin_merge(uuid: str) -> dict[tuple[str, int], dict[str, Any]]:
+    """NVSentinel's Xid 79 for ``uuid`` on device-plugin node p1 (8 GPUs, no UUIDs known to the
+    scheduler), joined with dcgm-exporter's entries, which carry each GPU's UUID."""
+    message = XID_79.replace(UUID, uuid)
+    nodes = [node("p1", condition("SysLogsXIDError", message))]
+    scheduler = health.gpu_rows(dra.DraView.empty(), nodes, [{"name": "p1", "gpus": 8}])
+    metrics = [{"node": "p1", "index": i, "uuid": f"GPU-p1-{i}"} for i in range(8)]
+    return by_index(merge_gpus({_unit_key(g): g for g in scheduler}, metrics))
+
+
+def test_the_metrics_place_a_device_plugin_gpus_fault_by_its_uuid():
+    merged = device_plugin_merge("GPU-p1-5")
+    assert merged[("p1", 5)]["health"] == "unhealthy"
+    assert merged[("p1", 5)]["xid"] == [{"code": 79, "time": SINCE}]
+    assert {merged[("p1", i)]["health"] for i in range(8) if i != 5} == {"ok"}
+    assert not any("xid" in merged[("p1", i)] for i in range(8) if i != 5)
+
+
+def test_a_uuid_the_metrics_do_not_know_leaves_the_whole_node_unhealthy():
+    merged = device_plugin_merge("GPU-elsewhere")
+    assert {g["health"] for g in merged.values()} == {"unhealthy"}
+    assert not any("xid" in g for g in merged.values())

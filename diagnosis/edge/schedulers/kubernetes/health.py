@@ -22,7 +22,11 @@ entry adds the Xid to the GPU's ``xid`` list at the condition's ``lastTransition
 same GPU and code dcgm-exporter reports, so the ``xid`` rule sees one GPU with one code, and
 on-call's incident is the GPU's one incident. An entry that names no GPU the snapshot knows
 marks every GPU of its node unhealthy (NVSentinel cordons the whole node for it) without an
-Xid row: the rule then keeps an Xid finding of that node's GPUs open, but opens none.
+Xid row: the rule then keeps an Xid finding of that node's GPUs open, but opens none. When it
+names the GPU by a UUID the scheduler does not know (the device plugin publishes none), the
+entries also carry it as ``faults_by_uuid``: the Prometheus source, which knows every GPU's
+UUID from dcgm-exporter, moves the fault and its Xid to that GPU and gives the node's other GPUs
+their health back (``merge_gpus``).
 """
 
 from __future__ import annotations
@@ -158,11 +162,28 @@ def gpu_rows(
         if entry.node not in gpu_count:
             continue  # not a GPU node of the snapshot
         targets = _targets(entry, by_uuid, rows, gpu_count[entry.node])
+        unplaced = len(targets) > 1 and entry.gpu_uuid is not None
         for row in targets:
+            if unplaced:  # the metrics may know the UUID's index: they place it (merge_gpus)
+                _note_unplaced(row, entry)
             _mark(row, entry, alone=len(targets) == 1)
             if not any(row is r for r in rows):
                 rows.append(row)
     return sorted(rows, key=_order)
+
+
+def _note_unplaced(row: dict[str, Any], entry: HealthEntry) -> None:
+    """A fault whose GPU (by UUID) the scheduler cannot place, on every GPU of its node:
+    ``faults_by_uuid`` for the metrics source, which knows each GPU's UUID, to move it to its
+    GPU; ``health_only_by_uuid`` while nothing else made this GPU unhealthy."""
+    if row.get("health", "ok") == "ok" or row.get("health_only_by_uuid"):
+        row["health_only_by_uuid"] = True
+    fault = {
+        "uuid": entry.gpu_uuid,
+        "reason": entry.reason,
+        "xid": [{"code": code, "time": entry.since} for code in entry.xid_codes if entry.since],
+    }
+    row["faults_by_uuid"] = [*(row.get("faults_by_uuid") or ()), fault]
 
 
 def _order(row: Mapping[str, Any]) -> tuple[str, int, int]:

@@ -140,11 +140,50 @@ def merge_gpus(
             entry["mig"] = {**given["mig"], **entry["mig"]}
         entry["health"] = given.get("health") or health.get(key[:2]) or "ok"
         if given.get("xid"):  # Xids the scheduler side knows (NVSentinel's SysLogsXIDError)
-            seen = {(x.get("code"), x.get("time")) for x in entry.get("xid") or ()}
-            extra = [x for x in given["xid"] if (x.get("code"), x.get("time")) not in seen]
-            entry["xid"] = [*(entry.get("xid") or ()), *extra]
+            _add_xids(entry, given["xid"])
         gpus.append(entry)
+    _place_faults_by_uuid(gpus, known)
     return gpus
+
+
+def _add_xids(entry: dict[str, Any], xids: list[Mapping[str, Any]]) -> None:
+    seen = {(x.get("code"), x.get("time")) for x in entry.get("xid") or ()}
+    extra = [dict(x) for x in xids if (x.get("code"), x.get("time")) not in seen]
+    if extra:
+        entry["xid"] = [*(entry.get("xid") or ()), *extra]
+
+
+def _place_faults_by_uuid(
+    gpus: list[dict[str, Any]], known: Mapping[tuple[str, int, int], Mapping[str, Any]]
+) -> None:
+    """A health fault the scheduler could not place on a GPU, only name by UUID (NVSentinel's
+    condition on a device-plugin node: ``faults_by_uuid`` on each of the node's entries), goes
+    to the GPU the metrics say has that UUID, with its Xids; the node's other GPUs that were
+    unhealthy only for it are healthy again. A UUID the metrics do not know leaves the whole
+    node unhealthy, as the scheduler said."""
+    faults: dict[str, dict[tuple[str, str], Mapping[str, Any]]] = {}
+    only: set[tuple[str, int, int]] = set()
+    for key, given in known.items():
+        for fault in given.get("faults_by_uuid") or ():
+            faults.setdefault(key[0], {})[(str(fault.get("uuid")), str(fault.get("reason")))] = (
+                fault
+            )
+        if given.get("health_only_by_uuid"):
+            only.add(key)
+    for node, by_key in faults.items():
+        on_node = [g for g in gpus if g.get("node") == node]
+        by_uuid = {g["uuid"]: g for g in on_node if g.get("uuid")}
+        if not all(uuid in by_uuid for uuid, _ in by_key):
+            continue
+        hit = set()
+        for (uuid, _), fault in by_key.items():
+            target = by_uuid[uuid]
+            target["health"] = "unhealthy"
+            _add_xids(target, list(fault.get("xid") or ()))
+            hit.add(id(target))
+        for entry in on_node:
+            if id(entry) not in hit and _unit_key(entry) in only:
+                entry["health"] = "ok"
 
 
 def collection_report(
