@@ -556,12 +556,12 @@ def embed(figure: go.Figure, element_id: str, *, label: str) -> SafeString:
 
 # The GPU metrics the time series show: key, label, y-axis format, unit (docs/ui.md).
 GPU_SERIES: tuple[tuple[str, str, str, str], ...] = (
-    ("util", "GPU utilization", ".0%", ""),
-    ("tensor_active", "Tensor-core activity", ".0%", ""),
-    ("fb_used_frac", "Framebuffer used", ".0%", ""),
-    ("power_w", "Power", ",.0f", " W"),
-    ("temp_c", "Temperature", ",.0f", " °C"),
-    ("sm_clock_mhz", "SM clock", ",.0f", " MHz"),
+    ("util", gettext_noop("GPU utilization"), ".0%", ""),
+    ("tensor_active", gettext_noop("Tensor-core activity"), ".0%", ""),
+    ("fb_used_frac", gettext_noop("Framebuffer used"), ".0%", ""),
+    ("power_w", gettext_noop("Power"), ",.0f", " W"),
+    ("temp_c", gettext_noop("Temperature"), ",.0f", " °C"),
+    ("sm_clock_mhz", gettext_noop("SM clock"), ",.0f", " MHz"),
 )
 HEATMAP_UTIL_SCALE = [[0.0, "#f3f5f8"], [0.05, "#fde0c5"], [0.5, "#8fb5f0"], [1.0, "#1d3f9e"]]
 
@@ -585,10 +585,11 @@ def gpu_metric_series(rows: list[Mapping[str, Any]]) -> go.Figure:
         cols=1,
         shared_xaxes=True,
         vertical_spacing=0.035,
-        subplot_titles=[label for _key, label, _fmt, _unit in GPU_SERIES],
+        subplot_titles=[gettext(label) for _key, label, _fmt, _unit in GPU_SERIES],
     )
     times = _epoch_ms(row["as_of"] for row in rows)
-    for i, (key, label, fmt, unit) in enumerate(GPU_SERIES, start=1):
+    for i, (key, english, fmt, unit) in enumerate(GPU_SERIES, start=1):
+        label = gettext(english)
         figure.add_trace(
             go.Scatter(
                 x=times,
@@ -625,7 +626,9 @@ def gpus_util_series(
 ) -> go.Figure:
     """Several GPUs' ``metric`` over time, a line each (the node page, the job page): ``series``
     maps a GPU's label to its rows (``as_of`` and the metric)."""
-    label, fmt = next(((lbl, f) for k, lbl, f, _u in GPU_SERIES if k == metric), (metric, ".2f"))
+    label, fmt = next(
+        ((gettext(lbl), f) for k, lbl, f, _u in GPU_SERIES if k == metric), (metric, ".2f")
+    )
     traces = [
         go.Scatter(
             x=_epoch_ms(row["as_of"] for row in rows),
@@ -695,7 +698,7 @@ def gpu_heatmap(
             zmin=0,
             zmax=1,
             colorscale=HEATMAP_UTIL_SCALE,
-            colorbar={"tickformat": ".0%", "title": {"text": "util"}},
+            colorbar={"tickformat": ".0%", "title": {"text": gettext("util")}},
             hovertemplate="%{x} GPU %{y}: %{z:.0%}<extra></extra>",
             hoverongaps=False,
             xgap=1 if len(nodes) <= 256 else 0,
@@ -708,8 +711,10 @@ def gpu_heatmap(
             height=max(220, 40 + 22 * rows),
             margin={"l": 48, "r": 16, "t": 8, "b": 64},
             xaxis=axis_style(
-                type="category", showticklabels=len(nodes) <= 64, title={"text": "node"}
+                type="category", showticklabels=len(nodes) <= 64, title={"text": gettext("node")}
             ),
-            yaxis=axis_style(title={"text": "GPU"}, autorange="reversed", dtick=1, type="linear"),
+            yaxis=axis_style(
+                title={"text": gettext("GPU")}, autorange="reversed", dtick=1, type="linear"
+            ),
         ),
     )

@@ -399,7 +399,6 @@ def gpu_detail(request: HttpRequest, name: str, node: str, index: int) -> HttpRe
             "gpu-series",
             label=str(_("This GPU's metrics over the range, one panel each")),
         ),
-        "metrics": charts.GPU_SERIES,
     }
     return render(request, "diagnosis/gpu_detail.html", context)
 
