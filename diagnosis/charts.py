@@ -676,7 +676,7 @@ def gpu_heatmap(
             low, high = code / (top + 1), (code + 1) / (top + 1)
             scale += [[low, color], [high, color]]
         heat = go.Heatmap(
-            x=nodes,
+            x=[plotly_text(node) for node in nodes],
             z=values,
             customdata=links,
             zmin=0,
@@ -692,7 +692,7 @@ def gpu_heatmap(
         )
     else:
         heat = go.Heatmap(
-            x=nodes,
+            x=[plotly_text(node) for node in nodes],
             z=values,
             customdata=links,
             zmin=0,

@@ -14,10 +14,12 @@ import re
 from collections.abc import Iterator
 from html import unescape
 
+import numpy as np
 import pytest
 from django.test import Client
 from django.urls import reverse
 
+from diagnosis import charts
 from diagnosis.access import HIDDEN_JOB
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster, Finding, Job, Snapshot, Tenant
@@ -451,3 +453,11 @@ def test_a_link_is_the_url_reverse_gives(kind: str, name: str, kwarg: str) -> No
 
 def test_a_node_name_a_url_cannot_carry_is_plain_text() -> None:
     assert url_of("node", "a/b", "demo") is None
+
+
+def test_a_node_name_is_text_in_the_heatmap_never_plotly_markup() -> None:
+    figure = charts.gpu_heatmap(
+        ['<a href="javascript:x()">n</a>'], np.array([[0.5]]), [["/clusters/c/nodes/n/gpus/0/"]]
+    )
+
+    assert figure.data[0].x == ('&lt;a href="javascript:x()"&gt;n&lt;/a&gt;',)
