@@ -302,6 +302,9 @@ def _validate_link(url: str) -> bool:
 
 
 _MARKDOWN.validateLink = _validate_link
+# One line of text that may carry names from the scheduler (a recommendation's advice): code
+# spans and emphasis, never links or images, so a job called "[x](https://…)" stays text.
+_INLINE = MarkdownIt("commonmark", {"html": False}).disable(["link", "image", "autolink"])
 
 
 @register.filter
@@ -315,7 +318,8 @@ def markdown(text: Any) -> SafeString:
 
 @register.filter
 def markdown_inline(text: Any) -> SafeString:
-    """One paragraph of Markdown without the ``<p>`` around it (table cells, summaries)."""
+    """One line of Markdown without the ``<p>`` around it (rule docs, advice): code spans and
+    emphasis; links and images stay text."""
     if text is None or text == "":
         return mark_safe("")
-    return mark_safe(_MARKDOWN.renderInline(str(text)))  # noqa: S308 - as above
+    return mark_safe(_INLINE.renderInline(str(text)))  # noqa: S308 - as above

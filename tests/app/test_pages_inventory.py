@@ -461,3 +461,10 @@ def test_a_node_name_is_text_in_the_heatmap_never_plotly_markup() -> None:
     )
 
     assert figure.data[0].x == ('&lt;a href="javascript:x()"&gt;n&lt;/a&gt;',)
+
+
+def test_inline_markdown_never_makes_a_link_of_a_name() -> None:
+    html = str(markdown_inline("release job [x](https://evil.example/) first"))
+
+    assert "<a" not in html
+    assert "[x](https://evil.example/)" in html
