@@ -23,7 +23,7 @@ from diagnosis import charts
 from diagnosis.access import HIDDEN_JOB
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster, Finding, Job, Snapshot, Tenant
-from diagnosis.pages import inventory, snapshots
+from diagnosis.pages import inventory, queues, snapshots
 from diagnosis.templatetags.gpuobs import evidence_table
 from diagnosis.templatetags.links import markdown, markdown_inline, subject_link, url_of
 from tests.support.browser import stepped_seed_cluster
@@ -468,3 +468,38 @@ def test_inline_markdown_never_makes_a_link_of_a_name() -> None:
 
     assert "<a" not in html
     assert "[x](https://evil.example/)" in html
+
+
+def test_the_queue_tree_follows_kueues_cohorts_with_use_borrowing_and_fair_share() -> None:
+    """The shape the Kueue adapter writes (diagnosis/edge/schedulers/kubernetes/kueue.py:
+    ``scheduler.cohorts`` from ``cohort_rows``, ``scheduler.queue_parents`` per ClusterQueue)."""
+    document = {
+        "nodes": [{"name": "n1", "gpus": 8}, {"name": "n2", "gpus": 8}],
+        "scheduler": {
+            "cohorts": {"research": {"weight": 1}},
+            "queue_parents": {"cq-a": "research", "cq-b": "research"},
+        },
+        "queues": [
+            {"name": "cq-a", "tenant": "a", "weight": 1, "deserved_gpus": 4},
+            {"name": "cq-b", "tenant": "b", "weight": 1, "deserved_gpus": 4},
+        ],
+        "jobs": [
+            {
+                "id": "a1",
+                "queue": "cq-a",
+                "state": "running",
+                "gpus_per_pod": 6,
+                "allocation": [{"node": "n1", "gpus": [0, 1, 2, 3, 4, 5]}],
+            },
+            {"id": "b1", "queue": "cq-b", "state": "pending", "pods": 1, "gpus_per_pod": 8},
+        ],
+    }
+
+    rows = queues.queue_tree(document)
+
+    assert list(rows) == ["research", "cq-a", "cq-b"]
+    assert rows["research"].is_group
+    assert (rows["cq-a"].depth, rows["cq-a"].used_gpus, rows["cq-a"].borrowed_gpus) == (1, 6, 2)
+    assert (rows["cq-b"].pending_jobs, rows["cq-b"].pending_gpus) == (1, 8)
+    assert rows["cq-a"].fair_gpus + rows["cq-b"].fair_gpus == pytest.approx(14)
+    assert rows["research"].used_gpus == 6
