@@ -47,16 +47,18 @@ from diagnosis.pages import snapshots  # noqa: E402
 BUDGET_S = 0.150
 
 
-def timed(client: Client, path: str) -> tuple[float, float, int, int]:
+def timed(client: Client, path: str) -> tuple[float, float, int, int, float]:
     """Wall seconds, this process's CPU seconds (what the server spent on the request, minus
-    PostgreSQL's own time and minus waiting for a CPU on a busy machine), bytes, queries."""
+    PostgreSQL's own time and minus waiting for a CPU on a busy machine), bytes, queries, and
+    the wall seconds of those queries (PostgreSQL's part, round trips included)."""
     connection.queries_log.clear()
     with CaptureQueriesContext(connection) as queries:
         started, cpu = time.perf_counter(), time.process_time()
         response = client.get(path)
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     assert response.status_code == 200, (path, response.status_code)
-    return seconds, cpu, len(response.content), len(queries.captured_queries)
+    db = sum(float(q["time"]) for q in queries.captured_queries)
+    return seconds, cpu, len(response.content), len(queries.captured_queries), db
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ncluster: {gpus:,} GPUs, {len(document['nodes']):,} nodes, {jobs:,} jobs")
     print(
         f"{'page':<32} {'cold s':>7} {'median s':>9} {'p95 s':>7} {'CPU med s':>9}"
-        f" {'queries':>8} {'KiB':>7}"
+        f" {'DB med s':>8} {'queries':>8} {'KiB':>7}"
     )
     over = []
     for label, cold, warm in results:
@@ -107,9 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
         median = statistics.median(times)
         cpu = statistics.median(w[1] for w in warm)
+        db = statistics.median(w[4] for w in warm)
         print(
             f"{label:<32} {cold[0]:>7.3f} {median:>9.3f} {p95:>7.3f} {cpu:>9.3f}"
-            f" {warm[0][3]:>8} {warm[0][2] / 1024:>7.0f}"
+            f" {db:>8.3f} {warm[0][3]:>8} {warm[0][2] / 1024:>7.0f}"
         )
         if label.startswith(("heatmap", "job list")) and p95 > BUDGET_S:
             over.append(label)
