@@ -21,6 +21,8 @@ from diagnosis.models import (
     ReplayOutcome,
     Snapshot,
 )
+from gpuobs import celery_app
+from gpuobs.celery import queue_for_task
 
 pytestmark = [pytest.mark.django_db]
 
@@ -148,3 +150,11 @@ def test_a_cycle_runs_between_two_batches_of_a_prune(lab, settings) -> None:
     assert cycles[0].ok, cycles[0].error
     assert done["snapshots"] == 4
     assert not Snapshot.objects.filter(cluster=lab, as_of__lt=ago(days=7)).exists()
+
+
+def test_beat_prunes_every_retention_period(settings) -> None:
+    entry = celery_app.conf.beat_schedule["retention"]
+
+    assert entry["task"] == "diagnosis.tasks.prune_retention"
+    assert entry["schedule"] == settings.GPUOBS_RETENTION_SECONDS
+    assert queue_for_task(entry["task"]) == "celery"  # not behind the cycles on diagnose
