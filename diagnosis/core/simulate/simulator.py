@@ -22,6 +22,8 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Iterable, Iterator
+from itertools import chain, groupby
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -90,6 +92,9 @@ class _SlotCounter:
         self.counts.clear()
 
 
+_QUEUE_OF = attrgetter("queue")
+
+
 class _FairShareTurns:
     """Jobs in turn from the queue whose usage / weight (or / deserved) is lowest now (ties: the
     lower queue number), inside a queue in the given order.
@@ -102,9 +107,10 @@ class _FairShareTurns:
     """
 
     def __init__(self, jobs: list[Job], queues: list[Queue], basis: str) -> None:
-        self.by_queue: dict[int, deque[Job]] = {}
-        for job in jobs:
-            self.by_queue.setdefault(job.queue, deque()).append(job)
+        # one stable sort by queue (in C) instead of a dict lookup per job
+        self.by_queue: dict[int, deque[Job]] = {
+            q: deque(group) for q, group in groupby(sorted(jobs, key=_QUEUE_OF), key=_QUEUE_OF)
+        }
         self.queues = queues
         self.basis = basis
         self.heap = [(queues[q].share(basis), q) for q in self.by_queue]
@@ -133,8 +139,7 @@ class _FairShareTurns:
         queue's in a row, queues by ``(share, queue)``."""
         order = sorted((self.queues[q].share(self.basis), q) for _, q in self.heap)
         self.heap = []
-        for _, q in order:
-            yield from self.by_queue[q]
+        return chain.from_iterable(self.by_queue[q] for _, q in order)
 
 
 class Simulator(StateTransitions):
