@@ -134,9 +134,7 @@ def test_a_cycle_sends_at_most_the_bound_the_most_gpu_hours_at_stake_first(
     with django_capture_on_commit_callbacks(execute=False) as sent:
         count = enqueue_impact_estimates(lab)
 
-    queued = {
-        r.pk for r in Recommendation.objects.filter(cluster=lab) if r.impact.get("queued_at")
-    }
+    queued = {r.pk for r in Recommendation.objects.filter(cluster=lab) if r.impact.get("queued_at")}
     assert count == len(sent) == 2
     assert queued == {large.pk, middle.pk}
     assert small.pk not in queued
