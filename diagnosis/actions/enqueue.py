@@ -45,7 +45,11 @@ def notify_on_commit(cluster_id: int) -> None:
 
 def impact_on_commit(recommendation_id: int) -> None:
     """Estimate a recommendation's pending impact on the ``impact`` queue, apart from the cycle
-    (issue #17)."""
+    (issue #17). A send that fails (the broker down) is logged, never raised into the cycle:
+    the impact stays pending and a later cycle sends it again."""
     from diagnosis.tasks import estimate_impact  # noqa: PLC0415 -- as above
 
-    estimate_impact.delay_on_commit(recommendation_id)
+    def send() -> None:
+        estimate_impact.delay(recommendation_id)
+
+    transaction.on_commit(send, robust=True)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
+from kombu.exceptions import OperationalError
 
 from diagnosis.actions.cycles import run_cluster_cycle
 from diagnosis.actions.impact import enqueue_impact_estimates
@@ -168,3 +169,20 @@ def test_page_and_api_say_impact_pending(lab, bob) -> None:
 
 def test_the_estimate_task_goes_to_the_impact_queue() -> None:
     assert queue_for_task("diagnosis.tasks.estimate_impact") == "impact"
+
+
+def test_a_broker_that_refuses_the_send_leaves_the_impact_pending(
+    lab, monkeypatch, django_capture_on_commit_callbacks
+) -> None:
+    rec = pending(lab, "queue:a", 5.0)
+
+    def refuse(*args, **kwargs):
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(estimate_impact, "delay", refuse)
+    with django_capture_on_commit_callbacks(execute=True):
+        count = enqueue_impact_estimates(lab)  # does not raise into the cycle
+
+    rec.refresh_from_db()
+    assert count == 1
+    assert rec.impact["method"] == "pending"  # a later cycle sends it again
