@@ -196,17 +196,29 @@ def iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
 
 
-def jobs_hit(cluster: Cluster, node: str, gpu_index: int | None, at: datetime) -> dict[str, Any]:
+def jobs_hit(
+    cluster: Cluster,
+    node: str,
+    gpu_index: int | None,
+    at: datetime,
+    *,
+    loaded: dict[int, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The jobs and tenants a fault on ``node``/``gpu_index`` at ``at`` hit, from the cluster's
     stored snapshots (the last before ``at``, those up to ``HIT_WINDOW`` after) and its stored
     scheduler events, each with its tenant, state now and GPU-hours lost (its GPUs times the
     time since it started, for a job that then failed, was preempted or evicted: no checkpoints
-    are known)."""
+    are known). ``loaded`` keeps the documents decoded so far by snapshot id, so a cycle that
+    follows many incidents decodes each stored snapshot once."""
 
     snapshots = Snapshot.objects.filter(cluster=cluster)
     chosen = list(snapshots.filter(as_of__lt=at).order_by("-as_of")[:1])
     chosen += list(snapshots.filter(as_of__gte=at, as_of__lte=at + HIT_WINDOW).order_by("as_of"))
-    documents = [s.load_document() for s in chosen]
+    loaded = {} if loaded is None else loaded
+    for snapshot in chosen:
+        if snapshot.pk not in loaded:
+            loaded[snapshot.pk] = snapshot.load_document()
+    documents = [loaded[s.pk] for s in chosen]
     events: list[Mapping[str, Any]] = [e for d in documents for e in d.get("events") or ()]
     stored = SchedulerEvent.objects.filter(
         cluster=cluster, node=node, time__gte=at, time__lte=at + HIT_WINDOW
@@ -313,6 +325,7 @@ def record_incidents(
 
     as_of = parse_time(document["as_of"])
     stats = {"opened": 0, "resolved": 0}
+    loaded: dict[int, dict[str, Any]] = {}
     # one incident per GPU and episode: an unresolved Alertmanager incident of the GPU takes the
     # rule's finding instead of a second incident (keys of the rule's own come last: they win)
     rows = Incident.objects.select_for_update().filter(
@@ -368,7 +381,7 @@ def record_incidents(
         _record_codes(incident, codes, finding)
     for incident in unresolved.values():
         if incident.source == SOURCE_XID:
-            _follow(incident, document, as_of, stats)
+            _follow(incident, document, as_of, stats, loaded)
     _note_recent_drains(cluster, document, as_of)
     return stats
 
@@ -399,10 +412,18 @@ def _record_codes(incident: Incident, codes: list[Mapping[str, Any]], finding: F
     incident.save(update_fields=["details", "finding"])
 
 
-def _follow(incident: Incident, document: Mapping[str, Any], as_of: datetime, stats: dict) -> None:
+def _follow(
+    incident: Incident,
+    document: Mapping[str, Any],
+    as_of: datetime,
+    stats: dict,
+    loaded: dict[int, dict[str, Any]],
+) -> None:
     details = dict(incident.details or {})
     if not details.get("hit_settled"):
-        hit = jobs_hit(incident.cluster, incident.node, incident.gpu_index, incident.opened_at)
+        hit = jobs_hit(
+            incident.cluster, incident.node, incident.gpu_index, incident.opened_at, loaded=loaded
+        )
         details.update(
             jobs=hit["jobs"], tenants=hit["tenants"], gpu_hours_lost=hit["gpu_hours_lost"]
         )
