@@ -215,6 +215,7 @@ def test_every_generator_is_registered_under_its_stable_id():
         "queue-weight",
         "drain-node",
         "drain-row-remap",
+        "gang-release",
         "advisory",
     }
 
