@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from diagnosis.core.accounting import BUCKETS
 from diagnosis.models import Cluster
 from tests.conftest import REPO_ROOT
 from tests.support.browser import browser_page, chromium, log_in, stepped_seed_cluster
@@ -47,7 +48,9 @@ def test_overview_and_a_finding_in_a_real_browser(
         page.wait_for_selector("#gpu-hours-waterfall .main-svg")
         page.wait_for_selector("#utilization-trend .main-svg")
         # one bar per bucket and one for the capacity
-        expect(page.locator("#gpu-hours-waterfall g.trace.bars .point")).to_have_count(9)
+        expect(page.locator("#gpu-hours-waterfall g.trace.bars .point")).to_have_count(
+            len(BUCKETS) + 1
+        )
         expect(page.locator("#figure-gpus")).to_have_text("1,024")
         expect(page.locator("#data-age .value")).to_have_text("Fresh")
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)

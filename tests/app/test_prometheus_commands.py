@@ -126,7 +126,8 @@ def test_exported_history_backfills_a_prometheus_that_a_cycle_reads(
         cycle = run_cluster_cycle(cluster)
     finally:
         sim_runtime.forget("exported")
-    assert "wrote 92544 samples" in err.getvalue()  # 32 GPUs x 241 times x 12 fields
+    # 32 GPUs x 241 times x 18 fields (the 12 of before and the six hidden-waste health fields)
+    assert "wrote 138816 samples" in err.getvalue()
     assert cycle.ok, cycle.error
     assert (cycle.gpus, cycle.coverage) == (32, 1.0)
 
