@@ -437,6 +437,3 @@ GPUOBS_RETAIN_REPLAYS_DAYS = env_int("GPUOBS_RETAIN_REPLAYS_DAYS", 2)
 GPUOBS_ROLLUP_HOURLY_AFTER_DAYS = env_int("GPUOBS_ROLLUP_HOURLY_AFTER_DAYS", 30)
 GPUOBS_RETENTION_BATCH = env_int("GPUOBS_RETENTION_BATCH", 2000)
 GPUOBS_RETENTION_SECONDS = env_int("GPUOBS_RETENTION_SECONDS", 900)
-# Incidents (docs/ui.md, "Incidents"): gpuobs resolves an acknowledged xid incident once its GPU
-# has been healthy, and its node ready, for this long.
-GPUOBS_INCIDENT_HEALTHY_SECONDS = env_int("GPUOBS_INCIDENT_HEALTHY_SECONDS", 30 * 60)

@@ -101,9 +101,8 @@ def test_a_job_placed_on_the_gpu_afterwards_is_not_hit(oncall):
 
 
 def test_it_stays_open_while_the_gpu_is_unhealthy_and_resolves_after_the_healthy_period(
-    oncall, erin, settings
+    oncall, erin
 ):
-    settings.GPUOBS_INCIDENT_HEALTHY_SECONDS = 1800
     acknowledge_incident(the_incident(oncall), erin)
     for minutes in (20, 40, 60):  # the Xid is out of the window; the GPU stays unhealthy
         later(oncall, minutes, xid=False)
@@ -119,15 +118,13 @@ def test_it_stays_open_while_the_gpu_is_unhealthy_and_resolves_after_the_healthy
     assert incident.history.filter(kind="resolved", actor="system:cycle").exists()
 
 
-def test_an_unacknowledged_incident_stays_open_however_long_the_gpu_is_healthy(oncall, settings):
-    settings.GPUOBS_INCIDENT_HEALTHY_SECONDS = 1800
+def test_an_unacknowledged_incident_stays_open_however_long_the_gpu_is_healthy(oncall):
     for minutes in (20, 60, 120):
         later(oncall, minutes, xid=False, health="ok")
     assert the_incident(oncall).state == "open"
 
 
-def test_a_cordoned_node_keeps_it_open(oncall, erin, settings):
-    settings.GPUOBS_INCIDENT_HEALTHY_SECONDS = 1800
+def test_a_cordoned_node_keeps_it_open(oncall, erin):
     acknowledge_incident(the_incident(oncall), erin)
     for minutes in (20, 60, 120):
         later(oncall, minutes, xid=False, health="ok", node_state="cordoned")
