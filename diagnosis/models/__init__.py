@@ -31,12 +31,13 @@ from diagnosis.models.recommendations import (
     AuditEntryQuerySet,
     Recommendation,
 )
-from diagnosis.models.rollups import PoolRollup, RollupFigures, TenantRollup
+from diagnosis.models.rollups import AccountingSlice, PoolRollup, RollupFigures, TenantRollup
 from diagnosis.models.subscriptions import ReportFrequency, ReportSubscription
 from diagnosis.models.tokens import ApiToken
 from diagnosis.models.topology import NodeTopology
 
 __all__ = [
+    "AccountingSlice",
     "ApiToken",
     "AuditEntry",
     "AuditEntryImmutableError",

@@ -82,3 +82,36 @@ class PoolRollup(RollupFigures):
 
     def __str__(self) -> str:
         return f"{self.cluster_id}/{self.pool or '(cluster)'} as of {self.as_of:%Y-%m-%dT%H:%M:%SZ}"
+
+
+class AccountingSlice(models.Model):
+    """One good cycle's share of the overview's GPU-hour waterfall, small enough that the page
+    reads an hour of them instead of an hour of accounting documents (issue #17): the buckets'
+    GPUs, the window, the coverage figures, and of the finding references behind each bucket only
+    those *new* since the previous good cycle (by snapshot time). The first cycle of a period
+    brings its whole list (read from its ``ClusterCycle.accounting`` once); each later slice adds
+    what appeared, so the union, in first-seen order, is exactly the documents' union. Written by
+    ``diagnosis.actions.rollups_hourly``; goes with its cycle (retention)."""
+
+    cycle = models.OneToOneField(
+        ClusterCycle, on_delete=models.CASCADE, primary_key=True, related_name="accounting_slice"
+    )
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    as_of = models.DateTimeField()
+    window_s = models.FloatField(null=True, blank=True)
+    buckets = models.JSONField(default=dict, blank=True, help_text="bucket -> {gpus: n}")
+    new_findings = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="bucket -> ['rule subject', ...] not behind that bucket in the previous cycle",
+    )
+    productive_gpus = models.FloatField(null=True, blank=True)
+    activity_coverage = models.FloatField(null=True, blank=True)
+    mfu_coverage = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster", "as_of"]
+        indexes = [models.Index(fields=["cluster", "as_of"], name="accountingslice_cluster_as_of")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} slice as of {self.as_of:%Y-%m-%dT%H:%M:%SZ}"
