@@ -34,7 +34,7 @@ class Migration(migrations.Migration):
                     models.JSONField(
                         blank=True,
                         default=dict,
-                        help_text="bucket -> ['rule subject', ...] not behind that bucket in the previous cycle",
+                        help_text="bucket -> refs new since the previous good cycle",
                     ),
                 ),
                 ("productive_gpus", models.FloatField(blank=True, null=True)),

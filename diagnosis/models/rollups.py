@@ -103,7 +103,7 @@ class AccountingSlice(models.Model):
     new_findings = models.JSONField(
         default=dict,
         blank=True,
-        help_text="bucket -> ['rule subject', ...] not behind that bucket in the previous cycle",
+        help_text="bucket -> refs new since the previous good cycle",
     )
     productive_gpus = models.FloatField(null=True, blank=True)
     activity_coverage = models.FloatField(null=True, blank=True)
