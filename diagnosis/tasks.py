@@ -30,6 +30,7 @@ from diagnosis.actions.apply import perform_apply, run_dry_run, sweep_stuck_appl
 from diagnosis.actions.cycles import record_cycle_lost, record_skipped_cycle, run_cluster_cycle
 from diagnosis.actions.health import (
     clock_skew_s,
+    count_same_interval_skip,
     database_now,
     redis_client,
     skew_refusal,
@@ -52,8 +53,10 @@ class CycleOutcome(StrEnum):
 
     RAN = "ran"
     LOCKED = "locked"  # another cycle of this cluster holds the lock (a skipped-cycle row)
-    SAME_INTERVAL = "same-interval"  # a cycle of this cluster already started this interval
-    STALE = "stale"  # the fan-out that sent it is more than a cycle period old (database time)
+    # a cycle of this cluster already started this interval (a second beat's send: counted, shown
+    # by /healthz?deep=1, no row, since the interval's cycle did run)
+    SAME_INTERVAL = "same-interval"
+    STALE = "stale"  # its fan-out is more than a cycle period old, database time (a row)
     CLOCK_SKEW = "clock-skew"  # this worker's clock is too far off the database's (a row)
     NO_CLUSTER = "no-cluster"  # no enabled cluster with this id
 
@@ -187,7 +190,8 @@ def run_cycle(cluster_id: int, fanned_out_at: str | None = None) -> dict[str, in
     """Run one cycle of one cluster; says whether it ran or why not. A beat-sent cycle
     (``fanned_out_at`` set) is dropped when stale and runs at most once per interval whatever the
     number of beats; any cycle needs this worker's clock to agree with the database's and the
-    cluster's lock. A refused or locked cycle leaves a cycle row saying why."""
+    cluster's lock. A stale, refused or locked cycle leaves a cycle row saying why; a second
+    beat's send in an interval already taken is counted (``/healthz?deep=1``)."""
     cluster = Cluster.objects.filter(pk=cluster_id, enabled=True).first()
     outcome = _cycle_gate(cluster, fanned_out_at)
     if outcome is None:
@@ -215,15 +219,25 @@ def _cycle_gate(cluster: Cluster | None, fanned_out_at: str | None) -> CycleOutc
         return CycleOutcome.NO_CLUSTER
     if fanned_out_at is not None:
         age = (database_now() - datetime.fromisoformat(fanned_out_at)).total_seconds()
-        if age > settings.GPUOBS_CYCLE_SECONDS:
-            return CycleOutcome.STALE  # the next fan-out replaces it
+        if age > settings.GPUOBS_CYCLE_SECONDS:  # the next fan-out replaces it
+            record_skipped_cycle(cluster, stale_reason(age))
+            return CycleOutcome.STALE
     refusal = skew_refusal(clock_skew_s())
     if refusal:
         record_skipped_cycle(cluster, refusal, status_message=refusal)
         return CycleOutcome.CLOCK_SKEW
     if fanned_out_at is not None and not take_cycle_interval(cluster):
+        count_same_interval_skip(cluster.pk)
         return CycleOutcome.SAME_INTERVAL
     return None
+
+
+def stale_reason(age_s: float) -> str:
+    """Why a beat-sent cycle queued too long was dropped (no worker free, or none running)."""
+    return (
+        f"skipped: queued {age_s:.0f} s, more than a cycle period "
+        f"({settings.GPUOBS_CYCLE_SECONDS} s), before a worker took it; the next cycle runs"
+    )
 
 
 @shared_task(name="diagnosis.tasks.record_worker_heartbeat")
@@ -244,12 +258,13 @@ def ping() -> str:
 SHARD_WAIT_S = 120.0
 
 
-@shared_task(name="diagnosis.tasks.collect_metrics_shard")
-def collect_metrics_shard(payload: dict) -> dict:
-    """One node pool's GPU metrics for a cycle's collection (the ``collect`` queue). A source
-    failure comes back as ``{"error", "permanent"}``, never as an exception."""
+@shared_task(bind=True, name="diagnosis.tasks.collect_metrics_shard")
+def collect_metrics_shard(self, payload: dict) -> dict:
+    """One node pool's GPU metrics for a cycle's collection (the ``collect`` queue), with the
+    ``worker`` (Celery hostname) that read them. A source failure comes back as
+    ``{"error", "permanent"}``, never as an exception."""
 
-    return collect_shard(payload)
+    return {**collect_shard(payload), "worker": self.request.hostname or "in-process"}
 
 
 def run_collect_shards(payloads: list[dict]) -> list[dict]:
@@ -273,6 +288,8 @@ def run_collect_shards(payloads: list[dict]) -> list[dict]:
         elif isinstance(outcome, BaseException):
             outcome = {"error": f"collect shard failed: {outcome!r}", "permanent": False}
         merged.append(outcome)
+    workers = sorted({str(outcome.get("worker", "the cycle's worker")) for outcome in merged})
+    logger.info("%d collect shards read by %s", len(merged), ", ".join(workers))
     return merged
 
 

@@ -34,6 +34,9 @@ from django.utils import timezone
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_KEY = "gpuobs:heartbeat:{component}"
+# Beat-sent cycles skipped because their cluster's interval was already taken (a second beat):
+# a hash of cluster id -> count, kept while such sends go on and a heartbeat's life after.
+SAME_INTERVAL_SKIPS_KEY = "gpuobs:cycle-same-interval-skips"
 COMPONENTS = ("worker", "beat")
 # Redis calls of the health checks and heartbeats give up quickly: a health check that hangs
 # on a dead Redis is itself a failure.
@@ -167,6 +170,29 @@ def component_health(
     return ComponentHealth(component, ok, detail, beat["at"], age, skew)
 
 
+def count_same_interval_skip(cluster_id: int) -> None:
+    """Count a beat-sent cycle skipped because its interval was taken; never raises."""
+    if not settings.REDIS_URL:
+        return
+    try:
+        client = redis_client(settings.REDIS_URL)
+        client.hincrby(SAME_INTERVAL_SKIPS_KEY, str(cluster_id), 1)
+        client.expire(SAME_INTERVAL_SKIPS_KEY, heartbeat_ttl_s())
+    except redis.RedisError:
+        logger.warning("same-interval skip of cluster %s not counted: no Redis", cluster_id)
+
+
+def same_interval_skips() -> dict[str, int]:
+    """Cluster id -> beat-sent cycles skipped as a second beat's, lately (empty: none)."""
+    if not settings.REDIS_URL:
+        return {}
+    try:
+        counts = redis_client(settings.REDIS_URL).hgetall(SAME_INTERVAL_SKIPS_KEY)
+    except redis.RedisError:
+        return {}
+    return {key.decode(): int(value) for key, value in counts.items()}
+
+
 def redis_health() -> dict[str, str]:
     if not settings.REDIS_URL:
         return {"status": "ok", "detail": "embedded mode: no Redis"}
@@ -190,5 +216,7 @@ def deep_health(*, show_hosts: bool = False) -> tuple[bool, dict[str, Any]]:
     for component in COMPONENTS:
         health = component_health(component, now or timezone.now(), show_hosts=show_hosts)
         report[component] = health.as_dict()
+    # a second beat is harmless (each interval still runs one cycle) but a misconfiguration
+    report["beat"]["same_interval_skips"] = same_interval_skips()
     ok = all(part["status"] == "ok" for part in report.values())
     return ok, {"status": "ok" if ok else "error", **report}
