@@ -1,8 +1,10 @@
-"""Running jobs joined with their GPUs' statistics, and the tolerant threshold comparisons the
-job rules (idle-allocation, data-starvation, low-mfu, ...) share. Not a rule: it has no RULE."""
+"""Running jobs joined with their GPUs' statistics, the evidence a job finding opens with, and the
+tolerant threshold comparisons the job rules (idle-allocation, data-starvation, low-mfu, ...)
+share. Not a rule: it has no RULE."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -85,3 +87,17 @@ def running_jobs_with_stats(
     joined = judged.join(stats, how="inner")
     joined["runtime_s"] = runtime.reindex(joined.index)
     return joined, not_judged
+
+
+def job_evidence(job_id: str, job: Mapping[str, Any]) -> dict[str, Any]:
+    """The head of a job finding's evidence: the job's id, ``tenant``, ``queue``, ``pool``,
+    ``kind``, ``runtime_s`` and ``gpus``, from one row of :func:`running_jobs_with_stats`."""
+    return {
+        "job": job_id,
+        "tenant": job["tenant"],
+        "queue": job["queue"],
+        "pool": job["pool"],
+        "kind": job["kind"],
+        "runtime_s": int(job["runtime_s"]),
+        "gpus": int(job["gpus"]),
+    }

@@ -1,7 +1,7 @@
 """What ``thermal-throttling`` and ``power-throttling`` share: one judgement over the GPUs' share
 of the window spent with clocks held down for a reason (``throttle_thermal.frac`` /
 ``throttle_power.frac``), with the SM clock against its maximum as evidence. Not a rule: it has
-no RULE; each rule module passes its reason.
+no RULE; each rule module builds its RULE with :func:`throttling_rule` for its reason.
 
 The edge derives the shares from DCGM (``docs/snapshot.md``, "Hidden-waste fields"): the
 share of samples of ``DCGM_FI_DEV_CLOCKS_EVENT_REASONS`` (formerly ``..._CLOCK_THROTTLE_REASONS``)
@@ -18,7 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from diagnosis.core.rules.base import Finding, Judgement, Rule, evidence_number
+from diagnosis.core.rules.base import (
+    Finding,
+    Judgement,
+    Rule,
+    RuleDoc,
+    Threshold,
+    evidence_number,
+)
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.rules.running_jobs import at_least
 from diagnosis.core.snapshot import ClusterSnapshot
@@ -137,3 +144,39 @@ REFERENCES = (
     "DCGM_FI_DEV_POWER_VIOLATION, DCGM_FI_DEV_THERMAL_VIOLATION (fields 240, 241, µs), "
     "DCGM_FI_DEV_SM_CLOCK, DCGM_FI_DEV_MAX_SM_CLOCK: dcgm-exporter etc/default-counters.csv",
 )
+
+
+def throttling_rule(
+    reason: Reason,
+    *,
+    rule_id: str,
+    title: str,
+    min_frac_help: str,
+    detects: str,
+    why: str,
+    fix: str,
+) -> Rule:
+    """The rule for ``reason``: judged by :func:`judge` with one threshold, ``min_frac``
+    (default 0.2, described by ``min_frac_help``), the shared evidence and references, and the
+    rule's own words for what it detects, why it matters and how to fix it."""
+
+    def evaluate(
+        snapshot: ClusterSnapshot, thresholds: Mapping[str, Any], facts: SnapshotFacts
+    ) -> Judgement:
+        return judge(rule, reason, snapshot, thresholds, facts)
+
+    rule = Rule(
+        id=rule_id,
+        title=title,
+        severity="warning",
+        subject_kind="gpu:",
+        thresholds=(Threshold("min_frac", 0.2, min_frac_help, unit="fraction", maximum=1.0),),
+        doc=RuleDoc(
+            detects=detects, why=why, fix=fix, evidence=EVIDENCE_DOC, references=REFERENCES
+        ),
+        evaluate=evaluate,
+        for_s=600,
+        keep_firing_for_s=600,
+        reads_gpu_metrics=True,
+    )
+    return rule

@@ -7,7 +7,13 @@ from typing import Any
 
 from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold, evidence_number
 from diagnosis.core.rules.facts import SnapshotFacts
-from diagnosis.core.rules.running_jobs import NO_UTIL, at_least, below, running_jobs_with_stats
+from diagnosis.core.rules.running_jobs import (
+    NO_UTIL,
+    at_least,
+    below,
+    job_evidence,
+    running_jobs_with_stats,
+)
 from diagnosis.core.snapshot import ClusterSnapshot
 
 NO_FB = "no framebuffer-used metric on any of its GPUs"
@@ -60,13 +66,7 @@ def evaluate(
             f"{job['util_mean']:.0%} utilisation, {why}: its GPUs wait for input."
         )
         evidence = {
-            "job": job_id,
-            "tenant": job["tenant"],
-            "queue": job["queue"],
-            "pool": job["pool"],
-            "kind": job["kind"],
-            "runtime_s": int(job["runtime_s"]),
-            "gpus": int(job["gpus"]),
+            **job_evidence(job_id, job),
             "nodes": int(job["nodes"]),
             "trigger": trigger,
             "util_mean": evidence_number(job["util_mean"]),

@@ -15,6 +15,7 @@ from diagnosis.core.rules.running_jobs import (
     at_least,
     at_most,
     below,
+    job_evidence,
     running_jobs_with_stats,
 )
 from diagnosis.core.snapshot import ClusterSnapshot
@@ -107,12 +108,7 @@ def evaluate(
             f"and {stat['tensor']:.1%} tensor activity: a hung collective, not work."
         )
         evidence = {
-            "job": job_id,
-            "tenant": job["tenant"],
-            "queue": job["queue"],
-            "pool": job["pool"],
-            "kind": job["kind"],
-            "runtime_s": int(job["runtime_s"]),
+            **job_evidence(job_id, job),
             "gpus": gpus,
             "pods": int(pods.get(job_id, 1)),
             "nodes": int(stat["nodes"]),

@@ -10,7 +10,13 @@ import pandas as pd
 from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold, evidence_number
 from diagnosis.core.rules.builtin.idle_held import MIN_FB
 from diagnosis.core.rules.facts import SnapshotFacts
-from diagnosis.core.rules.running_jobs import NO_UTIL, at_least, below, running_jobs_with_stats
+from diagnosis.core.rules.running_jobs import (
+    NO_UTIL,
+    at_least,
+    below,
+    job_evidence,
+    running_jobs_with_stats,
+)
 from diagnosis.core.snapshot import GPU_KEY, WHOLE_GPU, ClusterSnapshot
 
 
@@ -42,13 +48,7 @@ def evaluate(
         if unhealthy or not_ready:
             summary += " Some of its GPUs are unhealthy or on nodes that are not ready."
         evidence = {
-            "job": job_id,
-            "tenant": job["tenant"],
-            "queue": job["queue"],
-            "pool": job["pool"],
-            "kind": job["kind"],
-            "runtime_s": int(job["runtime_s"]),
-            "gpus": int(job["gpus"]),
+            **job_evidence(job_id, job),
             "gpus_with_util": with_util,
             "util_mean": evidence_number(job["util_mean"]),
             "fb_used_frac_mean": evidence_number(job["fb_used_frac_mean"]),

@@ -18,6 +18,7 @@ from diagnosis.core.rules.running_jobs import (
     NO_UTIL,
     at_least,
     below,
+    job_evidence,
     running_jobs_with_stats,
 )
 from diagnosis.core.snapshot import ClusterSnapshot
@@ -52,13 +53,7 @@ def evaluate(
             f"at {job['util_mean']:.1%} mean utilisation after {hours:.1f} h."
         )
         evidence = {
-            "job": job_id,
-            "tenant": job["tenant"],
-            "queue": job["queue"],
-            "pool": job["pool"],
-            "kind": job["kind"],
-            "runtime_s": int(job["runtime_s"]),
-            "gpus": int(job["gpus"]),
+            **job_evidence(job_id, job),
             "util_mean": evidence_number(job["util_mean"]),
             "fb_used_frac_mean": evidence_number(job["fb_used_frac_mean"]),
             "max_util": max_util,
