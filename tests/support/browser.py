@@ -49,15 +49,15 @@ def chromium() -> str:
 
 
 @contextmanager
-def stepped_seed_cluster(name: str, cycles: int) -> Iterator[Cluster]:
-    """The demo's seed scenario as cluster ``name``, run ``cycles`` cycles of ``STEP_S``
+def stepped_seed_cluster(name: str, cycles: int, step_s: int = STEP_S) -> Iterator[Cluster]:
+    """The demo's seed scenario as cluster ``name``, run ``cycles`` cycles of ``step_s``
     simulated seconds up to now; its simulator is forgotten afterwards."""
-    start = datetime.now(UTC) - timedelta(seconds=cycles * STEP_S)
+    start = datetime.now(UTC) - timedelta(seconds=cycles * step_s)
     cluster = Cluster.objects.create(
         name=name,
         scheduler_kind="sim",
         metrics_kind="sim",
-        scheduler_config=stepped_seed_config(start, STEP_S),
+        scheduler_config=stepped_seed_config(start, step_s),
     )
     try:
         for _ in range(cycles):
