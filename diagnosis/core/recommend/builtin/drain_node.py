@@ -17,6 +17,7 @@ sit on a failing GPU), and whether their pods fit elsewhere in the pool right no
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -49,21 +50,34 @@ def drain_codes(finding: Finding) -> list[dict[str, Any]]:
     ]
 
 
-def generate(context: RecommendContext) -> list[Draft]:
+def drainable_nodes(
+    context: RecommendContext,
+    rule_id: str,
+    justifies: Callable[[Finding], object] | None = None,
+) -> list[tuple[str, list[Finding]]]:
+    """The nodes, sorted, holding ``rule_id`` findings that ``justifies`` a drain (all of them
+    when it is None), each with those findings in GPU index order; nodes not in the snapshot,
+    or already ``drained`` or ``down``, are left out."""
     by_node: dict[str, list[Finding]] = {}
-    for finding in context.findings("xid"):
+    for finding in context.findings(rule_id):
         node = finding.evidence.get("node")
-        if node is not None and drain_codes(finding):
+        if node is not None and (justifies is None or justifies(finding)):
             by_node.setdefault(str(node), []).append(finding)
     nodes = context.snapshot.nodes
+    return [
+        (node, sorted(by_node[node], key=lambda f: int(f.evidence.get("index", 0))))
+        for node in sorted(by_node)
+        if node in nodes.index and nodes.at[node, "state"] not in NOTHING_TO_DO
+    ]
+
+
+def generate(context: RecommendContext) -> list[Draft]:
+    nodes = context.snapshot.nodes
     drafts = []
-    for node in sorted(by_node):
-        if node not in nodes.index or nodes.at[node, "state"] in NOTHING_TO_DO:
-            continue
-        findings = sorted(by_node[node], key=lambda f: int(f.evidence.get("index", 0)))
+    for node, findings in drainable_nodes(context, "xid", drain_codes):
         reason = drain_reason(findings)
         state = str(nodes.at[node, "state"])
-        impact, tradeoffs = _capacity_account(context, node, findings)
+        impact, tradeoffs = capacity_account(context, node, findings)
         drafts.append(
             Draft(
                 kind=DRAIN_NODE,
@@ -116,7 +130,7 @@ def _action(findings: list[Finding]) -> str:
     return "follow NVIDIA's action for the code (docs/xid.md)"
 
 
-def _capacity_account(
+def capacity_account(
     context: RecommendContext, node: str, findings: list[Finding]
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     snapshot = context.snapshot

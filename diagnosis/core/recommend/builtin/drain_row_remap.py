@@ -13,28 +13,20 @@ from __future__ import annotations
 from diagnosis.core.recommend.base import DRAIN_NODE, Draft, FindingRef, Generator, RecommendContext
 from diagnosis.core.recommend.builtin.drain_node import (
     MAX_REASON_CHARS,
-    NOTHING_TO_DO,
-    _capacity_account,
+    capacity_account,
+    drainable_nodes,
 )
 from diagnosis.core.rules.base import Finding
 
 
 def generate(context: RecommendContext) -> list[Draft]:
-    by_node: dict[str, list[Finding]] = {}
-    for finding in context.findings("ecc-row-remap"):
-        node = finding.evidence.get("node")
-        if node is not None:
-            by_node.setdefault(str(node), []).append(finding)
     nodes = context.snapshot.nodes
     drafts = []
-    for node in sorted(by_node):
-        if node not in nodes.index or nodes.at[node, "state"] in NOTHING_TO_DO:
-            continue
-        findings = sorted(by_node[node], key=lambda f: int(f.evidence.get("index", 0)))
+    for node, findings in drainable_nodes(context, "ecc-row-remap"):
         reason = remap_reason(findings)
         failed = any(f.evidence.get("row_remap_failure") for f in findings)
         then = "send the GPU for service (RMA)" if failed else "reset the GPU (nvidia-smi -r)"
-        impact, tradeoffs = _capacity_account(context, node, findings)
+        impact, tradeoffs = capacity_account(context, node, findings)
         drafts.append(
             Draft(
                 kind=DRAIN_NODE,
