@@ -20,6 +20,7 @@ from diagnosis.actions.health import database_now
 from diagnosis.actions.notifications import notify_after_cycle
 from diagnosis.actions.oncall import record_cycle_incidents
 from diagnosis.actions.proposals import record_recommendations
+from diagnosis.actions.rollups_hourly import record_accounting_slice
 from diagnosis.actions.tenancy import record_tenancy
 from diagnosis.actions.topology import merge_stored_topology
 from diagnosis.choices import DataSourceStatus
@@ -213,6 +214,7 @@ def record_cycle(
         )
         with steps.timed("tenancy"):
             record_tenancy(cluster, snap, diagnosis, accounting, cycle)
+            record_accounting_slice(cycle)  # the overview's waterfall rows
         with steps.timed("incidents"):
             record_cycle_incidents(cluster, document, diagnosis)  # on-call's (issue #16)
         problems = [f"rule {e.rule} failed: {e.message}" for e in diagnosis.errors]

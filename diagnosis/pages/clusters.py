@@ -28,6 +28,7 @@ from django.db.models import (
     Count,
     F,
     IntegerField,
+    JSONField,
     OuterRef,
     Q,
     QuerySet,
@@ -103,7 +104,8 @@ CYCLE_FIELDS = (
     "data_age_s",
     "coverage",
 )
-# What the waterfall needs of each cycle in the hour: a few keys of its accounting JSON.
+# What the waterfall needs of each cycle in the hour: a few keys of its accounting JSON, or the
+# same figures from its AccountingSlice (the keys besides bucket_findings).
 HOUR_ROW = {
     "window_s": F("accounting__window_s"),
     "buckets": F("accounting__cluster__buckets"),
@@ -112,6 +114,7 @@ HOUR_ROW = {
     "activity_coverage": F("accounting__cluster__activity_coverage"),
     "mfu_coverage": F("accounting__cluster__mfu_coverage"),
 }
+SLICE_FIGURES = tuple(key for key in HOUR_ROW if key != "bucket_findings")
 SUBJECT_NOUNS = {
     "job:": ("job", "jobs"),
     "jobs:": ("set of jobs", "sets of jobs"),
@@ -389,6 +392,45 @@ def _open_findings_table(
     return table
 
 
+def waterfall_rows(cycles: QuerySet[ClusterCycle], end: datetime) -> list[dict[str, Any]]:
+    """The good cycles of the hour up to ``end``, as :func:`charts.gpu_hours_breakdown` reads
+    them, from their :class:`AccountingSlice` rows (issue #17), in one query: each slice's bucket
+    figures and only the finding references new since the previous cycle; the hour's first cycle
+    brings its whole list from its accounting document. The union of references, in first-seen
+    order, is the documents' own, so the breakdown is the same, and the page reads one document,
+    not sixty. A cycle stored before slices existed is read from its document, as before."""
+    hour = cycles.filter(
+        ok=True, as_of__gt=end - timedelta(seconds=WATERFALL_PERIOD_S), as_of__lte=end
+    )
+    no_slice = Q(accounting_slice__isnull=True)
+    first = Q(as_of=Subquery(hour.order_by("as_of").values("as_of")[:1]))
+    from_document = {
+        key: Case(When(no_slice, then=value), default=Value(None), output_field=JSONField())
+        for key, value in HOUR_ROW.items()
+        if key != "bucket_findings"
+    }
+    rows = hour.order_by("as_of").values(
+        "as_of",
+        **{f"slice_{key}": F(f"accounting_slice__{key}") for key in SLICE_FIGURES},
+        **{f"document_{key}": value for key, value in from_document.items()},
+        bucket_findings=Case(
+            When(no_slice | first, then=F("accounting__findings")),
+            default=F("accounting_slice__new_findings"),
+            output_field=JSONField(),
+        ),
+        sliced=Case(When(no_slice, then=Value(False)), default=Value(True)),
+    )
+    source = {True: "slice", False: "document"}
+    return [
+        {
+            "as_of": row["as_of"],
+            "bucket_findings": row["bucket_findings"],
+            **{key: row[f"{source[row['sliced']]}_{key}"] for key in SLICE_FIGURES},
+        }
+        for row in rows
+    ]
+
+
 MAX_TREND_MARKS = 40
 MAX_TREND_POINTS = 360  # a day of minute cycles drawn as 4-minute means
 
@@ -481,15 +523,7 @@ def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
             range_error = str(error)
         # the waterfall: the hour up to the range's end (the latest good snapshot at most)
         hour_end = min(time_range.end, good.as_of)
-        hour_rows = list(
-            cycles.filter(
-                ok=True,
-                as_of__gt=hour_end - timedelta(seconds=WATERFALL_PERIOD_S),
-                as_of__lte=hour_end,
-            )
-            .order_by("as_of")
-            .values("as_of", **HOUR_ROW)
-        )
+        hour_rows = waterfall_rows(cycles, hour_end)
         breakdown = charts.gpu_hours_breakdown(hour_rows, end=hour_end, period_s=WATERFALL_PERIOD_S)
         bucket_rows = _bucket_rows(request, cluster, breakdown)
         links = {row.bucket.bucket: row.list_url for row in bucket_rows if row.list_url}
