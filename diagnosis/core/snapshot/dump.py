@@ -6,6 +6,9 @@ import json
 import math
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from diagnosis.core.snapshot.frame import (
     GPU_BASE_COLUMNS,
     WHOLE_GPU,
@@ -16,7 +19,13 @@ from diagnosis.core.vocabulary import SNAPSHOT_FORMAT
 
 
 def dump(snapshot: ClusterSnapshot) -> dict[str, Any]:
-    """The ``gpuobs.snapshot/v1`` document of a snapshot; ``load(dump(s))`` equals ``s``."""
+    """The ``gpuobs.snapshot/v1`` document of a snapshot; ``load(dump(s))`` equals ``s``.
+
+    Built column by column (each frame column read once as a Python list), not row by row:
+    at 16,384 GPUs / 20,000 jobs a cycle stores this document every minute (issue #17).
+    """
+    queues = snapshot.queues
+    events = snapshot.events
     document: dict[str, Any] = {
         "format": SNAPSHOT_FORMAT,
         "cluster": snapshot.cluster,
@@ -28,26 +37,33 @@ def dump(snapshot: ClusterSnapshot) -> dict[str, Any]:
         "queues": [
             _drop_none(
                 {
-                    "name": q.name,
-                    "tenant": _text(q.tenant),
-                    "weight": _plain(q.weight),
-                    "deserved_gpus": _plain(q.deserved_gpus),
-                    "capability_gpus": _plain(q.capability_gpus),
+                    "name": name,
+                    "tenant": _text(tenant),
+                    "weight": _plain(weight),
+                    "deserved_gpus": _plain(deserved),
+                    "capability_gpus": _plain(capability),
                 }
             )
-            for q in snapshot.queues.itertuples(index=False)
+            for name, tenant, weight, deserved, capability in zip(
+                *_columns(queues, "name", "tenant", "weight", "deserved_gpus", "capability_gpus"),
+                strict=True,
+            )
         ],
         "jobs": _dump_jobs(snapshot),
         "events": [
             {
-                "time": format_time(e.time),
-                "kind": e.kind,
-                "job": _text(e.job),
-                "node": _text(e.node),
-                "reason": _text(e.reason),
-                "message": _text(e.message),
+                "time": time,
+                "kind": kind,
+                "job": _text(job),
+                "node": _text(node),
+                "reason": _text(reason),
+                "message": _text(message),
             }
-            for e in snapshot.events.itertuples(index=False)
+            for time, kind, job, node, reason, message in zip(
+                _times(events["time"]),
+                *_columns(events, "kind", "job", "node", "reason", "message"),
+                strict=True,
+            )
         ],
     }
     document.update(snapshot.extra)
@@ -59,133 +75,259 @@ def dumps(snapshot: ClusterSnapshot, *, indent: int | None = None) -> str:
 
 
 def _dump_nodes(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
-    topology: dict[str, dict[str, Any]] = {}
     gpus = snapshot.gpus
     physical = gpus[~gpus[["node", "index"]].duplicated().to_numpy()]
-    for node, group in physical.groupby("node", sort=False):
-        domains = group["nvlink_domain"].to_numpy()
-        numa = group["numa"].to_numpy()
+    rows_of: dict[Any, list[int]] = {}
+    for row, node in enumerate(physical["node"].tolist()):
+        rows_of.setdefault(node, []).append(row)
+    indexes, domains, numas = _columns(physical, "index", "nvlink_domain", "numa")
+    topology: dict[str, dict[str, Any]] = {}
+    for node, rows in rows_of.items():
         entry: dict[str, Any] = {}
-        if (domains >= 0).any():
+        node_domains = [domains[r] for r in rows]
+        present = sorted({d for d in node_domains if d >= 0})
+        if present:
             entry["nvlink_domains"] = [
-                group["index"].to_numpy()[domains == d].tolist()
-                for d in sorted(set(domains[domains >= 0].tolist()))
+                [indexes[r] for r, d in zip(rows, node_domains, strict=True) if d == domain]
+                for domain in present
             ]
-        if (numa >= 0).any():
-            entry["numa"] = [int(m) if m >= 0 else None for m in numa.tolist()]
+        node_numa = [numas[r] for r in rows]
+        if any(m >= 0 for m in node_numa):
+            entry["numa"] = [int(m) if m >= 0 else None for m in node_numa]
         if entry:
             topology[node] = entry
     nodes = []
-    for n in snapshot.nodes.itertuples(index=False):
+    for name, pool, gpu_model, count, state, cpu_util in zip(
+        *_columns(snapshot.nodes, "name", "pool", "gpu_model", "gpus", "state", "cpu_util"),
+        strict=True,
+    ):
         node = _drop_none(
             {
-                "name": n.name,
-                "pool": n.pool,
-                "gpu_model": _text(n.gpu_model),
-                "gpus": int(n.gpus),
-                "state": n.state,
-                "cpu_util": _plain(n.cpu_util),
+                "name": name,
+                "pool": pool,
+                "gpu_model": _text(gpu_model),
+                "gpus": int(count),
+                "state": state,
+                "cpu_util": _plain(cpu_util),
             }
         )
-        if n.name in topology:
-            node["topology"] = topology[n.name]
+        if name in topology:
+            node["topology"] = topology[name]
         nodes.append(node)
     return nodes
 
 
 def _dump_gpus(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
     gpus = snapshot.gpus
-    metric_columns = [c for c in gpus.columns if c not in GPU_BASE_COLUMNS]
+    gpus = gpus[gpus["reported"].to_numpy(dtype=bool)]
     xids: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for x in snapshot.xids.itertuples(index=False):
-        xids.setdefault((x.node, int(x.index)), []).append(
-            {"code": int(x.code), "time": format_time(x.time)}
-        )
+    for node, index, code, time in zip(
+        *_columns(snapshot.xids, "node", "index", "code"),
+        _times(snapshot.xids["time"]),
+        strict=True,
+    ):
+        xids.setdefault((node, int(index)), []).append({"code": int(code), "time": time})
     out = []
-    for record in gpus[gpus["reported"]].to_dict("records"):
-        entry: dict[str, Any] = {"node": record["node"], "index": int(record["index"])}
-        if _text(record["uuid"]) is not None:
-            entry["uuid"] = record["uuid"]
-        entry["health"] = record["health"]
-        if _text(record["nvlink_clique"]) is not None:
-            entry["nvlink_clique"] = record["nvlink_clique"]
-        if record["index_guessed"]:
+    for node, index, uuid, health, clique, guessed, instance, profile, parent, capacity in zip(
+        *_columns(
+            gpus,
+            "node",
+            "index",
+            "uuid",
+            "health",
+            "nvlink_clique",
+            "index_guessed",
+            "mig_instance",
+            "mig_profile",
+            "mig_parent_uuid",
+            "capacity",
+        ),
+        strict=True,
+    ):
+        entry: dict[str, Any] = {"node": node, "index": int(index)}
+        if _text(uuid) is not None:
+            entry["uuid"] = uuid
+        entry["health"] = health
+        if _text(clique) is not None:
+            entry["nvlink_clique"] = clique
+        if guessed:
             entry["index_guessed"] = True
-        if record["mig_instance"] != WHOLE_GPU:
+        if instance != WHOLE_GPU:
             entry["mig"] = _drop_none(
                 {
-                    "profile": _text(record["mig_profile"]),
-                    "instance": int(record["mig_instance"]),
-                    "parent_uuid": _text(record["mig_parent_uuid"]),
-                    "compute_fraction": _plain(record["capacity"]),
+                    "profile": _text(profile),
+                    "instance": int(instance),
+                    "parent_uuid": _text(parent),
+                    "compute_fraction": _plain(capacity),
                 }
             )
-        for column in metric_columns:
-            value = record[column]
-            if value is None or math.isnan(value):
-                continue
-            metric, stat = column.rsplit("_", 1)
-            entry.setdefault(metric, {})[stat] = _plain(value)
-        key = (entry["node"], entry["index"])
-        if key in xids:
-            entry["xid"] = xids[key]
         out.append(entry)
+    for column in gpus.columns:
+        if column in GPU_BASE_COLUMNS:
+            continue
+        metric, stat = column.rsplit("_", 1)
+        for entry, value in zip(out, _plain_values(gpus[column]), strict=True):
+            if value is not _MISSING:
+                entry.setdefault(metric, {})[stat] = value
+    if xids:
+        for entry in out:
+            key = (entry["node"], entry["index"])
+            if key in xids:
+                entry["xid"] = xids[key]
     return out
 
 
 def _dump_jobs(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
-    allocation: dict[str, list[dict[str, Any]]] = {}
-    gpus = snapshot.gpus
-    uuid_of = dict(
-        zip(
-            zip(gpus["node"], gpus["index"], gpus["mig_instance"], strict=True),
-            gpus["uuid"],
-            strict=True,
-        )
+    allocation = _dump_allocation(snapshot)
+    jobs = snapshot.jobs
+    out = []
+    for (
+        job_id,
+        name,
+        tenant,
+        queue,
+        pool,
+        kind,
+        priority,
+        state,
+        submitted,
+        started,
+        ended,
+        pods,
+        gpus_per_pod,
+        gang,
+        min_member,
+        pending_reason,
+        partial_since,
+        preemptions,
+        tp,
+        tflops,
+    ) in zip(
+        *_columns(jobs, "id", "name", "tenant", "queue", "pool", "kind", "priority", "state"),
+        _times(jobs["submitted"]),
+        _times(jobs["started"]),
+        _times(jobs["ended"]),
+        *_columns(jobs, "pods", "gpus_per_pod", "gang", "min_member", "pending_reason"),
+        _times(jobs["partial_since"]),
+        *_columns(jobs, "preemptions", "tp", "achieved_tflops_per_gpu"),
+        strict=True,
+    ):
+        job = {
+            "id": job_id,
+            "name": _text(name),
+            "tenant": _text(tenant),
+            "queue": _text(queue),
+            "pool": _text(pool),
+            "kind": _text(kind),
+            "priority": int(priority),
+            "state": state,
+            "submitted": submitted,
+            "started": started,
+            "ended": ended,
+            "pods": int(pods),
+            "gpus_per_pod": int(gpus_per_pod),
+            "gang": bool(gang),
+            "min_member": int(min_member),
+            "allocation": allocation.get(job_id, []),
+            "pending_reason": _text(pending_reason),
+            "partial_since": partial_since,
+            "preemptions": int(preemptions),
+        }
+        if not math.isnan(tp):
+            job["parallelism"] = {"tp": int(tp)}
+        if not math.isnan(tflops):
+            job["achieved_tflops_per_gpu"] = float(tflops)
+        out.append(job)
+    return out
+
+
+def _dump_allocation(snapshot: ClusterSnapshot) -> dict[str, list[dict[str, Any]]]:
+    """Each job's pods as the document lists them, in the order the frame first names them."""
+    allocations = snapshot.allocations
+    job_col, pod_col, node_col, index_col, instance_col, share_col, guessed_col = _columns(
+        allocations, "job", "pod", "node", "index", "mig_instance", "share", "guessed"
     )
-    for (job, _pod), group in snapshot.allocations.groupby(["job", "pod"], sort=False):
-        pod: dict[str, Any] = {"node": group["node"].iloc[0], "gpus": group["index"].tolist()}
-        instances = group["mig_instance"].tolist()
+    rows_of: dict[tuple[Any, Any], list[int]] = {}
+    for row, key in enumerate(zip(job_col, pod_col, strict=True)):
+        if _is_missing(key[0]) or _is_missing(key[1]):
+            continue  # as groupby drops a missing key
+        rows_of.setdefault(key, []).append(row)
+    uuid_of: dict[tuple[Any, Any, Any], Any] | None = None
+    allocation: dict[str, list[dict[str, Any]]] = {}
+    for (job, _pod), rows in rows_of.items():
+        first = rows[0]
+        pod: dict[str, Any] = {"node": node_col[first], "gpus": [index_col[r] for r in rows]}
+        instances = [instance_col[r] for r in rows]
         if any(i != WHOLE_GPU for i in instances):
+            if uuid_of is None:
+                gpus = snapshot.gpus
+                uuid_of = dict(
+                    zip(
+                        zip(*_columns(gpus, "node", "index", "mig_instance"), strict=True),
+                        gpus["uuid"].tolist(),
+                        strict=True,
+                    )
+                )
             pod["uuids"] = [
                 uuid_of.get((pod["node"], index, instance))
                 for index, instance in zip(pod["gpus"], instances, strict=True)
             ]
-        share = float(group["share"].iloc[0])
+        share = float(share_col[first])
         if share != 1.0:
             pod["share"] = share
-        if bool(group["guessed"].iloc[0]):
+        if bool(guessed_col[first]):
             pod["gpus_guessed"] = True
         allocation.setdefault(job, []).append(pod)
-    jobs = []
-    for j in snapshot.jobs.itertuples(index=False):
-        job = {
-            "id": j.id,
-            "name": _text(j.name),
-            "tenant": _text(j.tenant),
-            "queue": _text(j.queue),
-            "pool": _text(j.pool),
-            "kind": _text(j.kind),
-            "priority": int(j.priority),
-            "state": j.state,
-            "submitted": format_time(j.submitted),
-            "started": format_time(j.started),
-            "ended": format_time(j.ended),
-            "pods": int(j.pods),
-            "gpus_per_pod": int(j.gpus_per_pod),
-            "gang": bool(j.gang),
-            "min_member": int(j.min_member),
-            "allocation": allocation.get(j.id, []),
-            "pending_reason": _text(j.pending_reason),
-            "partial_since": format_time(j.partial_since),
-            "preemptions": int(j.preemptions),
-        }
-        if not math.isnan(j.tp):
-            job["parallelism"] = {"tp": int(j.tp)}
-        if not math.isnan(j.achieved_tflops_per_gpu):
-            job["achieved_tflops_per_gpu"] = float(j.achieved_tflops_per_gpu)
-        jobs.append(job)
-    return jobs
+    return allocation
+
+
+def _columns(frame: pd.DataFrame, *names: str) -> list[list[Any]]:
+    """Columns of a frame as Python lists (numpy scalars become Python numbers)."""
+    return [frame[name].tolist() for name in names]
+
+
+def _times(column: pd.Series) -> list[str | None]:
+    """A time column as :func:`format_time` writes each value, formatted in one numpy call
+    when the column holds UTC-convertible times (the frames' dtype), else value by value."""
+    if not isinstance(column.dtype, pd.DatetimeTZDtype):
+        return [format_time(value) for value in column.tolist()]
+    naive = column.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy().astype("datetime64[us]")
+    out: list[str | None] = []
+    for text in np.datetime_as_string(naive, unit="us").tolist():
+        if text == "NaT":
+            out.append(None)
+        elif len(text) != 26 or text[0] == "0":
+            out.append(format_time(pd.Timestamp(text, tz="UTC")))  # a year strftime pads
+        else:
+            fraction = text[20:].rstrip("0")
+            out.append(f"{text[:19]}.{fraction}Z" if fraction else f"{text[:19]}Z")
+    return out
+
+
+_MISSING = object()
+
+
+def _plain_values(column: pd.Series) -> list[Any]:
+    """A metric column as :func:`_plain` gives each value, ``_MISSING`` where the value is
+    missing (None or NaN); a float column is judged in numpy."""
+    if column.dtype.kind != "f":
+        return [
+            _MISSING if value is None or math.isnan(value) else _plain(value)
+            for value in column.tolist()
+        ]
+    values = column.to_numpy(dtype="float64")
+    missing = np.isnan(values)
+    whole = np.isfinite(values) & (values == np.floor(values))
+    return [
+        _MISSING if gone else (int(value) if integer else value)
+        for value, gone, integer in zip(
+            values.tolist(), missing.tolist(), whole.tolist(), strict=True
+        )
+    ]
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _text(value: Any) -> str | None:
