@@ -20,17 +20,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from diagnosis.edge.schedulers.base import ChangeResult, SchedulerError
+from diagnosis.edge.schedulers.kubernetes import objects
 from diagnosis.edge.schedulers.kubernetes.client import KubeSettings, meta, scheduler_error
-from diagnosis.edge.schedulers.kubernetes.objects import compact_json, dry_run_args, evictable
+from diagnosis.edge.schedulers.kubernetes.objects import (
+    compact_json,
+    dry_run_args,
+    evict_pod,
+    evictable,
+)
+from diagnosis.edge.schedulers.targets import target_name
 
 HTTP_CONFLICT = 409
-HTTP_TOO_MANY_REQUESTS = 429  # a PodDisruptionBudget says not now
 
 
 def namespaced(target: str, what: str) -> tuple[str, str]:
@@ -58,6 +64,42 @@ def podgroup_state(podgroup: Mapping[str, Any], pods: list[dict[str, Any]]) -> s
     if bound == 0:
         return "pending"
     return "partial" if bound < min_member else "running"
+
+
+class PodGroupKind(NamedTuple):
+    """Where a PodGroup scheduler (Volcano, KAI) keeps its PodGroups (``<group>/<version>``,
+    plural ``podgroups``) and the annotation with which its pods name theirs."""
+
+    group: str
+    version: str
+    annotation: str
+
+
+def apply_podgroup_change(
+    api: k8s.ApiClient,
+    settings: KubeSettings,
+    change: Mapping[str, Any],
+    podgroup_kind: PodGroupKind,
+    *,
+    dry_run: bool,
+) -> ChangeResult | None:
+    """The changes every PodGroup scheduler applies the same way: ``drain-node`` (cordon and
+    evict, :func:`objects.drain_node`) and ``gang-release`` (:func:`release_podgroup`); None
+    for any other kind, which is the adapter's own to apply or refuse."""
+    kind = change.get("kind")
+    if kind == "drain-node":
+        return objects.drain_node(api, settings, change, target_name(change), dry_run=dry_run)
+    if kind == "gang-release":
+        return release_podgroup(
+            api,
+            settings,
+            change,
+            target_name(change),
+            podgroup_resource=(podgroup_kind.group, podgroup_kind.version, "podgroups"),
+            group_annotation=podgroup_kind.annotation,
+            dry_run=dry_run,
+        )
+    return None
 
 
 def release_podgroup(
@@ -95,24 +137,10 @@ def release_podgroup(
     lines, evicted, blocked = [], [], []
     for pod in sorted(pods, key=lambda p: meta(p).get("name")):
         pod_name = meta(pod).get("name")
-        body = {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": pod_name, "namespace": namespace},
-        }
-        lines.append(
-            f"POST /api/v1/namespaces/{namespace}/pods/{pod_name}/eviction {compact_json(body)}"
-        )
-        try:
-            core.create_namespaced_pod_eviction(
-                pod_name, namespace, body, _request_timeout=timeout, **dry_run_args(dry_run)
-            )
+        if evict_pod(core, namespace, pod_name, lines, timeout=timeout, dry_run=dry_run):
             evicted.append(pod_name)
-        except ApiException as exc:
-            if exc.status == HTTP_TOO_MANY_REQUESTS:
-                blocked.append(pod_name)
-                continue
-            raise scheduler_error(exc, f"evicting pod {namespace}/{pod_name}") from exc
+        else:
+            blocked.append(pod_name)
     verb = "would evict" if dry_run else "evicted"
     message = (
         f"PodGroup {job_id} ({before}): {verb} {len(evicted)} pod(s); its controller "

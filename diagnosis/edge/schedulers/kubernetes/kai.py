@@ -65,6 +65,7 @@ QUEUE_VERSION, PODGROUP_VERSION = "v2", "v2alpha2"
 QUEUES = custom_resource(GROUP, QUEUE_VERSION, "queues")
 PODGROUPS = custom_resource(GROUP, PODGROUP_VERSION, "podgroups")
 GROUP_ANNOTATION = "pod-group-name"
+PODGROUP_KIND = gang_release.PodGroupKind(GROUP, PODGROUP_VERSION, GROUP_ANNOTATION)
 QUEUE_LABEL = "kai.scheduler/queue"
 FIELDS = {"overQuotaWeight": "weight", "quota": "quota", "limit": "limit"}
 
@@ -134,20 +135,11 @@ class KaiAdapter(KubeConnection):
         kind = change.get("kind")
         if kind == "queue-weight":
             return self._set_queue(target_name(change), change, dry_run=dry_run)
-        if kind == "drain-node":
-            return objects.drain_node(
-                self.api, self.settings, change, target_name(change), dry_run=dry_run
-            )
-        if kind == "gang-release":
-            return gang_release.release_podgroup(
-                self.api,
-                self.settings,
-                change,
-                target_name(change),
-                podgroup_resource=(GROUP, PODGROUP_VERSION, "podgroups"),
-                group_annotation=GROUP_ANNOTATION,
-                dry_run=dry_run,
-            )
+        applied = gang_release.apply_podgroup_change(
+            self.api, self.settings, change, PODGROUP_KIND, dry_run=dry_run
+        )
+        if applied is not None:
+            return applied
         known = ", ".join(sorted(self.capabilities.change_kinds))
         raise SchedulerError(f"kai cannot apply {kind!r} (it takes: {known})", permanent=True)
 

@@ -521,6 +521,39 @@ def evictable(pod: Mapping[str, Any]) -> bool:
     return not any(o.get("kind") == "DaemonSet" for o in meta(pod).get("ownerReferences") or ())
 
 
+HTTP_TOO_MANY_REQUESTS = 429  # a PodDisruptionBudget says not now
+
+
+def evict_pod(
+    core: k8s.CoreV1Api,
+    namespace: str,
+    name: str,
+    lines: list[str],
+    *,
+    timeout: float,
+    dry_run: bool,
+) -> bool:
+    """Evict one pod through the Eviction API (a graceful delete that honours
+    PodDisruptionBudgets), its request appended to ``lines``: True when evicted (or, in a dry
+    run, when it would be), False when a PodDisruptionBudget blocks it (429); any other error
+    is raised as a :class:`SchedulerError`."""
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+    }
+    lines.append(f"POST /api/v1/namespaces/{namespace}/pods/{name}/eviction {compact_json(body)}")
+    try:
+        core.create_namespaced_pod_eviction(
+            name, namespace, body, _request_timeout=timeout, **dry_run_args(dry_run)
+        )
+    except ApiException as exc:
+        if exc.status == HTTP_TOO_MANY_REQUESTS:
+            return False
+        raise scheduler_error(exc, f"evicting pod {namespace}/{name}") from exc
+    return True
+
+
 def drain_node(
     api: k8s.ApiClient,
     settings: KubeSettings,
@@ -575,24 +608,10 @@ def drain_node(
     evicted, blocked = [], []
     for pod in sorted(pods, key=lambda p: (meta(p).get("namespace"), meta(p).get("name"))):
         namespace, name = meta(pod).get("namespace"), meta(pod).get("name")
-        body = {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": name, "namespace": namespace},
-        }
-        lines.append(
-            f"POST /api/v1/namespaces/{namespace}/pods/{name}/eviction {compact_json(body)}"
-        )
-        try:
-            core.create_namespaced_pod_eviction(
-                name, namespace, body, _request_timeout=timeout, **dry_run_args(dry_run)
-            )
+        if evict_pod(core, namespace, name, lines, timeout=timeout, dry_run=dry_run):
             evicted.append(f"{namespace}/{name}")
-        except ApiException as exc:
-            if exc.status == 429:  # a PodDisruptionBudget says not now
-                blocked.append(f"{namespace}/{name}")
-                continue
-            raise scheduler_error(exc, f"evicting pod {namespace}/{name}") from exc
+        else:
+            blocked.append(f"{namespace}/{name}")
     verb = "would evict" if dry_run else "evicted"
     message = f"cordoned {node_name}; {verb} {len(evicted)} pod(s)"
     if blocked:

@@ -73,6 +73,7 @@ GROUP, VERSION = "scheduling.volcano.sh", "v1beta1"
 PODGROUPS = custom_resource(GROUP, VERSION, "podgroups")
 QUEUES = custom_resource(GROUP, VERSION, "queues")
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+PODGROUP_KIND = gang_release.PodGroupKind(GROUP, VERSION, GROUP_ANNOTATION)
 WEIGHT_RANGE = (1, 65535)
 DEFAULT_CONFIGMAP = "volcano-system/volcano-scheduler-configmap"
 DEFAULT_CONF_KEY = "volcano-scheduler.conf"
@@ -193,20 +194,11 @@ class VolcanoAdapter(KubeConnection):
             return self._set_queue_weight(target_name(change), change, dry_run=dry_run)
         if kind == "placement-policy":
             return self._set_placement(change, dry_run=dry_run)
-        if kind == "drain-node":
-            return objects.drain_node(
-                self.api, self.settings, change, target_name(change), dry_run=dry_run
-            )
-        if kind == "gang-release":
-            return gang_release.release_podgroup(
-                self.api,
-                self.settings,
-                change,
-                target_name(change),
-                podgroup_resource=(GROUP, VERSION, "podgroups"),
-                group_annotation=GROUP_ANNOTATION,
-                dry_run=dry_run,
-            )
+        applied = gang_release.apply_podgroup_change(
+            self.api, self.settings, change, PODGROUP_KIND, dry_run=dry_run
+        )
+        if applied is not None:
+            return applied
         known = ", ".join(sorted(self.capabilities.change_kinds))
         raise SchedulerError(f"volcano cannot apply {kind!r} (it takes: {known})", permanent=True)
 
