@@ -18,31 +18,21 @@ the bench makes ``test_<name>`` and drops it.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuobs.settings")
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import bench_database, on_postgresql, start_django
 
-import django  # noqa: E402
-
-django.setup()
+start_django()
 
 from django.contrib.auth.models import Group, User  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import RequestFactory  # noqa: E402
-from django.test.utils import (  # noqa: E402
-    CaptureQueriesContext,
-    setup_databases,
-    setup_test_environment,
-    teardown_databases,
-)
+from django.test.utils import CaptureQueriesContext  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from rest_framework.authtoken.models import Token  # noqa: E402
 
@@ -116,12 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history-days", type=int, default=30)
     parser.add_argument("--runs", type=int, default=10)
     options = parser.parse_args(argv)
-    if connection.vendor != "postgresql":
-        print("bench/metrics.py needs PostgreSQL: set DATABASE_URL=postgres://...")
+    if not on_postgresql("bench/metrics.py"):
         return 1
-    setup_test_environment()
-    config = setup_databases(verbosity=0, interactive=False)
-    try:
+    with bench_database():
         cluster, document = record_cycles(options.cycles)
         history = add_history(cluster, options.history_days)
         user = User.objects.create_user("prometheus")
@@ -139,8 +126,6 @@ def main(argv: list[str] | None = None) -> int:
         firing = Finding.objects.filter(cluster=cluster, state="firing").count()
         open_findings = Finding.objects.filter(cluster=cluster).exclude(state="resolved").count()
         rollups = PoolRollup.objects.filter(cluster=cluster).count()
-    finally:
-        teardown_databases(config, verbosity=0)
     jobs = len(document["jobs"])
     print(f"\ncluster: {GPUS:,} GPUs, {jobs:,} jobs, {options.cycles} cycles recorded")
     print(f"findings: {open_findings:,} open, {firing:,} firing; {rollups:,} pool rollup rows")

@@ -16,30 +16,20 @@ cache of stored snapshots ("warm"). Needs PostgreSQL (``DATABASE_URL``); the ben
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuobs.settings")
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import bench_database, on_postgresql, start_django
 
-import django  # noqa: E402
-
-django.setup()
+start_django()
 
 from django.contrib.auth.models import Group, User  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
-from django.test.utils import (  # noqa: E402
-    CaptureQueriesContext,
-    setup_databases,
-    setup_test_environment,
-    teardown_databases,
-)
+from django.test.utils import CaptureQueriesContext  # noqa: E402
 
 from bench.metrics import record_cycles  # noqa: E402
 from diagnosis.pages import snapshots  # noqa: E402
@@ -66,13 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cycles", type=int, default=2)
     parser.add_argument("--runs", type=int, default=10)
     options = parser.parse_args(argv)
-    if connection.vendor != "postgresql":
-        print("bench/pages.py needs PostgreSQL: set DATABASE_URL=postgres://...")
+    if not on_postgresql("bench/pages.py"):
         return 1
-    setup_test_environment()
-    config = setup_databases(verbosity=0, interactive=False)
     results = []
-    try:
+    with bench_database():
         cluster, document = record_cycles(options.cycles)
         user = User.objects.create_user("viewer")
         user.groups.add(Group.objects.get_or_create(name="viewer")[0])
@@ -95,8 +82,6 @@ def main(argv: list[str] | None = None) -> int:
             cold = timed(client, path)
             warm = [timed(client, path) for _ in range(options.runs)]
             results.append((label, cold, warm))
-    finally:
-        teardown_databases(config, verbosity=0)
     gpus, jobs = len(document["gpus"]), len(document["jobs"])
     print(f"\ncluster: {gpus:,} GPUs, {len(document['nodes']):,} nodes, {jobs:,} jobs")
     print(

@@ -30,24 +30,15 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuobs.settings")
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import bench_database, on_postgresql, start_django
 
-import django  # noqa: E402
-
-django.setup()
+start_django()
 
 from django.contrib.auth.models import Group, User  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
-from django.test.utils import (  # noqa: E402
-    setup_databases,
-    setup_test_environment,
-    teardown_databases,
-)
 
 from diagnosis.actions import cycles as cycle_actions  # noqa: E402
 from diagnosis.actions.findings import record_findings  # noqa: E402
@@ -312,20 +303,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--runs", type=int, default=3)
     options = parser.parse_args(argv)
-    if connection.vendor != "postgresql":
-        print("bench/reports.py needs PostgreSQL: set DATABASE_URL=postgres://...")
+    if not on_postgresql("bench/reports.py"):
         return 1
-    setup_test_environment()  # the test client's host, locmem mail
-    config = setup_databases(verbosity=0, interactive=False)
-    try:
+    with bench_database():
         started = time.perf_counter()
         cluster, users = fill(options.days)
         print(f"filled {options.days} days of rollups in {time.perf_counter() - started:.1f} s")
         results = measure_reports(cluster, users, options.days, options.runs)
         results += measure_demo_writes()
         results += measure_cycle_writes(options.runs)
-    finally:
-        teardown_databases(config, verbosity=0)
     ok = True
     print(f"\n{'what':<66} {'seconds':>8}  budget")
     for label, seconds, budget in results:
