@@ -11,23 +11,15 @@ import pytest
 
 from diagnosis.edge.errors import SchedulerError
 from diagnosis.edge.schedulers.registry import adapter_for
-from diagnosis.edge.sim import runtime as sim_runtime
+from tests.support.builders import SIM_STEP_CONFIG, fresh_simulator
 
 CLUSTER = "sim-requeue-test"
-CONFIG = {
-    "scenario": "small",
-    "seed": 1,
-    "clock": "step",
-    "step_s": 900,
-    "started_at": "2026-11-29T08:00:00Z",
-}
 
 
 @pytest.fixture(autouse=True)
 def _fresh_simulator() -> Iterator[None]:
-    sim_runtime.forget(CLUSTER)
-    yield
-    sim_runtime.forget(CLUSTER)
+    with fresh_simulator(CLUSTER):
+        yield
 
 
 def running_job(adapter) -> dict:
@@ -35,7 +27,7 @@ def running_job(adapter) -> dict:
 
 
 def test_a_release_guarded_by_partial_of_a_running_job_is_a_conflict() -> None:
-    adapter = adapter_for("sim", CONFIG, cluster=CLUSTER)
+    adapter = adapter_for("sim", SIM_STEP_CONFIG, cluster=CLUSTER)
     job = running_job(adapter)
 
     with pytest.raises(SchedulerError, match="now 'running', expected 'partial'") as raised:
@@ -48,7 +40,7 @@ def test_a_release_guarded_by_partial_of_a_running_job_is_a_conflict() -> None:
 
 
 def test_a_release_requeues_the_job_and_returns_its_record() -> None:
-    adapter = adapter_for("sim", CONFIG, cluster=CLUSTER)
+    adapter = adapter_for("sim", SIM_STEP_CONFIG, cluster=CLUSTER)
     job = running_job(adapter)
     change = {"kind": "gang-release", "target": f"job:{job['id']}", "to": "requeued"}
 

@@ -15,26 +15,19 @@ from diagnosis.edge.schedulers.base import ChangeError, SchedulerAdapter
 from diagnosis.edge.schedulers.registry import adapter_for
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.edge.sources import scheduler_only
+from tests.support.builders import SIM_STEP_CONFIG, fresh_simulator
 
 CLUSTER = "sim-adapter-test"
-CONFIG = {
-    "scenario": "small",
-    "seed": 1,
-    "clock": "step",
-    "step_s": 900,
-    "started_at": "2026-11-29T08:00:00Z",
-}
 
 
 @pytest.fixture(autouse=True)
 def _fresh_simulator() -> Iterator[None]:
-    sim_runtime.forget(CLUSTER)
-    yield
-    sim_runtime.forget(CLUSTER)
+    with fresh_simulator(CLUSTER):
+        yield
 
 
 def sim(config: dict | None = None) -> SchedulerAdapter:
-    return adapter_for("sim", config or CONFIG, cluster=CLUSTER)
+    return adapter_for("sim", config or SIM_STEP_CONFIG, cluster=CLUSTER)
 
 
 def test_it_reads_state_and_events_at_its_own_clock() -> None:
@@ -52,7 +45,7 @@ def test_it_reads_state_and_events_at_its_own_clock() -> None:
 
 def test_a_metric_less_snapshot_of_it_loads() -> None:
     cluster = SimpleNamespace(
-        name=CLUSTER, scheduler_kind="sim", scheduler_config=CONFIG, event_cursor=""
+        name=CLUSTER, scheduler_kind="sim", scheduler_config=SIM_STEP_CONFIG, event_cursor=""
     )
     document = scheduler_only.collect(cluster)
 
@@ -76,7 +69,7 @@ def test_a_write_returns_the_record_that_a_fresh_process_replays() -> None:
     assert result.applied
     assert result.record == {"at": 0.0, "change": {k: v for k, v in change.items() if k != "from"}}
     sim_runtime.forget(CLUSTER)  # another process: only the recorded log to go by
-    replayed = sim({**CONFIG, "changes": [result.record]})
+    replayed = sim({**SIM_STEP_CONFIG, "changes": [result.record]})
     again = replayed.apply({**change, "from": 3}, dry_run=True)
     assert again.before == 3
 

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from diagnosis.core import snapshot as snapshot_format
+from diagnosis.edge.sim import runtime as sim_runtime
 
 # The built-in rules (diagnosis/core/rules/builtin/), as tests expect the registry to hold them.
 BUILTIN_RULE_IDS = (
@@ -316,3 +319,24 @@ class SnapshotBuilder:
 
     def build(self) -> snapshot_format.ClusterSnapshot:
         return snapshot_format.load(self.document())
+
+
+# A simulator adapter's scheduler_config: the small scenario, stepping 15 minutes a read from the
+# builders' default as_of.
+SIM_STEP_CONFIG: dict[str, Any] = {
+    "scenario": "small",
+    "seed": 1,
+    "clock": "step",
+    "step_s": 900,
+    "started_at": "2026-11-29T08:00:00Z",
+}
+
+
+@contextmanager
+def fresh_simulator(cluster: str) -> Iterator[None]:
+    """No simulated cluster named ``cluster`` in this process when the block starts or ends."""
+    sim_runtime.forget(cluster)
+    try:
+        yield
+    finally:
+        sim_runtime.forget(cluster)
