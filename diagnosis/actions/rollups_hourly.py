@@ -1,14 +1,32 @@
-"""The overview's pre-aggregated waterfall data (issue #17): one small :class:`AccountingSlice`
-per good cycle, written at cycle time, so the page reads an hour of narrow rows and one
-accounting document instead of an hour of accounting documents (~33 KB of finding references
-each at 16,384 GPUs)."""
+"""Pre-aggregated data the pages read (issue #17), written at cycle time:
+
+- one small :class:`AccountingSlice` per good cycle, so the overview reads an hour of narrow
+  rows and one accounting document instead of an hour of accounting documents (~33 KB of
+  finding references each at 16,384 GPUs);
+- the cycle's rollups added to their hour's :class:`TenantRollupHour` and
+  :class:`PoolRollupHour` rows, so the fairness report over whole hours reads one row per
+  tenant and hour instead of one per cycle.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from diagnosis.models import AccountingSlice, ClusterCycle
+from django.db import models
+from django.db.models import Count, Sum
+from django.db.models.functions import TruncHour
+
+from diagnosis.actions.retention import figure_fields
+from diagnosis.models import (
+    AccountingSlice,
+    ClusterCycle,
+    PoolRollup,
+    PoolRollupHour,
+    TenantRollup,
+    TenantRollupHour,
+)
 
 
 def new_references(
@@ -76,3 +94,87 @@ def record_accounting_slice(cycle: ClusterCycle) -> AccountingSlice | None:
             )
         )
     return stored
+
+
+# Each per-cycle rollup model, its hourly sum and the keys of one hourly row besides the cluster.
+HOURS: tuple[tuple[type[models.Model], type[models.Model], tuple[str, ...]], ...] = (
+    (TenantRollup, TenantRollupHour, ("tenant_name",)),
+    (PoolRollup, PoolRollupHour, ("pool", "entitlement_basis")),
+)
+
+
+def hour_of(moment: datetime) -> datetime:
+    """The start of ``moment``'s clock hour, in UTC."""
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def add_cycle_to_hours(cycle: ClusterCycle) -> int:
+    """Add the rollup rows the cycle stored (none when its snapshot was already rolled up) to
+    their hour's rows, inside the cycle's transaction (the hour's rows locked). Returns the
+    hourly rows written."""
+    written = 0
+    hour = hour_of(cycle.as_of)
+    for per_cycle, hourly, keys in HOURS:
+        rows = list(per_cycle.objects.filter(cycle=cycle))
+        if not rows:
+            continue
+        sums = figure_fields(per_cycle)
+        stored = hourly.objects.select_for_update().filter(cluster_id=cycle.cluster_id, as_of=hour)
+        targets = {tuple(getattr(row, k) for k in keys): row for row in stored}
+        created, changed = [], {}
+        for row in rows:
+            key = tuple(getattr(row, k) for k in keys)
+            target = targets.get(key)
+            if target is None:
+                target = hourly(
+                    cluster_id=cycle.cluster_id, as_of=hour, **dict(zip(keys, key, strict=True))
+                )
+                targets[key] = target
+                created.append(target)
+            elif target.pk is not None:
+                changed[target.pk] = target
+            for name in sums:
+                setattr(target, name, getattr(target, name) + getattr(row, name))
+            target.cycles += 1
+        hourly.objects.bulk_create(created)
+        hourly.objects.bulk_update(list(changed.values()), [*sums, "cycles"])
+        written += len(created) + len(changed)
+    return written
+
+
+def rebuild_hours(
+    per_cycle: type[models.Model],
+    hourly: type[models.Model],
+    keys: Sequence[str],
+    cluster_id: int | None = None,
+) -> int:
+    """Recompute ``hourly`` from every ``per_cycle`` row (of one cluster, or all): for rollups
+    stored before the hourly rows existed (migration 0026) or written by a benchmark's bulk
+    insert. Returns the hourly rows written."""
+    scope = {} if cluster_id is None else {"cluster_id": cluster_id}
+    hourly.objects.filter(**scope).delete()
+    sums = figure_fields(per_cycle)
+    rows = (
+        per_cycle.objects.filter(**scope)
+        .annotate(hour=TruncHour("as_of", tzinfo=UTC))
+        .values("cluster_id", "hour", *keys)
+        .annotate(rows=Count("pk"), **{name: Sum(name) for name in sums})
+        .order_by()
+    )
+    built = [
+        hourly(
+            cluster_id=row["cluster_id"],
+            as_of=row["hour"],
+            cycles=row["rows"],
+            **{k: row[k] for k in keys},
+            **{name: row[name] or 0 for name in sums},
+        )
+        for row in rows.iterator(chunk_size=2000)
+    ]
+    hourly.objects.bulk_create(built, batch_size=2000)
+    return len(built)
+
+
+def rebuild_all_hours(cluster_id: int | None = None) -> int:
+    """:func:`rebuild_hours` for the tenant and the pool rollups."""
+    return sum(rebuild_hours(p, h, keys, cluster_id) for p, h, keys in HOURS)

@@ -31,7 +31,14 @@ from diagnosis.models.recommendations import (
     AuditEntryQuerySet,
     Recommendation,
 )
-from diagnosis.models.rollups import AccountingSlice, PoolRollup, RollupFigures, TenantRollup
+from diagnosis.models.rollups import (
+    AccountingSlice,
+    PoolRollup,
+    PoolRollupHour,
+    RollupFigures,
+    TenantRollup,
+    TenantRollupHour,
+)
 from diagnosis.models.subscriptions import ReportFrequency, ReportSubscription
 from diagnosis.models.tokens import ApiToken
 from diagnosis.models.topology import NodeTopology
@@ -57,6 +64,7 @@ __all__ = [
     "OwnerNotice",
     "OwnerNoticePolicy",
     "PoolRollup",
+    "PoolRollupHour",
     "Queue",
     "Recommendation",
     "ReportFrequency",
@@ -69,4 +77,5 @@ __all__ = [
     "SnapshotDocumentError",
     "Tenant",
     "TenantRollup",
+    "TenantRollupHour",
 ]

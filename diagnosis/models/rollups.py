@@ -44,26 +44,19 @@ class RollupFigures(models.Model):
         abstract = True
 
 
-class TenantRollup(RollupFigures):
-    """One tenant's figures in one cycle (``tenant`` empty for jobs of no known tenant)."""
+class TenantFigures(models.Model):
+    """A tenant's own columns besides :class:`RollupFigures`."""
 
-    tenant = models.ForeignKey(
-        Tenant, on_delete=models.SET_NULL, null=True, blank=True, related_name="rollups"
-    )
     tenant_name = models.CharField(max_length=128)
     entitlement_s = models.FloatField(default=0, help_text="entitlement share × seconds")
     fair_gpu_s = models.FloatField(default=0, help_text="water-filled fair GPUs × seconds")
 
     class Meta:
-        ordering = ["cluster", "as_of", "tenant_name"]
-        indexes = [models.Index(fields=["cluster", "as_of"], name="tenantrollup_cluster_as_of")]
-
-    def __str__(self) -> str:
-        return f"{self.cluster_id}/{self.tenant_name} as of {self.as_of:%Y-%m-%dT%H:%M:%SZ}"
+        abstract = True
 
 
-class PoolRollup(RollupFigures):
-    """One pool's figures in one cycle; ``pool`` "" is the whole cluster."""
+class PoolFigures(models.Model):
+    """A pool's own columns besides :class:`RollupFigures`."""
 
     pool = models.CharField(max_length=128, blank=True)
     gpu_s = models.FloatField(default=0, help_text="every GPU × seconds")
@@ -75,6 +68,28 @@ class PoolRollup(RollupFigures):
     )
 
     class Meta:
+        abstract = True
+
+
+class TenantRollup(RollupFigures, TenantFigures):
+    """One tenant's figures in one cycle (``tenant`` empty for jobs of no known tenant)."""
+
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.SET_NULL, null=True, blank=True, related_name="rollups"
+    )
+
+    class Meta:
+        ordering = ["cluster", "as_of", "tenant_name"]
+        indexes = [models.Index(fields=["cluster", "as_of"], name="tenantrollup_cluster_as_of")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}/{self.tenant_name} as of {self.as_of:%Y-%m-%dT%H:%M:%SZ}"
+
+
+class PoolRollup(RollupFigures, PoolFigures):
+    """One pool's figures in one cycle; ``pool`` "" is the whole cluster."""
+
+    class Meta:
         ordering = ["cluster", "as_of", "pool"]
         indexes = [
             models.Index(fields=["cluster", "pool", "as_of"], name="poolrollup_cluster_pool_as_of")
@@ -82,6 +97,49 @@ class PoolRollup(RollupFigures):
 
     def __str__(self) -> str:
         return f"{self.cluster_id}/{self.pool or '(cluster)'} as of {self.as_of:%Y-%m-%dT%H:%M:%SZ}"
+
+
+class HourFigures(RollupFigures):
+    """The cycles of one clock hour summed (issue #17): ``as_of`` is the hour's start, ``cycle``
+    always empty, ``cycles`` how many cycles were added. Written at cycle time by
+    ``diagnosis.actions.rollups_hourly`` (each cycle adds its rows), so a report over whole hours
+    reads one row per scope and hour instead of one per cycle."""
+
+    cycles = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class TenantRollupHour(HourFigures, TenantFigures):
+    """One tenant's :class:`TenantRollup` rows of one hour, summed."""
+
+    class Meta:
+        ordering = ["cluster", "as_of", "tenant_name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "as_of", "tenant_name"], name="tenantrolluphour_one_per_hour"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}/{self.tenant_name} hour {self.as_of:%Y-%m-%dT%H}"
+
+
+class PoolRollupHour(HourFigures, PoolFigures):
+    """One pool's :class:`PoolRollup` rows of one hour (and entitlement basis), summed."""
+
+    class Meta:
+        ordering = ["cluster", "as_of", "pool"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "as_of", "pool", "entitlement_basis"],
+                name="poolrolluphour_one_per_hour",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}/{self.pool or '(cluster)'} hour {self.as_of:%Y-%m-%dT%H}"
 
 
 class AccountingSlice(models.Model):
