@@ -100,15 +100,8 @@ def record_recommendations(
             )
         }
         superseded = revivable(cluster, recent)
-        keys = {
-            Finding.fingerprint_of(cluster.pk, rule, subject)
-            for r in proposals
-            for rule, subject in r.finding_keys()
-        }
-        findings = {
-            (f.rule_id, f.subject): f
-            for f in Finding.objects.filter(cluster=cluster, fingerprint__in=keys)
-        }
+        findings = _MotivatingFindings(cluster, proposals)
+        kept: list[Recommendation] = []  # proposed again unchanged: one UPDATE for them all
         stats["quiet"] = 0
         for proposal in proposals:
             fields = proposal.stored_fields()
@@ -122,7 +115,7 @@ def record_recommendations(
                 continue
             if old is not None and old.change == fields["change"]:
                 old.last_proposed_as_of = as_of
-                save_fields(old, "last_proposed_as_of")
+                kept.append(old)
                 stats["kept"] += 1
                 continue
             if old is not None and is_held(old, recent):
@@ -144,18 +137,55 @@ def record_recommendations(
                     last_proposed_as_of=as_of,
                     **fields,
                 )
-                new.motivating_findings.set(
-                    [findings[k] for k in proposal.finding_keys() if k in findings]
-                )
+                new.motivating_findings.set(findings.ids(proposal.finding_keys()))
                 stats["proposed"] += 1
             existing[key] = new
             if old is not None:
                 old.status_message = f"superseded by #{new.pk}: {describe_change(fields['change'])}"
                 save_fields(old, "status_message")
+        save_proposed_again(kept, as_of)
         stats["expired"] = expire_resolved(cluster, proposed_keys, snap, recent)
     stats["impact_queued"] = enqueue_impact_estimates(cluster)
     stats["seconds"] = round(time.perf_counter() - started, 3)
     return stats
+
+
+def save_proposed_again(recs: list[Recommendation], as_of: datetime) -> None:
+    """Move ``last_proposed_as_of`` (and ``updated_at``, as :func:`save_fields` does) of the
+    open recommendations the cycle proposed again unchanged, in one statement: at 16,384 GPUs
+    that is ~1,000 of them every cycle (issue #17)."""
+    if not recs:
+        return
+    now = timezone.now()
+    Recommendation.objects.filter(pk__in=[rec.pk for rec in recs]).update(
+        last_proposed_as_of=as_of, updated_at=now
+    )
+    for rec in recs:
+        rec.updated_at = now
+
+
+class _MotivatingFindings:
+    """The stored findings behind the cycle's proposals, by ``(rule, subject)``: read (their
+    ids only, through the fingerprint index) the first time a new recommendation needs them --
+    a steady cycle creates none."""
+
+    def __init__(self, cluster: Cluster, proposals: list[Any]) -> None:
+        self.cluster = cluster
+        self.proposals = proposals
+        self._ids: dict[tuple[str, str], int] | None = None
+
+    def ids(self, keys: list[tuple[str, str]]) -> list[int]:
+        if self._ids is None:
+            fingerprints = {
+                Finding.fingerprint_of(self.cluster.pk, rule, subject)
+                for proposal in self.proposals
+                for rule, subject in proposal.finding_keys()
+            }
+            rows = Finding.objects.filter(
+                cluster=self.cluster, fingerprint__in=fingerprints
+            ).values_list("rule_id", "subject", "pk")
+            self._ids = {(rule, subject): pk for rule, subject, pk in rows}
+        return [self._ids[key] for key in keys if key in self._ids]
 
 
 def hold_off() -> timedelta:
