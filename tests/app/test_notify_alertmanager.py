@@ -21,7 +21,7 @@ from diagnosis.edge.notify.alertmanager import (
     post_alerts,
 )
 from diagnosis.models import Cluster, DeliveryState, Finding, FindingEvent, OwnerNoticePolicy
-from tests.support.alertmanager_server import AlertmanagerServer, Webhook
+from tests.support.alertmanager_server import AlertmanagerServer, Webhook, started_alertmanager
 from tests.support.notify_world import STEP, open_xid_incident, record_cycles
 from tests.support.prometheus_fixtures import wait_until
 
@@ -32,14 +32,8 @@ EXTERNAL = "https://gpuobs.example.org"
 
 @pytest.fixture
 def alertmanager(tmp_path: Path) -> Iterator[AlertmanagerServer]:
-    webhook = Webhook()
-    server = AlertmanagerServer(tmp_path / "alertmanager", webhook)
-    server.start()
-    try:
+    with started_alertmanager(tmp_path / "alertmanager") as server:
         yield server
-    finally:
-        server.stop()
-        webhook.close()
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from diagnosis.actions.review import (
     eligible_approvers,
     request_recommendation,
 )
-from tests.support.alertmanager_server import AlertmanagerServer, Webhook
+from tests.support.alertmanager_server import AlertmanagerServer, started_alertmanager
 from tests.support.prometheus_fixtures import wait_until
 from tests.support.records import make_recommendation
 from tests.support.world import logged_in_client
@@ -69,14 +69,8 @@ def test_the_eligible_approvers_are_the_other_sres_and_admins(requested, alice, 
 
 @pytest.fixture
 def alertmanager(tmp_path: Path) -> Iterator[AlertmanagerServer]:
-    webhook = Webhook()
-    server = AlertmanagerServer(tmp_path / "alertmanager", webhook)
-    server.start()
-    try:
+    with started_alertmanager(tmp_path / "alertmanager") as server:
         yield server
-    finally:
-        server.stop()
-        webhook.close()
 
 
 @pytest.mark.alertmanager

@@ -10,6 +10,8 @@ import os
 import signal
 import subprocess
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -123,3 +125,17 @@ class AlertmanagerServer:
         response = requests.get(f"{self.url}/api/v2/alerts", timeout=5)
         response.raise_for_status()
         return response.json()
+
+
+@contextmanager
+def started_alertmanager(directory: Path) -> Iterator[AlertmanagerServer]:
+    """An Alertmanager running in ``directory`` whose receiver posts to a fresh
+    :class:`Webhook`; both stopped on the way out."""
+    webhook = Webhook()
+    server = AlertmanagerServer(directory, webhook)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        webhook.close()
