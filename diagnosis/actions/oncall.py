@@ -10,7 +10,17 @@ ready) for the ``xid`` rule's ``healthy_s`` (per cluster): on the cycle its ``xi
 resolves (the rule keeps it firing while the GPU is not healthy, then ``healthy_s`` more), or,
 where that finding is held for want of metrics, once healthy for ``healthy_s`` by the
 incident's own clock. An Alertmanager incident follows its alert (see
-:mod:`diagnosis.actions.incidents`). People acknowledge, note, drain and resolve either kind.
+:mod:`diagnosis.actions.incidents`).
+
+A health fault that names no GPU (an NVSentinel condition whose entry names no GPU gpuobs or the
+metrics know marks every GPU of its node ``unhealthy``, with no Xid row) opens a **node
+incident** (``gpu_index`` null, source ``node-health``): one per node and episode, opened on
+the first cycle that sees every GPU of the node unhealthy while no unresolved incident is on
+the node, kept open while they stay unhealthy, resolved like an ``xid`` incident. An Xid of
+one of its GPUs joins it rather than opening a GPU incident beside it; a node with a GPU
+incident open gets no node incident. Resolved by a person while the node is still unhealthy,
+it is not opened again until the node has had a healthy GPU. People acknowledge, note, drain
+and resolve every kind.
 """
 
 from __future__ import annotations
@@ -52,6 +62,8 @@ from diagnosis.models import (
 State = IncidentState
 
 SOURCE_XID = "rule:xid"
+SOURCE_NODE_HEALTH = "node-health"  # every GPU of a node unhealthy, no GPU named
+FOLLOWED_SOURCES = (SOURCE_XID, SOURCE_NODE_HEALTH)  # the cycle follows and resolves these
 SYSTEM_CYCLE = "system:cycle"
 NOT_HEALTHY_NODE_STATES = UNAVAILABLE_NODE_STATES  # the xid rule's test too
 UNRESOLVED = (State.OPEN, State.ACKNOWLEDGED, State.MITIGATING)
@@ -329,11 +341,16 @@ def record_incidents(
     # one incident per GPU and episode: an unresolved Alertmanager incident of the GPU takes the
     # rule's finding instead of a second incident (keys of the rule's own come last: they win)
     rows = Incident.objects.select_for_update().filter(
-        cluster=cluster, source__in=(SOURCE_XID, "alertmanager"), state__in=UNRESOLVED
+        cluster=cluster, source__in=(*FOLLOWED_SOURCES, "alertmanager"), state__in=UNRESOLVED
     )
     unresolved = {
         (i.node, i.gpu_index): i
-        for i in sorted(rows, key=lambda i: (i.source == SOURCE_XID, i.opened_at, i.pk))
+        for i in sorted(rows, key=lambda i: (i.source in FOLLOWED_SOURCES, i.opened_at, i.pk))
+    }
+    node_incidents = {
+        node: i
+        for (node, index), i in unresolved.items()
+        if index is None and i.source == SOURCE_NODE_HEALTH
     }
     for finding in xid_findings:
         evidence = finding.evidence or {}
@@ -341,7 +358,7 @@ def record_incidents(
         if node is None or index is None:
             continue
         codes = [c for c in evidence.get("codes") or () if isinstance(c, Mapping)]
-        incident = unresolved.get((node, int(index)))
+        incident = unresolved.get((node, int(index))) or node_incidents.get(node)
         if incident is None:
             firsts = [parse_time(c.get("first") or "") for c in codes]
             opened = min([t for t in firsts if t is not None], default=as_of)
@@ -379,11 +396,87 @@ def record_incidents(
                 details={"finding": finding.pk},
             )
         _record_codes(incident, codes, finding)
+    stats["opened"] += _open_node_incidents(cluster, document, as_of, unresolved)
     for incident in unresolved.values():
-        if incident.source == SOURCE_XID:
+        if incident.source in FOLLOWED_SOURCES:
             _follow(incident, document, as_of, stats, loaded)
     _note_recent_drains(cluster, document, as_of)
     return stats
+
+
+def unhealthy_nodes(document: Mapping[str, Any]) -> dict[str, int]:
+    """The nodes of the snapshot whose every GPU is unhealthy (each MIG instance too), with
+    their GPU counts: a node-wide health fault, or one on each of its GPUs."""
+    counts = {str(n.get("name")): int(n.get("gpus") or 0) for n in document.get("nodes") or ()}
+    unhealthy: dict[str, set[int]] = {}
+    healthy: set[str] = set()
+    for gpu in document.get("gpus") or ():
+        node = str(gpu.get("node"))
+        if gpu.get("health") == "unhealthy":
+            unhealthy.setdefault(node, set()).add(int(gpu.get("index") or 0))
+        else:
+            healthy.add(node)
+    return {
+        node: counts[node]
+        for node, indexes in unhealthy.items()
+        if node not in healthy and counts.get(node) and len(indexes) >= counts[node]
+    }
+
+
+def _node_fingerprint(cluster: Cluster, node: str, opened: datetime) -> str:
+    where = hashlib.sha256(node.encode()).hexdigest()[:16]
+    return f"node-health:{cluster.pk}:{where}:{opened:%Y%m%dT%H%M%S}"
+
+
+def _open_node_incidents(
+    cluster: Cluster,
+    document: Mapping[str, Any],
+    as_of: datetime,
+    unresolved: dict[tuple[str, int | None], Incident],
+) -> int:
+    """A node incident for each node whose every GPU is unhealthy and that has no unresolved
+    incident (of a GPU or of the node) nor one resolved in this episode (a person resolved it
+    while the node stayed unhealthy). A node that has a healthy GPU again ends the episode of
+    its resolved node incidents. Returns how many were opened."""
+    nodes = unhealthy_nodes(document)
+    resolved_in_episode = list(
+        Incident.objects.filter(
+            cluster=cluster, source=SOURCE_NODE_HEALTH, state=State.RESOLVED
+        ).exclude(details__has_key="episode_over")
+    )
+    ended = [i.pk for i in resolved_in_episode if i.node not in nodes]
+    if ended:
+        for incident in Incident.objects.filter(pk__in=ended):
+            incident.details = {**(incident.details or {}), "episode_over": iso(as_of)}
+            incident.save(update_fields=["details"])
+    held = {node for node, _ in unresolved}
+    held |= {i.node for i in resolved_in_episode if i.node in nodes}
+    opened = 0
+    for node, gpus in sorted(nodes.items()):
+        if node in held:
+            continue
+        summary = (
+            f"Node {node}: all {gpus} GPUs unhealthy, no GPU named"
+            " (a node-level health fault, e.g. an NVSentinel condition)"
+        )
+        incident, created = Incident.objects.get_or_create(
+            fingerprint=_node_fingerprint(cluster, node, as_of),
+            defaults={
+                "cluster": cluster,
+                "node": node,
+                "gpu_index": None,
+                "summary": summary,
+                "details": {"kind": "node-health", "gpus": gpus},
+                "source": SOURCE_NODE_HEALTH,
+                "opened_at": as_of,
+            },
+        )
+        if not created:
+            continue
+        unresolved[(node, None)] = incident
+        opened += 1
+        record_event(incident, SYSTEM_CYCLE, "opened", after=State.OPEN, time=as_of, text=summary)
+    return opened
 
 
 def _record_codes(incident: Incident, codes: list[Mapping[str, Any]], finding: Finding) -> None:
@@ -451,7 +544,7 @@ def _follow(
         incident.healthy_since = as_of
     incident.save(update_fields=["details", "healthy_since"])
     if (
-        incident.source == SOURCE_XID
+        incident.source in FOLLOWED_SOURCES
         and incident.state in (State.ACKNOWLEDGED, State.MITIGATING)
         and incident.healthy_since is not None
         and _healthy_long_enough(incident, as_of)
