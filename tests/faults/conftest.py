@@ -146,6 +146,7 @@ class CeleryProcess:
 
     process: subprocess.Popen
     log: Path
+    hostname: str = ""  # a worker's Celery node name (what task results name)
 
     @property
     def pid(self) -> int:
@@ -187,14 +188,16 @@ class FaultStack:
             **(extra or {}),
         }
 
-    def _start(self, name: str, args: list[str], prefix: list[str], extra: dict) -> CeleryProcess:
+    def _start(
+        self, name: str, args: list[str], prefix: list[str], extra: dict, hostname: str = ""
+    ) -> CeleryProcess:
         log = self.folder / f"{name}-{len(self.processes)}.log"
         command = [*prefix, sys.executable, "-m", "celery", "-A", "gpuobs", *args]
         with log.open("w") as out:
             process = subprocess.Popen(
                 command, cwd=REPO_ROOT, env=self.env(extra), stdout=out, stderr=subprocess.STDOUT
             )
-        started = CeleryProcess(process, log)
+        started = CeleryProcess(process, log, hostname)
         self.processes.append(started)
         return started
 
@@ -202,7 +205,23 @@ class FaultStack:
         self, *, prefix: list[str] | None = None, extra: dict[str, str] | None = None
     ) -> CeleryProcess:
         """A worker on every queue, one prefork pool process, ready to take tasks."""
-        worker = self._start(
+        (worker,) = self.start_workers(1, prefix=prefix, extra=extra)
+        return worker
+
+    def start_workers(
+        self, count: int, *, prefix: list[str] | None = None, extra: dict[str, str] | None = None
+    ) -> list[CeleryProcess]:
+        """``count`` workers as :meth:`start_worker` makes them, started together (their start-ups
+        overlap), each ready to take tasks."""
+        workers = [self._spawn_worker(prefix or [], extra or {}) for _ in range(count)]
+        for worker in workers:
+            wait_until(lambda w=worker: " ready." in w.text() or not w.alive(), "the worker", 60)
+            assert worker.alive(), worker.text()
+        return workers
+
+    def _spawn_worker(self, prefix: list[str], extra: dict[str, str]) -> CeleryProcess:
+        hostname = f"fault-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
+        return self._start(
             "worker",
             [
                 "worker",
@@ -212,14 +231,12 @@ class FaultStack:
                 "--concurrency=1",
                 "--loglevel=INFO",
                 "--hostname",
-                f"fault-{uuid.uuid4().hex[:6]}@%h",
+                hostname,
             ],
-            prefix or [],
-            extra or {},
+            prefix,
+            extra,
+            hostname,
         )
-        wait_until(lambda: " ready." in worker.text() or not worker.alive(), "the worker", 60)
-        assert worker.alive(), worker.text()
-        return worker
 
     def start_beat(self) -> CeleryProcess:
         schedule = self.folder / f"beat-schedule-{len(self.processes)}"
@@ -240,22 +257,28 @@ def fault_stack(tmp_path: Path, settings) -> Iterator[FaultStack]:
     settings.REDIS_URL = server.url
     settings.GPUOBS_CYCLE_SECONDS = CYCLE_SECONDS
     settings.GPUOBS_APPLY_CLAIM_STALE_SECONDS = TASK_TIME_LIMIT + 5
-    saved = celery_app.conf.broker_url, celery_app.conf.task_always_eager
-    celery_app.conf.broker_url = server.url
-    celery_app.conf.task_always_eager = False
-    celery_app.amqp._producer_pool = None
-    celery_app._pool = None
-    health.redis_client.cache_clear()
+    conf = celery_app.conf
+    saved = conf.broker_url, conf.result_backend, conf.task_always_eager
+    conf.broker_url = conf.result_backend = server.url  # results too: shards are waited on
+    conf.task_always_eager = False
+    _forget_connections()
     stack = FaultStack(server, tmp_path)
     try:
         yield stack
     finally:
         stack.stop_all()
         server.stop()
-        celery_app.conf.broker_url, celery_app.conf.task_always_eager = saved
-        celery_app.amqp._producer_pool = None
-        celery_app._pool = None
-        health.redis_client.cache_clear()
+        conf.broker_url, conf.result_backend, conf.task_always_eager = saved
+        _forget_connections()
+
+
+def _forget_connections() -> None:
+    """Drop this process's cached broker, result-backend and Redis connections."""
+    celery_app.amqp._producer_pool = None
+    celery_app._pool = None
+    with suppress(AttributeError):
+        del celery_app._local.backend
+    health.redis_client.cache_clear()
 
 
 @contextmanager
