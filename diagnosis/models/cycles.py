@@ -12,6 +12,7 @@ from typing import Any
 from django.db import models
 from django.utils import timezone
 
+from diagnosis.core.snapshot.dump import encode as encode_document
 from diagnosis.core.vocabulary import SNAPSHOT_FORMAT, parse_time, time_problem
 from diagnosis.models.inventory import Cluster
 
@@ -53,7 +54,7 @@ class Snapshot(models.Model):
     def store(cls, cluster: Cluster, document: dict[str, Any]) -> Snapshot:
         """Compress and save a snapshot document; its ``as_of`` and ``format`` become columns."""
         as_of = _document_as_of(document)
-        encoded = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+        encoded = encode_document(document)
         compressed = zlib.compress(encoded, level=6)
         return cls.objects.create(
             cluster=cluster,

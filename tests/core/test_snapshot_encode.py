@@ -1,0 +1,35 @@
+"""How a snapshot document is encoded for storage (``Snapshot.store``): the fast encoder where it
+writes what ``json`` would, ``json`` itself where the two differ."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core.snapshot.dump import encode
+from tests.support.builders import SnapshotBuilder
+
+
+def _json(document: dict) -> bytes:
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def test_a_dumped_snapshot_encodes_to_the_bytes_json_writes() -> None:
+    snap = (
+        SnapshotBuilder()
+        .node("n1")
+        .queue("team-a", weight=2.5)
+        .job("j1", node="n1", util=0.25, power_w=312.5)
+        .gpu("n1", 7, xid=[(79, "5m")], health="unhealthy")
+        .event("preempted", job="j1", reason="Préempté: 中")
+        .build()
+    )
+    document = snapshot_format.dump(snap)
+    assert encode(document) == _json(document)
+
+
+def test_a_non_finite_number_passed_through_is_written_as_json_writes_it() -> None:
+    document = snapshot_format.dump(SnapshotBuilder().node("n1").build())
+    document["collection"] = {"coverage": math.nan, "queries": 2**70}
+    assert encode(document) == _json(document)  # NaN stays NaN, the integer stays whole
