@@ -20,7 +20,7 @@ from diagnosis.actions.health import database_now
 from diagnosis.actions.notifications import notify_after_cycle
 from diagnosis.actions.oncall import record_cycle_incidents
 from diagnosis.actions.proposals import record_recommendations
-from diagnosis.actions.rollups_hourly import record_accounting_slice
+from diagnosis.actions.rollups_hourly import add_cycle_to_hours, record_accounting_slice
 from diagnosis.actions.tenancy import record_tenancy
 from diagnosis.actions.topology import merge_stored_topology
 from diagnosis.choices import DataSourceStatus
@@ -215,6 +215,7 @@ def record_cycle(
         with steps.timed("tenancy"):
             record_tenancy(cluster, snap, diagnosis, accounting, cycle)
             record_accounting_slice(cycle)  # the overview's waterfall rows
+            add_cycle_to_hours(cycle)  # the fairness report's hourly rows
         with steps.timed("incidents"):
             record_cycle_incidents(cluster, document, diagnosis)  # on-call's (issue #16)
         problems = [f"rule {e.rule} failed: {e.message}" for e in diagnosis.errors]

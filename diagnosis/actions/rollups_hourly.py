@@ -127,7 +127,10 @@ def add_cycle_to_hours(cycle: ClusterCycle) -> int:
             target = targets.get(key)
             if target is None:
                 target = hourly(
-                    cluster_id=cycle.cluster_id, as_of=hour, **dict(zip(keys, key, strict=True))
+                    cluster_id=cycle.cluster_id,
+                    as_of=hour,
+                    **dict(zip(keys, key, strict=True)),
+                    **dict.fromkeys(sums, 0),
                 )
                 targets[key] = target
                 created.append(target)

@@ -6,9 +6,11 @@ the ``report`` command and the emailed subscription all call, so they show the s
 Reads go through ``diagnosis.access``: a tenant-scoped manager gets only their tenants' rows
 (Jain's index is always over every tenant with demand: one number about the whole cluster).
 
-Cost: three grouped queries over the period's rollups (per time bin and tenant, per time bin for
-the cluster, the starvation findings) and one over the jobs that started in the period; no query
-grows with the number of tenants or cycles beyond what PostgreSQL sums.
+Cost: grouped queries over the period's rollups (per time bin and tenant, per time bin for the
+cluster: over hours and days the whole hours read the hourly rows written at cycle time, one per
+tenant and hour, and only the partial first and last hours the per-cycle rows), the starvation
+findings, and one over the jobs that started in the period; the rows read grow with the hours
+in the period, not with the cycles stored in it (tests/app/test_pages_rollups_fairness.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from django.db.models import (
     FloatField,
     Func,
     Max,
+    Q,
     Sum,
 )
 from django.db.models.functions import Trunc
@@ -40,11 +43,21 @@ from diagnosis.access import (
     jobs_for_user,
     tenants_for_user,
 )
+from diagnosis.actions.rollups_hourly import hour_of
 from diagnosis.core import fairness
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.productive_share import ProductiveFairness, productive_fairness
 from diagnosis.core.vocabulary import format_time
-from diagnosis.models import Cluster, PoolRollup, Snapshot, Tenant, TenantRollup
+from diagnosis.models import (
+    Cluster,
+    PoolRollup,
+    PoolRollupHour,
+    RollupFigures,
+    Snapshot,
+    Tenant,
+    TenantRollup,
+    TenantRollupHour,
+)
 from diagnosis.reports.period import ReportPeriod
 from diagnosis.roles import User, is_tenant_scoped
 
@@ -173,24 +186,22 @@ def build_fairness_report(
     if scoped and visible is None:
         visible = tuple(sorted(tenants_for_user(user, cluster).values_list("name", flat=True)))
     bin_kind = series_bin(period)
-    in_period = {"cluster": cluster, "as_of__gt": period.start, "as_of__lte": period.end}
 
     with transaction.atomic():
         _aggregate_in_memory()
         tenant_bins = pd.DataFrame.from_records(
-            TenantRollup.objects.filter(**in_period)
-            .annotate(bin=Trunc("as_of", bin_kind, tzinfo=UTC))
-            .values("bin", "tenant_name")
-            .annotate(**{column: Sum(column) for column in fairness.TENANT_SUMS})
-            .order_by(),
+            _binned(TenantRollup, TenantRollupHour, cluster, period, bin_kind, ("tenant_name",)),
             columns=["bin", "tenant_name", *fairness.TENANT_SUMS],
         )
-        cluster_rows = list(
-            PoolRollup.objects.filter(**in_period, pool="")
-            .annotate(bin=Trunc("as_of", bin_kind, tzinfo=UTC))
-            .values("bin", "entitlement_basis")
-            .annotate(cycles=Count("id"), **{c: Sum(c) for c in fairness.CLUSTER_SUMS})
-            .order_by()
+        cluster_rows = _binned(
+            PoolRollup,
+            PoolRollupHour,
+            cluster,
+            period,
+            bin_kind,
+            ("entitlement_basis",),
+            counted=True,
+            pool="",
         )
     cluster_bins = pd.DataFrame.from_records(
         cluster_rows, columns=["bin", "entitlement_basis", "cycles", *fairness.CLUSTER_SUMS]
@@ -227,6 +238,61 @@ def build_fairness_report(
         tree=tree,
         tree_as_of=tree_as_of,
     )
+
+
+def whole_hours(period: ReportPeriod) -> tuple[datetime, datetime] | None:
+    """The clock hours wholly inside ``period`` (snapshot times in ``(start, end]``), as
+    ``[first, last)`` hour starts, or None when there is none."""
+    first = hour_of(period.start) + timedelta(hours=1)
+    last = hour_of(period.end)
+    return (first, last) if first < last else None
+
+
+def _binned(
+    per_cycle: type[RollupFigures],
+    hourly: type[RollupFigures],
+    cluster: Cluster,
+    period: ReportPeriod,
+    bin_kind: str,
+    keys: tuple[str, ...],
+    *,
+    counted: bool = False,
+    **scope: str,
+) -> list[dict[str, Any]]:
+    """Per time bin and ``keys``: the sums of the period's rollups (``cycles`` too when
+    ``counted``). Binned per hour or day, the whole hours come from the hourly rows written at
+    cycle time (one per scope and hour: issue #17) and only the period's partial first and last
+    hours from the per-cycle rows; binned per minute, everything comes from the per-cycle rows.
+    Rows of one bin from both are added up."""
+    sums = fairness.TENANT_SUMS if per_cycle is TenantRollup else fairness.CLUSTER_SUMS
+    hours = None if bin_kind == "minute" else whole_hours(period)
+    in_period = Q(as_of__gt=period.start, as_of__lte=period.end)
+    if hours is not None:
+        in_period &= Q(as_of__lt=hours[0]) | Q(as_of__gte=hours[1])
+
+    def grouped(model: type[RollupFigures], where: Q, cycles: Any) -> list[dict[str, Any]]:
+        counts = {"cycles": cycles} if counted else {}
+        return list(
+            model.objects.filter(where, cluster=cluster, **scope)
+            .annotate(bin=Trunc("as_of", bin_kind, tzinfo=UTC))
+            .values("bin", *keys)
+            .annotate(**counts, **{column: Sum(column) for column in sums})
+            .order_by()
+        )
+
+    rows = grouped(per_cycle, in_period, Count("id"))
+    if hours is None:
+        return rows
+    rows += grouped(hourly, Q(as_of__gte=hours[0], as_of__lt=hours[1]), Sum("cycles"))
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["bin"], *(row[k] for k in keys))
+        if key not in merged:
+            merged[key] = row
+            continue
+        for column in (*(("cycles",) if counted else ()), *sums):
+            merged[key][column] = (merged[key][column] or 0) + (row[column] or 0)
+    return list(merged.values())
 
 
 # Scheduler kinds whose snapshots can carry a queue hierarchy (parent queues, cohorts).
