@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from diagnosis.core.rules.base import Threshold
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.snapshot import ClusterSnapshot
 
@@ -101,3 +102,11 @@ def job_evidence(job_id: str, job: Mapping[str, Any]) -> dict[str, Any]:
         "runtime_s": int(job["runtime_s"]),
         "gpus": int(job["gpus"]),
     }
+
+
+def min_runtime_threshold(default_s: int) -> Threshold:
+    """The ``min_runtime`` threshold of a job rule (what :func:`running_jobs_with_stats` takes):
+    only jobs started at least this long ago are judged."""
+    return Threshold(
+        "min_runtime", default_s, "only jobs started at least this long ago are judged", unit="s"
+    )

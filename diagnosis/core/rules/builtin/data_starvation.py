@@ -12,6 +12,7 @@ from diagnosis.core.rules.running_jobs import (
     at_least,
     below,
     job_evidence,
+    min_runtime_threshold,
     running_jobs_with_stats,
 )
 from diagnosis.core.snapshot import ClusterSnapshot
@@ -88,9 +89,7 @@ RULE = Rule(
     severity="warning",
     subject_kind="job:",
     thresholds=(
-        Threshold(
-            "min_runtime", 900, "only jobs started at least this long ago are judged", unit="s"
-        ),
+        min_runtime_threshold(900),
         Threshold(
             "min_fb_used",
             0.05,

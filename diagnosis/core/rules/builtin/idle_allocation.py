@@ -15,6 +15,7 @@ from diagnosis.core.rules.running_jobs import (
     at_least,
     below,
     job_evidence,
+    min_runtime_threshold,
     running_jobs_with_stats,
 )
 from diagnosis.core.snapshot import GPU_KEY, WHOLE_GPU, ClusterSnapshot
@@ -127,12 +128,7 @@ RULE = Rule(
     severity="warning",
     subject_kind="job:",
     thresholds=(
-        Threshold(
-            "min_runtime",
-            1800,
-            "only jobs started at least this long ago are judged",
-            unit="s",
-        ),
+        min_runtime_threshold(1800),
         Threshold(
             "max_util",
             0.05,

@@ -19,6 +19,7 @@ from diagnosis.core.rules.running_jobs import (
     at_least,
     below,
     job_evidence,
+    min_runtime_threshold,
     running_jobs_with_stats,
 )
 from diagnosis.core.snapshot import ClusterSnapshot
@@ -70,12 +71,7 @@ RULE = Rule(
     severity="warning",
     subject_kind="job:",
     thresholds=(
-        Threshold(
-            "min_runtime",
-            1800,
-            "only jobs started at least this long ago are judged",
-            unit="s",
-        ),
+        min_runtime_threshold(1800),
         Threshold(
             "min_fb",
             MIN_FB,

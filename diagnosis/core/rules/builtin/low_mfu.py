@@ -12,7 +12,13 @@ import pandas as pd
 
 from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold, evidence_number
 from diagnosis.core.rules.facts import SnapshotFacts
-from diagnosis.core.rules.running_jobs import NO_UTIL, at_least, below, running_jobs_with_stats
+from diagnosis.core.rules.running_jobs import (
+    NO_UTIL,
+    at_least,
+    below,
+    min_runtime_threshold,
+    running_jobs_with_stats,
+)
 from diagnosis.core.snapshot import ClusterSnapshot
 
 REPORTED = "reported_tflops"
@@ -116,9 +122,7 @@ RULE = Rule(
     severity="info",
     subject_kind="job:",
     thresholds=(
-        Threshold(
-            "min_runtime", 900, "only jobs started at least this long ago are judged", unit="s"
-        ),
+        min_runtime_threshold(900),
         Threshold(
             "min_util",
             0.6,
