@@ -200,6 +200,18 @@ def evidence_for_user(user: User, cluster_id: int, evidence: object) -> object:
     return _redact(evidence, jobs, tenants)
 
 
+def subject_for_user(user: User, cluster_id: int, subject: str) -> str:
+    """A finding's subject (``job:…``, ``jobs:a+b``, ``tenant:…``) as ``user`` may read it: for
+    a tenant-scoped manager, another tenant's job or tenant in it is the placeholder (which
+    pages show as text, never as a link)."""
+    prefix, sep, name = str(subject).partition(":")
+    if not sep or not is_tenant_scoped(user):
+        return subject
+    jobs, tenants = _evidence_scope(user, cluster_id)
+    parts = name.split("+") if prefix == "jobs" else [name]
+    return f"{prefix}:" + "+".join(str(_redact(part, jobs, tenants)) for part in parts)
+
+
 def incidents_for_user(user: User, cluster: Cluster) -> QuerySet[Incident]:
     """The incidents of a cluster the user may read (a manager: those whose jobs are all of their
     tenants, as ``details.tenants`` lists them, and none of unknown tenant)."""

@@ -53,6 +53,7 @@ from diagnosis.access import (
     get_finding_for_user,
     incidents_for_user,
     recommendations_for_user,
+    subject_for_user,
 )
 from diagnosis.actions.owner_notices import preview_notice
 from diagnosis.choices import FindingState, Severity
@@ -298,9 +299,17 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
 
 @dataclass(frozen=True)
 class FindingLink:
-    label: str
+    label: str  # "rule subject"
     url: str | None
     state: str | None
+
+    @property
+    def rule_id(self) -> str:
+        return _split_ref(self.label)[0]
+
+    @property
+    def subject(self) -> str:
+        return _split_ref(self.label)[1]
 
 
 @dataclass(frozen=True)
@@ -630,6 +639,9 @@ def finding_list(request: HttpRequest, name: str) -> HttpResponse:
         .order_by(SEVERITY_RANK, STATE_RANK, "-last_seen", "-id")
     )
     page, query = _paginate(request, findings, FINDINGS_PER_PAGE)
+    page.object_list = list(page.object_list)
+    for finding in page.object_list:  # names linked to their pages (links.subject_link)
+        finding.subject_shown = subject_for_user(request.user, cluster.pk, finding.subject)
     pools = (
         cycles_for_user(request.user, cluster)
         .filter(ok=True)

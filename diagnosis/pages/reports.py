@@ -28,6 +28,7 @@ from diagnosis.access import (
     get_cluster_for_user,
     get_tenant_for_user,
     jobs_for_user,
+    subject_for_user,
 )
 from diagnosis.actions.subscriptions import subscribe_to_report
 from diagnosis.core.fairness import SIZE_CLASSES
@@ -187,6 +188,9 @@ def tenant_detail(request: HttpRequest, name: str, tenant: str) -> HttpResponse:
         .filter(tenant=row_tenant, first_seen__lte=period.end, last_seen__gte=period.start)
         .order_by("-last_seen", "-id")
     )
+    shown_findings = list(findings[:FINDINGS_SHOWN])
+    for finding in shown_findings:  # names linked to their pages (links.subject_link)
+        finding.subject_shown = subject_for_user(request.user, cluster.pk, finding.subject)
     query = request.GET.copy()
     query.pop("page", None)
     context = {
@@ -204,7 +208,7 @@ def tenant_detail(request: HttpRequest, name: str, tenant: str) -> HttpResponse:
         "page": page,
         "query": query.urlencode(),
         "job_rows": [(job, _wait_s(job)) for job in page.object_list],
-        "findings": list(findings[:FINDINGS_SHOWN]),
+        "findings": shown_findings,
         "findings_total": findings.count(),
         "period_query": urlencode(period.query()),
         "report_url": f"{reverse('diagnosis:fairness', args=[cluster.name])}?"

@@ -58,9 +58,9 @@ def test_overview_and_a_finding_in_a_real_browser(
 
         page.click("nav.topnav >> text=Findings")
         page.wait_for_url(f"{base}/clusters/{CLUSTER}/findings/")
-        first = page.locator("table.findings a.subject").first
-        subject = first.inner_text()
-        first.click()
+        first = page.locator("table.findings tbody tr").first
+        subject = first.locator("td.subject").inner_text()
+        first.locator("a.finding-link").click()
         page.wait_for_selector("#evidence table.evidence")
         expect(page.locator("h1")).to_contain_text(subject)
         assert page.locator("#evidence table.evidence tr").count() >= 3
