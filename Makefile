@@ -20,7 +20,7 @@ help:
 	@echo "make demo   set up and serve gpuobs on http://$(DEMO_ADDRESS) (embedded: SQLite, no Redis)"
 	@echo "make test   run the test suite against PostgreSQL and Redis"
 	@echo "make lint   ruff, Django's checks, missing migrations"
-	@echo "make bench  run every bench/*.py"
+	@echo "make bench  run every bench/*.py (not the shared bench/_*.py)"
 
 # --- environment ---------------------------------------------------------------------------------
 
@@ -73,7 +73,7 @@ lint: install-dev
 	$(MANAGE) makemigrations --check --dry-run
 
 bench: install-dev
-	@scripts=$$(ls bench/*.py 2>/dev/null); \
+	@scripts=$$(ls bench/[!_]*.py 2>/dev/null); \
 	if [ -z "$$scripts" ]; then echo "make bench: no bench/*.py yet"; exit 0; fi; \
 	failed=""; \
 	for script in $$scripts; do \
