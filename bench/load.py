@@ -55,10 +55,7 @@ from django.test.utils import (  # noqa: E402
 )
 
 from diagnosis.actions.retention import figure_fields  # noqa: E402
-from diagnosis.actions.rollups_hourly import (  # noqa: E402
-    rebuild_all_hours,
-    record_accounting_slice,
-)
+from diagnosis.actions.rollups_hourly import record_accounting_slice  # noqa: E402
 from diagnosis.core import snapshot as snapshot_format  # noqa: E402
 from diagnosis.core.diagnose import diagnose  # noqa: E402
 from diagnosis.models import ClusterCycle, Finding, PoolRollup, TenantRollup  # noqa: E402
@@ -115,11 +112,10 @@ def fill(gpus: int, clients: int) -> tuple[str, list[str]]:
         ),
         batch_size=2000,
     )
-    # what each cycle writes for the pages (bench/reports.py's bulk fill skips the cycle code):
-    # the overview's waterfall slices of the last hour, the fairness report's hourly rollups
+    # the overview's waterfall slices of the last hour, as each cycle writes them (bench/
+    # reports.py's fill has summed its rollups per hour already)
     for cycle in last_hour.order_by("as_of"):
         record_accounting_slice(cycle)
-    rebuild_all_hours(cluster.pk)
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
     sessions = []

@@ -42,6 +42,7 @@ from django.test import Client  # noqa: E402
 
 from diagnosis.actions import cycles as cycle_actions  # noqa: E402
 from diagnosis.actions.findings import record_findings  # noqa: E402
+from diagnosis.actions.rollups_hourly import rebuild_all_hours  # noqa: E402
 from diagnosis.actions.tenancy import record_tenancy  # noqa: E402
 from diagnosis.core import snapshot as snapshot_format  # noqa: E402
 from diagnosis.core.diagnose import diagnose  # noqa: E402
@@ -174,6 +175,7 @@ def fill(days: int) -> tuple[object, object]:
             for i in range(days * 24 - 5)
         ]
     )
+    rebuild_all_hours(cluster.pk)  # the hourly rollups each cycle adds to (issue #17)
     with connection.cursor() as cursor:
         cursor.execute(
             f"ANALYZE {tenant_table}; ANALYZE {pool_table}; ANALYZE {Job._meta.db_table}"
