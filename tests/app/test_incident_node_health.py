@@ -20,6 +20,7 @@ from diagnosis.actions.oncall import acknowledge_incident, resolve_incident_by
 from diagnosis.edge.schedulers.kubernetes import dra, health
 from diagnosis.models import Incident
 from tests.support.builders import AS_OF, SnapshotBuilder, rfc3339
+from tests.support.world import logged_in_client
 
 pytestmark = pytest.mark.django_db
 
@@ -122,3 +123,14 @@ def test_resolved_while_unhealthy_it_is_not_opened_again_until_the_node_heals(cl
     assert list(
         Incident.objects.filter(cluster=cluster).order_by("pk").values_list("state", flat=True)
     ) == ["resolved", "open"]
+
+
+def test_the_node_incident_page_says_what_broke(cluster, erin):
+    record_cycle(cluster, snapshot(scheduler_gpus()))
+    incident = Incident.objects.get(cluster=cluster)
+    client = logged_in_client(erin)
+    page = client.get(f"/clusters/{cluster.name}/incidents/{incident.pk}/")
+    assert page.status_code == 200
+    assert "all 2 GPUs unhealthy, no GPU named" in page.content.decode()
+    listed = client.get(f"/clusters/{cluster.name}/incidents/").content.decode()
+    assert f'href="/clusters/{cluster.name}/incidents/{incident.pk}/"' in listed
