@@ -7,19 +7,21 @@ GPU-hours at stake first; page and API say "impact pending" meanwhile."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
 from kombu.exceptions import OperationalError
 
-from diagnosis.actions.cycles import run_cluster_cycle
 from diagnosis.actions.impact import enqueue_impact_estimates
 from diagnosis.core.recommend.impact import PENDING
-from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster, Recommendation, ReplayOutcome
 from diagnosis.tasks import estimate_impact
 from gpuobs.celery import queue_for_task
-from tests.support.records import make_recommendation, stepped_seed_config
+from tests.support.records import (
+    binpack_proposal,
+    make_recommendation,
+    run_cycles,
+    seed_demo_cluster,
+)
 from tests.support.world import logged_in_client
 
 pytestmark = [pytest.mark.django_db]
@@ -30,31 +32,12 @@ PLAN = {"changes": [{"type": "SetQueueWeight", "queue": "team-b", "weight": 3.0}
 
 
 @pytest.fixture
-def demo(make_cluster, settings) -> Iterator[Cluster]:
+def demo(db, settings) -> Iterator[Cluster]:
     """The seed scenario (128 x 8 A100, pool a100 under spread), 10 simulated minutes a cycle,
     its impacts replayed with the reduced model (one seed, one hour) to keep the test short."""
     settings.GPUOBS_IMPACT_REDUCED_FROM_GPUS = 0
-    start = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
-    cluster = make_cluster(
-        "demo-impact",
-        scheduler_kind="sim",
-        metrics_kind="sim",
-        scheduler_config=stepped_seed_config(start, STEP_S),
-    )
-    yield cluster
-    sim_runtime.forget(cluster.name)
-
-
-def cycles(cluster: Cluster, count: int) -> None:
-    for _ in range(count):
-        cycle = run_cluster_cycle(Cluster.objects.get(pk=cluster.pk))
-        assert cycle.ok, cycle.error
-
-
-def binpack_proposal(cluster: Cluster) -> Recommendation:
-    return Recommendation.objects.get(
-        cluster=cluster, kind="placement-policy", target="pool:a100", state="proposed"
-    )
+    with seed_demo_cluster("demo-impact", STEP_S) as cluster:
+        yield cluster
 
 
 def pending(cluster: Cluster, target: str, stake: float) -> Recommendation:
@@ -69,7 +52,7 @@ def test_the_cycle_stores_the_impact_pending_and_only_sends_its_estimate(
     demo, django_capture_on_commit_callbacks
 ) -> None:
     with django_capture_on_commit_callbacks(execute=False):  # what it sends is not run
-        cycles(demo, FIRST_FRAGMENTATION_CYCLE)
+        run_cycles(demo, FIRST_FRAGMENTATION_CYCLE)
 
     rec = binpack_proposal(demo)
     assert rec.impact["method"] == "pending"
@@ -83,7 +66,7 @@ def test_the_cycle_stores_the_impact_pending_and_only_sends_its_estimate(
 
 
 def test_the_impact_task_fills_the_pending_impact_in(demo) -> None:
-    cycles(demo, FIRST_FRAGMENTATION_CYCLE)
+    run_cycles(demo, FIRST_FRAGMENTATION_CYCLE)
     rec = binpack_proposal(demo)
 
     result = estimate_impact(rec.pk)
@@ -99,7 +82,7 @@ def test_the_impact_task_fills_the_pending_impact_in(demo) -> None:
 
 
 def test_a_second_estimate_of_the_same_snapshot_and_change_replays_nothing(demo) -> None:
-    cycles(demo, FIRST_FRAGMENTATION_CYCLE)
+    run_cycles(demo, FIRST_FRAGMENTATION_CYCLE)
     rec = binpack_proposal(demo)
     twin_impact = dict(rec.impact)
     estimate_impact(rec.pk)

@@ -6,15 +6,12 @@ page shows the verdict with the checks behind it, from the one judgement."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
 from django.utils import timezone
 
-from diagnosis.actions.cycles import run_cluster_cycle
-from diagnosis.edge.sim import runtime as sim_runtime
-from diagnosis.models import AuditEntry, Cluster, ClusterCycle, Finding, Recommendation
-from tests.support.records import make_recommendation, stepped_seed_config
+from diagnosis.models import AuditEntry, Cluster, Finding, Recommendation
+from tests.support.records import applied_spread, run_cycles, seed_demo_cluster
 from tests.support.world import logged_in_client
 
 pytestmark = pytest.mark.django_db
@@ -23,55 +20,20 @@ FIRST_FRAGMENTATION_CYCLE = 3  # the seed scenario's hpo burst is blocked from 0
 
 
 @pytest.fixture
-def demo(make_cluster) -> Iterator[Cluster]:
+def demo(db) -> Iterator[Cluster]:
     """The seed scenario (128 x 8 A100, pool a100 under spread), 10 simulated minutes a cycle."""
-    cluster = make_cluster(
-        "demo-verify",
-        scheduler_kind="sim",
-        metrics_kind="sim",
-        scheduler_config=stepped_seed_config(datetime(2026, 11, 29, 8, 0, tzinfo=UTC), 600),
-    )
-    yield cluster
-    sim_runtime.forget(cluster.name)
-
-
-def cycles(cluster: Cluster, count: int) -> None:
-    for _ in range(count):
-        cycle = run_cluster_cycle(Cluster.objects.get(pk=cluster.pk))
-        assert cycle.ok, cycle.error
-
-
-def applied_spread(cluster: Cluster, *, state: str = "applied", **verification) -> Recommendation:
-    """A change to spread (the demo pool's setting) recorded as applied at the latest cycle,
-    with 100 fragmented GPUs before it: every later cycle has fewer."""
-    latest = ClusterCycle.objects.filter(cluster=cluster).latest()
-    return make_recommendation(
-        cluster,
-        "placement-policy",
-        "pool:a100",
-        {"from": "binpack", "to": "spread"},
-        state=state,
-        applied_at=timezone.now(),
-        apply_result={"before": "binpack", "after": "spread", "command": "sim apply ..."},
-        verification={
-            "status": "watching",
-            "since_as_of": latest.as_of.isoformat(),
-            "metric": "free_fragmented_gpus",
-            "baseline": 100.0,
-            "observations": [],
-            **verification,
-        },
-    )
+    with seed_demo_cluster("demo-verify", 600) as cluster:
+        yield cluster
 
 
 def test_a_change_is_verified_only_after_the_good_cycles_in_a_row(demo, settings) -> None:
     settings.GPUOBS_VERIFY_GOOD_CYCLES = 3
-    cycles(demo, FIRST_FRAGMENTATION_CYCLE)
+    run_cycles(demo, FIRST_FRAGMENTATION_CYCLE)
     rec = applied_spread(demo)
 
     states = []
     for _ in range(3):
-        cycles(demo, 1)
+        run_cycles(demo, 1)
         rec.refresh_from_db()
         states.append((rec.state, rec.verification["good_cycles"]))
 
@@ -83,7 +45,7 @@ def test_a_stored_finding_still_open_keeps_it_from_being_verified(demo, settings
     """The cycle does not report the finding (no rule of this build judges it), but its stored
     row is open -- the page lists it so -- and that is enough to withhold the verdict."""
     settings.GPUOBS_VERIFY_GOOD_CYCLES = 1
-    cycles(demo, FIRST_FRAGMENTATION_CYCLE)
+    run_cycles(demo, FIRST_FRAGMENTATION_CYCLE)
     rec = applied_spread(demo)
     rec.motivating_findings.add(
         Finding.objects.create(
@@ -96,7 +58,7 @@ def test_a_stored_finding_still_open_keeps_it_from_being_verified(demo, settings
         )
     )
 
-    cycles(demo, 2)
+    run_cycles(demo, 2)
 
     rec.refresh_from_db()
     assert rec.state == "applied"
@@ -121,10 +83,10 @@ def verified_spread(cluster: Cluster, baseline: float) -> Recommendation:
 
 
 def test_a_finding_back_while_the_metric_is_no_better_regresses_with_a_rollback(demo) -> None:
-    cycles(demo, FIRST_FRAGMENTATION_CYCLE)
+    run_cycles(demo, FIRST_FRAGMENTATION_CYCLE)
     rec = verified_spread(demo, baseline=0.0)  # nothing was fragmented before: no better now
 
-    cycles(demo, 1)  # the pool is still fragmented: the finding is reported again
+    run_cycles(demo, 1)  # the pool is still fragmented: the finding is reported again
 
     rec.refresh_from_db()
     assert rec.state == "regressed"
@@ -138,10 +100,10 @@ def test_a_finding_back_while_the_metric_is_no_better_regresses_with_a_rollback(
 def test_a_finding_back_while_the_metric_is_still_better_regresses_without_a_rollback(
     demo,
 ) -> None:
-    cycles(demo, FIRST_FRAGMENTATION_CYCLE)
+    run_cycles(demo, FIRST_FRAGMENTATION_CYCLE)
     rec = verified_spread(demo, baseline=1000.0)
 
-    cycles(demo, 1)
+    run_cycles(demo, 1)
 
     rec.refresh_from_db()
     assert rec.state == "regressed"
@@ -151,9 +113,9 @@ def test_a_finding_back_while_the_metric_is_still_better_regresses_without_a_rol
 
 def test_the_page_shows_the_verdict_with_its_checks(demo, carol, settings) -> None:
     settings.GPUOBS_VERIFY_GOOD_CYCLES = 2
-    cycles(demo, FIRST_FRAGMENTATION_CYCLE)
+    run_cycles(demo, FIRST_FRAGMENTATION_CYCLE)
     rec = applied_spread(demo)
-    cycles(demo, 1)
+    run_cycles(demo, 1)
 
     page = logged_in_client(carol).get(f"/clusters/{demo.name}/recommendations/{rec.pk}/")
 

@@ -8,21 +8,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
 
 from diagnosis.actions.cycles import run_cluster_cycle
 from diagnosis.actions.review import (
-    approve_recommendation,
-    request_apply,
-    request_recommendation,
     set_cluster_writes,
 )
-from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import AuditEntry, Cluster, Recommendation
 from tests.conftest import REPO_ROOT
-from tests.support.records import stepped_seed_config
+from tests.support.records import request_approve_apply, seed_demo_cluster
 from tests.support.world import logged_in_client
 
 pytestmark = pytest.mark.django_db
@@ -34,15 +29,9 @@ FIGURES = REPO_ROOT / "var" / "gang_release_before_after.json"
 
 
 @pytest.fixture
-def demo(make_cluster) -> Iterator[Cluster]:
-    cluster = make_cluster(
-        "demo-gangs",
-        scheduler_kind="sim",
-        metrics_kind="sim",
-        scheduler_config=stepped_seed_config(datetime(2026, 11, 29, 8, 0, tzinfo=UTC), STEP_S),
-    )
-    yield cluster
-    sim_runtime.forget(cluster.name)
+def demo(db) -> Iterator[Cluster]:
+    with seed_demo_cluster("demo-gangs", STEP_S) as cluster:
+        yield cluster
 
 
 def held_by_partial_gangs(cluster: Cluster) -> tuple[int, float]:
@@ -85,12 +74,7 @@ def test_releasing_a_deadlocked_gang_frees_the_gpus_partial_gangs_held(
     assert "Request this change" in page.content.decode()  # applied from the page like any other
 
     set_cluster_writes(demo, alice, enabled=True)
-    request_recommendation(rec, carol)
-    with django_capture_on_commit_callbacks(execute=True):
-        approve_recommendation(rec, dave)
-    with django_capture_on_commit_callbacks(execute=True):
-        request_apply(rec, dave)
-    rec.refresh_from_db()
+    rec = request_approve_apply(rec, carol, dave, django_capture_on_commit_callbacks)
     assert rec.state == "applied", rec.status_message
     assert rec.apply_result["before"] == "partial"
 

@@ -5,19 +5,23 @@ expire, lapsed approvals, and the verification of applied changes with its rollb
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from diagnosis.actions.cycles import run_cluster_cycle
 from diagnosis.actions.review import reject_recommendation
 from diagnosis.actions.simulator import apply_sim_change
 from diagnosis.core.recommend.base import Generator
-from diagnosis.edge.sim import runtime as sim_runtime
-from diagnosis.models import AuditEntry, Cluster, ClusterCycle, Finding, Recommendation, Snapshot
+from diagnosis.models import AuditEntry, Cluster, Finding, Recommendation, Snapshot
 from diagnosis.tasks import estimate_impact
-from tests.support.records import make_recommendation, stepped_seed_config
+from tests.support.records import (
+    applied_spread,
+    binpack_proposal,
+    make_recommendation,
+    run_cycles,
+    seed_demo_cluster,
+)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.lab("lab-cycle")]
 
@@ -26,34 +30,14 @@ FIRST_FRAGMENTATION_CYCLE = 3  # the seed scenario's hpo burst is blocked from 0
 
 
 @pytest.fixture
-def demo(make_cluster) -> Iterator[Cluster]:
+def demo(db) -> Iterator[Cluster]:
     """The seed scenario (128 x 8 A100, pool a100 under spread), 10 simulated minutes a cycle."""
-    start = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
-    cluster = make_cluster(
-        "demo-cycle",
-        scheduler_kind="sim",
-        metrics_kind="sim",
-        scheduler_config=stepped_seed_config(start, STEP_S),
-    )
-    yield cluster
-    sim_runtime.forget(cluster.name)
-
-
-def cycles(cluster: Cluster, count: int) -> ClusterCycle:
-    for _ in range(count):
-        cycle = run_cluster_cycle(Cluster.objects.get(pk=cluster.pk))
-        assert cycle.ok, cycle.error
-    return cycle
-
-
-def binpack_proposal(cluster: Cluster) -> Recommendation:
-    return Recommendation.objects.get(
-        cluster=cluster, kind="placement-policy", target="pool:a100", state="proposed"
-    )
+    with seed_demo_cluster("demo-cycle", STEP_S) as cluster:
+        yield cluster
 
 
 def test_a_fragmented_pool_gets_a_binpack_proposal_with_its_impact(demo) -> None:
-    cycle = cycles(demo, FIRST_FRAGMENTATION_CYCLE)
+    cycle = run_cycles(demo, FIRST_FRAGMENTATION_CYCLE)
     estimate_impact(binpack_proposal(demo).pk)  # the impact task, apart from the cycle (#17)
 
     rec = binpack_proposal(demo)
@@ -68,10 +52,10 @@ def test_a_fragmented_pool_gets_a_binpack_proposal_with_its_impact(demo) -> None
 
 
 def test_the_next_cycle_keeps_the_open_proposal_and_its_impact(demo) -> None:
-    cycles(demo, FIRST_FRAGMENTATION_CYCLE)
+    run_cycles(demo, FIRST_FRAGMENTATION_CYCLE)
     first = binpack_proposal(demo)
 
-    cycle = cycles(demo, 1)
+    cycle = run_cycles(demo, 1)
 
     kept = binpack_proposal(demo)
     assert kept.pk == first.pk
@@ -81,12 +65,12 @@ def test_the_next_cycle_keeps_the_open_proposal_and_its_impact(demo) -> None:
 
 
 def test_a_different_change_for_the_target_supersedes_the_open_one(demo) -> None:
-    cycles(demo, FIRST_FRAGMENTATION_CYCLE - 1)
+    run_cycles(demo, FIRST_FRAGMENTATION_CYCLE - 1)
     old = make_recommendation(
         demo, "placement-policy", "pool:a100", {"from": "spread", "to": "best-fit"}
     )
 
-    cycle = cycles(demo, 1)
+    cycle = run_cycles(demo, 1)
 
     old.refresh_from_db()
     new = binpack_proposal(demo)
@@ -96,10 +80,10 @@ def test_a_different_change_for_the_target_supersedes_the_open_one(demo) -> None
 
 
 def test_a_rejected_change_is_not_proposed_again_at_once(demo, carol) -> None:
-    cycles(demo, FIRST_FRAGMENTATION_CYCLE)
+    run_cycles(demo, FIRST_FRAGMENTATION_CYCLE)
     reject_recommendation(binpack_proposal(demo), carol, "not during the sweep")
 
-    cycle = cycles(demo, 1)
+    cycle = run_cycles(demo, 1)
 
     assert not Recommendation.objects.filter(
         cluster=demo, state="proposed", kind="placement-policy"
@@ -108,7 +92,7 @@ def test_a_rejected_change_is_not_proposed_again_at_once(demo, carol) -> None:
 
 
 def test_a_proposal_whose_findings_resolved_expires(lab) -> None:
-    cycles(lab, 1)
+    run_cycles(lab, 1)
     gone = Finding.objects.create(
         cluster=lab,
         rule_id="starvation",
@@ -121,7 +105,7 @@ def test_a_proposal_whose_findings_resolved_expires(lab) -> None:
         lab, target="queue:nobody", change={"from": 1, "to": 2}, findings=[gone]
     )
 
-    cycles(lab, 1)
+    run_cycles(lab, 1)
 
     rec.refresh_from_db()
     assert rec.state == "expired"
@@ -129,13 +113,13 @@ def test_a_proposal_whose_findings_resolved_expires(lab) -> None:
 
 
 def test_a_proposal_whose_finding_still_fires_stays(demo) -> None:
-    cycles(demo, 1)
+    run_cycles(demo, 1)
     still = Finding.objects.get(cluster=demo, subject="job:research-tp")  # spread over 2 nodes
     rec = make_recommendation(
         demo, target="queue:nobody", change={"from": 1, "to": 2}, findings=[still]
     )
 
-    cycles(demo, 1)
+    run_cycles(demo, 1)
 
     rec.refresh_from_db()
     assert rec.state == "proposed"
@@ -143,7 +127,7 @@ def test_a_proposal_whose_finding_still_fires_stays(demo) -> None:
 
 
 def test_a_drain_proposal_outlives_its_xid_and_expires_once_drained(lab) -> None:
-    cycle = cycles(lab, 1)
+    cycle = run_cycles(lab, 1)
     node = Snapshot.objects.filter(cluster=lab).latest().load_document()["nodes"][0]["name"]
     xid = Finding.objects.create(
         cluster=lab,
@@ -161,13 +145,13 @@ def test_a_drain_proposal_outlives_its_xid_and_expires_once_drained(lab) -> None
         findings=[xid],
     )
 
-    cycles(lab, 1)
+    run_cycles(lab, 1)
     drain.refresh_from_db()
     assert drain.state == "proposed"
 
     apply_sim_change(lab, {"kind": "drain-node", "target": f"node:{node}"}, actor="someone")
     for _ in range(12):  # its jobs end within a few simulated hours
-        cycles(lab, 1)
+        run_cycles(lab, 1)
         drain.refresh_from_db()
         if drain.state != "proposed":
             break
@@ -185,7 +169,7 @@ def test_the_cycle_lapses_approvals_past_their_time(lab, dave) -> None:
         expires_at=timezone.now() - timedelta(hours=1),
     )
 
-    cycle = cycles(lab, 1)
+    cycle = run_cycles(lab, 1)
 
     rec.refresh_from_db()
     assert rec.state == "expired"
@@ -206,7 +190,7 @@ def test_a_failing_generator_is_an_error_value_and_the_cycle_stands(
         "diagnosis.core.recommend.engine.all_generators", lambda: {"broken": generator}
     )
 
-    cycle = cycles(lab, 1)
+    cycle = run_cycles(lab, 1)
 
     assert cycle.recommendations["errors"] == [
         {"generator": "broken", "error": "RuntimeError", "message": "generator bug"}
@@ -216,33 +200,11 @@ def test_a_failing_generator_is_an_error_value_and_the_cycle_stands(
 # -- verification and rollback -------------------------------------------------------------------
 
 
-def applied_spread(cluster: Cluster, *, baseline: float) -> Recommendation:
-    """A change to spread recorded as applied at the latest cycle, with ``baseline`` fragmented
-    GPUs before it (the state the workflow leaves after a write)."""
-    latest = ClusterCycle.objects.filter(cluster=cluster).latest()
-    return make_recommendation(
-        cluster,
-        "placement-policy",
-        "pool:a100",
-        {"from": "binpack", "to": "spread"},
-        state="applied",
-        applied_at=timezone.now(),
-        apply_result={"before": "binpack", "after": "spread", "command": "sim apply ..."},
-        verification={
-            "status": "watching",
-            "since_as_of": latest.as_of.isoformat(),
-            "metric": "free_fragmented_gpus",
-            "baseline": baseline,
-            "observations": [],
-        },
-    )
-
-
 def test_a_change_in_effect_with_no_finding_left_and_no_worse_is_verified(demo) -> None:
-    cycles(demo, FIRST_FRAGMENTATION_CYCLE)
+    run_cycles(demo, FIRST_FRAGMENTATION_CYCLE)
     rec = applied_spread(demo, baseline=100.0)
 
-    cycles(demo, 3)  # GPUOBS_VERIFY_GOOD_CYCLES good cycles in a row (test_verification.py)
+    run_cycles(demo, 3)  # GPUOBS_VERIFY_GOOD_CYCLES good cycles in a row (test_verification.py)
 
     rec.refresh_from_db()
     assert rec.state == "verified"
@@ -253,10 +215,10 @@ def test_a_change_in_effect_with_no_finding_left_and_no_worse_is_verified(demo) 
 
 
 def test_a_change_that_made_fragmentation_worse_gets_a_rollback_proposed(demo) -> None:
-    cycles(demo, FIRST_FRAGMENTATION_CYCLE)
+    run_cycles(demo, FIRST_FRAGMENTATION_CYCLE)
     rec = applied_spread(demo, baseline=0.0)
 
-    cycles(demo, 3)
+    run_cycles(demo, 3)
 
     rec.refresh_from_db()
     assert rec.verification["status"] == "worse"
@@ -271,17 +233,17 @@ def test_with_auto_rollback_the_cycle_rolls_it_back_itself(
     demo, celery_eager, django_capture_on_commit_callbacks
 ) -> None:
     Cluster.objects.filter(pk=demo.pk).update(auto_rollback=True, dry_run=False)
-    cycles(demo, FIRST_FRAGMENTATION_CYCLE)
+    run_cycles(demo, FIRST_FRAGMENTATION_CYCLE)
     rec = applied_spread(demo, baseline=0.0)
 
     with django_capture_on_commit_callbacks(execute=True):
-        cycles(demo, 3)
+        run_cycles(demo, 3)
 
     rec.refresh_from_db()
     undo = rec.rollbacks.get()
     assert (undo.state, rec.state) == ("applied", "rolled-back")
     assert undo.approved_by is None  # gpuobs did it, and said so
     assert AuditEntry.objects.get(recommendation=undo, action="apply").actor == "system:actuate"
-    cycles(demo, 1)
+    run_cycles(demo, 1)
     document = Snapshot.objects.filter(cluster=demo).latest().load_document()
     assert document["scheduler"]["placement"]["a100"] == "binpack"

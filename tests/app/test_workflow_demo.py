@@ -19,9 +19,6 @@ from django.core.management import call_command
 
 from diagnosis.actions.cycles import run_cluster_cycle
 from diagnosis.actions.review import (
-    approve_recommendation,
-    request_apply,
-    request_recommendation,
     set_cluster_writes,
 )
 from diagnosis.core.accounting import account
@@ -31,6 +28,7 @@ from diagnosis.core.snapshot import load
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import AuditEntry, Cluster, Finding, Recommendation
 from tests.conftest import REPO_ROOT
+from tests.support.records import request_approve_apply
 
 pytestmark = pytest.mark.django_db
 
@@ -79,12 +77,7 @@ def test_approving_binpack_in_the_demo_makes_fragmentation_go_away(
     before = [fragmented(c.accounting) for c in cluster.cycles.order_by("as_of")]
 
     cluster = set_cluster_writes(cluster, alice, enabled=True)
-    request_recommendation(rec, carol)
-    with django_capture_on_commit_callbacks(execute=True):
-        approve_recommendation(rec, dave)
-    with django_capture_on_commit_callbacks(execute=True):
-        request_apply(rec, dave)
-    rec.refresh_from_db()
+    rec = request_approve_apply(rec, carol, dave, django_capture_on_commit_callbacks)
     assert rec.state == "applied", rec.status_message
     assert rec.apply_result["before"] == "spread"
     assert rec.verification["baseline"] == before[-1]  # fragmented GPUs when it was applied

@@ -9,11 +9,17 @@ for example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import datetime
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
-from diagnosis.models import Cluster, Finding, Recommendation
+from django.utils import timezone
+
+from diagnosis.actions.cycles import run_cluster_cycle
+from diagnosis.actions.review import approve_recommendation, request_apply, request_recommendation
+from diagnosis.edge.sim import runtime as sim_runtime
+from diagnosis.models import Cluster, ClusterCycle, Finding, Recommendation
 
 QUEUE_WEIGHT_CHANGE = {"from": 1, "to": 3}  # team-b's weight in the sim's small scenario is 1
 
@@ -51,3 +57,82 @@ def stepped_seed_config(start: datetime, step_s: int) -> dict[str, Any]:
         "step_s": step_s,
         "started_at": start.replace(microsecond=0).isoformat(),
     }
+
+
+SEED_START = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
+
+
+@contextmanager
+def seed_demo_cluster(name: str, step_s: int) -> Iterator[Cluster]:
+    """A sim cluster ``name`` running the demo's seed scenario (128 x 8 A100, pool a100 under
+    spread) from :data:`SEED_START`, ``step_s`` simulated seconds a cycle; its simulator is
+    forgotten afterwards."""
+    cluster = Cluster.objects.create(
+        name=name,
+        scheduler_kind="sim",
+        metrics_kind="sim",
+        scheduler_config=stepped_seed_config(SEED_START, step_s),
+    )
+    try:
+        yield cluster
+    finally:
+        sim_runtime.forget(cluster.name)
+
+
+def run_cycles(cluster: Cluster, count: int) -> ClusterCycle:
+    """``count`` cycles of ``cluster`` (read afresh each time), each asserted ok; the last."""
+    for _ in range(count):
+        cycle = run_cluster_cycle(Cluster.objects.get(pk=cluster.pk))
+        assert cycle.ok, cycle.error
+    return cycle
+
+
+def binpack_proposal(cluster: Cluster) -> Recommendation:
+    """The proposed placement-policy change of pool a100 (the seed scenario's binpack)."""
+    return Recommendation.objects.get(
+        cluster=cluster, kind="placement-policy", target="pool:a100", state="proposed"
+    )
+
+
+def request_approve_apply(
+    rec: Recommendation,
+    requester: Any,
+    approver: Any,
+    on_commit: Callable[..., AbstractContextManager[Any]],
+) -> Recommendation:
+    """``rec`` requested by ``requester``, then approved and applied by ``approver``, the
+    on-commit callbacks of both run (``on_commit`` is pytest-django's
+    ``django_capture_on_commit_callbacks``); returned as stored after."""
+    request_recommendation(rec, requester)
+    with on_commit(execute=True):
+        approve_recommendation(rec, approver)
+    with on_commit(execute=True):
+        request_apply(rec, approver)
+    rec.refresh_from_db()
+    return rec
+
+
+def applied_spread(
+    cluster: Cluster, *, state: str = "applied", **verification: Any
+) -> Recommendation:
+    """A change to spread (the seed demo pool's setting) recorded as applied at the latest
+    cycle, its verification watching from there with 100 fragmented GPUs before it (every later
+    cycle has fewer) unless ``verification`` says otherwise (``baseline=0.0``, ``status=...``)."""
+    latest = ClusterCycle.objects.filter(cluster=cluster).latest()
+    return make_recommendation(
+        cluster,
+        "placement-policy",
+        "pool:a100",
+        {"from": "binpack", "to": "spread"},
+        state=state,
+        applied_at=timezone.now(),
+        apply_result={"before": "binpack", "after": "spread", "command": "sim apply ..."},
+        verification={
+            "status": "watching",
+            "since_as_of": latest.as_of.isoformat(),
+            "metric": "free_fragmented_gpus",
+            "baseline": 100.0,
+            "observations": [],
+            **verification,
+        },
+    )
