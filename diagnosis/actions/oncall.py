@@ -45,7 +45,7 @@ from diagnosis.actions.workflow import (
 )
 from diagnosis.choices import IncidentState
 from diagnosis.core import xid_catalog
-from diagnosis.core.incident_hits import HIT_WINDOW, hit_jobs_from_history
+from diagnosis.core.incident_hits import HIT_WINDOW, hit_jobs_from_history, jobs_by_node, on_node
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.core.vocabulary import UNAVAILABLE_NODE_STATES, parse_time
 from diagnosis.models import (
@@ -220,8 +220,8 @@ def jobs_hit(
     stored snapshots (the last before ``at``, those up to ``HIT_WINDOW`` after) and its stored
     scheduler events, each with its tenant, state now and GPU-hours lost (its GPUs times the
     time since it started, for a job that then failed, was preempted or evicted: no checkpoints
-    are known). ``loaded`` keeps the documents decoded so far by snapshot id, so a cycle that
-    follows many incidents decodes each stored snapshot once."""
+    are known). ``loaded`` keeps the documents decoded so far by snapshot id (``jobs_by_node``),
+    so a cycle that follows many incidents decodes each stored snapshot once."""
 
     snapshots = Snapshot.objects.filter(cluster=cluster)
     chosen = list(snapshots.filter(as_of__lt=at).order_by("-as_of")[:1])
@@ -229,9 +229,9 @@ def jobs_hit(
     loaded = {} if loaded is None else loaded
     for snapshot in chosen:
         if snapshot.pk not in loaded:
-            loaded[snapshot.pk] = snapshot.load_document()
-    documents = [loaded[s.pk] for s in chosen]
-    events: list[Mapping[str, Any]] = [e for d in documents for e in d.get("events") or ()]
+            loaded[snapshot.pk] = jobs_by_node(snapshot.load_document())
+    documents = [on_node(loaded[s.pk], node) for s in chosen]
+    events: list[Mapping[str, Any]] = [e for s in chosen for e in loaded[s.pk]["events"]]
     stored = SchedulerEvent.objects.filter(
         cluster=cluster, node=node, time__gte=at, time__lte=at + HIT_WINDOW
     ).values("time", "kind", "job_external_id", "node")
