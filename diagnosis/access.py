@@ -19,6 +19,8 @@ Who reads what (the roles of DESIGN.md section 10, ``diagnosis.roles``; docs/fai
 
 from __future__ import annotations
 
+import re
+
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied
@@ -210,6 +212,19 @@ def subject_for_user(user: User, cluster_id: int, subject: str) -> str:
     jobs, tenants = _evidence_scope(user, cluster_id)
     parts = name.split("+") if prefix == "jobs" else [name]
     return f"{prefix}:" + "+".join(str(_redact(part, jobs, tenants)) for part in parts)
+
+
+_NAME = re.compile(r"\w[\w.\-/]*\w|\w")
+
+
+def text_for_user(user: User, cluster_id: int, text: str) -> str:
+    """Free text a rule or the cycle wrote about jobs (a finding's or an incident's summary) as
+    ``user`` may read it: for a tenant-scoped manager, each name in it that is another tenant's
+    job or tenant becomes the placeholder."""
+    if not text or not is_tenant_scoped(user):
+        return text
+    jobs, tenants = _evidence_scope(user, cluster_id)
+    return _NAME.sub(lambda m: str(_redact(m.group(0), jobs, tenants)), str(text))
 
 
 def incidents_for_user(user: User, cluster: Cluster) -> QuerySet[Incident]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from diagnosis.access import evidence_for_user
+from diagnosis.access import evidence_for_user, subject_for_user, text_for_user
 from diagnosis.choices import (
     RecommendationKind,
     RecommendationState,
@@ -262,13 +262,15 @@ class FindingSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def to_representation(self, instance: Finding) -> dict[str, Any]:
-        """The evidence as the caller may read it (a manager: their tenants' jobs only)."""
+        """Subject, summary and evidence as the caller may read them (a manager: their tenants'
+        jobs only)."""
         data = super().to_representation(instance)
         request = self.context.get("request")
         if request is not None:
-            data["evidence"] = evidence_for_user(
-                request.user, instance.cluster_id, data["evidence"]
-            )
+            user, cluster_id = request.user, instance.cluster_id
+            data["subject"] = subject_for_user(user, cluster_id, data["subject"])
+            data["summary"] = text_for_user(user, cluster_id, data["summary"])
+            data["evidence"] = evidence_for_user(user, cluster_id, data["evidence"])
         return data
 
 

@@ -671,6 +671,7 @@ def finding_detail(request: HttpRequest, name: str, finding_id: int) -> HttpResp
     cluster = get_cluster_for_user(request.user, name)
     finding = get_finding_for_user(request.user, cluster, finding_id)
     finding.evidence = evidence_for_user(request.user, cluster.pk, finding.evidence)  # shown only
+    finding.subject = subject_for_user(request.user, cluster.pk, finding.subject)  # shown only
     context = {
         "cluster": cluster,
         "section": "incidents" if finding.rule_id == "xid" else "findings",

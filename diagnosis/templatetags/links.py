@@ -31,6 +31,8 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 from markdown_it import MarkdownIt
 
+from diagnosis.access import text_for_user
+
 register = template.Library()
 
 # URL name and how the value becomes its URL arguments, per kind of thing.
@@ -323,3 +325,14 @@ def markdown_inline(text: Any) -> SafeString:
     if text is None or text == "":
         return mark_safe("")
     return mark_safe(_INLINE.renderInline(str(text)))  # noqa: S308 - as above
+
+
+@register.simple_tag(takes_context=True)
+def summary_of(context: template.Context, finding: Any) -> str:
+    """A finding's summary as the page's reader may read it (a manager: another tenant's job
+    or tenant named in it is the placeholder); escaped like any variable."""
+    request = context.get("request")
+    summary = str(getattr(finding, "summary", "") or "")
+    if request is None:
+        return summary
+    return text_for_user(request.user, finding.cluster_id, summary)

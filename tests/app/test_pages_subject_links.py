@@ -122,3 +122,28 @@ def test_a_manager_gets_no_other_tenants_job_in_a_subject(shared, mallory):
     for html in pages:
         assert f'href="{url("job", job_id="hpo-1")}">hpo-1</a>+(another tenant&#x27;s job)' in html
         assert "vision-1" not in html
+
+
+def test_a_manager_gets_no_other_tenants_job_in_a_summary(shared, mallory):
+    """The summary of hpo's finding names vision's job: a manager of hpo reads the placeholder
+    on the finding list, the finding's page, hpo's page and the API."""
+    finding = plant(shared, "gang-deadlock", "jobs:hpo-1+vision-1")
+    finding.summary = "hpo-1 and vision-1 each hold part of n1 and wait for the rest."
+    finding.save(update_fields=["summary"])
+    client = logged_in_client(mallory)
+    pages = [
+        findings_page(mallory),
+        client.get(url("finding", finding_id=finding.pk)).content.decode(),
+        client.get(url("tenant", tenant="hpo"), PERIOD).content.decode(),
+        client.get(f"/api/v1/clusters/{CLUSTER}/findings").content.decode(),
+    ]
+    for text in pages:
+        assert "hpo-1 and " in text
+        assert "vision-1" not in text
+
+
+def test_a_reading_role_gets_the_whole_summary(shared, bob):
+    finding = plant(shared, "gang-deadlock", "jobs:hpo-1+vision-1")
+    finding.summary = "hpo-1 and vision-1 each hold part of n1 and wait for the rest."
+    finding.save(update_fields=["summary"])
+    assert "hpo-1 and vision-1 each hold" in findings_page(bob)
