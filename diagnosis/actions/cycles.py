@@ -367,17 +367,19 @@ def record_cycle_lost(
     cluster: Cluster, exc: Exception, *, attempts: int = 5
 ) -> ClusterCycle | None:
     """A cycle killed by a database error (PostgreSQL restarted mid-cycle): once the database
-    answers again, a failed cycle row and the cluster's status say so (``attempts`` tries, a
-    second apart; None when it never came back: the log says so)."""
+    answers again, a failed cycle row and the cluster's status say so (``attempts`` tries,
+    1, 2, 4, 8 s apart: a restart of up to ~15 s is recorded; None when it never came back: the
+    log says so)."""
     reason = (
         f"failed: the database connection was lost mid-cycle ({type(exc).__name__}); "
         "the next cycle runs again"
     )
-    for _ in range(attempts):
+    for attempt in range(attempts):
         connection.close()  # a broken connection is not reused; the next query reconnects
         try:
             return record_skipped_cycle(cluster, reason, status_message=reason)
         except DatabaseError:
-            time.sleep(1)
+            if attempt < attempts - 1:
+                time.sleep(min(2**attempt, 8))
     logger.error("cycle of cluster %s lost to the database and not recorded", cluster.name)
     return None
