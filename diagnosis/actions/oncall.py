@@ -37,6 +37,7 @@ from django.utils import timezone
 from diagnosis import roles
 from diagnosis.actions.events import DRAIN_EVICTION_WINDOW, drain_evictions
 from diagnosis.actions.findings import cluster_overrides
+from diagnosis.actions.incident_windows import window_documents
 from diagnosis.actions.workflow import (
     APPLIED_STATES,
     WorkflowDenied,
@@ -45,7 +46,7 @@ from diagnosis.actions.workflow import (
 )
 from diagnosis.choices import IncidentState
 from diagnosis.core import xid_catalog
-from diagnosis.core.incident_hits import HIT_WINDOW, hit_jobs_from_history, jobs_by_node, on_node
+from diagnosis.core.incident_hits import HIT_WINDOW, hit_jobs_from_history
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.core.vocabulary import UNAVAILABLE_NODE_STATES, parse_time
 from diagnosis.models import (
@@ -56,7 +57,6 @@ from diagnosis.models import (
     IncidentEvent,
     Job,
     SchedulerEvent,
-    Snapshot,
 )
 
 State = IncidentState
@@ -220,18 +220,12 @@ def jobs_hit(
     stored snapshots (the last before ``at``, those up to ``HIT_WINDOW`` after) and its stored
     scheduler events, each with its tenant, state now and GPU-hours lost (its GPUs times the
     time since it started, for a job that then failed, was preempted or evicted: no checkpoints
-    are known). ``loaded`` keeps the documents decoded so far by snapshot id (``jobs_by_node``),
-    so a cycle that follows many incidents decodes each stored snapshot once."""
+    are known). ``loaded`` keeps the documents decoded so far by snapshot id, so a cycle that
+    follows many incidents decodes each stored snapshot once (and a snapshot read before for
+    the node is not decoded again: :mod:`diagnosis.actions.incident_windows`)."""
 
-    snapshots = Snapshot.objects.filter(cluster=cluster)
-    chosen = list(snapshots.filter(as_of__lt=at).order_by("-as_of")[:1])
-    chosen += list(snapshots.filter(as_of__gte=at, as_of__lte=at + HIT_WINDOW).order_by("as_of"))
     loaded = {} if loaded is None else loaded
-    for snapshot in chosen:
-        if snapshot.pk not in loaded:
-            loaded[snapshot.pk] = jobs_by_node(snapshot.load_document())
-    documents = [on_node(loaded[s.pk], node) for s in chosen]
-    events: list[Mapping[str, Any]] = [e for s in chosen for e in loaded[s.pk]["events"]]
+    documents, events = window_documents(cluster, node, at, loaded)
     stored = SchedulerEvent.objects.filter(
         cluster=cluster, node=node, time__gte=at, time__lte=at + HIT_WINDOW
     ).values("time", "kind", "job_external_id", "node")
