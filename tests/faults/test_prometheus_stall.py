@@ -28,7 +28,7 @@ from tests.support.world import logged_in_client
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.django_db(transaction=True)]
 
-STALL_S = 8  # four cycle periods without an answer
+STALL_S = 6  # three cycle periods without an answer
 RECOVERY_S = 30
 
 
