@@ -43,11 +43,7 @@ def new_references(
     return added
 
 
-def _references(cycle: ClusterCycle | None) -> Mapping[str, Sequence[str]] | None:
-    return None if cycle is None else (cycle.accounting or {}).get("findings") or {}
-
-
-def _slice_of(cycle: ClusterCycle, previous: ClusterCycle | None) -> AccountingSlice:
+def _slice_of(cycle: ClusterCycle, previous: Mapping[str, Sequence[str]] | None) -> AccountingSlice:
     accounting: dict[str, Any] = cycle.accounting or {}
     figures = accounting.get("cluster") or {}
     return AccountingSlice(
@@ -56,18 +52,25 @@ def _slice_of(cycle: ClusterCycle, previous: ClusterCycle | None) -> AccountingS
         as_of=cycle.as_of,
         window_s=accounting.get("window_s"),
         buckets=figures.get("buckets") or {},
-        new_findings=new_references(accounting.get("findings") or {}, _references(previous)),
+        new_findings=new_references(accounting.get("findings") or {}, previous),
         productive_gpus=figures.get("productive_gpus"),
         activity_coverage=figures.get("activity_coverage"),
         mfu_coverage=figures.get("mfu_coverage"),
     )
 
 
-def _neighbour(cycle: ClusterCycle, *, later: bool) -> ClusterCycle | None:
+def _neighbour(
+    cycle: ClusterCycle, *, later: bool
+) -> tuple[int, Mapping[str, Sequence[str]]] | None:
+    """The previous (or next) good cycle by snapshot time: its id and finding references only
+    (not its whole accounting document)."""
     good = ClusterCycle.objects.filter(cluster_id=cycle.cluster_id, ok=True).exclude(pk=cycle.pk)
     if later:
-        return good.filter(as_of__gt=cycle.as_of).order_by("as_of", "id").first()
-    return good.filter(as_of__lte=cycle.as_of).order_by("-as_of", "-id").first()
+        good = good.filter(as_of__gt=cycle.as_of).order_by("as_of", "id")
+    else:
+        good = good.filter(as_of__lte=cycle.as_of).order_by("-as_of", "-id")
+    row = good.values_list("pk", "accounting__findings").first()
+    return None if row is None else (row[0], row[1] or {})
 
 
 def record_accounting_slice(cycle: ClusterCycle) -> AccountingSlice | None:
@@ -77,7 +80,8 @@ def record_accounting_slice(cycle: ClusterCycle) -> AccountingSlice | None:
     to its true predecessor."""
     if not cycle.ok:
         return None
-    stored = _slice_of(cycle, _neighbour(cycle, later=False))
+    previous = _neighbour(cycle, later=False)
+    stored = _slice_of(cycle, previous[1] if previous else None)
     AccountingSlice.objects.update_or_create(
         cycle=cycle,
         defaults={
@@ -88,10 +92,9 @@ def record_accounting_slice(cycle: ClusterCycle) -> AccountingSlice | None:
     )
     following = _neighbour(cycle, later=True)
     if following is not None:
-        AccountingSlice.objects.filter(cycle=following).update(
-            new_findings=new_references(
-                (following.accounting or {}).get("findings") or {}, _references(cycle)
-            )
+        references = (cycle.accounting or {}).get("findings") or {}
+        AccountingSlice.objects.filter(cycle_id=following[0]).update(
+            new_findings=new_references(following[1], references)
         )
     return stored
 
