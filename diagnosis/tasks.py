@@ -27,7 +27,12 @@ from django.utils import timezone
 from redis.exceptions import LockError
 
 from diagnosis.actions.apply import perform_apply, run_dry_run, sweep_stuck_applies
-from diagnosis.actions.cycles import record_cycle_lost, record_skipped_cycle, run_cluster_cycle
+from diagnosis.actions.cycles import (
+    record_cycle_lost,
+    record_missed_intervals,
+    record_skipped_cycle,
+    run_cluster_cycle,
+)
 from diagnosis.actions.health import (
     clock_skew_s,
     count_same_interval_skip,
@@ -177,8 +182,10 @@ def cluster_cycle_lock(cluster_id: int) -> Iterator[bool]:
 def run_cycles() -> list[int]:
     """Start one cycle per enabled cluster; returns their ids. Each carries the fan-out's
     database time: a cycle still queued a period later is dropped by the worker (by the
-    database's clock, not an absolute ``expires`` a skewed worker clock would misread)."""
+    database's clock, not an absolute ``expires`` a skewed worker clock would misread). A
+    cluster with no cycle attempt for more than two periods gets a row saying so first."""
     cluster_ids = list(Cluster.objects.filter(enabled=True).values_list("pk", flat=True))
+    record_missed_intervals(cluster_ids, settings.GPUOBS_CYCLE_SECONDS)
     fanned_out_at = database_now().isoformat()
     for cluster_id in cluster_ids:
         run_cycle.apply_async((cluster_id,), {"fanned_out_at": fanned_out_at})

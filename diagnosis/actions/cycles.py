@@ -8,10 +8,11 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from diagnosis.actions.events import SchedulerEventError, record_scheduler_events
@@ -361,6 +362,29 @@ def record_skipped_cycle(
         return ClusterCycle.objects.create(
             cluster=cluster, as_of=last.as_of if last else now, ran_at=now, ok=False, error=reason
         )
+
+
+def record_missed_intervals(cluster_ids: list[int], period_s: float) -> list[int]:
+    """At a fan-out (``diagnosis.tasks.run_cycles``): each of these clusters whose last cycle
+    attempt, good or not, is more than two periods old missed the intervals between (nothing
+    sent or took them: beat, Redis or every worker was away). One skipped-cycle row says how
+    long and how many; returns those clusters' ids. A cluster without any cycle yet has none."""
+    now = database_now()
+    late = (
+        Cluster.objects.filter(pk__in=cluster_ids)
+        .annotate(last_attempt=Max("cycles__ran_at"))
+        .filter(last_attempt__lt=now - timedelta(seconds=2 * period_s))
+    )
+    missed = []
+    for cluster in late:
+        gap_s = (now - cluster.last_attempt).total_seconds()
+        record_skipped_cycle(
+            cluster,
+            f"skipped: no cycle for {gap_s:.0f} s ({int(gap_s // period_s) - 1} intervals): none "
+            "was sent or taken (beat, Redis or every worker away)",
+        )
+        missed.append(cluster.pk)
+    return missed
 
 
 def record_cycle_lost(
