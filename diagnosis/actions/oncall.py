@@ -46,7 +46,7 @@ from diagnosis.actions.workflow import (
 )
 from diagnosis.choices import IncidentState
 from diagnosis.core import xid_catalog
-from diagnosis.core.incident_hits import HIT_WINDOW, hit_jobs_from_history
+from diagnosis.core.incident_hits import HIT_WINDOW, NodeView, hit_jobs_from_history, node_view
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.core.vocabulary import UNAVAILABLE_NODE_STATES, parse_time
 from diagnosis.models import (
@@ -290,23 +290,13 @@ def _xid_fingerprint(cluster: Cluster, node: str, index: int, opened: datetime) 
     return f"xid:{cluster.pk}:{where}:{opened:%Y%m%dT%H%M%S}"
 
 
-def _gpu_health(document: Mapping[str, Any], node: str, gpu_index: int | None) -> dict[str, Any]:
+def _gpu_health(nodes: NodeView, node: str, gpu_index: int | None) -> dict[str, Any]:
     """Whether the incident's GPU (or, for a node incident, each of the node's GPUs) is healthy
-    in the snapshot, and its node ready."""
-    node_state = next(
-        (str(n.get("state")) for n in document.get("nodes") or () if n.get("name") == node), None
-    )
-    healths = [
-        str(g.get("health") or "ok")
-        for g in document.get("gpus") or ()
-        if g.get("node") == node and (gpu_index is None or g.get("index") == gpu_index)
-    ]
-    xids = [
-        x
-        for g in document.get("gpus") or ()
-        if g.get("node") == node and (gpu_index is None or g.get("index") == gpu_index)
-        for x in g.get("xid") or ()
-    ]
+    in the snapshot (read by node once per cycle: :func:`node_view`), and its node ready."""
+    node_state = str(nodes.states[node]) if node in nodes.states else None
+    gpus = [g for g in nodes.gpus.get(node, ()) if gpu_index is None or g.get("index") == gpu_index]
+    healths = [str(g.get("health") or "ok") for g in gpus]
+    xids = [x for g in gpus for x in g.get("xid") or ()]
     healthy = (
         bool(healths)
         and all(h == "ok" for h in healths)
@@ -391,9 +381,10 @@ def record_incidents(
             )
         _record_codes(incident, codes, finding)
     stats["opened"] += _open_node_incidents(cluster, document, as_of, unresolved)
+    nodes = node_view(document)
     for incident in unresolved.values():
         if incident.source in FOLLOWED_SOURCES:
-            _follow(incident, document, as_of, stats, loaded)
+            _follow(incident, document, as_of, stats, loaded, nodes)
     _note_recent_drains(cluster, document, as_of)
     return stats
 
@@ -505,6 +496,7 @@ def _follow(
     as_of: datetime,
     stats: dict,
     loaded: dict[int, dict[str, Any]],
+    nodes: NodeView,
 ) -> None:
     details = dict(incident.details or {})
     if not details.get("hit_settled"):
@@ -515,7 +507,7 @@ def _follow(
             jobs=hit["jobs"], tenants=hit["tenants"], gpu_hours_lost=hit["gpu_hours_lost"]
         )
         details["hit_settled"] = as_of >= incident.opened_at + HIT_WINDOW
-    health = _gpu_health(document, incident.node, incident.gpu_index)
+    health = _gpu_health(nodes, incident.node, incident.gpu_index)
     was = details.get("health") or {}
     if was.get("healthy") != health["healthy"] or was.get("node_state") != health["node_state"]:
         record_event(
