@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
-from django.db.models import Max
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from diagnosis.actions.events import SchedulerEventError, record_scheduler_events
@@ -370,9 +370,11 @@ def record_missed_intervals(cluster_ids: list[int], period_s: float) -> list[int
     sent or took them: beat, Redis or every worker was away). One skipped-cycle row says how
     long and how many; returns those clusters' ids. A cluster without any cycle yet has none."""
     now = database_now()
+    # the newest row by id (the primary key's index), not Max(ran_at) over 30 days of cycles
+    newest = ClusterCycle.objects.filter(cluster=OuterRef("pk")).order_by("-id")
     late = (
         Cluster.objects.filter(pk__in=cluster_ids)
-        .annotate(last_attempt=Max("cycles__ran_at"))
+        .annotate(last_attempt=Subquery(newest.values("ran_at")[:1]))
         .filter(last_attempt__lt=now - timedelta(seconds=2 * period_s))
     )
     missed = []
