@@ -20,6 +20,10 @@ from tests.faults.conftest import wait_until
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.django_db(transaction=True)]
 
+# a worker's log line "Task diagnosis.tasks.collect_metrics_shard[<id>] received" (its start-up
+# banner lists the task's bare name)
+SHARD_RECEIVED = "collect_metrics_shard["
+
 
 def mixed_pools() -> dict:
     """Two pools (``a100`` with profiling metrics, ``old`` without), one node of 2 GPUs each."""
@@ -59,7 +63,7 @@ def test_a_sharded_collection_is_read_by_two_workers_in_parallel(
         started = time.monotonic()
         collecting.start()
         wait_until(
-            lambda: all("collect_metrics_shard" in w.text() for w in workers),
+            lambda: all(SHARD_RECEIVED in w.text() for w in workers),
             "each worker to hold a shard while Prometheus is paused",
             30,
         )
