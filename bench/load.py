@@ -3,6 +3,7 @@
     PYTHONPATH=. python bench/load.py                    # 1,024 and 16,384 GPUs, 60 s each
     PYTHONPATH=. python bench/load.py --seconds 20       # shorter runs
     PYTHONPATH=. python bench/load.py --sizes 16384 --clients 1,20   # one fill, two runs
+    PYTHONPATH=. python bench/load.py --sizes 16384 --reports        # the report alone, 24 h-30 d
 
 For each size the bench makes its own database ``test_<name>`` (``DATABASE_URL``, default
 ``postgres://postgres@127.0.0.1:5432/postgres``) and fills it with bench/reports.py's 30 days of
@@ -46,6 +47,7 @@ os.environ.pop("REDIS_URL", None)
 import reports  # noqa: E402 -- bench/reports.py: django.setup() and the 30-day fill
 import rules  # noqa: E402 -- bench/rules.py: the synthetic snapshot of a size
 from django.conf import settings  # noqa: E402
+from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import (  # noqa: E402
@@ -58,7 +60,9 @@ from diagnosis.actions.retention import figure_fields  # noqa: E402
 from diagnosis.actions.rollups_hourly import record_accounting_slice  # noqa: E402
 from diagnosis.core import snapshot as snapshot_format  # noqa: E402
 from diagnosis.core.diagnose import diagnose  # noqa: E402
-from diagnosis.models import ClusterCycle, Finding, PoolRollup, TenantRollup  # noqa: E402
+from diagnosis.models import Cluster, ClusterCycle, Finding, PoolRollup, TenantRollup  # noqa: E402
+from diagnosis.reports.fairness_report import build_fairness_report  # noqa: E402
+from diagnosis.reports.period import ReportPeriod  # noqa: E402
 
 BUDGET_P95_MS = 150.0
 DAYS = 30
@@ -227,7 +231,7 @@ def percentile(values: list[float], q: float) -> float:
     )
 
 
-def measure(gpus: int, seconds: float, clients: list[int]) -> bool:
+def measure(gpus: int, seconds: float, clients: list[int], reports_only: bool = False) -> bool:
     """One database of ``gpus``, then a run of ``seconds`` for each number of ``clients``."""
     databases = setup_databases(verbosity=0, interactive=False)
     ok = True
@@ -235,6 +239,9 @@ def measure(gpus: int, seconds: float, clients: list[int]) -> bool:
         started = time.perf_counter()
         name, sessions = fill(gpus, max(clients))
         filled = time.perf_counter() - started
+        if reports_only:
+            time_reports(name)
+            return True
         database = settings.DATABASES["default"]
         url = f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}"
         connection.close()
@@ -252,6 +259,25 @@ def measure(gpus: int, seconds: float, clients: list[int]) -> bool:
     finally:
         teardown_databases(databases, verbosity=0)
     return ok
+
+
+def time_reports(name: str) -> None:
+    """``build_fairness_report`` for the admin over 24 h, 7 and 30 days (median of 3)."""
+    cluster = Cluster.objects.get(name=name)
+    admin = get_user_model().objects.get(username="bench-admin")
+    for label, days in (("24 h", 1), ("7 days", 7), ("30 days", 30)):
+        period = ReportPeriod(start=reports.END - timedelta(days=days), end=reports.END)
+        build_fairness_report(admin, cluster, period)  # warm
+        wall, cpu = [], []
+        for _ in range(3):
+            started, used = time.perf_counter(), time.process_time()
+            build_fairness_report(admin, cluster, period)
+            wall.append(time.perf_counter() - started)
+            cpu.append(time.process_time() - used)
+        print(
+            f"fairness report, {label}: wall {statistics.median(wall):.3f} s, "
+            f"CPU {statistics.median(cpu):.3f} s"
+        )
 
 
 def report(results: dict[str, tuple[list[float], list[float]]]) -> bool:
@@ -275,11 +301,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--clients", default="20", help="concurrent clients, comma-separated: a run for each"
     )
+    parser.add_argument(
+        "--reports",
+        action="store_true",
+        help="no server: time build_fairness_report over 24 h, 7 and 30 days in process",
+    )
     args = parser.parse_args(argv)
     ok = True
     setup_test_environment()
     for gpus in [int(s) for s in args.sizes.split(",")]:
-        ok = measure(gpus, args.seconds, [int(c) for c in args.clients.split(",")]) and ok
+        clients = [int(c) for c in args.clients.split(",")]
+        ok = measure(gpus, args.seconds, clients, args.reports) and ok
+    if args.reports:
+        return 0
     print(f"\nbudget: p95 <= {BUDGET_P95_MS:g} ms on every page: {'met' if ok else 'NOT met'}")
     return 0 if ok else 1
 
