@@ -100,11 +100,11 @@ def fill(days: int) -> tuple[object, object]:
             INSERT INTO {tenant_table} (
                 cluster_id, cycle_id, as_of, interval_s, tenant_id, tenant_name,
                 allocated_gpu_s, demanded_gpu_s, used_gpu_s, util_known_gpu_s,
-                unavailable_gpu_s, partial_gang_gpu_s, idle_gpu_s, data_starved_gpu_s,
-                busy_gpu_s, productive_gpu_s, mfu_known_gpu_s, starving_job_s, preemptions,
-                entitlement_s, fair_gpu_s)
+                unavailable_gpu_s, partial_gang_gpu_s, hung_gpu_s, idle_gpu_s,
+                data_starved_gpu_s, busy_gpu_s, productive_gpu_s, mfu_known_gpu_s,
+                starving_job_s, preemptions, entitlement_s, fair_gpu_s)
             SELECT c.cluster_id, c.id, c.as_of, 60, %s + t, 'tenant-' || lpad(t::text, 2, '0'),
-                a * 60, a * 60 * 1.3, a * 60 * 0.7, a * 60, 0, a * 0.6, a * 3, a * 1.2,
+                a * 60, a * 60 * 1.3, a * 60 * 0.7, a * 60, 0, a * 0.6, a * 0.2, a * 3, a * 1.2,
                 a * 60 * 0.92, a * 60 * 0.35, a * 60 * 0.8,
                 CASE WHEN random() < 0.02 THEN 60 ELSE 0 END,
                 CASE WHEN random() < 0.001 THEN 1 ELSE 0 END,
@@ -124,13 +124,14 @@ def fill(days: int) -> tuple[object, object]:
             INSERT INTO {pool_table} (
                 cluster_id, cycle_id, as_of, interval_s, pool, gpu_s,
                 allocated_gpu_s, demanded_gpu_s, used_gpu_s, util_known_gpu_s,
-                unavailable_gpu_s, partial_gang_gpu_s, idle_gpu_s, data_starved_gpu_s,
-                busy_gpu_s, productive_gpu_s, mfu_known_gpu_s, starving_job_s, preemptions,
-                free_fragmented_gpu_s, free_demand_gpu_s, free_no_demand_gpu_s,
+                unavailable_gpu_s, partial_gang_gpu_s, hung_gpu_s, idle_gpu_s,
+                data_starved_gpu_s, busy_gpu_s, productive_gpu_s, mfu_known_gpu_s,
+                starving_job_s, preemptions, free_fragmented_gpu_s, free_demand_gpu_s,
+                free_no_demand_gpu_s,
                 entitlement_basis)
             SELECT c.cluster_id, c.id, c.as_of, 60, p.name, p.gpus * 60,
                 p.gpus * 54, p.gpus * 70, p.gpus * 40, p.gpus * 60, p.gpus * 0.3, p.gpus * 0.5,
-                p.gpus * 2, p.gpus * 1, p.gpus * 50, p.gpus * 20, p.gpus * 45, 0, 0,
+                p.gpus * 0.2, p.gpus * 2, p.gpus * 1, p.gpus * 50, p.gpus * 20, p.gpus * 45, 0, 0,
                 p.gpus * 2, p.gpus * 1, p.gpus * 2.7,
                 CASE WHEN p.name = '' THEN 'deserved' ELSE '' END
             FROM {cycle_table} c
