@@ -28,11 +28,24 @@ def apply_on_commit(recommendation_id: int, apply_key: str) -> None:
     transaction.on_commit(partial(publish_apply, recommendation_id, apply_key))
 
 
+# A person waits for the answer: one quick retry, not Celery's default publish retries, and no
+# subscription to the result (the apply records its outcome itself; subscribing retries the
+# Redis result backend 20 times, a second apart, before a refused send could be answered).
+APPLY_PUBLISH_RETRY = {
+    "max_retries": 1,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.2,
+}
+
+
 def send_apply(recommendation_id: int, apply_key: str) -> None:
     """Send the apply task now (raises when the broker refuses it)."""
     from diagnosis.tasks import actuate_recommendation  # noqa: PLC0415 -- as above
 
-    actuate_recommendation.delay(recommendation_id, apply_key)
+    actuate_recommendation.apply_async(
+        (recommendation_id, apply_key), retry_policy=APPLY_PUBLISH_RETRY, ignore_result=True
+    )
 
 
 def notify_on_commit(cluster_id: int) -> None:

@@ -89,12 +89,11 @@ def test_apply_pressed_while_redis_is_down_answers_503_and_leaves_it_approved(
 
     started = time.monotonic()
     answer = logged_in_client(dave).post(f"/api/recommendations/{rec.pk}/apply/")
-    print(
-        f"fault matrix: apply with Redis down answered {answer.status_code} in "
-        f"{time.monotonic() - started:.1f} s"
-    )
+    waited = time.monotonic() - started
+    print(f"fault matrix: apply with Redis down answered {answer.status_code} in {waited:.1f} s")
 
     assert answer.status_code == 503
+    assert waited < 5  # the person gets the answer at once (it took 19 s of result retries)
     assert "unreachable" in answer.json()["detail"]
     rec.refresh_from_db()
     assert rec.state == "approved"
