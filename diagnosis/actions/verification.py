@@ -111,6 +111,8 @@ def verify_applied(
                 data["verified_at_cycle"] = cycles
                 audit(rec, SYSTEM_CYCLE, "verify", before={"state": before}, after=outcome)
                 counts["verified"] += 1
+                if before == State.REGRESSED:
+                    expire_unneeded_rollbacks(rec)
             elif judgement.status == verify.VERIFIED:
                 if cycles - int(data.get("verified_at_cycle") or 0) >= config.max_cycles:
                     data["watch_ended"] = True  # watched long enough for a regression
@@ -130,6 +132,27 @@ def verify_applied(
     for rec, reason in worse:
         roll_back_worse(cluster, rec, reason)
     return counts
+
+
+def expire_unneeded_rollbacks(rec: Recommendation) -> int:
+    """A change verified again after a regression needs no rollback: the ones gpuobs proposed
+    for it and nobody has requested yet expire (a person's request stays theirs to decide)."""
+    expired = 0
+    for undo in rec.rollbacks.select_for_update().filter(
+        state=State.PROPOSED, requested_by__isnull=True
+    ):
+        undo.state = State.EXPIRED
+        undo.status_message = f"not needed: #{rec.pk} was verified again"
+        save_fields(undo, "state", "status_message")
+        audit(
+            undo,
+            SYSTEM_CYCLE,
+            "expire",
+            before={"state": State.PROPOSED},
+            after={"state": State.EXPIRED},
+        )
+        expired += 1
+    return expired
 
 
 def roll_back_worse(cluster: Cluster, rec: Recommendation, reason: str) -> Recommendation | None:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 from django.utils import timezone
 
+from diagnosis.actions.review import create_rollback
 from diagnosis.models import AuditEntry, Cluster, Finding, Recommendation
 from tests.support.records import applied_spread, run_cycles, seed_demo_cluster
 from tests.support.world import logged_in_client
@@ -124,3 +125,52 @@ def test_the_page_shows_the_verdict_with_its_checks(demo, carol, settings) -> No
     assert "<strong>watching</strong>" in html
     assert "✗ good cycles in a row: 1 of 2" in html
     assert "✓ motivating findings resolved: none open" in html
+
+
+def regressed_spread_with_its_rollback(cluster: Cluster) -> tuple[Recommendation, Recommendation]:
+    """:func:`applied_spread`, regressed a cycle ago (its metric 1000 before: every cycle now is
+    better), with the rollback gpuobs proposed for it when it regressed."""
+    rec = applied_spread(cluster, state="regressed", status="regressed", baseline=1000.0)
+    Recommendation.objects.filter(pk=rec.pk).update(
+        verification={
+            **rec.verification,
+            "verified_at_cycle": 1,
+            "regressed_at_cycle": 3,
+            "cycles": 3,
+        }
+    )
+    rec.refresh_from_db()
+    undo = create_rollback(rec, user=None, reason="regressed", approved=False)
+    return rec, undo
+
+
+def test_verified_again_after_a_regression_expires_the_rollback_nobody_asked_for(
+    demo, settings
+) -> None:
+    settings.GPUOBS_VERIFY_GOOD_CYCLES = 1
+    run_cycles(demo, FIRST_FRAGMENTATION_CYCLE)
+    rec, undo = regressed_spread_with_its_rollback(demo)
+
+    run_cycles(demo, 1)
+
+    rec.refresh_from_db()
+    undo.refresh_from_db()
+    assert rec.state == "verified"
+    assert undo.state == "expired"
+    assert undo.status_message == f"not needed: #{rec.pk} was verified again"
+    assert AuditEntry.objects.filter(recommendation=undo, action="expire").exists()
+
+
+def test_a_rollback_a_person_requested_stays_when_the_change_is_verified_again(
+    demo, carol, settings
+) -> None:
+    settings.GPUOBS_VERIFY_GOOD_CYCLES = 1
+    run_cycles(demo, FIRST_FRAGMENTATION_CYCLE)
+    rec, undo = regressed_spread_with_its_rollback(demo)
+    Recommendation.objects.filter(pk=undo.pk).update(state="requested", requested_by=carol)
+
+    run_cycles(demo, 1)
+
+    rec.refresh_from_db()
+    undo.refresh_from_db()
+    assert (rec.state, undo.state) == ("verified", "requested")
