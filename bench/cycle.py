@@ -36,7 +36,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import argparse
+import cProfile
 import dataclasses
+import io
+import pstats
 import re
 import statistics
 import sys
@@ -164,7 +167,18 @@ def vacuum_findings() -> None:
         cursor.execute("VACUUM diagnosis_finding")
 
 
-def run_size(gpus: int, cycles: int, *, vacuum: bool = False) -> dict[str, Any]:
+def print_profile(profiler: cProfile.Profile, cycle: int) -> None:
+    """The functions cycle ``cycle`` spent its time in (``--profile-cycle``): own and cumulative."""
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    for order in ("tottime", "cumulative"):
+        stats.sort_stats(order).print_stats(25)
+    print(f"-- profile of cycle {cycle}:\n{out.getvalue()}")
+
+
+def run_size(
+    gpus: int, cycles: int, *, vacuum: bool = False, profile_cycle: int = 0
+) -> dict[str, Any]:
     from django.db import reset_queries  # noqa: PLC0415
 
     from diagnosis.actions.snapshots import import_snapshot  # noqa: PLC0415
@@ -187,9 +201,14 @@ def run_size(gpus: int, cycles: int, *, vacuum: bool = False) -> dict[str, Any]:
     for i in range(cycles):
         moment = dataclasses.replace(snap, as_of=snap.as_of + pd.Timedelta(minutes=i))
         reset_queries()
+        profiler = cProfile.Profile() if i + 1 == profile_cycle else None
         with metered() as meter:
             wall = time.perf_counter()
+            if profiler:
+                profiler.enable()
             imported = import_snapshot(moment, cluster_name=f"bench-{gpus}", diagnose=True)
+            if profiler:
+                profiler.disable()
             wall = time.perf_counter() - wall
         cycle = imported.cycle
         steps = cycle.steps or {}
@@ -220,6 +239,8 @@ def run_size(gpus: int, cycles: int, *, vacuum: bool = False) -> dict[str, Any]:
             f" {row['written']:>7} {row['touched']:>7} {row['events']:>6}"
             + (f"  recommend failed: {error[:80]}" if error else "")
         )
+        if profiler:
+            print_profile(profiler, i + 1)
     updates = finding_updates()
     return {"gpus": gpus, "rows": rows, "findings_bytes": findings_bytes, "updates": updates}
 
@@ -309,6 +330,13 @@ def main(argv: list[str] | None = None) -> int:
         help="VACUUM the findings table after each cycle (untimed), as autovacuum would on a "
         "server that runs it",
     )
+    parser.add_argument(
+        "--profile-cycle",
+        type=int,
+        default=0,
+        metavar="K",
+        help="run cycle K under cProfile and print where its time went (slows that cycle)",
+    )
     args = parser.parse_args(argv)
     if not fresh_database(args.database_url):
         return 0
@@ -334,7 +362,10 @@ def main(argv: list[str] | None = None) -> int:
             + (", the findings table vacuumed after each cycle" if args.vacuum else "")
         )
         sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-        results = [run_size(size, args.cycles, vacuum=args.vacuum) for size in sizes]
+        results = [
+            run_size(size, args.cycles, vacuum=args.vacuum, profile_cycle=args.profile_cycle)
+            for size in sizes
+        ]
         print()
         ok = all([summarize(result) for result in results])  # noqa: C419 (every summary)
     finally:

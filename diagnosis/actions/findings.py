@@ -21,6 +21,7 @@ from diagnosis.core.rules.base import Finding as RuleFinding
 from diagnosis.core.rules.base import Rule, ThresholdError
 from diagnosis.core.rules.engine import Diagnosis
 from diagnosis.core.rules.registry import all_rules
+from diagnosis.db_timestamps import fast_rows
 from diagnosis.models import (
     Cluster,
     Finding,
@@ -193,11 +194,11 @@ def _stored_findings(
     rows = Finding.objects.filter(cluster=cluster, rule_id__in=judged).exclude(
         state=lifecycle.RESOLVED
     )
-    stored = {(r[1], r[2]): _Stored(*r) for r in rows.values_list(*_TRACKED_COLUMNS)}
+    stored = {(r[1], r[2]): _Stored(*r) for r in fast_rows(rows.values_list(*_TRACKED_COLUMNS))}
     missing = [Finding.fingerprint_of(cluster.pk, *key) for key in hit_keys - stored.keys()]
     if missing:
         again = Finding.objects.filter(fingerprint__in=missing).values_list(*_TRACKED_COLUMNS)
-        stored |= {(r[1], r[2]): _Stored(*r) for r in again}
+        stored |= {(r[1], r[2]): _Stored(*r) for r in fast_rows(again)}
     return stored
 
 
