@@ -18,6 +18,7 @@ from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.rules.engine import Diagnosis
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.vocabulary import LIVE_JOB_STATES
+from diagnosis.db_timestamps import fast_rows
 from diagnosis.models import (
     Cluster,
     ClusterCycle,
@@ -248,9 +249,11 @@ def sync_jobs(
     as_of = snap.as_of.to_pydatetime()
     live = {
         row[0]: row[1:]
-        for row in Job.objects.filter(
-            cluster=cluster, state__in=LIVE_JOB_STATES, unlisted_since__isnull=True
-        ).values_list("external_id", "pk", *JOB_CHANGING_FIELDS)
+        for row in fast_rows(
+            Job.objects.filter(
+                cluster=cluster, state__in=LIVE_JOB_STATES, unlisted_since__isnull=True
+            ).values_list("external_id", "pk", *JOB_CHANGING_FIELDS)
+        )
     }
     columns = {
         "name": [n[:255] if isinstance(n, str) else "" for n in _objects(jobs["name"])],

@@ -1,0 +1,50 @@
+"""A cycle runs with one full garbage collection first and none inside it (issue #17)."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+from diagnosis.actions.cycles import full_collections_first
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.partner: _Node | None = None
+
+
+def _garbage_cycle() -> weakref.ref:
+    first, second = _Node(), _Node()
+    first.partner, second.partner = second, first
+    return weakref.ref(first)
+
+
+def test_garbage_left_before_the_cycle_is_collected_when_it_starts() -> None:
+    gc.disable()  # only the context may collect here
+    try:
+        left_over = _garbage_cycle()
+        with full_collections_first():
+            assert left_over() is None
+    finally:
+        gc.enable()
+
+
+def test_inside_the_cycle_no_full_collection_is_due_and_afterwards_the_old_thresholds_are_back():
+    before = gc.get_threshold()
+
+    with full_collections_first():
+        inside = gc.get_threshold()
+
+    assert inside[:2] == before[:2]
+    assert inside[2] > 1000 * before[2]
+    assert gc.get_threshold() == before
+
+
+def test_the_thresholds_come_back_when_the_cycle_fails() -> None:
+    before = gc.get_threshold()
+    try:
+        with full_collections_first():
+            raise RuntimeError("a step failed")
+    except RuntimeError:
+        pass
+    assert gc.get_threshold() == before
