@@ -225,7 +225,7 @@ def record_cycle_steps(
         with steps.timed("snapshot"):
             document = snapshot_format.dump(snap)
             document["cluster"] = cluster.name  # an imported file may name another cluster
-            Snapshot.store(cluster, document)
+            stored = Snapshot.store(cluster, document)
         with steps.timed("findings"):
             recorded = record_findings(cluster, diagnosis)
         steps.record("findings_written", recorded.as_dict())
@@ -255,7 +255,7 @@ def record_cycle_steps(
             record_accounting_slice(cycle)  # the overview's waterfall rows
             add_cycle_to_hours(cycle)  # the fairness report's hourly rows
         with steps.timed("incidents"):
-            record_cycle_incidents(cluster, document, diagnosis)  # on-call's (issue #16)
+            record_cycle_incidents(cluster, document, diagnosis, stored)  # on-call's (#16)
         problems = [f"rule {e.rule} failed: {e.message}" for e in diagnosis.errors]
         problems += _collection_problems(collection, skipped)
         _set_status(

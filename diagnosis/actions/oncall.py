@@ -37,7 +37,7 @@ from django.utils import timezone
 from diagnosis import roles
 from diagnosis.actions.events import DRAIN_EVICTION_WINDOW, drain_evictions
 from diagnosis.actions.findings import cluster_overrides
-from diagnosis.actions.incident_windows import window_documents
+from diagnosis.actions.incident_windows import DecodedSnapshots, window_documents
 from diagnosis.actions.workflow import (
     APPLIED_STATES,
     WorkflowDenied,
@@ -57,6 +57,7 @@ from diagnosis.models import (
     IncidentEvent,
     Job,
     SchedulerEvent,
+    Snapshot,
 )
 
 State = IncidentState
@@ -214,7 +215,7 @@ def jobs_hit(
     gpu_index: int | None,
     at: datetime,
     *,
-    loaded: dict[int, dict[str, Any]] | None = None,
+    loaded: DecodedSnapshots | None = None,
 ) -> dict[str, Any]:
     """The jobs and tenants a fault on ``node``/``gpu_index`` at ``at`` hit, from the cluster's
     stored snapshots (the last before ``at``, those up to ``HIT_WINDOW`` after) and its stored
@@ -224,7 +225,7 @@ def jobs_hit(
     follows many incidents decodes each stored snapshot once (and a snapshot read before for
     the node is not decoded again: :mod:`diagnosis.actions.incident_windows`)."""
 
-    loaded = {} if loaded is None else loaded
+    loaded = DecodedSnapshots() if loaded is None else loaded
     documents, events = window_documents(cluster, node, at, loaded)
     stored = SchedulerEvent.objects.filter(
         cluster=cluster, node=node, time__gte=at, time__lte=at + HIT_WINDOW
@@ -312,16 +313,22 @@ def _gpu_health(nodes: NodeView, node: str, gpu_index: int | None) -> dict[str, 
 
 @transaction.atomic
 def record_incidents(
-    cluster: Cluster, document: Mapping[str, Any], xid_findings: Iterable[Finding]
+    cluster: Cluster,
+    document: Mapping[str, Any],
+    xid_findings: Iterable[Finding],
+    *,
+    stored: Snapshot | None = None,
 ) -> dict[str, int]:
     """The cycle's incident step: open an incident for each GPU the ``xid`` rule reports that has
     none unresolved, refresh the jobs hit while the hit window is not over, follow each
     unresolved incident's health, note the drain it started once applied, and resolve an
-    acknowledged ``xid`` incident whose GPU has been healthy for the healthy period."""
+    acknowledged ``xid`` incident whose GPU has been healthy for the healthy period.
+    ``stored`` is the row ``document`` was stored as (the cycle's own snapshot): an incident
+    whose hit window includes it reads the document in memory, not the row."""
 
     as_of = parse_time(document["as_of"])
     stats = {"opened": 0, "resolved": 0}
-    loaded: dict[int, dict[str, Any]] = {}
+    loaded = DecodedSnapshots({stored.pk: document} if stored is not None else None)
     # one incident per GPU and episode: an unresolved Alertmanager incident of the GPU takes the
     # rule's finding instead of a second incident (keys of the rule's own come last: they win)
     rows = Incident.objects.select_for_update().filter(
@@ -495,7 +502,7 @@ def _follow(
     document: Mapping[str, Any],
     as_of: datetime,
     stats: dict,
-    loaded: dict[int, dict[str, Any]],
+    loaded: DecodedSnapshots,
     nodes: NodeView,
 ) -> None:
     details = dict(incident.details or {})
@@ -674,13 +681,14 @@ def adopt_rule_incident(
 
 
 def record_cycle_incidents(
-    cluster: Cluster, document: Mapping[str, Any], diagnosis: Any
+    cluster: Cluster, document: Mapping[str, Any], diagnosis: Any, stored: Snapshot | None = None
 ) -> dict[str, int]:
-    """:func:`record_incidents` for a cycle's diagnosis (its ``xid`` findings' stored rows)."""
+    """:func:`record_incidents` for a cycle's diagnosis (its ``xid`` findings' stored rows);
+    ``stored`` is the cycle's snapshot row, ``document`` its document."""
     keys = [
         Finding.fingerprint_of(cluster.pk, hit.rule, hit.subject)
         for hit in diagnosis.findings
         if hit.rule == "xid"
     ]
     findings = Finding.objects.filter(cluster=cluster, fingerprint__in=keys).order_by("id")
-    return record_incidents(cluster, document, findings)
+    return record_incidents(cluster, document, findings, stored=stored)

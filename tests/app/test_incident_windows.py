@@ -1,6 +1,6 @@
 """Issue #17: a stored snapshot an incident's hit window has read for its node is not decoded
-again by the next cycles (each cycle decodes only the snapshots new to the window), and the
-jobs hit stay what the whole window gives."""
+again by the next cycles, the cycle's own snapshot is read from memory (so a cycle decodes no
+stored snapshot at all), and the jobs hit stay what the whole window gives."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 
+from diagnosis.actions import incident_windows
 from diagnosis.actions.cycles import record_cycle
 from diagnosis.models import Incident, Snapshot
 from tests.support.builders import AS_OF, SnapshotBuilder
@@ -35,13 +36,27 @@ def counting_decodes(monkeypatch) -> list[int]:
     return decoded
 
 
-def test_a_cycle_decodes_only_the_window_snapshots_new_to_it(make_cluster, monkeypatch):
+def test_a_cycle_decodes_no_stored_window_snapshot(make_cluster, monkeypatch):
     cluster = make_cluster("windows", metrics_kind="none")
     record_cycle(cluster, at(0, xid=True))
     record_cycle(cluster, at(2, xid=False))
     decoded = counting_decodes(monkeypatch)
     record_cycle(cluster, at(4, xid=False))
-    newest = Snapshot.objects.filter(cluster=cluster).latest("as_of")
-    assert decoded == [newest.pk]
+    assert decoded == []
+    incident = Incident.objects.get(cluster=cluster)
+    assert [job["id"] for job in incident.details["jobs"]] == ["train"]
+
+
+def test_a_window_snapshot_stored_before_and_not_read_yet_is_decoded_once(
+    make_cluster, monkeypatch
+):
+    cluster = make_cluster("windows", metrics_kind="none")
+    record_cycle(cluster, at(0, xid=True))
+    record_cycle(cluster, at(2, xid=False))
+    incident_windows._reads.clear()  # as on a worker that did not run those cycles
+    decoded = counting_decodes(monkeypatch)
+    record_cycle(cluster, at(4, xid=False))
+    older = Snapshot.objects.filter(cluster=cluster).order_by("as_of")
+    assert sorted(decoded) == sorted(s.pk for s in older[:2])
     incident = Incident.objects.get(cluster=cluster)
     assert [job["id"] for job in incident.details["jobs"]] == ["train"]
