@@ -5,7 +5,6 @@ fingerprint, history rows on transitions) and their tenant tags.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -13,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import orjson
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -167,11 +167,13 @@ def evidence_digest(hit: RuleFinding) -> str:
     """A short digest of what a hit judged (severity and evidence, its clock durations in 25%
     steps; the summary is derived from them): equal digests mean the stored row needs no
     rewrite."""
-    text = json.dumps(
-        [hit.severity, hit.evidence], sort_keys=True, separators=(",", ":"), default=str
-    )
-    judged = _CLOCK_VALUE.sub(_clock_step, text)
+    text = orjson.dumps([hit.severity, hit.evidence], default=str, option=_DIGEST_OPTIONS)
+    judged = _CLOCK_VALUE.sub(_clock_step, text.decode())
     return hashlib.blake2b(judged.encode(), digest_size=16).hexdigest()
+
+
+# keys sorted, so equal evidence has one text; numpy values and non-string keys as JSON has them
+_DIGEST_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 
 def _lock_cluster_findings(cluster: Cluster) -> None:
