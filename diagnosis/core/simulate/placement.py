@@ -31,6 +31,13 @@ def choose_node(
     ``free`` holds the schedulable free GPUs of each node of the pool, ``capacity`` its GPUs.
     Ties go to the first node in pool order (``random`` draws uniformly among the fitting).
     """
+    if not len(free):
+        return NO_NODE
+    if placement == "spread" and exclude is None and capacity.min() == capacity.max():
+        # Nodes of one size: the largest free share is the most free GPUs (first such node),
+        # and it fits unless none does -- one pass over the ints, no shares computed.
+        best = int(free.argmax())
+        return best if free[best] >= gpus else NO_NODE
     fits = free >= gpus
     if exclude is not None:
         fits &= ~exclude

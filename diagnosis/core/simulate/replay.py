@@ -22,7 +22,8 @@ policy, so a current and a proposed setting are compared on the same workloads.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import namedtuple
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -215,13 +216,23 @@ def simulator_from_snapshot(
     default_pool = spec.pools[0].name
     live = snap.jobs[snap.jobs["state"].isin(["pending", "running"])]
     live = live.sort_values(["submitted", "id"], kind="stable")
-    for job in live.itertuples(index=False):
+    # Columns as Python lists and times as seconds from as_of in numpy, read row by row below:
+    # no pandas row, Timestamp or Timedelta per job.
+    submitted = live["submitted"]
+    started = live["started"].where(live["started"].notna(), submitted)
+    seconds = {
+        "submitted_s": (submitted - as_of).dt.total_seconds(),
+        "started_s": (started - as_of).dt.total_seconds(),
+        "age_s": (as_of - started).dt.total_seconds(),
+        "partial_since_s": (live["partial_since"] - as_of).dt.total_seconds(),
+    }
+    columns = {name: live[name].tolist() for name in _RESTORED_COLUMNS}
+    columns.update((name, values.tolist()) for name, values in seconds.items())
+    for job in _rows(columns):
         allocation = pods_of.get(job.id, [])
         running = job.state == "running" and bool(allocation)
-        submitted_s = (job.submitted - as_of).total_seconds()
         if running:
-            started = job.started if not pd.isna(job.started) else job.submitted
-            duration = remaining((as_of - started).total_seconds())
+            duration = remaining(job.age_s)
         else:
             gpus = int(job.pods) * int(job.gpus_per_pod)
             duration = work.get(size_class(gpus), work["*"])
@@ -242,24 +253,43 @@ def simulator_from_snapshot(
             tp=None if math.isnan(job.tp) else int(job.tp),
             profile=profiles.get(job.id),
             name=job.name,
-            submitted_s=submitted_s,
+            submitted_s=job.submitted_s,
             reports_tflops=not math.isnan(job.achieved_tflops_per_gpu),
             # A gang found partly bound was admitted pod by pod; it goes on that way.
             admission=PARTIAL if allocation and not running and bool(job.gang) else None,
         )
         if running:
-            sim.restore(
-                spec_job,
-                allocation,
-                running=True,
-                started_s=(started - as_of).total_seconds(),
-            )
+            sim.restore(spec_job, allocation, running=True, started_s=job.started_s)
         else:
             partial_since = None
-            if allocation and not pd.isna(job.partial_since):
-                partial_since = (job.partial_since - as_of).total_seconds()
+            if allocation and not math.isnan(job.partial_since_s):
+                partial_since = job.partial_since_s
             sim.restore(spec_job, allocation, running=False, partial_since_s=partial_since)
     return sim
+
+
+_RESTORED_COLUMNS = (
+    "id",
+    "state",
+    "pods",
+    "gpus_per_pod",
+    "tenant",
+    "queue",
+    "pool",
+    "priority",
+    "kind",
+    "gang",
+    "min_member",
+    "tp",
+    "name",
+    "achieved_tflops_per_gpu",
+)
+
+
+def _rows(columns: dict[str, list[Any]]) -> Iterator[Any]:
+    """Rows of equally long columns as named tuples (what ``itertuples`` yields, from lists)."""
+    row = namedtuple("Row", list(columns))
+    return map(row._make, zip(*columns.values(), strict=True))
 
 
 def _allocations_by_job(

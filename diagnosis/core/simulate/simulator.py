@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
-from collections.abc import Iterable, Iterator
-from itertools import chain, groupby
-from operator import attrgetter
+from collections.abc import Iterable
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -83,8 +81,9 @@ class _SlotCounter:
     def for_each(self, sizes: np.ndarray) -> np.ndarray:
         if not len(sizes):
             return np.zeros(0, dtype=np.int64)
-        table = np.zeros(int(sizes.max()) + 1, dtype=np.int64)
-        for size in np.unique(sizes).tolist():
+        present = np.bincount(sizes)
+        table = np.zeros(len(present), dtype=np.int64)
+        for size in np.flatnonzero(present).tolist():
             table[size] = self.of(size)
         return table[sizes]
 
@@ -92,34 +91,60 @@ class _SlotCounter:
         self.counts.clear()
 
 
-_QUEUE_OF = attrgetter("queue")
+class _InOrder:
+    """Candidates in turn in the order given: ranks 0, 1, ... of ``count``."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.next = 0
+
+    def __iter__(self) -> _InOrder:
+        return self
+
+    def __next__(self) -> int:
+        rank = self.next
+        if rank >= self.count:
+            raise StopIteration
+        self.next = rank + 1
+        return rank
+
+    def rest(self) -> np.ndarray:
+        """The ranks not handed out yet, in turn."""
+        rest = np.arange(self.next, self.count, dtype=np.int64)
+        self.next = self.count
+        return rest
 
 
 class _FairShareTurns:
-    """Jobs in turn from the queue whose usage / weight (or / deserved) is lowest now (ties: the
-    lower queue number), inside a queue in the given order.
+    """Candidates in turn from the queue whose usage / weight (or / deserved) is lowest now
+    (ties: the lower queue number), inside a queue in the given order; handed out as ranks into
+    the candidates, whose queue numbers ``queue_of`` gives.
 
     The queues waiting are a heap keyed by ``(share, queue)`` as of when each was pushed. A
     queue's usage only grows during a pass (the pass binds; releases happen in events between
     passes), so a stored key is never above the queue's share now: a popped queue whose share
     has not moved since is the lowest, and one whose share grew is pushed back with its new
-    key. Each job handed out costs O(log queues), not a look at every queue (issue #17).
+    key. Each candidate handed out costs O(log queues), not a look at every queue, and
+    grouping the candidates by queue is one stable sort in numpy, not a Python step per
+    candidate (issue #17).
     """
 
-    def __init__(self, jobs: list[Job], queues: list[Queue], basis: str) -> None:
-        # one stable sort by queue (in C) instead of a dict lookup per job
-        self.by_queue: dict[int, deque[Job]] = {
-            q: deque(group) for q, group in groupby(sorted(jobs, key=_QUEUE_OF), key=_QUEUE_OF)
-        }
+    def __init__(self, queue_of: np.ndarray, queues: list[Queue], basis: str) -> None:
+        self.order = np.argsort(queue_of, kind="stable")  # by queue, each in the given order
+        grouped = queue_of[self.order]
+        starts = [0, *(np.flatnonzero(grouped[1:] != grouped[:-1]) + 1).tolist()]
+        numbers = grouped[starts].tolist()
+        self.next = dict(zip(numbers, starts, strict=True))
+        self.end = dict(zip(numbers, [*starts[1:], len(grouped)], strict=True))
         self.queues = queues
         self.basis = basis
-        self.heap = [(queues[q].share(basis), q) for q in self.by_queue]
+        self.heap = [(queues[q].share(basis), q) for q in numbers]
         heapq.heapify(self.heap)
 
     def __iter__(self) -> _FairShareTurns:
         return self
 
-    def __next__(self) -> Job:
+    def __next__(self) -> int:
         heap, queues, basis = self.heap, self.queues, self.basis
         while heap:
             stored, q = heap[0]
@@ -127,19 +152,34 @@ class _FairShareTurns:
             if share != stored:
                 heapq.heapreplace(heap, (share, q))
                 continue
-            waiting = self.by_queue[q]
-            job = waiting.popleft()
-            if not waiting:
+            at = self.next[q]
+            self.next[q] = at + 1
+            if at + 1 == self.end[q]:
                 heapq.heappop(heap)
-            return job
+            return int(self.order[at])
         raise StopIteration
 
-    def rest(self) -> Iterator[Job]:
-        """The jobs not handed out yet, in the turns they would get while no share moves: each
+    def rest(self) -> np.ndarray:
+        """The ranks not handed out yet, in the turns they would get while no share moves: each
         queue's in a row, queues by ``(share, queue)``."""
-        order = sorted((self.queues[q].share(self.basis), q) for _, q in self.heap)
+        turns = sorted((self.queues[q].share(self.basis), q) for _, q in self.heap)
         self.heap = []
-        return chain.from_iterable(self.by_queue[q] for _, q in order)
+        if not turns:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([self.order[self.next[q] : self.end[q]] for _, q in turns])
+
+
+def _jobs_at(jobs: list[Job] | tuple[Job, ...], at: np.ndarray) -> tuple[Job, ...]:
+    """``jobs[i] for i in at``, the loop in C."""
+    if len(at) <= 1:
+        return tuple(jobs[i] for i in at.tolist())
+    return itemgetter(*at.tolist())(jobs)
+
+
+def _partial_gangs(candidates: tuple[Job, ...], queued_partial: np.ndarray) -> list[Job]:
+    """The candidates that are partial gangs, in order (a job queued as one may have been
+    requeued whole since: its flag is read)."""
+    return [job for job in _jobs_at(candidates, np.flatnonzero(queued_partial)) if job.partial]
 
 
 class Simulator(StateTransitions):
@@ -311,45 +351,47 @@ class Simulator(StateTransitions):
         backfill = self.policy.backfill
         self.blocker[p] = None
         slots = _SlotCounter(free)
-        sizes: np.ndarray | None = None
+        # The candidates as positions in the queue (in its order), then as jobs and the rows of
+        # the queue's arrays they need: numpy work and one copy in C, no Python step per
+        # candidate -- a full pass of a large backlog mostly finds that nothing fits.
         if full and backfill:
-            fits = queue.pods_needed <= slots.for_each(queue.pod_gpus)
-            at = np.flatnonzero(fits)
-            candidates = [queue.jobs[i] for i in at]
-            sizes = queue.pod_gpus[at]
+            at = np.flatnonzero(queue.pods_needed <= slots.for_each(queue.pod_gpus))
         elif full:
-            candidates = list(queue.jobs)
+            at = np.arange(len(queue))
         else:
-            candidates = sorted((j for j in new if j.in_queue), key=lambda j: j.key)
-        if not candidates:
+            at = queue.positions(j for j in new if j.in_queue)
+        if not len(at):
             return
-        turns: Iterator[Job]
+        candidates = _jobs_at(queue.jobs, at)
+        sizes, _, queued_partial, numbers, queue_of = queue.rows(at)
+        queued_partial = queued_partial != 0  # a superset of the partial gangs (see _none_fit)
+        turns: _InOrder | _FairShareTurns
         if self.policy.queue_order == "fair-share":
-            turns = _FairShareTurns(candidates, self.queues, self.policy.fair_share_basis)
+            turns = _FairShareTurns(queue_of, self.queues, self.policy.fair_share_basis)
         else:
-            turns = iter(candidates)
+            turns = _InOrder(len(at))
         # Once the pool's fullest free node is below every candidate's pod size, no candidate
         # fits any more (each needs a pod at least) and the rest of the pass only records why
         # they wait (a fast path).
-        if sizes is not None:
-            smallest_pod = int(sizes.min())
-        else:
-            smallest_pod = min(j.spec.gpus_per_pod for j in candidates)
+        smallest_pod = int(sizes.min())
         partial_done = False
-        for job in turns:
+        for rank in turns:
+            job = candidates[rank]
             if not job.in_queue:
                 continue
             if job.partial:
                 if partial_done:
                     continue
                 partial_done = True
-                waiting = self._bind_partial_gangs(p, [j for j in candidates if j.partial])
+                waiting = self._bind_partial_gangs(p, _partial_gangs(candidates, queued_partial))
                 slots.forget()
                 if waiting is not None and not backfill:
                     self.blocker[p] = waiting
                     break
                 if backfill and int(free.max(initial=0)) < smallest_pod:
-                    self._none_fit(p, turns, candidates, free, partial_done)
+                    self._none_fit(
+                        p, turns, candidates, queued_partial, numbers, free, partial_done
+                    )
                     return
                 continue
             if slots.of(job.spec.gpus_per_pod) < job.spec.members_needed:
@@ -359,7 +401,9 @@ class Simulator(StateTransitions):
             if outcome is None:
                 slots.forget()
                 if backfill and int(free.max(initial=0)) < smallest_pod:
-                    self._none_fit(p, turns, candidates, free, partial_done)
+                    self._none_fit(
+                        p, turns, candidates, queued_partial, numbers, free, partial_done
+                    )
                     return
                 continue
             self._unschedulable(job, outcome, free)
@@ -370,28 +414,37 @@ class Simulator(StateTransitions):
     def _none_fit(
         self,
         p: int,
-        turns: Iterator[Job],
-        candidates: list[Job],
+        turns: _InOrder | _FairShareTurns,
+        candidates: tuple[Job, ...],
+        queued_partial: np.ndarray,
+        numbers: np.ndarray,
         free: np.ndarray,
         partial_done: bool,
     ) -> None:
         """The rest of a backfill pass in which no candidate fits any more: exactly what the
         pass would do to each (it waits, unschedulable; the first partial gang's turn still
         tries the partial gangs), in the same order -- with no placement, no queue's share
-        moves, so the fair-share turns are each queue's jobs in a row."""
-        rest = turns.rest() if isinstance(turns, _FairShareTurns) else turns
-        for job in rest:
+        moves, so the fair-share turns are each queue's jobs in a row.
+
+        A job that is no partial gang (none queued as one is), still queued and settled (see
+        :class:`~diagnosis.core.simulate.state.SettledFlags`) would only be set unschedulable
+        again, which it is: only the others are looked at, found with numpy (issue #17)."""
+        rest = turns.rest()
+        rest = rest[queued_partial[rest] | ~self.settled.array[numbers[rest]]]
+        short_of: dict[int, int] = {}  # no placement from here on: free stays as it is
+        for rank in rest.tolist():
+            job = candidates[rank]
             if not job.in_queue:
                 continue
             if job.partial:
                 if not partial_done:
                     partial_done = True
-                    self._bind_partial_gangs(p, [j for j in candidates if j.partial])
+                    self._bind_partial_gangs(p, _partial_gangs(candidates, queued_partial))
                 continue
             if job.failed_scheduling_reported:
                 job.reason = UNSCHEDULABLE  # what _unschedulable does to a job reported before
             else:
-                self._unschedulable(job, UNSCHEDULABLE, free)
+                self._unschedulable(job, UNSCHEDULABLE, free, short_of)
 
     def _place(self, job: Job, p: int, free: np.ndarray, lo: int) -> str | None:
         """Bind and start an all-or-nothing job; None when placed, else the pending reason."""
@@ -465,11 +518,17 @@ class Simulator(StateTransitions):
                 self._unschedulable(job, UNSCHEDULABLE, free)
         return waiting[0] if waiting else None
 
-    def _unschedulable(self, job: Job, reason: str, free: np.ndarray) -> None:
+    def _unschedulable(
+        self, job: Job, reason: str, free: np.ndarray, short_of: dict[int, int] | None = None
+    ) -> None:
+        """Set the job's pending reason, and log its failed scheduling the first time.
+        ``short_of``: a cache of the nodes short of each pod size, while ``free`` stays as it
+        is (the fast path of a pass in which nothing fits any more)."""
+        reported = job.failed_scheduling_reported
+        job.failed_scheduling_reported = True  # first, so that the reason settles the job
         job.reason = reason
-        if job.failed_scheduling_reported:
+        if reported:
             return
-        job.failed_scheduling_reported = True
         size = job.spec.gpus_per_pod
         if reason == QUEUE_CAPABILITY:
             queue = self.queues[job.queue]
@@ -477,7 +536,11 @@ class Simulator(StateTransitions):
                 f"queue {queue.name} would exceed its capability of {queue.capability_gpus:g} GPUs"
             )
         else:
-            short = int((free < size).sum())
+            short = short_of.get(size) if short_of is not None else None
+            if short is None:
+                short = int((free < size).sum())
+                if short_of is not None:
+                    short_of[size] = short
             message = (
                 f"0/{len(free)} nodes are available: {short} Insufficient nvidia.com/gpu."
                 if short == len(free)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -50,10 +51,30 @@ BEHIND_BLOCKED_JOB = "Priority"
 PARTIALLY_BOUND = "PartiallyBound"
 
 
+class SettledFlags:
+    """Per job number: whether the job waits as a scheduling pass in which nothing fits leaves
+    it -- its failed scheduling reported, its reason ``Unschedulable`` -- so that such a pass
+    skips it without looking at it. :attr:`Job.reason`'s setter keeps the flag (any other reason
+    clears it), so a set flag is always true; a cleared one only costs the pass a look."""
+
+    __slots__ = ("array",)
+
+    def __init__(self) -> None:
+        self.array = np.zeros(64, dtype=bool)
+
+    def make_room(self, number: int) -> None:
+        if number >= len(self.array):
+            grown = np.zeros(max(2 * len(self.array), number + 1), dtype=bool)
+            grown[: len(self.array)] = self.array
+            self.array = grown
+
+
 class Job:
     """Mutable state of one submitted job."""
 
     __slots__ = (
+        "_flags",
+        "_reason",
         "end_reason",
         "ended",
         "failed_scheduling_reported",
@@ -69,7 +90,6 @@ class Job:
         "preemptions",
         "profiles",
         "queue",
-        "reason",
         "remaining",
         "run_since",
         "spec",
@@ -79,7 +99,15 @@ class Job:
         "token",
     )
 
-    def __init__(self, number: int, spec: JobSpec, pool: int, queue: int, partial: bool) -> None:
+    def __init__(
+        self,
+        number: int,
+        spec: JobSpec,
+        pool: int,
+        queue: int,
+        partial: bool,
+        flags: SettledFlags | None = None,
+    ) -> None:
         self.number = number
         self.spec = spec
         self.pool = pool
@@ -99,10 +127,24 @@ class Job:
         self.profiles: list[tuple[float, str]] = [(-math.inf, spec.metric_profile)]
         self.misplace = False
         self.token = 0
-        self.reason = QUEUED
         self.failed_scheduling_reported = False
+        if flags is None:
+            flags = SettledFlags()
+        flags.make_room(number)
+        self._flags = flags
+        self.reason = QUEUED
         self.in_queue = False
         self.key: tuple = ()
+
+    @property
+    def reason(self) -> str | None:
+        """Why the job waits (a pending reason), None once it runs."""
+        return self._reason
+
+    @reason.setter
+    def reason(self, value: str | None) -> None:
+        self._reason = value
+        self._flags.array[self.number] = value == UNSCHEDULABLE and self.failed_scheduling_reported
 
     @property
     def gpus_bound(self) -> int:
@@ -118,13 +160,14 @@ class Job:
 
 class PendingQueue:
     """A pool's pending jobs, sorted by the policy's order key, with their shapes in numpy rows
-    (GPUs per pod, pods needed to start -- 1 for a partial gang, which binds pod by pod -- and
-    the partial flag) kept in step by in-place shifts."""
+    (GPUs per pod, pods needed to start -- 1 for a partial gang, which binds pod by pod -- the
+    partial flag as the job was queued, the job's number and its queue's) kept in step by
+    in-place shifts."""
 
     def __init__(self) -> None:
         self.keys: list[tuple] = []
         self.jobs: list[Job] = []
-        self._shapes = np.zeros((3, 64), dtype=np.int64)
+        self._shapes = np.zeros((5, 64), dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -141,15 +184,32 @@ class PendingQueue:
     def partial(self) -> np.ndarray:
         return self._shapes[2, : len(self.jobs)] != 0
 
+    def rows(self, at: np.ndarray) -> np.ndarray:
+        """The rows of the jobs at positions ``at``: GPUs per pod, pods needed, queued partial
+        (0/1), job number, queue number."""
+        return self._shapes[:, at]
+
+    def positions(self, jobs: Iterable[Job]) -> np.ndarray:
+        """The positions of queued jobs, in queue order."""
+        keys = self.keys
+        return np.array(sorted(bisect_left(keys, job.key) for job in jobs), dtype=np.int64)
+
     def add(self, job: Job) -> None:
         at = bisect_left(self.keys, job.key)
         count = len(self.jobs)
         if count == self._shapes.shape[1]:
             self._shapes = np.concatenate([self._shapes, np.zeros_like(self._shapes)], axis=1)
         shapes = self._shapes
-        shapes[:, at + 1 : count + 1] = shapes[:, at:count]
+        if at < count:
+            shapes[:, at + 1 : count + 1] = shapes[:, at:count]
         spec = job.spec
-        shapes[:, at] = (spec.gpus_per_pod, 1 if job.partial else spec.members_needed, job.partial)
+        shapes[:, at] = (
+            spec.gpus_per_pod,
+            1 if job.partial else spec.members_needed,
+            job.partial,
+            job.number,
+            job.queue,
+        )
         self.keys.insert(at, job.key)
         self.jobs.insert(at, job)
         job.in_queue = True
@@ -251,6 +311,7 @@ class ClusterState:
             self._add_queue(queue)
 
         self.jobs: list[Job] = []
+        self.settled = SettledFlags()
         self.job_by_id: dict[str, Job] = {}
         self.live: dict[int, Job] = {}
         self.ended_jobs: list[Job] = []

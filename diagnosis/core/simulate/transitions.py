@@ -56,7 +56,7 @@ class StateTransitions(ClusterState):
             queue = self._add_queue(QueueSpec(spec.queue_name, tenant=spec.tenant))
         admission = spec.admission or self.policy.gang_admission
         partial = spec.is_gang and admission == PARTIAL
-        job = Job(len(self.jobs), spec, pool, queue, partial)
+        job = Job(len(self.jobs), spec, pool, queue, partial, self.settled)
         job.key = self._order_key(job)
         self.jobs.append(job)
         self.job_by_id[spec.id] = job
