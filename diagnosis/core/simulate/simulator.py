@@ -130,12 +130,16 @@ class _FairShareTurns:
     """
 
     def __init__(self, queue_of: np.ndarray, queues: list[Queue], basis: str) -> None:
-        self.order = np.argsort(queue_of, kind="stable")  # by queue, each in the given order
-        grouped = queue_of[self.order]
-        starts = [0, *(np.flatnonzero(grouped[1:] != grouped[:-1]) + 1).tolist()]
-        numbers = grouped[starts].tolist()
+        if len(queue_of) == 1:  # most passes follow one arrival
+            self.order = np.zeros(1, dtype=np.int64)
+            numbers, starts = [int(queue_of[0])], [0]
+        else:
+            self.order = np.argsort(queue_of, kind="stable")  # by queue, each in given order
+            grouped = queue_of[self.order]
+            starts = [0, *(np.flatnonzero(grouped[1:] != grouped[:-1]) + 1).tolist()]
+            numbers = grouped[starts].tolist()
         self.next = dict(zip(numbers, starts, strict=True))
-        self.end = dict(zip(numbers, [*starts[1:], len(grouped)], strict=True))
+        self.end = dict(zip(numbers, [*starts[1:], len(queue_of)], strict=True))
         self.queues = queues
         self.basis = basis
         self.heap = [(queues[q].share(basis), q) for q in numbers]
@@ -169,17 +173,32 @@ class _FairShareTurns:
         return np.concatenate([self.order[self.next[q] : self.end[q]] for _, q in turns])
 
 
-def _jobs_at(jobs: list[Job] | tuple[Job, ...], at: np.ndarray) -> tuple[Job, ...]:
-    """``jobs[i] for i in at``, the loop in C."""
-    if len(at) <= 1:
-        return tuple(jobs[i] for i in at.tolist())
-    return itemgetter(*at.tolist())(jobs)
+class _Candidates:
+    """The jobs at positions ``at`` of a pool's queue as a pass began (the queue changes as jobs
+    start), by rank: all taken at once in C when few are, else looked up one by one in a copy
+    of the queue's list -- a full pass over a large backlog looks at few of its candidates."""
 
+    __slots__ = ("at", "jobs")
 
-def _partial_gangs(candidates: tuple[Job, ...], queued_partial: np.ndarray) -> list[Job]:
-    """The candidates that are partial gangs, in order (a job queued as one may have been
-    requeued whole since: its flag is read)."""
-    return [job for job in _jobs_at(candidates, np.flatnonzero(queued_partial)) if job.partial]
+    TAKEN_UP_TO = 64
+
+    def __init__(self, jobs: list[Job], at: np.ndarray) -> None:
+        self.at: np.ndarray | None = None
+        if len(at) == 1:
+            self.jobs: list[Job] | tuple[Job, ...] = (jobs[int(at[0])],)
+        elif len(at) <= self.TAKEN_UP_TO:
+            self.jobs = itemgetter(*at.tolist())(jobs)
+        else:
+            self.jobs, self.at = list(jobs), at
+
+    def __getitem__(self, rank: int) -> Job:
+        return self.jobs[rank] if self.at is None else self.jobs[int(self.at[rank])]
+
+    def partial_gangs(self, queued_partial: np.ndarray) -> list[Job]:
+        """The candidates that are partial gangs, in order (a job queued as one may have been
+        requeued whole since: its flag is read)."""
+        ranks = np.flatnonzero(queued_partial).tolist()
+        return [job for job in map(self.__getitem__, ranks) if job.partial]
 
 
 class Simulator(StateTransitions):
@@ -362,7 +381,7 @@ class Simulator(StateTransitions):
             at = queue.positions(j for j in new if j.in_queue)
         if not len(at):
             return
-        candidates = _jobs_at(queue.jobs, at)
+        candidates = _Candidates(queue.jobs, at)
         sizes, _, queued_partial, numbers, queue_of = queue.rows(at)
         queued_partial = queued_partial != 0  # a superset of the partial gangs (see _none_fit)
         turns: _InOrder | _FairShareTurns
@@ -383,7 +402,7 @@ class Simulator(StateTransitions):
                 if partial_done:
                     continue
                 partial_done = True
-                waiting = self._bind_partial_gangs(p, _partial_gangs(candidates, queued_partial))
+                waiting = self._bind_partial_gangs(p, candidates.partial_gangs(queued_partial))
                 slots.forget()
                 if waiting is not None and not backfill:
                     self.blocker[p] = waiting
@@ -415,7 +434,7 @@ class Simulator(StateTransitions):
         self,
         p: int,
         turns: _InOrder | _FairShareTurns,
-        candidates: tuple[Job, ...],
+        candidates: _Candidates,
         queued_partial: np.ndarray,
         numbers: np.ndarray,
         free: np.ndarray,
@@ -439,7 +458,7 @@ class Simulator(StateTransitions):
             if job.partial:
                 if not partial_done:
                     partial_done = True
-                    self._bind_partial_gangs(p, _partial_gangs(candidates, queued_partial))
+                    self._bind_partial_gangs(p, candidates.partial_gangs(queued_partial))
                 continue
             if job.failed_scheduling_reported:
                 job.reason = UNSCHEDULABLE  # what _unschedulable does to a job reported before

@@ -242,7 +242,7 @@ class StateTransitions(ClusterState):
         if job.state == "running":
             before = NOMINAL_UTIL[job.profile_at(self._now)]
             self.activity += (NOMINAL_UTIL[profile] - before) * job.gpus_bound
-        job.profiles.append((self._now, profile))
+        job.profiles = (*job.profiles, (self._now, profile))
 
     # -- draining and evicting -------------------------------------------------------------------
 
@@ -271,7 +271,7 @@ class StateTransitions(ClusterState):
         job.state = "pending"
         job.started = None
         job.partial_since = None
-        job.pods = []
+        job.pods = ()
         job.preemptions += 1
         self.preemptions += 1
         self._log("evicted", job, reason="Evicted", message=message)
@@ -300,7 +300,7 @@ class StateTransitions(ClusterState):
         self.gpu_owner[gids] = job.number
         self.free[n] -= size
         self.sched_free[n] = self.free[n] if self.node_state[n] == READY else 0
-        job.pods.append((n, chosen, gids))
+        job.pods = (*job.pods, (n, chosen, gids))
         record = Allocation(job.number, gids, self._now)
         if job.state == "running":
             record.running_from = self._now
@@ -329,7 +329,7 @@ class StateTransitions(ClusterState):
         else:
             self.partial_gpus -= held
         nodes = {n for n, _, _ in job.pods}
-        job.pods = []
+        job.pods = ()
         self._freed_pools.add(job.pool)
         self._dirty = True
         for n in nodes:
@@ -397,7 +397,7 @@ class StateTransitions(ClusterState):
             self.gpu_owner[gids] = job.number
             self.free[n] -= int(self.gpu_healthy[gids].sum())
             self.sched_free[n] = self.free[n] if self.node_state[n] == READY else 0
-            job.pods.append((n, tuple(gpus), gids))
+            job.pods = (*job.pods, (n, tuple(gpus), gids))
             record = Allocation(job.number, gids, self._now)
             self.active_allocations.setdefault(job.number, []).append(record)
             self.queues[job.queue].usage += size
