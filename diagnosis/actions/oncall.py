@@ -55,8 +55,6 @@ from diagnosis.models import (
     Finding,
     Incident,
     IncidentEvent,
-    Job,
-    SchedulerEvent,
     Snapshot,
 )
 
@@ -226,21 +224,8 @@ def jobs_hit(
     the node is not decoded again: :mod:`diagnosis.actions.incident_windows`)."""
 
     loaded = DecodedSnapshots() if loaded is None else loaded
-    documents, events = window_documents(cluster, node, at, loaded)
-    stored = SchedulerEvent.objects.filter(
-        cluster=cluster, node=node, time__gte=at, time__lte=at + HIT_WINDOW
-    ).values("time", "kind", "job_external_id", "node")
-    events += [
-        {"time": iso(e["time"]), "kind": e["kind"], "job": e["job_external_id"], "node": e["node"]}
-        for e in stored
-    ]
-    hits = hit_jobs_from_history(node, gpu_index, at, documents, events)
-    rows = {
-        j.external_id: j
-        for j in Job.objects.filter(cluster=cluster, external_id__in=list(hits)).select_related(
-            "tenant"
-        )
-    }
+    hits = _hits(cluster, node, gpu_index, at, loaded)
+    rows = loaded.jobs(cluster, hits)
     jobs = []
     for job_id in sorted(hits):
         hit = hits[job_id]
@@ -281,6 +266,18 @@ def jobs_hit(
         "gpu_hours_lost": round(sum(j["gpu_hours_lost"] for j in jobs), 2),
         "at": iso(at),
     }
+
+
+def _hits(
+    cluster: Cluster, node: str, gpu_index: int | None, at: datetime, loaded: DecodedSnapshots
+) -> dict[str, dict[str, Any]]:
+    """:func:`hit_jobs_from_history` of a fault, from the window ``loaded`` reads."""
+    documents, events = window_documents(cluster, node, at, loaded)
+    events += [
+        {"time": iso(e["time"]), "kind": e["kind"], "job": e["job_external_id"], "node": e["node"]}
+        for e in loaded.stored_events(cluster, node, at)
+    ]
+    return hit_jobs_from_history(node, gpu_index, at, documents, events)
 
 
 # -- the cycle's step ----------------------------------------------------------------------------
@@ -331,9 +328,16 @@ def record_incidents(
     loaded = DecodedSnapshots({stored.pk: document} if stored is not None else None)
     # one incident per GPU and episode: an unresolved Alertmanager incident of the GPU takes the
     # rule's finding instead of a second incident (keys of the rule's own come last: they win)
-    rows = Incident.objects.select_for_update().filter(
-        cluster=cluster, source__in=(*FOLLOWED_SOURCES, "alertmanager"), state__in=UNRESOLVED
+    rows = list(
+        Incident.objects.select_for_update(of=("self",))
+        .filter(
+            cluster=cluster, source__in=(*FOLLOWED_SOURCES, "alertmanager"), state__in=UNRESOLVED
+        )
+        .select_related("drain")
     )
+    for incident in rows:
+        incident.cluster = cluster  # not read again per incident
+    xids_noted = _xids_noted(rows)
     unresolved = {
         (i.node, i.gpu_index): i
         for i in sorted(rows, key=lambda i: (i.source in FOLLOWED_SOURCES, i.opened_at, i.pk))
@@ -386,12 +390,16 @@ def record_incidents(
                 text=incident.summary,
                 details={"finding": finding.pk},
             )
-        _record_codes(incident, codes, finding)
+        _record_codes(incident, codes, finding, xids_noted.setdefault(incident.pk, set()))
     stats["opened"] += _open_node_incidents(cluster, document, as_of, unresolved)
     nodes = node_view(document)
-    for incident in unresolved.values():
-        if incident.source in FOLLOWED_SOURCES:
-            _follow(incident, document, as_of, stats, loaded, nodes)
+    followed = [i for i in unresolved.values() if i.source in FOLLOWED_SOURCES]
+    unsettled = [i for i in followed if not (i.details or {}).get("hit_settled")]
+    loaded.prefetch(cluster, [(i.node, i.opened_at) for i in unsettled])
+    hits = [_hits(cluster, i.node, i.gpu_index, i.opened_at, loaded) for i in unsettled]
+    loaded.prefetch_jobs(cluster, {job_id for hit in hits for job_id in hit})
+    for incident in followed:
+        _follow(incident, document, as_of, stats, loaded, nodes)
     _note_recent_drains(cluster, document, as_of)
     return stats
 
@@ -471,9 +479,25 @@ def _open_node_incidents(
     return opened
 
 
-def _record_codes(incident: Incident, codes: list[Mapping[str, Any]], finding: Finding) -> None:
-    """Each Xid (code, last time) once on the timeline; the codes on the incident."""
-    seen = set(incident.history.filter(kind="xid").values_list("details__code", "details__last"))
+def _xids_noted(incidents: list[Incident]) -> dict[int, set[tuple[Any, Any]]]:
+    """Incident id -> the Xids (code, last time) on its timeline, for all of them at once."""
+    noted: dict[int, set[tuple[Any, Any]]] = {}
+    rows = IncidentEvent.objects.filter(incident__in=incidents, kind="xid").values_list(
+        "incident_id", "details__code", "details__last"
+    )
+    for incident_id, code, last in rows:
+        noted.setdefault(incident_id, set()).add((code, last))
+    return noted
+
+
+def _record_codes(
+    incident: Incident,
+    codes: list[Mapping[str, Any]],
+    finding: Finding,
+    seen: set[tuple[Any, Any]],
+) -> None:
+    """Each Xid (code, last time) once on the timeline (``seen``: those on it already); the
+    codes on the incident, written when they or its finding changed."""
     for code in codes:
         key = (code.get("code"), code.get("last"))
         if key in seen:
@@ -490,8 +514,11 @@ def _record_codes(incident: Incident, codes: list[Mapping[str, Any]], finding: F
                 "count": code.get("count"),
             },
         )
+        seen.add(key)
     details = dict(incident.details or {})
     details["codes"] = [dict(c) for c in codes]
+    if details == incident.details and incident.finding_id == finding.pk:
+        return
     incident.details = details
     incident.finding = finding
     incident.save(update_fields=["details", "finding"])
@@ -530,12 +557,14 @@ def _follow(
         )
     details["health"] = {k: health[k] for k in ("healthy", "gpu_health", "node_state")}
     _note_drain(incident, details, document)
-    incident.details = details
+    healthy_since = incident.healthy_since
     if not health["healthy"] or health["xids"]:
-        incident.healthy_since = None
-    elif incident.healthy_since is None:
-        incident.healthy_since = as_of
-    incident.save(update_fields=["details", "healthy_since"])
+        healthy_since = None
+    elif healthy_since is None:
+        healthy_since = as_of
+    if details != incident.details or healthy_since != incident.healthy_since:
+        incident.details, incident.healthy_since = details, healthy_since
+        incident.save(update_fields=["details", "healthy_since"])  # only what changed is written
     if (
         incident.source in FOLLOWED_SOURCES
         and incident.state in (State.ACKNOWLEDGED, State.MITIGATING)
