@@ -100,7 +100,7 @@ def record_recommendations(
             .defer(*UNREAD_BY_THE_STEP)
         }
         superseded = revivable(cluster, recent)
-        findings = _MotivatingFindings(cluster, proposals)
+        findings = _MotivatingFindings(cluster)
         kept: list[Recommendation] = []  # proposed again unchanged: one UPDATE for them all
         stats["quiet"] = 0
         for proposal in proposals:
@@ -138,12 +138,13 @@ def record_recommendations(
                     last_proposed_as_of=as_of,
                     **fields,
                 )
-                new.motivating_findings.set(findings.ids(proposal.finding_keys()))
+                findings.link(new, proposal.finding_keys())
                 stats["proposed"] += 1
             existing[key] = new
             if old is not None:
                 old.status_message = f"superseded by #{new.pk}: {describe_change(fields['change'])}"
                 save_fields(old, "status_message")
+        findings.save()
         save_proposed_again(kept, as_of)
         stats["expired"] = expire_resolved(cluster, proposed_keys, snap, recent)
     stats["impact_queued"] = enqueue_impact_estimates(cluster)
@@ -171,27 +172,42 @@ def save_proposed_again(recs: list[Recommendation], as_of: datetime) -> None:
 
 
 class _MotivatingFindings:
-    """The stored findings behind the cycle's proposals, by ``(rule, subject)``: read (their
-    ids only, through the fingerprint index) the first time a new recommendation needs them --
-    a steady cycle creates none."""
+    """The links of the cycle's new recommendations to their motivating stored findings,
+    written at the end of the step: the findings' ids read in one query (through the
+    fingerprint index) for all the new recommendations, the links in one INSERT -- a steady
+    cycle creates none, a first one thousands (issue #17)."""
 
-    def __init__(self, cluster: Cluster, proposals: list[Any]) -> None:
+    def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self.proposals = proposals
-        self._ids: dict[tuple[str, str], int] | None = None
+        self._wanted: list[tuple[Recommendation, list[tuple[str, str]]]] = []
 
-    def ids(self, keys: list[tuple[str, str]]) -> list[int]:
-        if self._ids is None:
-            fingerprints = {
-                Finding.fingerprint_of(self.cluster.pk, rule, subject)
-                for proposal in self.proposals
-                for rule, subject in proposal.finding_keys()
-            }
-            rows = Finding.objects.filter(
-                cluster=self.cluster, fingerprint__in=fingerprints
-            ).values_list("rule_id", "subject", "pk")
-            self._ids = {(rule, subject): pk for rule, subject, pk in rows}
-        return [self._ids[key] for key in keys if key in self._ids]
+    def link(self, rec: Recommendation, keys: list[tuple[str, str]]) -> None:
+        if keys:
+            self._wanted.append((rec, keys))
+
+    def save(self) -> None:
+        if not self._wanted:
+            return
+        fingerprints = {
+            Finding.fingerprint_of(self.cluster.pk, rule, subject)
+            for _, keys in self._wanted
+            for rule, subject in keys
+        }
+        rows = Finding.objects.filter(
+            cluster=self.cluster, fingerprint__in=fingerprints
+        ).values_list("rule_id", "subject", "pk")
+        ids = {(rule, subject): pk for rule, subject, pk in rows}
+        through = Recommendation.motivating_findings.through
+        through.objects.bulk_create(
+            [
+                through(recommendation_id=rec.pk, finding_id=ids[key])
+                for rec, keys in self._wanted
+                for key in dict.fromkeys(keys)
+                if key in ids
+            ],
+            ignore_conflicts=True,
+        )
+        self._wanted = []
 
 
 def hold_off() -> timedelta:
