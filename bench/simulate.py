@@ -4,7 +4,8 @@
     PYTHONPATH=. python bench/simulate.py --runs 3    # best of 3 timings
     PYTHONPATH=. python bench/simulate.py --seeds 3   # placement figures over seeds 0..2
     PYTHONPATH=. python bench/simulate.py --scale     # replays at 2,048 vs 16,384 GPUs, and
-                                                      # the impact models (issue #17)
+                                                      # the impact models (issue #17); best of
+                                                      # 5 runs per size unless --runs says
 
 Budget (DESIGN.md section 12): a simulated week of a 1,024-GPU cluster with 10,000 jobs <= 5 s
 on 2 cores. The placement comparison runs the seed (demo) scenario and the benchmark week under
@@ -14,8 +15,9 @@ what the simulator says -- whatever it says.
 
 ``--scale`` (issue #17) replays bench/rules.py's synthetic snapshots (50 tenants, one queue
 each) at 2,048 and 16,384 GPUs under weighted fair share, one seed, ``--horizon`` simulated
-seconds: the 16k replay must take at most 8x the 2k one (CPU seconds; the budget is the ratio,
-a busy machine slows both). It then estimates the impact of the queue-weight drafts of the 16k
+seconds: the 16k replay must take at most 8x the 2k one (CPU seconds, best of ``--runs`` runs of
+each, the sizes taking turns so that a machine busy for a while slows both; the budget is the
+ratio). It then estimates the impact of the queue-weight drafts of the 16k
 snapshot with the full model (3 seeds x 3 h) and the reduced one the impact task uses at that
 size (1 seed x 1 h), prints the CPU seconds of each estimate (the current setting's replays
 are shared, as the task's cache shares them) and how far the reduced estimates are from the
@@ -133,19 +135,27 @@ def cpu_of(function) -> tuple[object, float]:
 
 
 def time_scale(horizon_s: float, runs: int) -> bool:
-    print(f"== replays under weighted fair share, 1 seed, {horizon_s / 3600:g} h (CPU s) ==")
-    seconds = {}
-    snapshots = {}
-    for gpus in (2048, 16384):
-        snap = snapshots[gpus] = scale_snapshot(gpus)
-        policy = replay_policy(snap, "fair-share")
-        seconds[gpus] = min(
-            cpu_of(lambda s=snap, p=policy: replay(s, p, horizon_s, (0,)))[1] for _ in range(runs)
+    print(
+        f"== replays under weighted fair share, 1 seed, {horizon_s / 3600:g} h "
+        f"(CPU s, best of {runs}) =="
+    )
+    sizes = (2048, 16384)
+    snapshots = {gpus: scale_snapshot(gpus) for gpus in sizes}
+    policies = {gpus: replay_policy(snapshots[gpus], "fair-share") for gpus in sizes}
+    times: dict[int, list[float]] = {gpus: [] for gpus in sizes}
+    for _ in range(runs):
+        for gpus in sizes:  # in turns: a busy spell slows both sizes, not one
+            snap, policy = snapshots[gpus], policies[gpus]
+            times[gpus].append(cpu_of(lambda s=snap, p=policy: replay(s, p, horizon_s, (0,)))[1])
+    seconds = {gpus: min(times[gpus]) for gpus in sizes}
+    for gpus in sizes:
+        print(
+            f"{gpus:>6} GPUs, {len(snapshots[gpus].jobs):>6} jobs: {seconds[gpus]:.3f} s "
+            f"(median {statistics.median(times[gpus]):.3f} s)"
         )
-        print(f"{gpus:>6} GPUs, {len(snap.jobs):>6} jobs: {seconds[gpus]:.2f} s")
     ratio = seconds[16384] / seconds[2048]
     ok = ratio <= REPLAY_RATIO_BUDGET
-    print(f"16k / 2k: x{ratio:.1f} ({'within' if ok else 'OVER'} the x{REPLAY_RATIO_BUDGET:g})")
+    print(f"16k / 2k: x{ratio:.2f} ({'within' if ok else 'OVER'} the x{REPLAY_RATIO_BUDGET:g})")
     return compare_models(snapshots[16384]) and ok
 
 
@@ -210,16 +220,18 @@ def compare_models(snap) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=1, help="timed runs of the week (best kept)")
+    parser.add_argument(
+        "--runs", type=int, default=None, help="timed runs, best kept (week: 1, --scale: 5)"
+    )
     parser.add_argument("--seeds", type=int, default=1, help="seeds per placement (median)")
     parser.add_argument("--skip-week", action="store_true")
     parser.add_argument("--scale", action="store_true", help="only the scale figures (issue #17)")
     parser.add_argument("--horizon", type=float, default=3 * 3600.0, help="--scale replay, s")
     args = parser.parse_args()
     if args.scale:
-        return 0 if time_scale(args.horizon, args.runs) else 1
+        return 0 if time_scale(args.horizon, args.runs or 5) else 1
 
-    ok = True if args.skip_week else time_week(args.runs)
+    ok = True if args.skip_week else time_week(args.runs or 1)
     seeds = range(args.seeds)
     demo = seed_scenario(0).without_faults()
     compare_placements("the seed workload, no faults (first day)", demo, 86400.0, seeds)

@@ -6,8 +6,10 @@ jobs waiting)."""
 
 from __future__ import annotations
 
+import gc
 from collections import deque
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -27,7 +29,13 @@ from diagnosis.core.simulate.jobs import (
 from diagnosis.core.simulate.policy import Policy
 from diagnosis.core.simulate.scenarios import seed_scenario
 from diagnosis.core.simulate.simulator import Simulator, _SlotCounter
-from diagnosis.core.simulate.state import UNSCHEDULABLE, Job
+from diagnosis.core.simulate.state import (
+    QUEUE_CAPABILITY,
+    UNSCHEDULABLE,
+    Job,
+    PendingQueue,
+    SettledFlags,
+)
 
 QUEUES = 24
 HORIZON_S = 2 * 86400.0
@@ -208,3 +216,103 @@ def test_profiles_are_inferred_per_job_as_row_by_row(showcase_snapshot) -> None:
 
     assert {IDLE, DATA_STARVED, LOW_MFU, INFERENCE} <= set(expected.values())
     assert replay.infer_profiles(snap) == expected
+
+
+# -- a restored backlog, the pending queue's bookkeeping, the collector's pause -----------------
+
+
+def backlog_snapshot() -> snapshot_format.ClusterSnapshot:
+    """The workload's two days of arrivals squeezed into two hours, as a snapshot then: some
+    1,200 jobs pending (partial gangs among them), so that full passes have hundreds of
+    candidates."""
+    spec, jobs = workload(0)
+    sim = Simulator(spec, POLICIES["fair-share by weight"], 0)
+    sim.submit(replace(job, arrival_s=job.arrival_s / 24) for job in jobs)
+    sim.run_until(2 * 3600.0)
+    return snapshot_format.load(sim.snapshot())
+
+
+def replay_events(snap: snapshot_format.ClusterSnapshot, simulator: type[Simulator], monkeypatch):
+    seen = []
+    with monkeypatch.context() as patched:
+        patched.setattr(replay, "Simulator", simulator)
+        summaries = replay.replay(snap, None, 3 * 3600.0, (0,), observe=seen.append)
+    jobs = [(j.spec.id, j.state, j.reason, j.failed_scheduling_reported) for j in seen[0].jobs]
+    return seen[0].events, jobs, summaries[0].as_dict()
+
+
+def test_a_restored_backlog_schedules_exactly_as_before(monkeypatch) -> None:
+    snap = backlog_snapshot()
+    assert (snap.jobs["state"] == "pending").sum() > 1000
+
+    events, jobs, summary = replay_events(snap, Simulator, monkeypatch)
+    assert replay_events(snap, BeforeIssue17, monkeypatch) == (events, jobs, summary)
+    assert sum(e[1] == "started" for e in events) > 300
+
+
+def queued_job(number: int, key: tuple, flags: SettledFlags) -> Job:
+    spec = JobSpec(f"j{number}", 0.0, 60.0, pods=1 + number % 3, gpus_per_pod=1 + number % 8)
+    job = Job(number, spec, pool=0, queue=number % 5, partial=number % 7 == 0, flags=flags)
+    job.key = key
+    return job
+
+
+def test_the_queue_stays_sorted_with_its_rows_through_merges_inserts_and_removals() -> None:
+    rng = np.random.default_rng(3)
+    flags = SettledFlags()
+    queue = PendingQueue()
+    model: list[Job] = []
+    number = 0
+    for step in range(300):
+        batch = 200 if step == 0 else int(rng.choice([0, 1, 2, PendingQueue.MERGE_FROM]))
+        for _ in range(batch):
+            job = queued_job(number, (int(rng.integers(0, 3)), float(rng.random()), number), flags)
+            queue.add(job)
+            model.append(job)
+            number += 1
+        for _ in range(int(rng.integers(0, 4))):
+            if model:
+                job = model.pop(int(rng.integers(len(model))))
+                queue.remove(job)
+                assert not job.in_queue
+        model.sort(key=lambda j: j.key)
+        assert queue.jobs == model
+        rows = queue.rows(np.arange(len(model)))
+        expected = [
+            (j.spec.gpus_per_pod, 1 if j.partial else j.spec.pods, j.partial, j.number, j.queue)
+            for j in model
+        ]
+        assert [tuple(column) for column in rows.T.tolist()] == expected
+        assert queue.pod_gpus.tolist() == [j.spec.gpus_per_pod for j in model]
+
+
+def test_a_job_counts_as_settled_only_while_reported_and_unschedulable() -> None:
+    flags = SettledFlags()
+    job = queued_job(70, (0,), flags)
+
+    job.reason = UNSCHEDULABLE
+    assert not flags.array[70]  # not reported yet
+    job.failed_scheduling_reported = True
+    job.reason = UNSCHEDULABLE
+    assert flags.array[70]
+    job.reason = QUEUE_CAPABILITY
+    assert not flags.array[70]
+
+
+def test_the_collector_runs_again_when_the_last_of_nested_pauses_ends() -> None:
+    assert gc.isenabled()
+    with replay.cyclic_gc_paused():
+        with replay.cyclic_gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_a_collector_disabled_before_a_pause_stays_disabled() -> None:
+    gc.disable()
+    try:
+        with replay.cyclic_gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -378,7 +378,7 @@ class Simulator(StateTransitions):
         elif full:
             at = np.arange(len(queue))
         else:
-            at = queue.positions(j for j in new if j.in_queue)
+            at = queue.positions([j for j in new if j.in_queue])
         if not len(at):
             return
         candidates = _Candidates(queue.jobs, at)
