@@ -66,11 +66,12 @@ from diagnosis.core.simulate.transitions import StateTransitions
 
 class _SlotCounter:
     """Pod slots per pod size on a pool's free GPUs, counted once per size until forgotten
-    (after a placement)."""
+    (after a placement); ``messages`` caches unschedulable messages the same way."""
 
     def __init__(self, free: np.ndarray) -> None:
         self.free = free
         self.counts: dict[int, int] = {}
+        self.messages: dict[tuple[int, int], str] = {}
 
     def of(self, size: int) -> int:
         count = self.counts.get(size)
@@ -89,6 +90,7 @@ class _SlotCounter:
 
     def forget(self) -> None:
         self.counts.clear()
+        self.messages.clear()
 
 
 class _InOrder:
@@ -425,7 +427,7 @@ class Simulator(StateTransitions):
                     )
                     return
                 continue
-            self._unschedulable(job, outcome, free)
+            self._unschedulable(job, outcome, free, slots.messages)
             if outcome == UNSCHEDULABLE and not backfill:
                 self.blocker[p] = job
                 break
@@ -450,7 +452,7 @@ class Simulator(StateTransitions):
         again, which it is: only the others are looked at, found with numpy (issue #17)."""
         rest = turns.rest()
         rest = rest[queued_partial[rest] | ~self.settled.array[numbers[rest]]]
-        short_of: dict[int, int] = {}  # no placement from here on: free stays as it is
+        messages: dict[tuple[int, int], str] = {}  # no placement from here on: free stays
         for rank in rest.tolist():
             job = candidates[rank]
             if not job.in_queue:
@@ -463,7 +465,7 @@ class Simulator(StateTransitions):
             if job.failed_scheduling_reported:
                 job.reason = UNSCHEDULABLE  # what _unschedulable does to a job reported before
             else:
-                self._unschedulable(job, UNSCHEDULABLE, free, short_of)
+                self._unschedulable(job, UNSCHEDULABLE, free, messages)
 
     def _place(self, job: Job, p: int, free: np.ndarray, lo: int) -> str | None:
         """Bind and start an all-or-nothing job; None when placed, else the pending reason."""
@@ -538,35 +540,41 @@ class Simulator(StateTransitions):
         return waiting[0] if waiting else None
 
     def _unschedulable(
-        self, job: Job, reason: str, free: np.ndarray, short_of: dict[int, int] | None = None
+        self,
+        job: Job,
+        reason: str,
+        free: np.ndarray,
+        messages: dict[tuple[int, int], str] | None = None,
     ) -> None:
         """Set the job's pending reason, and log its failed scheduling the first time.
-        ``short_of``: a cache of the nodes short of each pod size, while ``free`` stays as it
-        is (the fast path of a pass in which nothing fits any more)."""
+        ``messages``: a cache of the unschedulable message per pod size and pods needed, while
+        ``free`` stays as it is (until a placement)."""
         reported = job.failed_scheduling_reported
         job.failed_scheduling_reported = True  # first, so that the reason settles the job
         job.reason = reason
         if reported:
             return
-        size = job.spec.gpus_per_pod
+        spec = job.spec
         if reason == QUEUE_CAPABILITY:
             queue = self.queues[job.queue]
             message = (
                 f"queue {queue.name} would exceed its capability of {queue.capability_gpus:g} GPUs"
             )
         else:
-            short = short_of.get(size) if short_of is not None else None
-            if short is None:
-                short = int((free < size).sum())
-                if short_of is not None:
-                    short_of[size] = short
-            message = (
-                f"0/{len(free)} nodes are available: {short} Insufficient nvidia.com/gpu."
-                if short == len(free)
-                else f"{job.spec.members_needed} pods of {size} GPUs do not fit on the free GPUs"
-                f" of {len(free) - short} nodes"
-            )
+            shape = (spec.gpus_per_pod, spec.members_needed)
+            cached = messages.get(shape) if messages is not None else None
+            message = cached or self._unschedulable_message(free, *shape)
+            if messages is not None and cached is None:
+                messages[shape] = message
         self._log("failed_scheduling", job, None, reason, message)
+
+    @staticmethod
+    def _unschedulable_message(free: np.ndarray, size: int, needed: int) -> str:
+        short = int((free < size).sum())
+        if short == len(free):
+            return f"0/{len(free)} nodes are available: {short} Insufficient nvidia.com/gpu."
+        fitting = len(free) - short
+        return f"{needed} pods of {size} GPUs do not fit on the free GPUs of {fitting} nodes"
 
     def _placement_message(self, job: Job) -> str:
         nodes = sorted({self.node_names[n] for n, _, _ in job.pods})
