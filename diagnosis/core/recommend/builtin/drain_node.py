@@ -18,7 +18,8 @@ sit on a failing GPU), and whether their pods fit elsewhere in the pool right no
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +35,9 @@ from diagnosis.core.recommend.base import (
 )
 from diagnosis.core.rules.base import Finding
 from diagnosis.core.rules.builtin.xid import ACTION_URGENCY
+
+if TYPE_CHECKING:
+    from pandas import Index
 
 MAX_REASON_CHARS = 200
 NOTHING_TO_DO = ("drained", "down")
@@ -67,17 +71,19 @@ def drainable_nodes(
     return [
         (node, sorted(by_node[node], key=lambda f: int(f.evidence.get("index", 0))))
         for node in sorted(by_node)
-        if node in nodes.index and nodes.at[node, "state"] not in NOTHING_TO_DO
+        if node in nodes.index and nodes.loc[node, "state"] not in NOTHING_TO_DO
     ]
 
 
 def generate(context: RecommendContext) -> list[Draft]:
     nodes = context.snapshot.nodes
     drafts = []
-    for node, findings in drainable_nodes(context, "xid", drain_codes):
+    drainable = drainable_nodes(context, "xid", drain_codes)
+    layout = PoolLayout.of(context) if drainable else None
+    for node, findings in drainable:
         reason = drain_reason(findings)
-        state = str(nodes.at[node, "state"])
-        impact, tradeoffs = capacity_account(context, node, findings)
+        state = str(nodes.loc[node, "state"])
+        impact, tradeoffs = capacity_account(context, node, findings, layout)
         drafts.append(
             Draft(
                 kind=DRAIN_NODE,
@@ -130,19 +136,51 @@ def _action(findings: list[Finding]) -> str:
     return "follow NVIDIA's action for the code (docs/xid.md)"
 
 
+@dataclass(frozen=True)
+class PoolLayout:
+    """The snapshot's GPUs by node and its nodes by pool, grouped once for all the nodes a
+    cycle may drain (a 131,072-GPU cluster has hundreds): each node's account then reads its
+    own rows instead of comparing every GPU's and node's name again."""
+
+    gpu_rows: dict[str, np.ndarray]  # node -> positions in facts.gpu_state
+    pool_nodes: dict[str, Index]
+    pool_gpus: dict[str, int]
+    pool_free: dict[str, np.ndarray]  # free GPUs of each of pool_nodes[pool], in that order
+
+    @classmethod
+    def of(cls, context: RecommendContext) -> PoolLayout:
+        nodes = context.snapshot.nodes
+        pool_nodes = {str(pool): index for pool, index in nodes.groupby("pool").groups.items()}
+        free = context.facts.free_per_node
+        return cls(
+            gpu_rows=dict(context.facts.gpu_state.groupby("node", sort=False).indices),
+            pool_nodes=pool_nodes,
+            pool_gpus={p: int(nodes.loc[index, "gpus"].sum()) for p, index in pool_nodes.items()},
+            pool_free={
+                p: free.reindex(index, fill_value=0).to_numpy() for p, index in pool_nodes.items()
+            },
+        )
+
+    def free_elsewhere(self, pool: str, node: str) -> np.ndarray:
+        """Free GPUs per node of ``pool``, ``node`` left out."""
+        return np.delete(self.pool_free[pool], self.pool_nodes[pool].get_loc(node))
+
+
 def capacity_account(
-    context: RecommendContext, node: str, findings: list[Finding]
+    context: RecommendContext,
+    node: str,
+    findings: list[Finding],
+    layout: PoolLayout | None = None,
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     snapshot = context.snapshot
     facts = context.facts
-    gpus = facts.gpu_state
-    on_node = gpus[gpus["node"] == node]
-    pool = str(snapshot.nodes.at[node, "pool"])
-    pool_nodes = snapshot.nodes.index[snapshot.nodes["pool"] == pool]
-    pool_gpus = int(snapshot.nodes.loc[pool_nodes, "gpus"].sum())
+    layout = layout or PoolLayout.of(context)
+    on_node = facts.gpu_state.iloc[layout.gpu_rows.get(node, np.empty(0, dtype=int))]
+    pool = str(snapshot.nodes.loc[node, "pool"])
+    pool_gpus = layout.pool_gpus[pool]
     removed = int(on_node["usable"].sum())
     failing = {int(f.evidence["index"]) for f in findings}
-    free = facts.free_per_node.reindex(pool_nodes.drop(node), fill_value=0).to_numpy()
+    free = layout.free_elsewhere(pool, node)
 
     evict = []
     holders = on_node.dropna(subset=["job"]).groupby("job", sort=True)
