@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -53,21 +54,46 @@ class Snapshot(models.Model):
     @classmethod
     def store(cls, cluster: Cluster, document: dict[str, Any]) -> Snapshot:
         """Compress and save a snapshot document; its ``as_of`` and ``format`` become columns."""
-        as_of = _document_as_of(document)
-        encoded = encode_document(document)
-        compressed = zlib.compress(encoded, level=6)
-        return cls.objects.create(
-            cluster=cluster,
-            as_of=as_of,
-            format=document.get("format", SNAPSHOT_FORMAT),
-            document=compressed,
-            json_bytes=len(encoded),
-            stored_bytes=len(compressed),
-        )
+        return cls.compressing(cluster, document).save()
+
+    @classmethod
+    def compressing(cls, cluster: Cluster, document: dict[str, Any]) -> CompressingSnapshot:
+        """Start storing a document: encoded now, compressed in a thread (zlib lets go of the
+        GIL) while the caller goes on; :meth:`CompressingSnapshot.save` stores the row."""
+        return CompressingSnapshot(cluster, document)
 
     def load_document(self) -> dict[str, Any]:
         """The document as it was stored."""
         return json.loads(zlib.decompress(bytes(self.document)))
+
+
+_COMPRESSOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuobs-snapshot-zlib")
+
+
+class CompressingSnapshot:
+    """A snapshot document on its way to a :class:`Snapshot` row: its JSON compressed in a
+    background thread -- ~0.13 s at 16,384 GPUs, ~1.1 s at 131,072, time a cycle spends
+    recording its findings meanwhile (issue #17)."""
+
+    def __init__(self, cluster: Cluster, document: dict[str, Any]) -> None:
+        self.cluster = cluster
+        self.as_of = _document_as_of(document)
+        self.format = document.get("format", SNAPSHOT_FORMAT)
+        encoded = encode_document(document)
+        self.json_bytes = len(encoded)
+        self._compressed = _COMPRESSOR.submit(zlib.compress, encoded, 6)
+
+    def save(self) -> Snapshot:
+        """Wait for the compression and store the row."""
+        compressed = self._compressed.result()
+        return Snapshot.objects.create(
+            cluster=self.cluster,
+            as_of=self.as_of,
+            format=self.format,
+            document=compressed,
+            json_bytes=self.json_bytes,
+            stored_bytes=len(compressed),
+        )
 
 
 class ClusterCycle(models.Model):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import zlib
+
 import pytest
 from django.db import IntegrityError
 from django.db.models import ProtectedError
@@ -64,6 +67,24 @@ def test_a_cluster_with_an_audit_trail_cannot_be_deleted(make_cluster) -> None:
 
     with pytest.raises(ProtectedError):
         cluster.delete()
+
+
+def test_a_snapshot_is_compressed_off_the_callers_thread(make_cluster, monkeypatch) -> None:
+    compressed_in: list[str] = []
+    compress = zlib.compress
+
+    def noting_the_thread(data: bytes, level: int) -> bytes:
+        compressed_in.append(threading.current_thread().name)
+        return compress(data, level)
+
+    monkeypatch.setattr(zlib, "compress", noting_the_thread)
+    document = snapshot_document()
+
+    stored = Snapshot.compressing(make_cluster(), document).save()
+
+    assert Snapshot.objects.get(pk=stored.pk).load_document() == document
+    assert compressed_in
+    assert compressed_in[0] != threading.current_thread().name
 
 
 def test_snapshot_round_trip_is_exact_and_compressed(make_cluster) -> None:
