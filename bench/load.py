@@ -25,8 +25,11 @@ the machine with the server: on a small or busy machine the figures include thei
 from __future__ import annotations
 
 import argparse
+import cProfile
 import http.client
 import os
+import pstats
+import secrets
 import shutil
 import socket
 import statistics
@@ -43,14 +46,28 @@ sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuobs.settings")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
 os.environ.pop("REDIS_URL", None)
+# production settings in this process too (its in-process modes time what the server runs)
+PRODUCTION = {
+    "DJANGO_DEBUG": "0",
+    "DJANGO_SECRET_KEY": secrets.token_urlsafe(48),  # the sessions made here are signed with it
+    "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
+    "DJANGO_SECURE_SSL_REDIRECT": "0",
+    "DJANGO_SECURE_COOKIES": "0",
+    "DJANGO_SECURE_HSTS_SECONDS": "0",
+    "DJANGO_LOG_LEVEL": "WARNING",
+}
+for key, value in PRODUCTION.items():
+    os.environ.setdefault(key, value)
 
 import reports  # noqa: E402 -- bench/reports.py: django.setup() and the 30-day fill
 import rules  # noqa: E402 -- bench/rules.py: the synthetic snapshot of a size
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
+from django.core.cache import caches  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import (  # noqa: E402
+    CaptureQueriesContext,
     setup_databases,
     setup_test_environment,
     teardown_databases,
@@ -71,8 +88,26 @@ PORT = int(os.environ.get("BENCH_PORT", "8765"))
 COOKIE = settings.SESSION_COOKIE_NAME
 
 
+def sessions_of(username: str, clients: int) -> list[str]:
+    """A session cookie each for ``clients`` logins of ``username``."""
+    user = get_user_model().objects.get(username=username)
+    sessions = []
+    for _ in range(clients):
+        client = Client()
+        client.force_login(user)
+        sessions.append(client.cookies[COOKIE].value)
+    return sessions
+
+
 def fill(gpus: int, clients: int) -> tuple[str, list[str]]:
-    """The database of one size; returns the cluster's name and the admin's session cookie."""
+    """The database of one size; returns the cluster's name and the admin's session cookies.
+    A database kept by an earlier ``--keep`` run (its cluster there already) is reused."""
+    if Cluster.objects.filter(name="bench").exists():
+        if ClusterCycle.objects.filter(cluster__name="bench").values("gpus").first() != {
+            "gpus": gpus
+        }:
+            raise SystemExit("the kept database holds another size: drop it or run without --keep")
+        return "bench", sessions_of("bench-admin", clients)
     reports.GPUS = gpus
     with connection.cursor() as cursor:  # columns newer than bench/reports.py's fill: 0
         for model in (PoolRollup, TenantRollup):
@@ -122,33 +157,22 @@ def fill(gpus: int, clients: int) -> tuple[str, list[str]]:
         record_accounting_slice(cycle)
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
-    sessions = []
-    for _ in range(clients):
-        client = Client()
-        client.force_login(admin)
-        sessions.append(client.cookies[settings.SESSION_COOKIE_NAME].value)
-    return cluster.name, sessions
+    return cluster.name, sessions_of(admin.username, clients)
 
 
-def start_server(database: str) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "DATABASE_URL": database,
-        "DJANGO_DEBUG": "0",
-        "DJANGO_SECRET_KEY": settings.SECRET_KEY,  # the sessions made here are signed with it
-        "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "DJANGO_SECURE_SSL_REDIRECT": "0",
-        "DJANGO_SECURE_COOKIES": "0",
-        "DJANGO_SECURE_HSTS_SECONDS": "0",
-        "DJANGO_LOG_LEVEL": "WARNING",
-    }
-    # Production serves hashed static files from STATIC_ROOT (collectstatic, as the image does).
+def collect_static() -> None:
+    """Production serves hashed static files from STATIC_ROOT (collectstatic, as the image
+    does); the pages name them through its manifest."""
     subprocess.run(
         [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"],
         cwd=ROOT,
-        env=env,
+        env=os.environ,
         check=True,
     )
+
+
+def start_server(database: str) -> subprocess.Popen:
+    env = {**os.environ, "DATABASE_URL": database}
     workers = os.environ.get("GPUOBS_WEB_WORKERS", "3")
     if shutil.which("gunicorn") or (Path(sys.executable).parent / "gunicorn").exists():
         gunicorn = shutil.which("gunicorn") or str(Path(sys.executable).parent / "gunicorn")
@@ -170,14 +194,19 @@ def start_server(database: str) -> subprocess.Popen:
     raise RuntimeError("the server did not open its port within 60 s")
 
 
-def run_clients(name: str, sessions: list[str], seconds: float) -> dict[str, list[float]]:
+def page_paths(name: str) -> dict[str, str]:
+    """The pages the clients request, in turn."""
     end = reports.END
     day = f"from={(end - timedelta(days=1)):%Y-%m-%dT%H:%MZ}&to={end:%Y-%m-%dT%H:%MZ}"
-    pages = {
+    return {
         "overview": f"/clusters/{name}/",
         "findings": f"/clusters/{name}/findings/",
         "fairness 24 h": f"/clusters/{name}/fairness/?{day}",
     }
+
+
+def run_clients(name: str, sessions: list[str], seconds: float) -> dict[str, list[float]]:
+    pages = page_paths(name)
     warm = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
     for _ in range(2 * int(os.environ.get("GPUOBS_WEB_WORKERS", "3"))):  # every worker warm
         for path in pages.values():
@@ -231,16 +260,33 @@ def percentile(values: list[float], q: float) -> float:
     )
 
 
-def measure(gpus: int, seconds: float, clients: list[int], reports_only: bool = False) -> bool:
-    """One database of ``gpus``, then a run of ``seconds`` for each number of ``clients``."""
-    databases = setup_databases(verbosity=0, interactive=False)
+def measure(
+    gpus: int,
+    seconds: float,
+    clients: list[int],
+    *,
+    mode: str = "load",
+    keep: bool = False,
+    runs: int = 20,
+) -> bool:
+    """One database of ``gpus``, then a run of ``seconds`` for each number of ``clients`` (or,
+    by ``mode``, the report timings or the in-process page costs). ``keep``: the database is
+    kept for the next run, and a kept one reused."""
+    collect_static()
+    databases = setup_databases(verbosity=0, interactive=False, keepdb=keep)
     ok = True
     try:
         started = time.perf_counter()
         name, sessions = fill(gpus, max(clients))
         filled = time.perf_counter() - started
-        if reports_only:
+        if mode == "reports":
             time_reports(name)
+            return True
+        if mode == "cost":
+            page_costs(name, runs)
+            return True
+        if mode.startswith("profile:"):
+            profile_page(name, mode.removeprefix("profile:"), runs)
             return True
         database = settings.DATABASES["default"]
         url = f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}"
@@ -257,7 +303,8 @@ def measure(gpus: int, seconds: float, clients: list[int], reports_only: bool = 
             server.terminate()
             server.wait(timeout=30)
     finally:
-        teardown_databases(databases, verbosity=0)
+        if not keep:
+            teardown_databases(databases, verbosity=0)
     return ok
 
 
@@ -278,6 +325,66 @@ def time_reports(name: str) -> None:
             f"fairness report, {label}: wall {statistics.median(wall):.3f} s, "
             f"CPU {statistics.median(cpu):.3f} s"
         )
+
+
+def _viewers() -> dict[str, Client]:
+    clients = {}
+    for username in ("bench-admin", "bench-manager"):
+        client = Client()
+        client.force_login(get_user_model().objects.get(username=username))
+        clients[username.removeprefix("bench-")] = client
+    return clients
+
+
+def _cpu_ms(client: Client, path: str) -> tuple[float, int, int]:
+    """CPU ms of one request, its queries and bytes."""
+    with CaptureQueriesContext(connection) as captured:
+        used = time.process_time()
+        response = client.get(path)
+        cpu = (time.process_time() - used) * 1000
+    assert response.status_code == 200, (path, response.status_code)
+    return cpu, len(captured.captured_queries), len(response.content)
+
+
+def page_costs(name: str, runs: int) -> None:
+    """Each page through Django's test client in this process (every middleware, a logged-in
+    session), for the admin and for a manager: the median CPU ms of ``runs`` requests with the
+    page cache cleared before each ("uncached": a new cycle's first request in a worker) and of
+    ``runs`` more that find it filled ("cached"), with their queries. CPU is what the server
+    spends on a request, PostgreSQL's own time aside."""
+    print(f"{'page':<14} {'viewer':<8} {'uncached ms':>11} {'queries':>7}", end="")
+    print(f" {'cached ms':>9} {'queries':>7} {'KiB':>5}")
+    for viewer, client in _viewers().items():
+        for page, path in page_paths(name).items():
+            _cpu_ms(client, path)  # warm
+            uncached = []
+            for _ in range(runs):
+                caches["pages"].clear()
+                uncached.append(_cpu_ms(client, path))
+            cached = [_cpu_ms(client, path) for _ in range(runs)]
+            print(
+                f"{page:<14} {viewer:<8} {statistics.median(c[0] for c in uncached):>11.1f}"
+                f" {uncached[-1][1]:>7} {statistics.median(c[0] for c in cached):>9.1f}"
+                f" {cached[-1][1]:>7} {cached[-1][2] / 1024:>5.0f}"
+            )
+
+
+def profile_page(name: str, page: str, runs: int) -> None:
+    """cProfile of ``runs`` admin requests of one page (``overview``, ``findings``,
+    ``fairness``; with ``:cached``, answered from the page cache, else with it cleared before
+    each): the top functions by cumulative time."""
+    page, _, cached = page.partition(":")
+    path = next(p for label, p in page_paths(name).items() if label.startswith(page))
+    client = _viewers()["admin"]
+    client.get(path)
+    profiler = cProfile.Profile()
+    for _ in range(runs):
+        if not cached:
+            caches["pages"].clear()
+        profiler.enable()
+        client.get(path)
+        profiler.disable()
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
 
 
 def report(results: dict[str, tuple[list[float], list[float]]]) -> bool:
@@ -306,13 +413,38 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="no server: time build_fairness_report over 24 h, 7 and 30 days in process",
     )
+    parser.add_argument(
+        "--cost",
+        action="store_true",
+        help="no server: each page's CPU ms per request in process, admin and manager",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="PAGE",
+        help="no server: cProfile of one page (overview, findings, fairness), cache cleared",
+    )
+    parser.add_argument("--runs", type=int, default=20, help="requests per page for --cost")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the filled database for the next run (and reuse one kept before)",
+    )
     args = parser.parse_args(argv)
+    mode = (
+        "reports"
+        if args.reports
+        else "cost"
+        if args.cost
+        else f"profile:{args.profile}"
+        if args.profile
+        else "load"
+    )
     ok = True
     setup_test_environment()
     for gpus in [int(s) for s in args.sizes.split(",")]:
         clients = [int(c) for c in args.clients.split(",")]
-        ok = measure(gpus, args.seconds, clients, args.reports) and ok
-    if args.reports:
+        ok = measure(gpus, args.seconds, clients, mode=mode, keep=args.keep, runs=args.runs) and ok
+    if mode != "load":
         return 0
     print(f"\nbudget: p95 <= {BUDGET_P95_MS:g} ms on every page: {'met' if ok else 'NOT met'}")
     return 0 if ok else 1

@@ -291,6 +291,29 @@ WHITENOISE_AUTOREFRESH = DEBUG
 
 REDIS_URL = os.environ.get("REDIS_URL") or None
 
+# Django's default cache stays each process's own memory (DRF's throttles count there, as
+# before). The pages' cache of rendered fragments (diagnosis/pages/page_cache.py) is shared in
+# Redis when there is one, else each process's own memory too. Short timeouts: a slow Redis costs
+# a page a fraction of a second, and then the process renders without it for a while.
+_PAGES_IN_MEMORY = {
+    "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+    "LOCATION": "gpuobs-pages",
+    "OPTIONS": {"MAX_ENTRIES": 2000},
+}
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "pages": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "gpuobs-pages",
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+    }
+    if REDIS_URL
+    else _PAGES_IN_MEMORY,
+}
+# How long a cached page fragment lives at most (0: no page cache); a new cycle replaces it.
+GPUOBS_PAGE_CACHE_SECONDS = env_int("GPUOBS_PAGE_CACHE_SECONDS", 300)
+
 GPUOBS_CYCLE_SECONDS = env_int("GPUOBS_CYCLE_SECONDS", 60)
 # how often a live page asks whether a new cycle landed (docs/ui.md "Live updates")
 GPUOBS_LIVE_POLL_SECONDS = env_int("GPUOBS_LIVE_POLL_SECONDS", 10)

@@ -29,6 +29,8 @@ from django.db.models import (
     F,
     IntegerField,
     JSONField,
+    Max,
+    Min,
     OuterRef,
     Q,
     QuerySet,
@@ -38,8 +40,10 @@ from django.db.models import (
 )
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext, gettext_lazy
 from django.views.decorators.http import require_safe
 
@@ -60,6 +64,7 @@ from diagnosis.choices import FindingState, Severity
 from diagnosis.core.rules.base import SEVERITIES, Rule
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.models import Cluster, ClusterCycle, DeliveryState, Finding
+from diagnosis.pages import page_cache
 from diagnosis.pages.time_range import TimeRange, range_picker
 from diagnosis.reports.period import PeriodError
 from diagnosis.roles import can_administer, is_tenant_scoped
@@ -463,17 +468,28 @@ def downsampled_trend(trend: pd.DataFrame, span: timedelta) -> pd.DataFrame:
     )
 
 
-def _trend_marks(
-    request: HttpRequest, cluster: Cluster, cycles: list[tuple[datetime, datetime]]
-) -> list[charts.TimeMark]:
-    """Incidents opened and changes applied while the trend's cycles ran, at the snapshot time
-    of the first cycle that ran after each (the chart's clock is snapshot time; theirs is the
-    wall clock). One query for both; the latest ``MAX_TREND_MARKS``."""
-    if not cycles:
+def _trend_window(
+    cycles: QuerySet[ClusterCycle], time_range: TimeRange
+) -> tuple[datetime, datetime] | None:
+    """When the trend's cycles ran, ``(low, high]`` (wall clock), widened by one cycle interval
+    at the start: incidents and changes in it are marked on the trend. None without cycles."""
+    bounds = cycles.filter(
+        ok=True, as_of__gt=time_range.start, as_of__lte=time_range.end
+    ).aggregate(first=Min("ran_at"), last=Max("ran_at"))
+    if bounds["first"] is None:
+        return None
+    return bounds["first"] - timedelta(seconds=settings.GPUOBS_CYCLE_SECONDS), bounds["last"]
+
+
+def _mark_rows(
+    request: HttpRequest, cluster: Cluster, window: tuple[datetime, datetime] | None
+) -> list[tuple[Any, ...]]:
+    """Incidents opened and changes applied in ``window`` (one query for both), the latest
+    ``MAX_TREND_MARKS``: ``(moment, kind, text, subject)``. Small, and asked on every request:
+    they change without a new cycle, so the overview's cache key names them."""
+    if window is None:
         return []
-    by_ran_at = sorted(cycles, key=lambda row: row[1])
-    ran_at = [row[1] for row in by_ran_at]
-    low, high = ran_at[0] - timedelta(seconds=settings.GPUOBS_CYCLE_SECONDS), ran_at[-1]
+    low, high = window
     incidents = (
         incidents_for_user(request.user, cluster)
         .filter(opened_at__gt=low, opened_at__lte=high)
@@ -488,8 +504,19 @@ def _trend_marks(
         .values_list("applied_at", "mark", "text", "target")
         .order_by()
     )
+    return sorted(incidents.union(changes, all=True))[-MAX_TREND_MARKS:]
+
+
+def _trend_marks(
+    rows: list[tuple[Any, ...]], cycles: list[tuple[datetime, datetime]]
+) -> list[charts.TimeMark]:
+    """Each of :func:`_mark_rows` at the snapshot time of the first cycle that ran after it (the
+    chart's clock is snapshot time; theirs is the wall clock)."""
+    if not cycles:
+        return []
+    by_ran_at = sorted(cycles, key=lambda row: row[1])
+    ran_at = [row[1] for row in by_ran_at]
     marks = []
-    rows = sorted(incidents.union(changes, all=True))[-MAX_TREND_MARKS:]
     for moment, kind, text, subject in rows:
         index = bisect_left(ran_at, moment)
         if index < len(by_ran_at):
@@ -501,9 +528,12 @@ def _trend_marks(
 @require_safe
 def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
     """One cluster: figures of its latest good cycle, the last hour's GPU-hour waterfall, the
-    utilization trend, open findings, data age, collection and rule errors."""
+    utilization trend, open findings, data age, collection and rule errors.
+
+    The panels (waterfall, trend, open findings, coverage) are cached per data version,
+    reader's scope, query and trend marks (diagnosis/pages/page_cache.py); the head, the data
+    age and the notifications are rendered on every request."""
     cluster = get_cluster_for_user(request.user, name)
-    rules = all_rules()
     cycles = cycles_for_user(request.user, cluster)
     latest, good = _latest_cycles(cycles)
     context: dict[str, Any] = {
@@ -512,8 +542,6 @@ def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
         "latest": latest,
         "good": good,
         "freshness": freshness_of(latest, good),
-        "findings_table": _open_findings_table(request, cluster, rules),
-        "severities": SEVERITIES,
         "failed": latest is not None and not latest.ok,
         # outbound channels (Alertmanager, owner notices); their errors name URLs: admins only
         "deliveries": list(DeliveryState.objects.filter(cluster=cluster)),
@@ -524,12 +552,50 @@ def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
         if latest is not None and not latest.ok
         else "",
     }
+    time_range, range_error, mark_rows = None, "", []
     if good is not None:
         try:
-            time_range, range_error = TimeRange.parse(request.GET, default_end=good.as_of), ""
+            time_range = TimeRange.parse(request.GET, default_end=good.as_of)
         except PeriodError as error:
             time_range = TimeRange.parse({}, default_end=good.as_of)
             range_error = str(error)
+        mark_rows = _mark_rows(request, cluster, _trend_window(cycles, time_range))
+    context |= page_cache.cached_fragments(
+        "overview",
+        request,
+        cluster,
+        lambda: _overview_panels(request, cluster, good, time_range, range_error, mark_rows),
+        parts=(
+            getattr(latest, "pk", None),
+            getattr(good, "pk", None),
+            time_range,
+            range_error,
+            tuple(mark_rows),
+        ),
+    )
+    return render(request, "diagnosis/cluster_overview.html", context)
+
+
+def _overview_panels(
+    request: HttpRequest,
+    cluster: Cluster,
+    good: ClusterCycle | None,
+    time_range: TimeRange | None,
+    range_error: str,
+    mark_rows: list[tuple[Any, ...]],
+) -> dict[str, Any]:
+    """The overview's cached part: the panels' HTML and the figures the page head shows of
+    them (the productive share, the coverages)."""
+    rules = all_rules()
+    cycles = cycles_for_user(request.user, cluster)
+    context: dict[str, Any] = {
+        "cluster": cluster,
+        "good": good,
+        "findings_table": _open_findings_table(request, cluster, rules),
+        "severities": SEVERITIES,
+    }
+    figures: dict[str, Any] = {}
+    if good is not None and time_range is not None:
         # the waterfall: the hour up to the range's end (the latest good snapshot at most)
         hour_end = min(time_range.end, good.as_of)
         hour_rows = waterfall_rows(cycles, hour_end)
@@ -548,8 +614,13 @@ def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
             ),
             time_range.end - time_range.start,
         )
-        marks = _trend_marks(request, cluster, [(row[0], row[1]) for row in trend_rows])
+        marks = _trend_marks(mark_rows, [(row[0], row[1]) for row in trend_rows])
         last = hour_rows[-1] if hour_rows else {}
+        figures = {
+            "productive_share": breakdown.productive_share,
+            "activity_coverage": last.get("activity_coverage"),
+            "mfu_coverage": last.get("mfu_coverage"),
+        }
         context |= {
             "picker": range_picker(request.GET, time_range, range_error),
             "time_range": time_range,
@@ -567,12 +638,11 @@ def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
             ),
             "trend_points": len(trend),
             "trend_marks": marks,
-            "activity_coverage": last.get("activity_coverage"),
-            "mfu_coverage": last.get("mfu_coverage"),
             "rule_errors": good.rule_errors,
             "not_judged": _not_judged_lines(good.not_judged, rules),
         }
-    return render(request, "diagnosis/cluster_overview.html", context)
+    html = render_to_string("diagnosis/includes/cluster_overview_panels.html", context, request)
+    return {"panels": html, **figures}
 
 
 # -- findings ------------------------------------------------------------------------------------
@@ -629,8 +699,17 @@ def _paginate(request: HttpRequest, items: QuerySet, per_page: int) -> tuple[Pag
 
 @require_safe
 def finding_list(request: HttpRequest, name: str) -> HttpResponse:
-    """The findings of a cluster, filtered by rule, severity, state and pool, paginated."""
+    """The findings of a cluster, filtered by rule, severity, state and pool, paginated. The
+    body is cached per data version, reader's scope and query (diagnosis/pages/page_cache.py)."""
     cluster = get_cluster_for_user(request.user, name)
+    body = page_cache.cached_fragments(
+        "findings", request, cluster, lambda: {"body": _finding_list_body(request, cluster)}
+    )
+    context = {"cluster": cluster, "section": "findings", **body}
+    return render(request, "diagnosis/finding_list.html", context)
+
+
+def _finding_list_body(request: HttpRequest, cluster: Cluster) -> SafeString:
     rules = all_rules()
     filters = FindingFilter.parse(request.GET)
     findings = (
@@ -652,7 +731,6 @@ def finding_list(request: HttpRequest, name: str) -> HttpResponse:
     pool_names = sorted({p["pool"] for p in pools or () if p.get("pool")} | {filters.pool} - {""})
     context = {
         "cluster": cluster,
-        "section": "findings",
         "page": page,
         "query": query,
         "filters": filters,
@@ -662,7 +740,7 @@ def finding_list(request: HttpRequest, name: str) -> HttpResponse:
         "state_choices": STATE_FILTERS,
         "pool_choices": pool_names,
     }
-    return render(request, "diagnosis/finding_list.html", context)
+    return render_to_string("diagnosis/includes/finding_list_body.html", context, request)
 
 
 @require_safe

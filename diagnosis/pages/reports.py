@@ -18,7 +18,9 @@ from django.core.paginator import Paginator
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 from django.views.decorators.http import require_POST, require_safe
 
@@ -33,6 +35,7 @@ from diagnosis.access import (
 from diagnosis.actions.subscriptions import subscribe_to_report
 from diagnosis.core.fairness import SIZE_CLASSES
 from diagnosis.models import Cluster, Job, ReportFrequency, ReportSubscription
+from diagnosis.pages import page_cache
 from diagnosis.reports import figures
 from diagnosis.reports.csv_export import render_csv
 from diagnosis.reports.fairness_report import FairnessReportData, build_fairness_report, default_end
@@ -43,9 +46,16 @@ JOBS_PER_PAGE = 50
 FINDINGS_SHOWN = 100
 
 
-def _report(request: HttpRequest, cluster: Cluster, **narrow: Any) -> FairnessReportData:
-    """The report the query string asks for (``period``, or ``from``/``to``; ``tenant``)."""
-    period = ReportPeriod.parse(request.GET, default_end=default_end(cluster))
+def _period(request: HttpRequest, cluster: Cluster) -> ReportPeriod:
+    """The period the query string asks for (``period``, or ``from``/``to``)."""
+    return ReportPeriod.parse(request.GET, default_end=default_end(cluster))
+
+
+def _report(
+    request: HttpRequest, cluster: Cluster, period: ReportPeriod | None = None, **narrow: Any
+) -> FairnessReportData:
+    """The report the query string asks for (its period, and ``tenant``)."""
+    period = period or _period(request, cluster)
     tenants = narrow.get("tenants", request.GET.getlist("tenant"))
     return build_fairness_report(request.user, cluster, period, tenants=tenants)
 
@@ -65,17 +75,38 @@ def _bad_period(request: HttpRequest, cluster: Cluster, error: PeriodError) -> H
 
 @require_safe
 def fairness_report(request: HttpRequest, name: str) -> HttpResponse:
-    """The tenant table, the three charts, downloads and the reader's subscription."""
+    """The tenant table, the three charts, downloads and the reader's subscription. The report
+    part is cached per data version, reader's scope, period and query
+    (diagnosis/pages/page_cache.py); the subscription form is the reader's own."""
     cluster = get_cluster_for_user(request.user, name)
     try:
-        data = _report(request, cluster)
+        period = _period(request, cluster)
     except PeriodError as error:
         return _bad_period(request, cluster, error)
-    query = _exact_query(request, data)
-    subscription = ReportSubscription.objects.filter(user=request.user, cluster=cluster).first()
+    body = page_cache.cached_fragments(
+        "fairness",
+        request,
+        cluster,
+        lambda: {"body": _fairness_body(request, cluster, period)},
+        parts=(period.start, period.end, period.preset),
+    )
     context = {
         "cluster": cluster,
         "section": "fairness",
+        "subscription": ReportSubscription.objects.filter(
+            user=request.user, cluster=cluster
+        ).first(),
+        "frequencies": ReportFrequency.choices,
+        **body,
+    }
+    return render(request, "diagnosis/report_fairness.html", context)
+
+
+def _fairness_body(request: HttpRequest, cluster: Cluster, period: ReportPeriod) -> SafeString:
+    data = _report(request, cluster, period)
+    query = _exact_query(request, data)
+    context = {
+        "cluster": cluster,
         "data": data,
         "report": data.report,
         "presets": PRESET_LABELS,
@@ -87,8 +118,6 @@ def fairness_report(request: HttpRequest, name: str) -> HttpResponse:
         "size_classes": SIZE_CLASSES,
         "rows": [(row, [row.waits[c] for c in SIZE_CLASSES]) for row in data.tenants],
         "pooled_waits": [data.report.waits[c] for c in SIZE_CLASSES],
-        "subscription": subscription,
-        "frequencies": ReportFrequency.choices,
     }
     if data.tenants:
         context |= {
@@ -108,7 +137,7 @@ def fairness_report(request: HttpRequest, name: str) -> HttpResponse:
                 label="GPU-hours each tenant held, by accounting bucket",
             ),
         }
-    return render(request, "diagnosis/report_fairness.html", context)
+    return render_to_string("diagnosis/includes/report_fairness_body.html", context, request)
 
 
 def _download(request: HttpRequest, name: str, kind: str) -> HttpResponse:

@@ -19,6 +19,7 @@ from html import unescape
 import pandas as pd
 import pytest
 from django.contrib.staticfiles import finders
+from django.core.cache import caches
 from django.test import Client
 
 from diagnosis import charts
@@ -28,6 +29,7 @@ from diagnosis.core.accounting import BUCKETS
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster, ClusterCycle, Finding, Incident
+from diagnosis.pages import page_cache
 from diagnosis.pages.clusters import Freshness
 from diagnosis.templatetags.gpuobs import evidence_table
 from tests.support.builders import SnapshotBuilder
@@ -73,6 +75,13 @@ def seed(django_db_setup, django_db_blocker) -> Iterator[Cluster]:
     with django_db_blocker.unblock():
         Cluster.objects.filter(pk=cluster.pk).delete()
         sim_runtime.forget(SEED)
+
+
+@pytest.fixture(autouse=True)
+def _page_cache_cleared() -> None:
+    """The tests read what a page's context held: each renders its fragments afresh (the module's
+    cluster is shared, so the cache would answer a page another test already asked for)."""
+    caches[page_cache.CACHE].clear()
 
 
 @pytest.fixture
@@ -552,8 +561,20 @@ def test_every_page_runs_a_bounded_number_of_queries(
 ) -> None:
     bob_client.get("/")  # the session is loaded once per request either way
     for path in page_paths(seed):
-        # the overview: 11 with its trend's marks (incidents opened, changes applied: one query)
-        with django_assert_max_num_queries(11 if path == f"/clusters/{seed.name}/" else 10):
+        # the overview: 13 with its trend's marks and their window (incidents opened, changes
+        # applied), and the page cache's data version (diagnosis/pages/page_cache.py)
+        with django_assert_max_num_queries(13 if path == f"/clusters/{seed.name}/" else 11):
+            assert bob_client.get(path).status_code == 200
+
+
+def test_a_cached_page_runs_fewer_queries(
+    bob_client: Client, seed, django_assert_max_num_queries
+) -> None:
+    for path in (f"/clusters/{seed.name}/", f"/clusters/{seed.name}/findings/"):
+        bob_client.get(path)
+        # the session, the reader, their roles, the cluster, the data version; the overview's
+        # head (latest cycle, notifications) and trend marks (their window, the marks)
+        with django_assert_max_num_queries(9 if path == f"/clusters/{seed.name}/" else 5):
             assert bob_client.get(path).status_code == 200
 
 
