@@ -257,6 +257,13 @@ def record_findings(
         hit = hits.get(key)
         row = stored.get(key)
         reported = hit is not None or (key in open_keys and subject in sustained.get(rule_id, ()))
+        if reported and row is not None and row.state == lifecycle.FIRING and as_of > row.last_seen:
+            # most rows of a big cluster: firing, reported again -- lifecycle.advance would keep
+            # it firing and move only its timestamps; with its evidence unchanged, that is all
+            digest = evidence_digest(hit) if hit is not None else None
+            if digest in (None, row.evidence_digest):
+                hit_pks.append(row.pk)
+                continue
         step = lifecycle.advance(
             row.tracked() if row else None,
             hit=reported,
