@@ -1,7 +1,8 @@
 """Time the stored diagnosis cycle on PostgreSQL: N consecutive cycles of one big cluster.
 
-    PYTHONPATH=. python bench/cycle.py                        # 2,048 and 16,384 GPUs, 50 cycles
+    PYTHONPATH=. python bench/cycle.py                # 2,048, 16,384 and 65,536 GPUs, 50 cycles
     PYTHONPATH=. python bench/cycle.py --sizes 16384 --cycles 20
+    PYTHONPATH=. python bench/cycle.py --sizes 16384,131072 --cycles 10   # the linear check
     PYTHONPATH=. python bench/cycle.py --sizes 65536 --cycles 10
     PYTHONPATH=. python bench/cycle.py --database-url postgres://postgres@127.0.0.1:5432/x_bench
 
@@ -168,7 +169,10 @@ def vacuum_findings() -> None:
 
 
 def print_profile(profiler: cProfile.Profile, cycle: int) -> None:
-    """The functions cycle ``cycle`` spent its time in (``--profile-cycle``): own and cumulative."""
+    """The functions cycle ``cycle`` spent its time in (``--profile-cycle``): own and cumulative;
+    the whole profile goes to ``$BENCH_PROFILE_OUT`` when set (for pstats or snakeviz)."""
+    if os.environ.get("BENCH_PROFILE_OUT"):
+        profiler.dump_stats(os.environ["BENCH_PROFILE_OUT"])
     out = io.StringIO()
     stats = pstats.Stats(profiler, stream=out)
     for order in ("tottime", "cumulative"):
@@ -314,9 +318,30 @@ def summarize(result: dict[str, Any]) -> bool:
     return ok
 
 
+def steady_median(result: dict[str, Any]) -> float:
+    rows = result["rows"]
+    return statistics.median(r["total_s"] for r in rows[min(4, len(rows) - 1) :])
+
+
+def print_scaling(results: list[dict[str, Any]]) -> None:
+    """How the median stored cycle grows with the cluster, against the smallest size run: no
+    worse than linear means the time ratio is at most the GPU ratio (issue #17)."""
+    if len(results) < 2:
+        return
+    base = results[0]
+    for result in results[1:]:
+        gpus = result["gpus"] / base["gpus"]
+        seconds = steady_median(result) / steady_median(base)
+        verdict = "no worse than linear" if seconds <= gpus else "WORSE than linear"
+        print(
+            f"   scaling {base['gpus']:,} -> {result['gpus']:,} GPUs: x{gpus:.1f} GPUs, "
+            f"x{seconds:.1f} stored-cycle time ({verdict})"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="2048,16384", help="comma-separated GPU counts")
+    parser.add_argument("--sizes", default="2048,16384,65536", help="comma-separated GPU counts")
     parser.add_argument("--cycles", type=int, default=50, help="consecutive cycles per size")
     parser.add_argument(
         "--database-url",
@@ -368,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         print()
         ok = all([summarize(result) for result in results])  # noqa: C419 (every summary)
+        print_scaling(results)
     finally:
         from django.db import connections  # noqa: PLC0415
 
