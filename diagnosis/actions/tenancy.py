@@ -248,7 +248,7 @@ def sync_jobs(
     jobs = snap.jobs
     as_of = snap.as_of.to_pydatetime()
     live = {
-        row[0]: row[1:]
+        row[0]: (row[1], row[2:])
         for row in fast_rows(
             Job.objects.filter(
                 cluster=cluster, state__in=LIVE_JOB_STATES, unlisted_since__isnull=True
@@ -275,14 +275,15 @@ def sync_jobs(
     upsert: list[Job] = []
     unknown: list[str] = []  # upserted jobs that were not among the stored unfinished ones
     preemptions: dict[str, int] = {}
+    changing = list(zip(*(columns[f] for f in JOB_CHANGING_FIELDS), strict=True))
     for i, job_id in enumerate(jobs.index.tolist()):
         known = live.pop(job_id, None)
         if known is not None:
-            now = tuple(columns[f][i] for f in JOB_CHANGING_FIELDS)
-            if tuple(known[1:]) == now:
+            now, stored = changing[i], known[1]
+            if stored == now:
                 continue
-            if now[-1] > known[-1]:
-                preemptions[job_id] = now[-1] - known[-1]
+            if now[-1] > stored[-1]:
+                preemptions[job_id] = now[-1] - stored[-1]
         values = tuple(columns[f][i] for f in JOB_SYNC_FIELDS)
         if known is None:
             ended = columns["ended_at"][i]
@@ -322,7 +323,7 @@ def sync_jobs(
     )
     unlisted = 0
     if live:
-        unlisted = Job.objects.filter(pk__in=[row[0] for row in live.values()]).update(
+        unlisted = Job.objects.filter(pk__in=[pk for pk, _ in live.values()]).update(
             unlisted_since=as_of
         )
     return SyncedJobs(len(upsert), unlisted, preemptions)
