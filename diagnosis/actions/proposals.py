@@ -66,10 +66,10 @@ def record_recommendations(
     as_of = snap.as_of.to_pydatetime()
     recent = as_of - hold_off()
     open_changes = {
-        (r.kind, r.target): r.change
-        for r in Recommendation.objects.filter(cluster=cluster, state__in=OPEN_STATES).only(
-            "kind", "target", "change"
-        )
+        (kind, target): change
+        for kind, target, change in Recommendation.objects.filter(
+            cluster=cluster, state__in=OPEN_STATES
+        ).values_list("kind", "target", "change")
     }
     rejected = recently_rejected(cluster)
 
@@ -97,7 +97,7 @@ def record_recommendations(
             (r.kind, r.target): r
             for r in Recommendation.objects.select_for_update()
             .filter(cluster=cluster, state__in=OPEN_STATES)
-            .defer(*UNREAD_BY_THE_STEP)
+            .only(*READ_BY_THE_STEP)
         }
         superseded = revivable(cluster, recent)
         findings = _MotivatingFindings(cluster)
@@ -152,9 +152,19 @@ def record_recommendations(
     return stats
 
 
-# What the recommend step never reads of an open recommendation (the larger JSON columns): not
-# loaded for the ~1,000 open ones of a 16,384-GPU cluster (issue #17).
-UNREAD_BY_THE_STEP = ("impact", "dry_run_result", "apply_result", "verification")
+# What the recommend step reads of an open recommendation (is it the same change, held, being
+# applied, a rollback): only these are loaded for the ~1,000 open ones of a 16,384-GPU cluster,
+# ~8,000 at 131,072 (issue #17); the fields it writes need not be loaded to be saved.
+READ_BY_THE_STEP = (
+    "kind",
+    "target",
+    "state",
+    "change",
+    "rollback_of",
+    "requested_by",
+    "proposed_as_of",
+    "last_proposed_as_of",
+)
 
 
 def save_proposed_again(recs: list[Recommendation], as_of: datetime) -> None:
