@@ -62,8 +62,12 @@ def choose_node(
 
 
 def pod_slots(free: np.ndarray, gpus: int) -> int:
-    """How many pods of ``gpus`` GPUs fit on nodes with ``free`` GPUs each."""
-    return int(np.floor_divide(free, gpus).sum())
+    """How many pods of ``gpus`` GPUs fit on nodes with ``free`` (>= 0) GPUs each: from how
+    many nodes have each count free (one pass, no integer division per node)."""
+    if not len(free):
+        return 0
+    counts = np.bincount(free).tolist()
+    return sum(nodes * (f // gpus) for f, nodes in enumerate(counts) if nodes)
 
 
 @lru_cache(maxsize=65536)

@@ -136,7 +136,9 @@ class _FairShareTurns:
             self.order = np.zeros(1, dtype=np.int64)
             numbers, starts = [int(queue_of[0])], [0]
         else:
-            self.order = np.argsort(queue_of, kind="stable")  # by queue, each in given order
+            # by queue, each in the given order; 16-bit keys sort by radix, in linear time
+            keys = queue_of.astype(np.uint16) if len(queues) <= 1 << 16 else queue_of
+            self.order = np.argsort(keys, kind="stable")
             grouped = queue_of[self.order]
             starts = [0, *(np.flatnonzero(grouped[1:] != grouped[:-1]) + 1).tolist()]
             numbers = grouped[starts].tolist()

@@ -216,7 +216,7 @@ class PendingQueue:
         """The rows of the jobs at positions ``at``: GPUs per pod, pods needed, queued partial
         (0/1), job number, queue number."""
         self._flush()
-        return self._shapes[:, at + self._lo]
+        return self._shapes.take(at + self._lo, axis=1)
 
     def positions(self, jobs: list[Job]) -> np.ndarray:
         """The positions of distinct queued jobs, in queue order."""
