@@ -372,7 +372,7 @@ def page_costs(name: str, runs: int) -> None:
 def profile_page(name: str, page: str, runs: int) -> None:
     """cProfile of ``runs`` admin requests of one page (``overview``, ``findings``,
     ``fairness``; with ``:cached``, answered from the page cache, else with it cleared before
-    each): the top functions by cumulative time."""
+    each): the top functions by cumulative time, then by own time."""
     page, _, cached = page.partition(":")
     path = next(p for label, p in page_paths(name).items() if label.startswith(page))
     client = _viewers()["admin"]
@@ -384,7 +384,8 @@ def profile_page(name: str, page: str, runs: int) -> None:
         profiler.enable()
         client.get(path)
         profiler.disable()
-    pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 
 
 def report(results: dict[str, tuple[list[float], list[float]]]) -> bool:

@@ -535,12 +535,20 @@ def plotly_text(value: object) -> str:
     return html.escape(str(value), quote=False)
 
 
-def embed(figure: go.Figure, element_id: str, *, label: str) -> SafeString:
+def embed(figure: go.Figure | Mapping[str, Any], element_id: str, *, label: str) -> SafeString:
     """The figure as a container div plus its JSON; ``gpuobs-charts.js`` draws it on load.
 
-    ``label`` names the chart for screen readers (the pages repeat its figures as a table).
+    ``figure``: a plotly figure, or the same figure's JSON as plain dicts and lists (what
+    ``to_plotly_json`` gives; arrays as plotly's typed arrays or lists of finite numbers or
+    None): building a figure of many traces as dicts costs a fraction of plotly's validation
+    (diagnosis/reports/figures.py). ``label`` names the chart for screen readers (the pages
+    repeat its figures as a table).
     """
-    payload = figure.to_json(validate=False).translate(_JSON_SCRIPT_ESCAPES)
+    if isinstance(figure, go.Figure):
+        text = figure.to_json(validate=False)
+    else:
+        text = json.dumps(figure, separators=(",", ":"), allow_nan=False)
+    payload = text.translate(_JSON_SCRIPT_ESCAPES)
     return format_html(
         '<div class="chart" id="{id}" data-figure="{id}-figure" data-themes="{themes}" role="img"'
         ' aria-label="{label}"></div>'
@@ -548,7 +556,7 @@ def embed(figure: go.Figure, element_id: str, *, label: str) -> SafeString:
         id=element_id,
         label=label,
         themes=_CHART_THEMES_JSON,
-        payload=mark_safe(payload),  # noqa: S308 - plotly's JSON, with <, > and & escaped
+        payload=mark_safe(payload),  # noqa: S308 - the figure's JSON, with <, > and & escaped
     )
 
 

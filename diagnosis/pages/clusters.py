@@ -26,11 +26,11 @@ from django.db.models import (
     Case,
     CharField,
     Count,
+    DateTimeField,
+    ExpressionWrapper,
     F,
     IntegerField,
     JSONField,
-    Max,
-    Min,
     OuterRef,
     Q,
     QuerySet,
@@ -211,8 +211,12 @@ def _latest_cycles(
 ) -> tuple[ClusterCycle | None, ClusterCycle | None]:
     """The latest cycle (failed or not) and the latest good one. A failed cycle keeps the
     ``as_of`` of the last good one, so ``(-as_of, -id)`` puts it last among equals."""
+    newest = cycles.order_by("-id")  # the page cache's data version, in the same query
     cycles = ran_by_now(cycles).only(*CYCLE_FIELDS).order_by("-as_of", "-id")
-    latest = cycles.first()
+    latest = cycles.annotate(
+        newest_id=Subquery(newest.values("id")[:1]),
+        newest_ran_at=Subquery(newest.values("ran_at")[:1]),
+    ).first()
     if latest is None or latest.ok:
         return latest, latest
     return latest, cycles.filter(ok=True).first()
@@ -468,28 +472,20 @@ def downsampled_trend(trend: pd.DataFrame, span: timedelta) -> pd.DataFrame:
     )
 
 
-def _trend_window(
-    cycles: QuerySet[ClusterCycle], time_range: TimeRange
-) -> tuple[datetime, datetime] | None:
-    """When the trend's cycles ran, ``(low, high]`` (wall clock), widened by one cycle interval
-    at the start: incidents and changes in it are marked on the trend. None without cycles."""
-    bounds = cycles.filter(
-        ok=True, as_of__gt=time_range.start, as_of__lte=time_range.end
-    ).aggregate(first=Min("ran_at"), last=Max("ran_at"))
-    if bounds["first"] is None:
-        return None
-    return bounds["first"] - timedelta(seconds=settings.GPUOBS_CYCLE_SECONDS), bounds["last"]
-
-
 def _mark_rows(
-    request: HttpRequest, cluster: Cluster, window: tuple[datetime, datetime] | None
+    request: HttpRequest, cluster: Cluster, cycles: QuerySet[ClusterCycle], time_range: TimeRange
 ) -> list[tuple[Any, ...]]:
-    """Incidents opened and changes applied in ``window`` (one query for both), the latest
-    ``MAX_TREND_MARKS``: ``(moment, kind, text, subject)``. Small, and asked on every request:
+    """Incidents opened and changes applied while the trend's cycles ran (wall clock, from one
+    cycle interval before the first), the latest ``MAX_TREND_MARKS``: ``(moment, kind, text,
+    subject)``. One query for both, the window included; small, and asked on every request:
     they change without a new cycle, so the overview's cache key names them."""
-    if window is None:
-        return []
-    low, high = window
+    trend = cycles.filter(ok=True, as_of__gt=time_range.start, as_of__lte=time_range.end)
+    first = Subquery(trend.order_by("ran_at").values("ran_at")[:1])
+    low = ExpressionWrapper(
+        first - Value(timedelta(seconds=settings.GPUOBS_CYCLE_SECONDS)),
+        output_field=DateTimeField(),
+    )
+    high = Subquery(trend.order_by("-ran_at").values("ran_at")[:1])
     incidents = (
         incidents_for_user(request.user, cluster)
         .filter(opened_at__gt=low, opened_at__lte=high)
@@ -559,12 +555,13 @@ def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
         except PeriodError as error:
             time_range = TimeRange.parse({}, default_end=good.as_of)
             range_error = str(error)
-        mark_rows = _mark_rows(request, cluster, _trend_window(cycles, time_range))
+        mark_rows = _mark_rows(request, cluster, cycles, time_range)
     context |= page_cache.cached_fragments(
         "overview",
         request,
         cluster,
         lambda: _overview_panels(request, cluster, good, time_range, range_error, mark_rows),
+        version=(latest.newest_id, latest.newest_ran_at) if latest else None,
         parts=(
             getattr(latest, "pk", None),
             getattr(good, "pk", None),

@@ -81,9 +81,14 @@ def query_key(request: HttpRequest) -> tuple[tuple[str, tuple[str, ...]], ...]:
 
 
 def fragment_key(
-    page: str, request: HttpRequest, cluster: Cluster, parts: tuple[Hashable, ...]
+    page: str,
+    request: HttpRequest,
+    cluster: Cluster,
+    parts: tuple[Hashable, ...],
+    version: tuple[Any, ...] | None = None,
 ) -> str:
-    """The cache key of ``page``'s fragment for this request."""
+    """The cache key of ``page``'s fragment for this request (``version``: the
+    :func:`data_version`, when the caller read it already)."""
     described = repr(
         (
             FORMAT,
@@ -91,7 +96,7 @@ def fragment_key(
             cluster.pk,
             cluster.name,
             cluster.scheduler_kind,
-            data_version(request, cluster),
+            version or data_version(request, cluster),
             parts,
             viewer_scope(request, cluster),
             translation.get_language(),
@@ -110,13 +115,14 @@ def cached_fragments(
     render: Callable[[], Mapping[str, Any]],
     *,
     parts: tuple[Hashable, ...] = (),
+    version: tuple[Any, ...] | None = None,
 ) -> dict[str, Any]:
     """``render()``'s result (HTML fragments as ``SafeString`` and small picklable values by
     name), from the cache when this request's key is there."""
     seconds = settings.GPUOBS_PAGE_CACHE_SECONDS
     if seconds <= 0:
         return dict(render())
-    key = fragment_key(page, request, cluster, parts)
+    key = fragment_key(page, request, cluster, parts, version)
     stored = _get(key)
     if stored is None:
         stored = {

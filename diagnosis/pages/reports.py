@@ -48,7 +48,7 @@ FINDINGS_SHOWN = 100
 
 def _period(request: HttpRequest, cluster: Cluster) -> ReportPeriod:
     """The period the query string asks for (``period``, or ``from``/``to``)."""
-    return ReportPeriod.parse(request.GET, default_end=default_end(cluster))
+    return ReportPeriod.parse(request.GET, default_end=lambda: default_end(cluster))
 
 
 def _report(

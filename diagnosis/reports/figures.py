@@ -1,11 +1,20 @@
 """Plotly figures of the fairness report page (the PDF draws the same data with ReportLab):
-share vs entitlement over time, waits by size class, the GPU-hour breakdown per tenant."""
+share vs entitlement over time, waits by size class, the GPU-hour breakdown per tenant.
+
+Each figure is built as the JSON plotly would write for it (``go.Figure(...).to_plotly_json()``:
+plain dicts and lists, arrays as plotly's typed arrays, the "none" template spelled out), not
+through ``plotly.graph_objects``: validating 150 traces of 50 tenants cost ~50 ms a page
+(issue #17). tests/app/test_report_figures.py holds each to what plotly makes of it."""
 
 from __future__ import annotations
 
+import base64
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
+import plotly.io as pio
 from django.utils.translation import gettext
 
 from diagnosis.charts import (
@@ -42,41 +51,67 @@ BUCKET_COLOURS = {
 }
 
 
+# plotly's "none" template as to_plotly_json writes it (plotly.js knows no template names)
+NONE_TEMPLATE = pio.templates["none"].to_plotly_json()
+
+Figure = dict[str, Any]
+
+
 def _times(values: pd.Series) -> np.ndarray:
     moments = pd.to_datetime(values, utc=True).dt.tz_localize(None)
     return moments.to_numpy(dtype="datetime64[ms]").astype(np.int64).astype(float)
 
 
-def share_over_time(data: FairnessReportData) -> go.Figure:
+def typed_array(values: Iterable[float] | np.ndarray) -> dict[str, str]:
+    """Numbers as plotly's typed array (little-endian float64, base64), as plotly writes a
+    numpy array: NaN stays NaN (a gap in the line)."""
+    array = np.ascontiguousarray(np.asarray(values, dtype="<f8"))
+    return {"dtype": "f8", "bdata": base64.b64encode(array.tobytes()).decode("ascii")}
+
+
+def _finite(values: Iterable[float]) -> list[float | None]:
+    """A list of numbers for JSON: None where one is not finite (plotly writes null)."""
+    return [float(v) if np.isfinite(v) else None for v in values]
+
+
+def _figure(traces: list[dict[str, Any]], layout: Mapping[str, Any]) -> Figure:
+    return {"data": traces, "layout": {**layout, "template": NONE_TEMPLATE}}
+
+
+def share_over_time(data: FairnessReportData) -> Figure:
     """Per tenant: usage (solid), fair share (dashed) and entitlement (dotted) per time bin."""
     ranked = sorted(data.tenants, key=lambda r: -(r.usage or 0))
     shown = {r.tenant for r in ranked[:SHOWN_TENANTS]}
+    frames = dict(tuple(data.series.groupby("tenant", sort=False))) if len(data.series) else {}
+    empty = data.series.iloc[0:0]
+    lines = (
+        ("usage", gettext("usage"), "solid", 2),
+        ("fair_share", gettext("fair share"), "dash", 1.3),
+        ("entitlement", gettext("entitlement"), "dot", 1.3),
+    )
     traces = []
     for index, row in enumerate(sorted(data.tenants, key=lambda r: r.tenant)):
-        frame = data.series[data.series["tenant"] == row.tenant]
-        times = _times(frame["bin"])
+        frame = frames.get(row.tenant, empty)
+        times = typed_array(_times(frame["bin"]))
         colour = PALETTE[index % len(PALETTE)]
         shown_name = plotly_text(row.tenant)
-        for column, label, dash in (
-            ("usage", gettext("usage"), "solid"),
-            ("fair_share", gettext("fair share"), "dash"),
-            ("entitlement", gettext("entitlement"), "dot"),
-        ):
+        for column, label, dash, width in lines:
             traces.append(
-                go.Scatter(
-                    x=times,
-                    y=frame[column].to_numpy(dtype=float),
-                    name=f"{shown_name} {label}",
-                    legendgroup=row.tenant,
-                    mode="lines",
-                    line={"color": colour, "width": 2 if column == "usage" else 1.3, "dash": dash},
-                    visible=True if row.tenant in shown else "legendonly",
-                    hovertemplate="%{y:.1%}<extra>" + f"{shown_name} {label}" + "</extra>",
-                )
+                {
+                    "hovertemplate": "%{y:.1%}<extra>" + f"{shown_name} {label}" + "</extra>",
+                    "legendgroup": row.tenant,
+                    "line": {"color": colour, "dash": dash, "width": width},
+                    "mode": "lines",
+                    "name": f"{shown_name} {label}",
+                    "visible": True if row.tenant in shown else "legendonly",
+                    "x": times,
+                    "y": typed_array(frame[column].to_numpy(dtype=float)),
+                    "type": "scatter",
+                }
             )
-    return go.Figure(
-        data=traces,
-        layout=figure_layout(
+    return _figure(
+        traces,
+        figure_layout(
             height=360,
             hovermode="x unified",
             legend={"orientation": "v", "x": 1.02, "y": 1},
@@ -91,31 +126,28 @@ def share_over_time(data: FairnessReportData) -> go.Figure:
     )
 
 
-def waits_by_size_class(data: FairnessReportData) -> go.Figure:
+def waits_by_size_class(data: FairnessReportData) -> Figure:
     """p50 and p95 wait (hours) of the shown tenants' started jobs, per size class."""
     waits = data.report.waits
     names = [gettext("%(size)s GPUs") % {"size": c} for c in SIZE_CLASSES]
+    jobs = [waits[c].jobs for c in SIZE_CLASSES]
     bars = [
-        go.Bar(
-            x=names,
-            y=[(waits[c].p50_s or 0) / 3600 for c in SIZE_CLASSES],
-            name="p50",
-            marker={"color": ACCENT},
-            customdata=[waits[c].jobs for c in SIZE_CLASSES],
-            hovertemplate="p50 %{y:.2f} h (%{customdata} " + gettext("jobs") + ")<extra></extra>",
-        ),
-        go.Bar(
-            x=names,
-            y=[(waits[c].p95_s or 0) / 3600 for c in SIZE_CLASSES],
-            name="p95",
-            marker={"color": INK},
-            customdata=[waits[c].jobs for c in SIZE_CLASSES],
-            hovertemplate="p95 %{y:.2f} h (%{customdata} " + gettext("jobs") + ")<extra></extra>",
-        ),
+        {
+            "customdata": jobs,
+            "hovertemplate": f"{label} %{{y:.2f}} h (%{{customdata}} "
+            + gettext("jobs")
+            + ")<extra></extra>",
+            "marker": {"color": colour},
+            "name": label,
+            "x": names,
+            "y": _finite((getattr(waits[c], f"{label}_s") or 0) / 3600 for c in SIZE_CLASSES),
+            "type": "bar",
+        }
+        for label, colour in (("p50", ACCENT), ("p95", INK))
     ]
-    return go.Figure(
-        data=bars,
-        layout=figure_layout(
+    return _figure(
+        bars,
+        figure_layout(
             height=300,
             barmode="group",
             legend={"orientation": "h", "x": 0, "y": 1.12},
@@ -126,27 +158,29 @@ def waits_by_size_class(data: FairnessReportData) -> go.Figure:
     )
 
 
-def tenant_breakdown(data: FairnessReportData) -> go.Figure:
+def tenant_breakdown(data: FairnessReportData) -> Figure:
     """GPU-hours each tenant held, stacked by accounting bucket."""
     rows = sorted(data.tenants, key=lambda r: r.tenant, reverse=True)
+    names = [plotly_text(r.tenant) for r in rows]
     bars = [
-        go.Bar(
-            y=[plotly_text(r.tenant) for r in rows],
-            x=[r.buckets[bucket] for r in rows],
-            name=gettext(BUCKET_LABELS[bucket]),
-            orientation="h",
-            marker={"color": BUCKET_COLOURS[bucket]},
-            hovertemplate="%{y}: %{x:,.1f} "
+        {
+            "hovertemplate": "%{y}: %{x:,.1f} "
             + gettext("GPU-hours")
             + "<extra>"
             + gettext(BUCKET_LABELS[bucket])
             + "</extra>",
-        )
+            "marker": {"color": BUCKET_COLOURS[bucket]},
+            "name": gettext(BUCKET_LABELS[bucket]),
+            "orientation": "h",
+            "x": _finite(r.buckets[bucket] for r in rows),
+            "y": names,
+            "type": "bar",
+        }
         for bucket in TENANT_BUCKETS
     ]
-    return go.Figure(
-        data=bars,
-        layout=figure_layout(
+    return _figure(
+        bars,
+        figure_layout(
             height=max(260, 140 + 24 * len(rows)),
             barmode="stack",
             legend={

@@ -3,7 +3,7 @@ parsed from untrusted input with errors that name the field."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
@@ -62,10 +62,12 @@ class ReportPeriod:
         return cls(end - PRESETS[preset], end, preset)
 
     @classmethod
-    def parse(cls, query: Mapping[str, Any], *, default_end: datetime) -> ReportPeriod:
+    def parse(
+        cls, query: Mapping[str, Any], *, default_end: datetime | Callable[[], datetime]
+    ) -> ReportPeriod:
         """From ``period`` (a preset) or ``from`` and ``to`` (ISO 8601 dates or times; a date
         means its midnight UTC, a time without zone is UTC). Without either, the default preset
-        ending at ``default_end`` (the newest data, or now)."""
+        ending at ``default_end`` (the newest data, or now; a callable is called only then)."""
         start_text = _text(query.get("from"))
         end_text = _text(query.get("to"))
         preset = _text(query.get("period"))
@@ -80,7 +82,8 @@ class ReportPeriod:
             if end - start > LONGEST:
                 raise PeriodError("to", f"a period is at most {LONGEST.days} days")
             return cls(start, end, None)
-        return cls.preset_ending(preset or DEFAULT_PRESET, default_end)
+        end = default_end() if callable(default_end) else default_end
+        return cls.preset_ending(preset or DEFAULT_PRESET, end)
 
 
 def parse_moment(text: str, field: str) -> datetime:
