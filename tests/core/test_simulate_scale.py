@@ -6,7 +6,6 @@ jobs waiting)."""
 
 from __future__ import annotations
 
-import gc
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
@@ -297,22 +296,3 @@ def test_a_job_counts_as_settled_only_while_reported_and_unschedulable() -> None
     assert flags.array[70]
     job.reason = QUEUE_CAPABILITY
     assert not flags.array[70]
-
-
-def test_the_collector_runs_again_when_the_last_of_nested_pauses_ends() -> None:
-    assert gc.isenabled()
-    with replay.cyclic_gc_paused():
-        with replay.cyclic_gc_paused():
-            assert not gc.isenabled()
-        assert not gc.isenabled()
-    assert gc.isenabled()
-
-
-def test_a_collector_disabled_before_a_pause_stays_disabled() -> None:
-    gc.disable()
-    try:
-        with replay.cyclic_gc_paused():
-            pass
-        assert not gc.isenabled()
-    finally:
-        gc.enable()

@@ -21,12 +21,9 @@ policy, so a current and a proposed setting are compared on the same workloads.
 
 from __future__ import annotations
 
-import gc
 import math
-import threading
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core.gc_pause import paused_gc
 from diagnosis.core.simulate.cluster import ClusterSpec, NodeSpec, PoolSpec, QueueSpec
 from diagnosis.core.simulate.jobs import (
     DATA_STARVED,
@@ -399,7 +397,7 @@ def replay(
     changes = list(changes)
     summaries = []
     for seed in [seeds] if isinstance(seeds, int) else seeds:
-        with cyclic_gc_paused():
+        with paused_gc():
             sim = simulator_from_snapshot(snap, policy, seed, remaining=remaining)
             if changes:
                 sim.apply(changes)
@@ -414,33 +412,3 @@ def replay(
             summaries.append(sim.summary())
             del sim
     return summaries
-
-
-_gc_pauses = 0
-_gc_was_enabled = False
-_gc_lock = threading.Lock()
-
-
-@contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector (reference counting frees as always).
-
-    A replay builds tens of thousands of long-lived objects (jobs, their specs, allocations)
-    with no cycles among them. Their number makes the collector run full passes over the whole
-    heap -- at 16,384 GPUs 2-3 per replay, ~65 ms each, freeing next to nothing; at 2,048 none
-    -- the largest cost growing faster than the cluster once the scheduling pass was linear
-    (issue #17). Pauses nest and may overlap across threads: the collector runs again when the
-    last ends, if it ran before the first began."""
-    global _gc_pauses, _gc_was_enabled
-    with _gc_lock:
-        if _gc_pauses == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_pauses += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pauses -= 1
-            if _gc_pauses == 0 and _gc_was_enabled:
-                gc.enable()

@@ -12,12 +12,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagnosis.core.gc_pause import paused_gc
 from diagnosis.edge.sources.dcgm import fields as dcgm
 from diagnosis.edge.sources.dcgm import stats as dcgm_stats
 from diagnosis.edge.sources.prometheus.client import PrometheusClient, SourceReport
 from diagnosis.edge.sources.prometheus.config import PrometheusConfig
 from diagnosis.edge.sources.prometheus.queries import family_queries, xid_range_query
-from diagnosis.edge.sources.prometheus.wire import Vector, paused_gc
+from diagnosis.edge.sources.prometheus.wire import Vector
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,9 @@ float per series (:class:`Vector`), a range result straight onto its step grid a
 
 from __future__ import annotations
 
-import gc
 import io
 import json
-import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +15,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from diagnosis.core.gc_pause import paused_gc
 from diagnosis.edge.errors import CollectError
 
 
@@ -39,31 +37,6 @@ class PrometheusError(CollectError):
 
 
 # -- parsed responses ----------------------------------------------------------------------------
-
-_gc_lock = threading.Lock()
-_gc_pauses = 0
-_gc_was_enabled = False
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Python's cyclic garbage collector off while answers are decoded: decoding makes 10^5
-    small dicts, none of them in a cycle, and the collector's passes over them would otherwise
-    cost more than the decoding (measured: 2.5x). Nested and concurrent uses are counted; the
-    last one out turns it back on if it was on."""
-    global _gc_pauses, _gc_was_enabled
-    with _gc_lock:
-        if _gc_pauses == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_pauses += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pauses -= 1
-            if _gc_pauses == 0 and _gc_was_enabled:
-                gc.enable()
 
 
 @dataclass(frozen=True)
