@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import models
-from django.db.models import Count, Sum
+from django.db.models import Count, F, Sum
 from django.db.models.functions import TruncHour
 
 from diagnosis.actions.retention import figure_fields
@@ -123,28 +123,30 @@ def add_cycle_to_hours(cycle: ClusterCycle) -> int:
             continue
         sums = figure_fields(per_cycle)
         stored = hourly.objects.select_for_update().filter(cluster_id=cycle.cluster_id, as_of=hour)
-        targets = {tuple(getattr(row, k) for k in keys): row for row in stored}
-        created, changed = [], {}
+        existing = {tuple(getattr(r, k) for k in keys): r.pk for r in stored.only("pk", *keys)}
+        totals: dict[tuple[Any, ...], dict[str, Any]] = {}  # hour's key -> what the cycle adds
         for row in rows:
             key = tuple(getattr(row, k) for k in keys)
-            target = targets.get(key)
-            if target is None:
-                target = hourly(
-                    cluster_id=cycle.cluster_id,
-                    as_of=hour,
-                    **dict(zip(keys, key, strict=True)),
-                    **dict.fromkeys(sums, 0),
-                )
-                targets[key] = target
-                created.append(target)
-            elif target.pk is not None:
-                changed[target.pk] = target
+            total = totals.setdefault(key, dict.fromkeys([*sums, "cycles"], 0))
             for name in sums:
-                setattr(target, name, getattr(target, name) + getattr(row, name))
-            target.cycles += 1
-        hourly.objects.bulk_create(created)
-        hourly.objects.bulk_update(list(changed.values()), [*sums, "cycles"])
-        written += len(created) + len(changed)
+                total[name] += getattr(row, name)
+            total["cycles"] += 1
+        hourly.objects.bulk_create(
+            hourly(
+                cluster_id=cycle.cluster_id,
+                as_of=hour,
+                **dict(zip(keys, key, strict=True)),
+                **total,
+            )
+            for key, total in totals.items()
+            if key not in existing
+        )
+        for key, total in totals.items():  # increments: one short UPDATE a row, no CASE per field
+            if key in existing:
+                hourly.objects.filter(pk=existing[key]).update(
+                    **{name: F(name) + value for name, value in total.items()}
+                )
+        written += len(totals)
     return written
 
 
