@@ -26,11 +26,11 @@ from django.db.models import (
     Case,
     CharField,
     Count,
-    DateTimeField,
-    ExpressionWrapper,
     F,
     IntegerField,
     JSONField,
+    Max,
+    Min,
     OuterRef,
     Q,
     QuerySet,
@@ -472,20 +472,29 @@ def downsampled_trend(trend: pd.DataFrame, span: timedelta) -> pd.DataFrame:
     )
 
 
+def _trend_window(
+    cycles: QuerySet[ClusterCycle], time_range: TimeRange
+) -> tuple[datetime, datetime] | None:
+    """When the trend's cycles ran, ``(low, high]`` on the wall clock, from one cycle interval
+    before the first; None without cycles."""
+    bounds = cycles.filter(
+        ok=True, as_of__gt=time_range.start, as_of__lte=time_range.end
+    ).aggregate(first=Min("ran_at"), last=Max("ran_at"))
+    if bounds["first"] is None:
+        return None
+    return bounds["first"] - timedelta(seconds=settings.GPUOBS_CYCLE_SECONDS), bounds["last"]
+
+
 def _mark_rows(
-    request: HttpRequest, cluster: Cluster, cycles: QuerySet[ClusterCycle], time_range: TimeRange
+    request: HttpRequest, cluster: Cluster, window: tuple[datetime, datetime] | None
 ) -> list[tuple[Any, ...]]:
-    """Incidents opened and changes applied while the trend's cycles ran (wall clock, from one
-    cycle interval before the first), the latest ``MAX_TREND_MARKS``: ``(moment, kind, text,
-    subject)``. One query for both, the window included; small, and asked on every request:
-    they change without a new cycle, so the overview's cache key names them."""
-    trend = cycles.filter(ok=True, as_of__gt=time_range.start, as_of__lte=time_range.end)
-    first = Subquery(trend.order_by("ran_at").values("ran_at")[:1])
-    low = ExpressionWrapper(
-        first - Value(timedelta(seconds=settings.GPUOBS_CYCLE_SECONDS)),
-        output_field=DateTimeField(),
-    )
-    high = Subquery(trend.order_by("-ran_at").values("ran_at")[:1])
+    """Incidents opened and changes applied in the trend's ``window``, the latest
+    ``MAX_TREND_MARKS``: ``(moment, kind, text, subject)``. One query for both; small, and
+    asked on every request: they change without a new cycle, so the overview's cache key
+    names them."""
+    if window is None:
+        return []
+    low, high = window
     incidents = (
         incidents_for_user(request.user, cluster)
         .filter(opened_at__gt=low, opened_at__lte=high)
@@ -555,13 +564,19 @@ def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
         except PeriodError as error:
             time_range = TimeRange.parse({}, default_end=good.as_of)
             range_error = str(error)
-        mark_rows = _mark_rows(request, cluster, cycles, time_range)
+        # the trend's window changes only with the cycles: cached by the data version
+        version = (latest.newest_id, latest.newest_ran_at)
+        window = page_cache.cached_value(
+            ("trend-window", cluster.pk, version, time_range),
+            lambda: _trend_window(cycles, time_range),
+        )
+        mark_rows = _mark_rows(request, cluster, window)
     context |= page_cache.cached_fragments(
         "overview",
         request,
         cluster,
         lambda: _overview_panels(request, cluster, good, time_range, range_error, mark_rows),
-        version=(latest.newest_id, latest.newest_ran_at) if latest else None,
+        version=(latest.newest_id, latest.newest_ran_at) if latest is not None else None,
         parts=(
             getattr(latest, "pk", None),
             getattr(good, "pk", None),

@@ -136,6 +136,21 @@ def cached_fragments(
     }
 
 
+def cached_value(parts: tuple[Hashable, ...], compute: Callable[[], Any]) -> Any:
+    """``compute()``, cached under ``parts`` alone: for a small value of stored data that is
+    the same for every reader (``parts`` must name its cluster and data version)."""
+    seconds = settings.GPUOBS_PAGE_CACHE_SECONDS
+    if seconds <= 0:
+        return compute()
+    digest = hashlib.sha256(repr((FORMAT, parts)).encode()).hexdigest()[:40]
+    key = f"gpuobs:value:{digest}"
+    stored = _get(key)
+    if stored is None:
+        stored = {"value": ("value", compute())}
+        _set(key, stored, seconds)
+    return stored["value"][1]
+
+
 def _cache_usable() -> bool:
     return _failed_at is None or time.monotonic() - _failed_at > RETRY_AFTER_S
 
