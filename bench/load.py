@@ -4,6 +4,9 @@
     PYTHONPATH=. python bench/load.py --seconds 20       # shorter runs
     PYTHONPATH=. python bench/load.py --sizes 16384 --clients 1,20   # one fill, two runs
     PYTHONPATH=. python bench/load.py --sizes 16384 --reports        # the report alone, 24 h-30 d
+    PYTHONPATH=. python bench/load.py --sizes 16384 --keep ...       # keep the fill, reuse it later
+    PYTHONPATH=. python bench/load.py --sizes 16384 --keep --cost    # CPU ms per page, in process
+    PYTHONPATH=. python bench/load.py --sizes 16384 --keep --profile fairness[:cached]  # cProfile
 
 For each size the bench makes its own database ``test_<name>`` (``DATABASE_URL``, default
 ``postgres://postgres@127.0.0.1:5432/postgres``) and fills it with bench/reports.py's 30 days of
@@ -277,8 +280,10 @@ def measure(
     ok = True
     try:
         started = time.perf_counter()
+        kept = Cluster.objects.filter(name="bench").exists()
         name, sessions = fill(gpus, max(clients))
-        filled = time.perf_counter() - started
+        seconds_filling = time.perf_counter() - started
+        filled = "kept from an earlier run" if kept else f"filled in {seconds_filling:.0f} s"
         if mode == "reports":
             time_reports(name)
             return True
@@ -295,7 +300,7 @@ def measure(
         try:
             for count in clients:
                 print(
-                    f"\n== {gpus:,} GPUs, {DAYS} days stored (filled in {filled:.0f} s), "
+                    f"\n== {gpus:,} GPUs, {DAYS} days stored ({filled}), "
                     f"{count} clients, {seconds:g} s =="
                 )
                 ok = report(run_clients(name, sessions[:count], seconds)) and ok
