@@ -298,7 +298,7 @@ REDIS_URL = os.environ.get("REDIS_URL") or None
 _PAGES_IN_MEMORY = {
     "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
     "LOCATION": "gpuobs-pages",
-    "OPTIONS": {"MAX_ENTRIES": 2000},
+    "OPTIONS": {"MAX_ENTRIES": 300},  # a fairness fragment is ~200 KB: ~60 MB at most
 }
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
