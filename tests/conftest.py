@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.cache import caches
 from django.test import Client, override_settings
 
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster
+from diagnosis.pages import page_cache
 from gpuobs import celery_app
 from tests.support.world import create_person, create_user, logged_in_client
 
@@ -67,6 +69,23 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
             "DATABASE_URL=postgres://postgres@127.0.0.1:5432/test",
             pytrace=False,
         )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _page_cache_in_memory() -> Iterator[None]:
+    """The pages' cache in the test process's memory: under ``make test`` it would be Redis db
+    15, and emptying it for each test (FLUSHDB) would drop what other tests' workers keep there
+    (tests/app/test_page_cache.py checks it against the real Redis on its own keys)."""
+    in_memory = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "pages"}
+    with override_settings(CACHES={**settings.CACHES, page_cache.CACHE: in_memory}):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _empty_page_cache(_page_cache_in_memory: None) -> None:
+    """Each test starts without rendered page fragments: a module's shared cluster (same name,
+    same newest cycle) would otherwise be served from an earlier test's cache."""
+    caches[page_cache.CACHE].clear()
 
 
 @pytest.fixture(autouse=True, scope="session")

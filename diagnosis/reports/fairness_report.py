@@ -155,11 +155,18 @@ def latest_rollup_time(cluster: Cluster) -> datetime | None:
 
 
 def default_end(cluster: Cluster, now: datetime | None = None) -> datetime:
-    """Where a preset period ends: now, or the newest rollup when the cluster's clock runs ahead
-    of ours (a simulated cluster stepping faster than the wall clock)."""
+    """Where a preset period ends: at the newest rollup when it is recent (within
+    ``RECENT_DATA`` of now) or ahead of our clock (a simulated cluster stepping faster than the
+    wall clock) -- "the last 24 hours" of the data, which changes only when a cycle lands, so
+    the page is cached per cycle (issue #17) -- else now: a cluster gone quiet shows its gap."""
     now = now or timezone.now()
     latest = latest_rollup_time(cluster)
-    return max(now, latest) if latest is not None else now
+    if latest is not None and latest >= now - RECENT_DATA:
+        return latest
+    return now
+
+
+RECENT_DATA = timedelta(minutes=10)
 
 
 def requested_tenants(user: User, cluster: Cluster, names: Iterable[str]) -> tuple[str, ...]:

@@ -10,16 +10,19 @@ is an admin.
 from __future__ import annotations
 
 import re
+import uuid
 from datetime import timedelta
 from typing import Any
 
+import pandas as pd
 import pytest
-from django.core.cache import caches
+from django.conf import settings
 from django.test import Client, override_settings
 
 from diagnosis.actions.cycles import record_cycle
 from diagnosis.models import Cluster, ClusterCycle, Incident, Tenant
 from diagnosis.pages import page_cache
+from diagnosis.reports.fairness_report import default_end
 from tests.support.builders import AS_OF, SnapshotBuilder
 from tests.support.world import logged_in_client
 
@@ -42,11 +45,6 @@ def snapshot(as_of, jobs=(("hpo-1", "hpo"), ("vision-1", "vision"))):
         b.job(job_id, tenant=tenant, allocation=[("n1", [index])], gpus_per_pod=1)
         b.gpu("n1", index, xid=[(79, "1m")])
     return b.build()
-
-
-@pytest.fixture(autouse=True)
-def _empty_cache() -> None:
-    caches[page_cache.CACHE].clear()
 
 
 @pytest.fixture
@@ -155,6 +153,21 @@ def test_a_second_request_is_answered_from_the_cache(cached, alice_client, path)
     assert strip.sub("", second.content.decode()) == strip.sub("", first.content.decode())
 
 
+def test_the_default_period_is_answered_from_the_cache_between_cycles(
+    make_cluster, alice_client
+) -> None:
+    cluster = make_cluster("cached", metrics_kind="none")
+    minute_ago = pd.Timestamp.now(tz="UTC").floor("s") - timedelta(minutes=1)
+    record_cycle(cluster, snapshot(minute_ago))  # the newest data, recent: the period ends there
+
+    first = alice_client.get("/clusters/cached/fairness/")
+    second = alice_client.get("/clusters/cached/fairness/")
+
+    assert "data" in first.context
+    assert first.context["data"].period.end == minute_ago
+    assert "data" not in second.context
+
+
 def test_a_new_cycle_shows_its_findings(cached, alice_client) -> None:
     assert "vision-2" not in text(alice_client, FINDINGS)
 
@@ -189,6 +202,20 @@ def test_each_language_gets_its_own_fragment(cached, alice_client) -> None:
     assert "Open findings" not in chinese.content.decode()
 
 
+def test_the_cache_answers_from_the_real_redis(cached, alice_client, redis_url) -> None:
+    in_redis = {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": redis_url,
+        "KEY_PREFIX": f"gpuobs-test-pages-{uuid.uuid4().hex}",  # this test's keys only
+    }
+    with override_settings(CACHES={**settings.CACHES, page_cache.CACHE: in_redis}):
+        first = alice_client.get(FINDINGS)
+        second = alice_client.get(FINDINGS)
+
+    assert "page" in first.context
+    assert "page" not in second.context
+
+
 def test_a_page_renders_when_the_cache_is_down(cached, alice_client, monkeypatch) -> None:
     monkeypatch.setattr(page_cache, "_failed_at", None)
     down = {
@@ -198,3 +225,12 @@ def test_a_page_renders_when_the_cache_is_down(cached, alice_client, monkeypatch
     with override_settings(CACHES={"default": down, page_cache.CACHE: down}):
         assert "vision-1" in text(alice_client, FINDINGS)
         assert page_cache._failed_at is not None  # and the next requests leave it alone
+
+
+def test_a_cluster_gone_quiet_has_its_default_period_end_now(make_cluster) -> None:
+    cluster = make_cluster("cached", metrics_kind="none")
+    record_cycle(cluster, snapshot(AS_OF))
+    now = AS_OF + timedelta(hours=1)
+
+    assert default_end(cluster, now) == now
+    assert default_end(cluster, AS_OF + timedelta(minutes=2)) == AS_OF

@@ -19,7 +19,6 @@ from html import unescape
 import pandas as pd
 import pytest
 from django.contrib.staticfiles import finders
-from django.core.cache import caches
 from django.test import Client
 
 from diagnosis import charts
@@ -29,7 +28,6 @@ from diagnosis.core.accounting import BUCKETS
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster, ClusterCycle, Finding, Incident
-from diagnosis.pages import page_cache
 from diagnosis.pages.clusters import Freshness
 from diagnosis.templatetags.gpuobs import evidence_table
 from tests.support.builders import SnapshotBuilder
@@ -75,13 +73,6 @@ def seed(django_db_setup, django_db_blocker) -> Iterator[Cluster]:
     with django_db_blocker.unblock():
         Cluster.objects.filter(pk=cluster.pk).delete()
         sim_runtime.forget(SEED)
-
-
-@pytest.fixture(autouse=True)
-def _page_cache_cleared() -> None:
-    """The tests read what a page's context held: each renders its fragments afresh (the module's
-    cluster is shared, so the cache would answer a page another test already asked for)."""
-    caches[page_cache.CACHE].clear()
 
 
 @pytest.fixture
