@@ -251,7 +251,8 @@ def record_findings(
     transitions: list[tuple[int, str, str]] = []  # (index in written, from, to)
     hit_pks: list[int] = []
     seen_pks: list[int] = []
-    for key in sorted(hits.keys() | open_keys):
+    changes: list[tuple[tuple[str, str], Finding, tuple[str, str] | None]] = []
+    for key in hits.keys() | open_keys:  # written in key order below: only the changes sorted
         rule_id, subject = key
         rule = rules[rule_id]
         hit = hits.get(key)
@@ -282,11 +283,18 @@ def record_findings(
             continue
         if row is None:
             result.created += 1
+        transition = None
         if step.changed:
             result.count(step.from_state, step.to_state)
-            transitions.append((len(written), step.from_state or "", step.to_state))
-        written.append(_written_row(cluster, key, row, step.tracked, hit, digest, as_of))
+            transition = (step.from_state or "", step.to_state)
+        finding = _written_row(cluster, key, row, step.tracked, hit, digest, as_of)
+        changes.append((key, finding, transition))
         result.written_by_rule[rule_id] = result.written_by_rule.get(rule_id, 0) + 1
+    changes.sort(key=lambda change: change[0])
+    for _key, finding, transition in changes:
+        if transition is not None:
+            transitions.append((len(written), *transition))
+        written.append(finding)
     _upsert(written)
     _touch(hit_pks, seen_pks, as_of)
     now = timezone.now()
