@@ -8,7 +8,7 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -184,10 +184,15 @@ def record_cycle(
     collection: Mapping[str, Any] | None = None,
 ) -> ClusterCycle:
     """Store a collected snapshot, diagnose it, record the findings and the GPU-hour rollup
-    (:func:`record_cycle_steps`), with one full garbage collection before instead of several
-    inside (:func:`full_collections_first`)."""
-    with full_collections_first():
+    (:func:`record_cycle_steps`); a big cluster's with one full garbage collection before
+    instead of several inside (:func:`full_collections_first`; a small cycle's full collections
+    are rare and cheap, and one before each would cost more than they do)."""
+    big = len(snap.gpus) >= BIG_CYCLE_GPUS
+    with full_collections_first() if big else nullcontext():
         return record_cycle_steps(cluster, snap, started=started, collection=collection)
+
+
+BIG_CYCLE_GPUS = 2048
 
 
 def record_cycle_steps(

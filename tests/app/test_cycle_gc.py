@@ -5,7 +5,11 @@ from __future__ import annotations
 import gc
 import weakref
 
-from diagnosis.actions.cycles import full_collections_first
+import pytest
+
+from diagnosis.actions import cycles
+from diagnosis.actions.cycles import full_collections_first, record_cycle
+from tests.support.builders import AS_OF, SnapshotBuilder
 
 
 class _Node:
@@ -48,3 +52,32 @@ def test_the_thresholds_come_back_when_the_cycle_fails() -> None:
     except RuntimeError:
         pass
     assert gc.get_threshold() == before
+
+
+def _cycle_of(make_cluster) -> None:
+    snap = SnapshotBuilder(as_of=AS_OF, cluster="gc").node("n1", gpus=8).build()
+    record_cycle(make_cluster("gc", metrics_kind="none"), snap)
+
+
+@pytest.mark.django_db
+def test_a_big_clusters_cycle_collects_what_was_left_before_it(make_cluster, monkeypatch):
+    monkeypatch.setattr(cycles, "BIG_CYCLE_GPUS", 8)
+    gc.disable()
+    try:
+        left_over = _garbage_cycle()
+        _cycle_of(make_cluster)
+        assert left_over() is None
+    finally:
+        gc.enable()
+
+
+@pytest.mark.django_db
+def test_a_small_clusters_cycle_leaves_the_collector_alone(make_cluster, monkeypatch):
+    monkeypatch.setattr(cycles, "BIG_CYCLE_GPUS", 9)
+    gc.disable()
+    try:
+        left_over = _garbage_cycle()
+        _cycle_of(make_cluster)
+        assert left_over() is not None
+    finally:
+        gc.enable()
