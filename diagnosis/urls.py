@@ -4,6 +4,7 @@ from django.urls import path
 from django.views.generic import RedirectView
 
 from diagnosis.pages import clusters as views
+from diagnosis.pages import findings as finding_views
 from diagnosis.pages import incidents as incident_views
 from diagnosis.pages import inventory as inventory_views
 from diagnosis.pages import jobs as job_views
@@ -19,8 +20,12 @@ urlpatterns = [
     path("clusters/", RedirectView.as_view(pattern_name="diagnosis:cluster_list")),
     path("clusters/<slug:name>/", views.cluster_overview, name="cluster"),
     path("clusters/<slug:name>/live/", live_views.live_status, name="live"),
-    path("clusters/<slug:name>/findings/", views.finding_list, name="findings"),
-    path("clusters/<slug:name>/findings/<int:finding_id>/", views.finding_detail, name="finding"),
+    path("clusters/<slug:name>/findings/", finding_views.finding_list, name="findings"),
+    path(
+        "clusters/<slug:name>/findings/<int:finding_id>/",
+        finding_views.finding_detail,
+        name="finding",
+    ),
     path("clusters/<slug:name>/incidents/", incident_views.incident_list, name="incidents"),
     path(
         "clusters/<slug:name>/incidents/<int:incident_id>/",

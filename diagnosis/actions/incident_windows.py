@@ -1,5 +1,6 @@
-"""The stored snapshots a fault's hits are read from (the last before it and those of its hit
-window), as :func:`diagnosis.core.incident_hits.hit_jobs_from_history` reads them for one node.
+"""The jobs and tenants a fault hit (:func:`jobs_hit`), from the stored snapshots of its hit
+window (the last before it and those up to ``HIT_WINDOW`` after), as
+:func:`diagnosis.core.incident_hits.hit_jobs_from_history` reads them for one node.
 
 A followed incident reads its window every cycle until the window is over (``hit_settled``):
 ~11 stored snapshots, each ~12 MB of JSON at 16,384 GPUs (0.3-0.5 s to decode). A stored
@@ -16,7 +17,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from diagnosis.core.incident_hits import HIT_WINDOW, jobs_by_node, on_node
+from diagnosis.core.incident_hits import HIT_WINDOW, hit_jobs_from_history, jobs_by_node, on_node
+from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import Cluster, Job, SchedulerEvent, Snapshot
 
 # (snapshot, node) entries kept per worker process; one is a node's few jobs and events
@@ -139,3 +141,83 @@ def _read_for_node(snapshot: Snapshot, node: str, loaded: DecodedSnapshots) -> d
     while len(_reads) > CACHED_READS:
         _reads.popitem(last=False)
     return read
+
+
+# -- the jobs a fault hit ------------------------------------------------------------------------
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def jobs_hit(
+    cluster: Cluster,
+    node: str,
+    gpu_index: int | None,
+    at: datetime,
+    *,
+    loaded: DecodedSnapshots | None = None,
+) -> dict[str, Any]:
+    """The jobs and tenants a fault on ``node``/``gpu_index`` at ``at`` hit, from the cluster's
+    stored snapshots (the last before ``at``, those up to ``HIT_WINDOW`` after) and its stored
+    scheduler events, each with its tenant, state now and GPU-hours lost (its GPUs times the
+    time since it started, for a job that then failed, was preempted or evicted: no checkpoints
+    are known). ``loaded`` keeps the documents decoded so far by snapshot id, so a cycle that
+    follows many incidents decodes each stored snapshot once (and a snapshot read before for
+    the node is not decoded again: :mod:`diagnosis.actions.incident_windows`)."""
+
+    loaded = DecodedSnapshots() if loaded is None else loaded
+    hits = window_hits(cluster, node, gpu_index, at, loaded)
+    rows = loaded.jobs(cluster, hits)
+    jobs = []
+    for job_id in sorted(hits):
+        hit = hits[job_id]
+        doc_job = hit["job"]
+        row = rows.get(job_id)
+        tenant = row.tenant.name if row is not None and row.tenant else doc_job.get("tenant")
+        state = row.state if row is not None else doc_job.get("state")
+        started = (row.started_at if row is not None else None) or parse_time(
+            doc_job.get("started") or ""
+        )
+        gpus = (
+            row.gpus
+            if row is not None
+            else sum(len(p.get("gpus") or ()) for p in doc_job.get("allocation") or ())
+        )
+        lost = 0.0
+        if state in ("failed", "preempted", "evicted") and started is not None and started < at:
+            lost = round(gpus * (at - started).total_seconds() / 3600, 2)
+        jobs.append(
+            {
+                "id": job_id,
+                "name": (row.name if row is not None else doc_job.get("name")) or job_id,
+                "tenant": tenant,
+                "queue": doc_job.get("queue"),
+                "pool": (row.pool if row is not None else None) or doc_job.get("pool"),
+                "state": state,
+                "gang": bool(row.gang if row is not None else doc_job.get("gang")),
+                "gpus": gpus,
+                "gpus_here": hit["gpus"],
+                "why": hit["why"],
+                "events": hit.get("events", []),
+                "gpu_hours_lost": lost,
+            }
+        )
+    return {
+        "jobs": jobs,
+        "tenants": sorted({j["tenant"] for j in jobs if j.get("tenant")}),
+        "gpu_hours_lost": round(sum(j["gpu_hours_lost"] for j in jobs), 2),
+        "at": iso(at),
+    }
+
+
+def window_hits(
+    cluster: Cluster, node: str, gpu_index: int | None, at: datetime, loaded: DecodedSnapshots
+) -> dict[str, dict[str, Any]]:
+    """:func:`hit_jobs_from_history` of a fault, from the window ``loaded`` reads."""
+    documents, events = window_documents(cluster, node, at, loaded)
+    events += [
+        {"time": iso(e["time"]), "kind": e["kind"], "job": e["job_external_id"], "node": e["node"]}
+        for e in loaded.stored_events(cluster, node, at)
+    ]
+    return hit_jobs_from_history(node, gpu_index, at, documents, events)

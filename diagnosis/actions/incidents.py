@@ -10,7 +10,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from diagnosis.actions.oncall import adopt_rule_incident, jobs_hit, record_event
+from diagnosis.actions.incident_windows import jobs_hit
+from diagnosis.actions.oncall import adopt_rule_incident, record_event
 from diagnosis.choices import IncidentState
 from diagnosis.core import xid_catalog
 from diagnosis.models import (

@@ -37,7 +37,7 @@ from django.utils import timezone
 from diagnosis import roles
 from diagnosis.actions.events import DRAIN_EVICTION_WINDOW, drain_evictions
 from diagnosis.actions.findings import cluster_overrides
-from diagnosis.actions.incident_windows import DecodedSnapshots, window_documents
+from diagnosis.actions.incident_windows import DecodedSnapshots, iso, jobs_hit, window_hits
 from diagnosis.actions.workflow import (
     APPLIED_STATES,
     WorkflowDenied,
@@ -46,7 +46,7 @@ from diagnosis.actions.workflow import (
 )
 from diagnosis.choices import IncidentState
 from diagnosis.core import xid_catalog
-from diagnosis.core.incident_hits import HIT_WINDOW, NodeView, hit_jobs_from_history, node_view
+from diagnosis.core.incident_hits import HIT_WINDOW, NodeView, node_view
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.core.vocabulary import UNAVAILABLE_NODE_STATES, parse_time
 from diagnosis.models import (
@@ -203,83 +203,6 @@ def _resolve(incident: Incident, *, at: datetime, by: AbstractBaseUser | None, n
 # -- jobs hit at the time of the fault -----------------------------------------------------------
 
 
-def iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
-
-
-def jobs_hit(
-    cluster: Cluster,
-    node: str,
-    gpu_index: int | None,
-    at: datetime,
-    *,
-    loaded: DecodedSnapshots | None = None,
-) -> dict[str, Any]:
-    """The jobs and tenants a fault on ``node``/``gpu_index`` at ``at`` hit, from the cluster's
-    stored snapshots (the last before ``at``, those up to ``HIT_WINDOW`` after) and its stored
-    scheduler events, each with its tenant, state now and GPU-hours lost (its GPUs times the
-    time since it started, for a job that then failed, was preempted or evicted: no checkpoints
-    are known). ``loaded`` keeps the documents decoded so far by snapshot id, so a cycle that
-    follows many incidents decodes each stored snapshot once (and a snapshot read before for
-    the node is not decoded again: :mod:`diagnosis.actions.incident_windows`)."""
-
-    loaded = DecodedSnapshots() if loaded is None else loaded
-    hits = _hits(cluster, node, gpu_index, at, loaded)
-    rows = loaded.jobs(cluster, hits)
-    jobs = []
-    for job_id in sorted(hits):
-        hit = hits[job_id]
-        doc_job = hit["job"]
-        row = rows.get(job_id)
-        tenant = row.tenant.name if row is not None and row.tenant else doc_job.get("tenant")
-        state = row.state if row is not None else doc_job.get("state")
-        started = (row.started_at if row is not None else None) or parse_time(
-            doc_job.get("started") or ""
-        )
-        gpus = (
-            row.gpus
-            if row is not None
-            else sum(len(p.get("gpus") or ()) for p in doc_job.get("allocation") or ())
-        )
-        lost = 0.0
-        if state in ("failed", "preempted", "evicted") and started is not None and started < at:
-            lost = round(gpus * (at - started).total_seconds() / 3600, 2)
-        jobs.append(
-            {
-                "id": job_id,
-                "name": (row.name if row is not None else doc_job.get("name")) or job_id,
-                "tenant": tenant,
-                "queue": doc_job.get("queue"),
-                "pool": (row.pool if row is not None else None) or doc_job.get("pool"),
-                "state": state,
-                "gang": bool(row.gang if row is not None else doc_job.get("gang")),
-                "gpus": gpus,
-                "gpus_here": hit["gpus"],
-                "why": hit["why"],
-                "events": hit.get("events", []),
-                "gpu_hours_lost": lost,
-            }
-        )
-    return {
-        "jobs": jobs,
-        "tenants": sorted({j["tenant"] for j in jobs if j.get("tenant")}),
-        "gpu_hours_lost": round(sum(j["gpu_hours_lost"] for j in jobs), 2),
-        "at": iso(at),
-    }
-
-
-def _hits(
-    cluster: Cluster, node: str, gpu_index: int | None, at: datetime, loaded: DecodedSnapshots
-) -> dict[str, dict[str, Any]]:
-    """:func:`hit_jobs_from_history` of a fault, from the window ``loaded`` reads."""
-    documents, events = window_documents(cluster, node, at, loaded)
-    events += [
-        {"time": iso(e["time"]), "kind": e["kind"], "job": e["job_external_id"], "node": e["node"]}
-        for e in loaded.stored_events(cluster, node, at)
-    ]
-    return hit_jobs_from_history(node, gpu_index, at, documents, events)
-
-
 # -- the cycle's step ----------------------------------------------------------------------------
 
 
@@ -396,7 +319,7 @@ def record_incidents(
     followed = [i for i in unresolved.values() if i.source in FOLLOWED_SOURCES]
     unsettled = [i for i in followed if not (i.details or {}).get("hit_settled")]
     loaded.prefetch(cluster, [(i.node, i.opened_at) for i in unsettled])
-    hits = [_hits(cluster, i.node, i.gpu_index, i.opened_at, loaded) for i in unsettled]
+    hits = [window_hits(cluster, i.node, i.gpu_index, i.opened_at, loaded) for i in unsettled]
     loaded.prefetch_jobs(cluster, {job_id for hit in hits for job_id in hit})
     for incident in followed:
         _follow(incident, document, as_of, stats, loaded, nodes)

@@ -455,7 +455,7 @@ def test_findings_filter_by_pool(bob_client: Client, seed) -> None:
 def test_findings_list_is_paginated_and_pages_keep_the_filters(
     bob_client: Client, seed, monkeypatch
 ) -> None:
-    monkeypatch.setattr("diagnosis.pages.clusters.FINDINGS_PER_PAGE", 2)
+    monkeypatch.setattr("diagnosis.pages.findings.FINDINGS_PER_PAGE", 2)
     total = Finding.objects.filter(cluster=seed).count()
 
     response = bob_client.get(f"/clusters/{SEED}/findings/?state=all&page=2")
