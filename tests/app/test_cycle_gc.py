@@ -60,24 +60,19 @@ def _cycle_of(make_cluster) -> None:
 
 
 @pytest.mark.django_db
-def test_a_big_clusters_cycle_collects_what_was_left_before_it(make_cluster, monkeypatch):
-    monkeypatch.setattr(cycles, "BIG_CYCLE_GPUS", 8)
+@pytest.mark.parametrize(
+    ("big_from_gpus", "collected"),
+    [(8, True), (9, False)],
+    ids=["a big cluster's cycle collects what was left", "a small one's leaves the collector"],
+)
+def test_only_a_big_clusters_cycle_starts_with_a_full_collection(
+    make_cluster, monkeypatch, big_from_gpus, collected
+):
+    monkeypatch.setattr(cycles, "BIG_CYCLE_GPUS", big_from_gpus)  # the cycle has 8 GPUs
     gc.disable()
     try:
         left_over = _garbage_cycle()
         _cycle_of(make_cluster)
-        assert left_over() is None
-    finally:
-        gc.enable()
-
-
-@pytest.mark.django_db
-def test_a_small_clusters_cycle_leaves_the_collector_alone(make_cluster, monkeypatch):
-    monkeypatch.setattr(cycles, "BIG_CYCLE_GPUS", 9)
-    gc.disable()
-    try:
-        left_over = _garbage_cycle()
-        _cycle_of(make_cluster)
-        assert left_over() is not None
+        assert (left_over() is None) is collected
     finally:
         gc.enable()
