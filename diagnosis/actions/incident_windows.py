@@ -76,17 +76,21 @@ class DecodedSnapshots:
             rows = Job.objects.filter(cluster=cluster, external_id__in=wanted)
             self._jobs |= {job.external_id: job for job in rows.select_related("tenant")}
 
+    def _prefetched(self, at: datetime) -> bool:
+        """Whether :meth:`prefetch` read the whole hit window of a fault at ``at``."""
+        return self._span is not None and self._span[0] <= at <= self._span[1] - HIT_WINDOW
+
     def window(self, cluster: Cluster, at: datetime) -> list[Snapshot]:
         """The rows of the snapshots a fault at ``at`` reads: the last before it and those of
         its hit window, oldest first."""
-        if self._span is None or not self._span[0] <= at <= self._span[1] - HIT_WINDOW:
+        if not self._prefetched(at):
             return _window_rows(cluster, at, at + HIT_WINDOW)
         before = [s for s in self._snapshots if s.as_of < at][-1:]
         return before + [s for s in self._snapshots if at <= s.as_of <= at + HIT_WINDOW]
 
     def stored_events(self, cluster: Cluster, node: str, at: datetime) -> list[dict[str, Any]]:
         """The stored scheduler events on ``node`` within the hit window after ``at``."""
-        if self._span is None or not self._span[0] <= at <= self._span[1] - HIT_WINDOW:
+        if not self._prefetched(at):
             return list(
                 SchedulerEvent.objects.filter(
                     cluster=cluster, node=node, time__gte=at, time__lte=at + HIT_WINDOW
