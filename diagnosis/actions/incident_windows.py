@@ -42,6 +42,7 @@ class DecodedSnapshots:
         self._snapshots: list[Snapshot] = []
         self._events: dict[str, list[dict[str, Any]]] = {}
         self._jobs: dict[str, Job] = {}
+        self.hits: dict[tuple[str, int | None, datetime], dict[str, dict[str, Any]]] = {}
 
     def indexed(self, snapshot: Snapshot) -> dict[str, Any]:
         if snapshot.pk not in self._indexed:
@@ -218,10 +219,19 @@ def jobs_hit(
 def window_hits(
     cluster: Cluster, node: str, gpu_index: int | None, at: datetime, loaded: DecodedSnapshots
 ) -> dict[str, dict[str, Any]]:
-    """:func:`hit_jobs_from_history` of a fault, from the window ``loaded`` reads."""
-    documents, events = window_documents(cluster, node, at, loaded)
-    events += [
-        {"time": iso(e["time"]), "kind": e["kind"], "job": e["job_external_id"], "node": e["node"]}
-        for e in loaded.stored_events(cluster, node, at)
-    ]
-    return hit_jobs_from_history(node, gpu_index, at, documents, events)
+    """:func:`hit_jobs_from_history` of a fault, from the window ``loaded`` reads; computed once
+    per cycle and fault (the cycle needs them first to read the jobs hit, then to describe them)."""
+    key = (node, gpu_index, at)
+    if key not in loaded.hits:
+        documents, events = window_documents(cluster, node, at, loaded)
+        events += [
+            {
+                "time": iso(e["time"]),
+                "kind": e["kind"],
+                "job": e["job_external_id"],
+                "node": e["node"],
+            }
+            for e in loaded.stored_events(cluster, node, at)
+        ]
+        loaded.hits[key] = hit_jobs_from_history(node, gpu_index, at, documents, events)
+    return loaded.hits[key]
