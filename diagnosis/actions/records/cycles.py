@@ -125,18 +125,7 @@ def _record_failed_cycle(
     logger.warning("cycle of cluster %s failed: %s", cluster.name, detail)
     with transaction.atomic():
         now = timezone.now()
-        _set_status(cluster, DataSourceStatus.ERROR, message, now)
-        cluster.status_detail = detail
-        cluster.last_cycle_at = now
-        cluster.save(
-            update_fields=[
-                "status",
-                "status_message",
-                "status_detail",
-                "status_changed_at",
-                "last_cycle_at",
-            ]
-        )
+        _save_status(cluster, DataSourceStatus.ERROR, message, now, detail=detail, cycle_ran=True)
         last = ClusterCycle.objects.filter(cluster=cluster, ok=True).order_by("-as_of").first()
         return ClusterCycle.objects.create(
             cluster=cluster,
@@ -147,11 +136,29 @@ def _record_failed_cycle(
         )
 
 
-def _set_status(cluster: Cluster, status: str, message: str, now: datetime) -> None:
+def _save_status(
+    cluster: Cluster,
+    status: str,
+    message: str,
+    now: datetime,
+    *,
+    detail: str | None = None,
+    cycle_ran: bool = False,
+) -> None:
+    """Save the cluster's data-source status and message (and, when given, the admins' detail;
+    with ``cycle_ran``, ``now`` as its last cycle's time)."""
+    fields = ["status", "status_message", "status_changed_at"]
     if cluster.status != status:
         cluster.status_changed_at = now
     cluster.status = status
     cluster.status_message = message
+    if detail is not None:
+        cluster.status_detail = detail
+        fields.append("status_detail")
+    if cycle_ran:
+        cluster.last_cycle_at = now
+        fields.append("last_cycle_at")
+    cluster.save(update_fields=fields)
 
 
 @contextmanager
@@ -265,22 +272,13 @@ def record_cycle_steps(
             record_cycle_incidents(cluster, document, diagnosis, stored)  # on-call's (#16)
         problems = [f"rule {e.rule} failed: {e.message}" for e in diagnosis.errors]
         problems += _collection_problems(collection, skipped)
-        _set_status(
+        _save_status(
             cluster,
             DataSourceStatus.DEGRADED if problems else DataSourceStatus.OK,
             "; ".join(problems),
             now,
-        )
-        cluster.status_detail = ""
-        cluster.last_cycle_at = now
-        cluster.save(
-            update_fields=[
-                "status",
-                "status_message",
-                "status_detail",
-                "status_changed_at",
-                "last_cycle_at",
-            ]
+            detail="",
+            cycle_ran=True,
         )
     cycle.steps = steps.values
     record_recommendation_step(cluster, snap, diagnosis, cycle)
@@ -338,9 +336,7 @@ def _record_step_failure(cluster: Cluster, message: str, exc: Exception) -> None
     error is the admins' ``status_detail``."""
     status = DataSourceStatus.DEGRADED if cluster.status == DataSourceStatus.OK else cluster.status
     text = "; ".join(part for part in (cluster.status_message, message) if part)
-    _set_status(cluster, status, text[:1000], timezone.now())
-    cluster.status_detail = f"{message}: {exc}"[:4000]
-    cluster.save(update_fields=["status", "status_message", "status_detail", "status_changed_at"])
+    _save_status(cluster, status, text[:1000], timezone.now(), detail=f"{message}: {exc}"[:4000])
 
 
 def metrics_not_judged(collection: Mapping[str, Any] | None) -> dict[str, str]:
@@ -401,8 +397,7 @@ def record_skipped_cycle(
     with transaction.atomic():
         now = database_now()
         if status_message:
-            _set_status(cluster, DataSourceStatus.ERROR, status_message, now)
-            cluster.save(update_fields=["status", "status_message", "status_changed_at"])
+            _save_status(cluster, DataSourceStatus.ERROR, status_message, now)
         last = ClusterCycle.objects.filter(cluster=cluster, ok=True).order_by("-as_of").first()
         return ClusterCycle.objects.create(
             cluster=cluster, as_of=last.as_of if last else now, ran_at=now, ok=False, error=reason

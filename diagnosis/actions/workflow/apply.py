@@ -37,6 +37,7 @@ from diagnosis.actions.enqueue import send_apply
 from diagnosis.actions.upkeep.health import database_now
 from diagnosis.actions.workflow.base import (
     APPLIED_STATES,
+    NO_APPROVAL,
     SYSTEM_ACTUATE,
     SYSTEM_SWEEP,
     ApplyNotSent,
@@ -47,6 +48,7 @@ from diagnosis.actions.workflow.base import (
     lock_recommendation,
     require_state,
     save_fields,
+    update_fields,
 )
 from diagnosis.choices import RecommendationKind, RecommendationState
 from diagnosis.core import snapshot as snapshot_format
@@ -328,22 +330,13 @@ def _back_to_proposed(
         if locked is None:
             return ApplyOutcome("duplicate")
         rec = locked
-        rec.state = State.PROPOSED
-        rec.approved_by = None
-        rec.approved_at = None
-        rec.expires_at = None
-        rec.apply_claimed_at = None
-        rec.dry_run_result = {**dry_result, "target_changed": reason}
-        rec.status_message = f"not applied: {reason}; it needs a new approval"
-        save_fields(
+        update_fields(
             rec,
-            "state",
-            "approved_by",
-            "approved_at",
-            "expires_at",
-            "apply_claimed_at",
-            "dry_run_result",
-            "status_message",
+            state=State.PROPOSED,
+            **NO_APPROVAL,
+            apply_claimed_at=None,
+            dry_run_result={**dry_result, "target_changed": reason},
+            status_message=f"not applied: {reason}; it needs a new approval",
         )
         audit(
             rec,

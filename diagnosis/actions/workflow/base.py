@@ -117,3 +117,22 @@ def require_change(rec: Recommendation, doing: str) -> None:
 
 def save_fields(rec: Recommendation, *fields: str) -> None:
     rec.save(update_fields=[*fields, "updated_at"])
+
+
+# What withdrawing an approval clears (the request, if any, stays).
+NO_APPROVAL: dict[str, Any] = {"approved_by": None, "approved_at": None, "expires_at": None}
+
+
+def update_fields(rec: Recommendation, **values: Any) -> None:
+    """Set ``values`` on ``rec`` and save exactly those fields (and ``updated_at``)."""
+    for name, value in values.items():
+        setattr(rec, name, value)
+    save_fields(rec, *values)
+
+
+def mark(rec: Recommendation, actor: str, action: str, *, state: str, status_message: str) -> None:
+    """Move ``rec`` to ``state`` with ``status_message`` and audit the step (``action``) from
+    its previous state."""
+    before = rec.state
+    update_fields(rec, state=state, status_message=status_message)
+    audit(rec, actor, action, before={"state": before}, after={"state": state})

@@ -15,7 +15,14 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from diagnosis.actions.workflow.base import OPEN_STATES, REJECTION_QUIET, SYSTEM_CYCLE, save_fields
+from diagnosis.actions.workflow.base import (
+    NO_APPROVAL,
+    OPEN_STATES,
+    REJECTION_QUIET,
+    SYSTEM_CYCLE,
+    save_fields,
+    update_fields,
+)
 from diagnosis.actions.workflow.impact import enqueue_impact_estimates
 from diagnosis.actions.workflow.review import expire, lapse_reason
 from diagnosis.actions.workflow.verification import verify_applied
@@ -253,20 +260,12 @@ def revivable(cluster: Cluster, since: datetime) -> dict[tuple[str, str, str], R
 
 def revive(rec: Recommendation, as_of: datetime) -> None:
     """A superseded proposal back to ``proposed`` (its request kept; an approval is not)."""
-    rec.state = State.PROPOSED
-    rec.approved_by = None
-    rec.approved_at = None
-    rec.expires_at = None
-    rec.last_proposed_as_of = as_of
-    rec.status_message = "proposed again"
-    save_fields(
+    update_fields(
         rec,
-        "state",
-        "approved_by",
-        "approved_at",
-        "expires_at",
-        "last_proposed_as_of",
-        "status_message",
+        state=State.PROPOSED,
+        **NO_APPROVAL,
+        last_proposed_as_of=as_of,
+        status_message="proposed again",
     )
 
 

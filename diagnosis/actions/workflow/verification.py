@@ -17,6 +17,7 @@ from diagnosis.actions.workflow.base import (
     SYSTEM_CYCLE,
     WorkflowError,
     audit,
+    mark,
     save_fields,
 )
 from diagnosis.actions.workflow.review import create_rollback, request_apply
@@ -141,15 +142,12 @@ def expire_unneeded_rollbacks(rec: Recommendation) -> int:
     for undo in rec.rollbacks.select_for_update().filter(
         state=State.PROPOSED, requested_by__isnull=True
     ):
-        undo.state = State.EXPIRED
-        undo.status_message = f"not needed: #{rec.pk} was verified again"
-        save_fields(undo, "state", "status_message")
-        audit(
+        mark(
             undo,
             SYSTEM_CYCLE,
             "expire",
-            before={"state": State.PROPOSED},
-            after={"state": State.EXPIRED},
+            state=State.EXPIRED,
+            status_message=f"not needed: #{rec.pk} was verified again",
         )
         expired += 1
     return expired
