@@ -47,7 +47,7 @@ from diagnosis.actions.upkeep.retention import prune
 from diagnosis.actions.workflow.apply import perform_apply, run_dry_run, sweep_stuck_applies
 from diagnosis.actions.workflow.base import TransientApplyError
 from diagnosis.actions.workflow.impact import estimate_recommendation_impact
-from diagnosis.edge.sources.prometheus import collect_shard
+from diagnosis.edge.sources.registry import run_shard
 from diagnosis.models import Cluster
 
 logger = logging.getLogger(__name__)
@@ -260,18 +260,19 @@ def ping() -> str:
     return "pong"
 
 
-# -- sharded collection (the Prometheus source of a large cluster) -------------------------------
+# -- sharded collection (a metrics source of a large cluster) ------------------------------------
 
 SHARD_WAIT_S = 120.0
 
 
 @shared_task(bind=True, name="diagnosis.tasks.collect_metrics_shard")
 def collect_metrics_shard(self, payload: dict) -> dict:
-    """One node pool's GPU metrics for a cycle's collection (the ``collect`` queue), with the
-    ``worker`` (Celery hostname) that read them. A source failure comes back as
-    ``{"error", "permanent"}``, never as an exception."""
+    """One shard of a cycle's collection (the ``collect`` queue; a node pool's GPU metrics), run
+    by the source its payload names (``run_shard``), with the ``worker`` (Celery hostname) that
+    read it. A failure (an unknown source too) comes back as ``{"error", "permanent"}``, never
+    as an exception."""
 
-    return {**collect_shard(payload), "worker": self.request.hostname or "in-process"}
+    return {**run_shard(payload), "worker": self.request.hostname or "in-process"}
 
 
 def run_collect_shards(payloads: list[dict]) -> list[dict]:
@@ -291,7 +292,7 @@ def run_collect_shards(payloads: list[dict]) -> list[dict]:
     merged = []
     for payload, outcome in zip(payloads, outcomes, strict=True):
         if outcome is None:
-            outcome = collect_shard(payload)
+            outcome = run_shard(payload)
         elif isinstance(outcome, BaseException):
             outcome = {"error": f"collect shard failed: {outcome!r}", "permanent": False}
         merged.append(outcome)

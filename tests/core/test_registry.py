@@ -28,7 +28,6 @@ from diagnosis.edge.sources.registry import (
     SOURCES,
     DuplicateSourceError,
     SourceSpec,
-    collector_for,
     source_spec,
 )
 
@@ -84,7 +83,7 @@ def test_two_adapters_or_sources_with_one_id_are_refused() -> None:
         plugins.Registry(
             [*ADAPTERS.values(), adapter], what="scheduler adapter", error=DuplicateAdapterError
         )
-    source = SourceSpec("none", "None", collect="x:collect", config="x:CONFIG")
+    source = SourceSpec("none", "None", measure="x:measure", config="x:CONFIG")
     with pytest.raises(DuplicateSourceError, match="'none' is defined twice"):
         plugins.Registry([*SOURCES.values(), source], what="source", error=DuplicateSourceError)
 
@@ -139,7 +138,9 @@ def test_every_adapter_loads_with_its_declared_settings(kind: str) -> None:
 @pytest.mark.parametrize("kind", list(SOURCES))
 def test_every_source_loads_with_its_declared_settings(kind: str) -> None:
     spec = source_spec(kind)
-    assert callable(spec.collector())
+    assert callable(spec.measurer())
+    if spec.shards:
+        assert callable(spec.sharder())
     config = spec.config_spec()
     assert isinstance(config, ConfigSpec)
     assert config.what == "metrics_config"
@@ -158,9 +159,7 @@ def test_an_unknown_or_unloadable_integration_is_a_permanent_error() -> None:
         broken.adapter_class()
     assert caught.value.permanent
     with pytest.raises(CollectError, match="no collector for metrics source 'graphite'"):
-        collector_for(
-            type("Cluster", (), {"metrics_kind": "graphite"})()  # only metrics_kind is read
-        )
+        source_spec("graphite")
 
 
 # -- a rule declares what it reads ---------------------------------------------------------------

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from diagnosis.core import snapshot as snapshot_format
+from diagnosis.edge.collection import collect_snapshot
 from diagnosis.edge.sim import runtime as sim_runtime
-from diagnosis.edge.sim import source as sim_source
-from diagnosis.edge.sources.prometheus import PrometheusConfig, collect, collect_document
+from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document
 from diagnosis.edge.sources.prometheus.client import PrometheusClient
 from tests.support.prometheus_fixtures import (
     LOWER_UTIL,
@@ -219,8 +219,8 @@ def test_the_simulators_exporter_reads_back_as_the_simulators_own_statistics(
     cluster = sim_cluster(planted_history.t0, name="simsmall-read", url=prometheus.url)
     reference = SimpleNamespace(**{**vars(cluster), "name": "simsmall-ref", "metrics_kind": "sim"})
     try:
-        document = collect(cluster)
-        expected = sim_source.collect(reference)
+        document = collect_snapshot(cluster)
+        expected = collect_snapshot(reference)
     finally:
         sim_runtime.forget(cluster.name)
         sim_runtime.forget(reference.name)

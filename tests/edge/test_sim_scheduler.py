@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import pytest
 
 from diagnosis.core import snapshot
+from diagnosis.edge.collection import collect_snapshot
 from diagnosis.edge.errors import SchedulerError
 from diagnosis.edge.schedulers.base import ChangeError, SchedulerAdapter
 from diagnosis.edge.schedulers.registry import adapter_for
 from diagnosis.edge.sim import runtime as sim_runtime
-from diagnosis.edge.sources import scheduler_only
 from tests.support.builders import SIM_STEP_CONFIG, fresh_simulator
 
 CLUSTER = "sim-adapter-test"
@@ -45,9 +45,14 @@ def test_it_reads_state_and_events_at_its_own_clock() -> None:
 
 def test_a_metric_less_snapshot_of_it_loads() -> None:
     cluster = SimpleNamespace(
-        name=CLUSTER, scheduler_kind="sim", scheduler_config=SIM_STEP_CONFIG, event_cursor=""
+        name=CLUSTER,
+        scheduler_kind="sim",
+        scheduler_config=SIM_STEP_CONFIG,
+        event_cursor="",
+        metrics_kind="none",
+        metrics_config={},
     )
-    document = scheduler_only.collect(cluster)
+    document = collect_snapshot(cluster)
 
     snap = snapshot.load(document)
     assert document["as_of"] == "2026-11-29T08:15:00Z"

@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 
 from diagnosis.core import snapshot as snapshot_format
+from diagnosis.edge.collection import collect_snapshot
 from diagnosis.edge.errors import CollectError
+from diagnosis.edge.schedulers.slurm.parse import tres as slurm_parse_tres
 from diagnosis.edge.sources import slurm_tres
 from diagnosis.edge.sources.registry import SOURCES
 
@@ -29,7 +31,7 @@ def job(ident: str, allocation: list[tuple[str, list[int]]]) -> dict:
 
 
 def test_sstat_rows_sum_a_jobs_tasks_and_skip_extern() -> None:
-    usage = slurm_tres.parse_sstat(SSTAT)
+    usage = slurm_parse_tres.parse_sstat(SSTAT)
 
     assert usage == {"41": {"gpuutil": 300.0, "gpumem": 2 * 21794 * 2**20}}  # 42: no GPU TRES
 
@@ -37,7 +39,7 @@ def test_sstat_rows_sum_a_jobs_tasks_and_skip_extern() -> None:
 def test_a_jobs_utilization_is_spread_over_its_gpus() -> None:
     jobs = [job("41", [("n1", [0, 1]), ("n2", [0, 1])]), job("42", [("n1", [2])])]
 
-    gpus = slurm_tres.gpu_metrics(jobs, slurm_tres.parse_sstat(SSTAT))
+    gpus = slurm_tres.gpu_metrics(jobs, slurm_parse_tres.parse_sstat(SSTAT))
 
     assert [(g["node"], g["index"], g["util"]["mean"]) for g in gpus] == [
         ("n1", 0, 0.75),
@@ -50,7 +52,7 @@ def test_a_jobs_utilization_is_spread_over_its_gpus() -> None:
 
 def test_the_values_load_as_snapshot_gpu_metrics() -> None:
     gpus = slurm_tres.gpu_metrics(
-        [job("41", [("n1", [0, 1, 2, 3])])], slurm_tres.parse_sstat(SSTAT)
+        [job("41", [("n1", [0, 1, 2, 3])])], slurm_parse_tres.parse_sstat(SSTAT)
     )
     snap = snapshot_format.load(
         {
@@ -76,7 +78,7 @@ def test_the_values_load_as_snapshot_gpu_metrics() -> None:
     ],
 )
 def test_tres_amounts(text, amounts) -> None:
-    assert slurm_tres.tres_amounts(text) == amounts
+    assert slurm_parse_tres.tres_amounts(text) == amounts
 
 
 class _Cluster:
@@ -89,7 +91,7 @@ class _Cluster:
 
 def test_it_needs_slurm_and_declares_its_settings() -> None:
     with pytest.raises(CollectError, match="needs scheduler_kind slurm") as caught:
-        slurm_tres.collect(_Cluster())
+        collect_snapshot(_Cluster())
 
     assert caught.value.permanent
     assert SOURCES["slurm_tres"].config_spec() is slurm_tres.CONFIG

@@ -30,10 +30,10 @@ from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.diagnose import diagnose
 from diagnosis.core.rules.engine import Diagnosis
 from diagnosis.core.rules.registry import all_rules
+from diagnosis.edge.collection import collect_snapshot
 from diagnosis.edge.errors import CollectError, ConfigError, IntegrationError, SchedulerError
 from diagnosis.edge.sanitize import clean_document
 from diagnosis.edge.schedulers.base import EventBatch
-from diagnosis.edge.sources.registry import source_spec
 from diagnosis.models import (
     Cluster,
     ClusterCycle,
@@ -50,7 +50,7 @@ def run_cluster_cycle(cluster: Cluster, *, shard_runner: ShardRunner | None = No
 
     The cluster's settings are checked first against what its adapter and source declare
     (:meth:`Cluster.check_settings`). ``shard_runner`` runs the shards of a source that can fan
-    out (the registry's ``shards``; a Celery group: ``diagnosis.tasks.run_collect_shards``);
+    out (the registry's ``shard``; a Celery group: ``diagnosis.tasks.run_collect_shards``);
     without one, shards are collected here, one after another. The caller
     (``diagnosis.tasks.run_cycle``) holds the cluster's cycle lock. Bad settings or a source
     that fails leave a failed ClusterCycle row and the cluster's status saying why; the last
@@ -61,13 +61,8 @@ def run_cluster_cycle(cluster: Cluster, *, shard_runner: ShardRunner | None = No
     previous = ClusterCycle.objects.filter(cluster=cluster, ok=True).order_by("-as_of").first()
     try:
         cluster.check_settings()
-        source = source_spec(cluster.metrics_kind)
-        collector = source.collector()
-        options: dict[str, Any] = {}
-        if shard_runner is not None and source.shards:
-            options["shard_runner"] = shard_runner
-        document = collector(
-            cluster, previous_as_of=previous.as_of if previous else None, **options
+        document = collect_snapshot(
+            cluster, previous_as_of=previous.as_of if previous else None, shard_runner=shard_runner
         )
         document, repaired = clean_document(document)
         document = merge_stored_topology(cluster, document)

@@ -17,8 +17,9 @@ which it checks against the :class:`~diagnosis.edge.config.ConfigSpec` its modul
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from diagnosis.edge.config import ConfigSpec
@@ -48,7 +49,9 @@ class SchedulerState:
     ``gpus``: the GPUs the scheduler itself knows (``node``, ``index``, ``uuid``, ``health``;
     no metrics) -- most know none, and the snapshot then has every node's GPUs, healthy.
     ``as_of``: the scheduler's own time of this state (RFC 3339) when it keeps a clock of its
-    own (the simulator); None: the state is as of now.
+    own (the simulator); None: the state is as of now. ``measured``: what the scheduler itself
+    measures, for a metrics source that reads it (the simulator's ``gpus`` with their statistics
+    and its ``window_s``); empty for real schedulers.
     """
 
     nodes: list[dict[str, Any]]
@@ -57,6 +60,7 @@ class SchedulerState:
     scheduler: dict[str, Any] = field(default_factory=dict)  # {"kind", "placement": {pool: p}}
     gpus: list[dict[str, Any]] = field(default_factory=list)
     as_of: str | None = None
+    measured: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,27 @@ class SchedulerAdapter(Protocol):
     def read_events(self, cursor: str | None) -> EventBatch: ...
 
     def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult: ...
+
+
+@runtime_checkable
+class OwnClock(Protocol):
+    """An adapter whose scheduler keeps a clock of its own (the simulator). Before a read it is
+    told the wall time and the time of the cluster's last good snapshot (to resume from after a
+    restart); ``wall_time_problem`` says why its times are not wall times (None: they are),
+    which a metrics source reading the real world (Prometheus) cannot work with."""
+
+    def follow(self, *, now: datetime | None, previous_as_of: datetime | None) -> None: ...
+
+    def wall_time_problem(self) -> str | None: ...
+
+
+@runtime_checkable
+class JobUsage(Protocol):
+    """An adapter whose scheduler accounts each running job's GPU use (Slurm's ``gres/gpuutil``
+    and ``gres/gpumem`` TRES): per job id, ``gpuutil`` (%, summed over tasks) and ``gpumem``
+    (bytes). A read failure is a :class:`SchedulerError`."""
+
+    def read_job_usage(self, job_ids: Sequence[str]) -> dict[str, dict[str, float]]: ...
 
 
 def parse_config(spec: ConfigSpec, raw: Any) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, ClassVar
 
 from diagnosis.core.simulate.policy import RequeueJob, SetPlacement, SetQueueWeight
@@ -43,6 +44,7 @@ from diagnosis.edge.schedulers.base import (
 from diagnosis.edge.schedulers.targets import TARGET_KINDS
 from diagnosis.edge.sim.runtime import (
     CONFIG,
+    DEFAULT_SPEED,
     SimCluster,
     SimRuntime,
     catch_up_changes,
@@ -64,18 +66,39 @@ class SimScheduler:
         parse_config(CONFIG, config)
         self.cluster = SimCluster(name=cluster, scheduler_config=dict(config or {}))
         self._read: dict[str, Any] | None = None
+        self._now: datetime | None = None
+        self._previous_as_of: datetime | None = None
 
     # -- reading ---------------------------------------------------------------------------------
 
+    def follow(self, *, now: datetime | None, previous_as_of: datetime | None) -> None:
+        """Read at the simulated time of ``now`` (a wall clock) or one step past
+        ``previous_as_of`` (a step clock whose simulator this process rebuilds)."""
+        self._now, self._previous_as_of = now, previous_as_of
+
+    def wall_time_problem(self) -> str | None:
+        """Why the simulated times are not wall times: a wall clock faster than real time."""
+        config = self.cluster.scheduler_config
+        clock = config.get("clock", "wall")
+        if clock != "step" and float(config.get("speed", DEFAULT_SPEED)) != 1.0:
+            return (
+                "a simulated scheduler with Prometheus metrics must run in real time: set "
+                'scheduler_config "speed": 1 (or "clock": "step")'
+            )
+        return None
+
     def _snapshot(self) -> dict[str, Any]:
         try:
-            return snapshot_document(self.cluster)
+            return snapshot_document(
+                self.cluster, now=self._now, previous_as_of=self._previous_as_of
+            )
         except CollectError as exc:
             raise SchedulerError(str(exc), permanent=exc.permanent) from exc
 
     def read_state(self) -> SchedulerState:
-        """The simulated cluster at its clock's time (the simulator runs there first, as the sim
-        source does), without GPU metrics; ``as_of`` is the simulated time."""
+        """The simulated cluster at its clock's time (the simulator runs there first), without
+        GPU metrics; ``as_of`` is the simulated time. The simulator's own GPU statistics (what
+        the ``sim`` metrics source reports) are the state's ``measured``."""
         document = self._read = self._snapshot()
         return SchedulerState(
             nodes=list(document.get("nodes") or []),
@@ -87,6 +110,10 @@ class SimScheduler:
                 for gpu in document.get("gpus") or []
             ],
             as_of=document.get("as_of"),
+            measured={
+                "gpus": list(document.get("gpus") or []),
+                "window_s": document.get("window_s"),
+            },
         )
 
     def read_events(self, cursor: str | None) -> EventBatch:

@@ -1,21 +1,23 @@
 """The metric sources gpuobs knows, declared in one place (healthchecks' ``TRANSPORTS``).
 
 Each entry is a :class:`SourceSpec`: a stable id (a cluster's ``metrics_kind``; the model's
-choices come from here, in this order), a label, where its collector and its declared settings
-are, as ``"module:attribute"``, imported on first use (so one source's missing dependency never
-breaks the others), and whether its collector can fan out into shards. Adding a source is one
-entry here and its own module (docs/adding-a-source.md).
+choices come from here, in this order), a label, where its ``measure`` function, its declared
+settings and (for a source that fans out) its ``shard`` function are, as ``"module:attribute"``,
+imported on first use (so one source's missing dependency never breaks the others), and what it
+needs of the scheduler. :func:`run_shard` runs any source's shard payload. Adding a source is
+one entry here and its own module (docs/adding-a-source.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from diagnosis.core import plugins
 from diagnosis.edge.config import ConfigSpec
-from diagnosis.edge.errors import CollectError
-from diagnosis.edge.sources import ClusterLike, Collector
+from diagnosis.edge.errors import CollectError, IntegrationError
+from diagnosis.edge.sources import Measure, Shard
 
 
 class DuplicateSourceError(plugins.DuplicatePluginError):
@@ -26,16 +28,22 @@ class DuplicateSourceError(plugins.DuplicatePluginError):
 class SourceSpec:
     """A metric source as the registry declares it.
 
-    ``collect``: ``"module:function"``, the collector. ``config``: ``"module:NAME"`` of the
-    :class:`ConfigSpec` the source's module declares for ``metrics_config``. ``shards``: the
-    collector takes a ``shard_runner`` (big clusters fan out by node pool, DESIGN.md section 3).
+    ``measure``: ``"module:function"``, its :data:`~diagnosis.edge.sources.Measure`.
+    ``config``: ``"module:NAME"`` of the :class:`ConfigSpec` the source's module declares for
+    ``metrics_config``. ``shard``: ``"module:function"`` of its
+    :data:`~diagnosis.edge.sources.Shard` when it fans out (big clusters by node pool, DESIGN.md
+    section 3): each payload it makes carries ``"source": id``. ``schedulers``: the scheduler
+    kinds it can measure with (None: any). ``wall_clock``: its metrics are of the real world's
+    time, so a scheduler with a clock of its own must follow the wall time.
     """
 
     id: str
     label: str
-    collect: str
+    measure: str
     config: str
-    shards: bool = False
+    shard: str | None = None
+    schedulers: tuple[str, ...] | None = None
+    wall_clock: bool = False
 
     def _load(self, target: str) -> Any:
         try:
@@ -45,8 +53,17 @@ class SourceSpec:
                 f"metrics source {self.id!r} is not available: {exc}", permanent=True
             ) from exc
 
-    def collector(self) -> Collector:
-        return self._load(self.collect)
+    @property
+    def shards(self) -> bool:
+        return self.shard is not None
+
+    def measurer(self) -> Measure:
+        return self._load(self.measure)
+
+    def sharder(self) -> Shard:
+        if self.shard is None:
+            raise CollectError(f"metrics source {self.id!r} does not shard", permanent=True)
+        return self._load(self.shard)
 
     def config_spec(self) -> ConfigSpec:
         return self._load(self.config)
@@ -57,26 +74,29 @@ SOURCES: plugins.Registry[SourceSpec] = plugins.Registry(
         SourceSpec(
             "sim",
             "Built-in simulator",
-            collect="diagnosis.edge.sim.source:collect",
+            measure="diagnosis.edge.sim.source:measure",
             config="diagnosis.edge.sim.source:CONFIG",
+            schedulers=("sim",),
         ),
         SourceSpec(
             "prometheus",
             "Prometheus",
-            collect="diagnosis.edge.sources.prometheus:collect",
+            measure="diagnosis.edge.sources.prometheus:measure",
             config="diagnosis.edge.sources.prometheus.config:CONFIG",
-            shards=True,
+            shard="diagnosis.edge.sources.prometheus:collect_shard",
+            wall_clock=True,
         ),
         SourceSpec(
             "slurm_tres",
             "Slurm GPU TRES (sstat gres/gpuutil)",
-            collect="diagnosis.edge.sources.slurm_tres:collect",
+            measure="diagnosis.edge.sources.slurm_tres:measure",
             config="diagnosis.edge.sources.slurm_tres:CONFIG",
+            schedulers=("slurm",),
         ),
         SourceSpec(
             "none",
             "None (scheduler only)",
-            collect="diagnosis.edge.sources.scheduler_only:collect",
+            measure="diagnosis.edge.sources.scheduler_only:measure",
             config="diagnosis.edge.sources.scheduler_only:CONFIG",
         ),
     ],
@@ -93,6 +113,15 @@ def source_spec(kind: str) -> SourceSpec:
     return spec
 
 
-def collector_for(cluster: ClusterLike) -> Collector:
-    """The collector of a cluster's metrics source."""
-    return source_spec(cluster.metrics_kind).collector()
+def run_shard(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """One shard payload collected by the source it names (its ``source``), as that source's
+    JSON-ready result, or ``{"error", "permanent"}``: an unknown source, one that does not
+    shard or cannot load, a malformed payload or a failed read come back as values."""
+    kind = payload.get("source") if isinstance(payload, Mapping) else None
+    try:
+        shard = source_spec(str(kind)).sharder()
+        return shard(payload)
+    except IntegrationError as exc:
+        return {"error": str(exc), "permanent": exc.permanent}
+    except (KeyError, TypeError, ValueError) as exc:
+        return {"error": f"malformed {kind} shard payload: {exc!r}", "permanent": True}

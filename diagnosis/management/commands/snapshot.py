@@ -7,9 +7,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from diagnosis.actions.records.snapshots import import_snapshot
 from diagnosis.core import snapshot as snapshot_format
+from diagnosis.edge.collection import collect_snapshot
 from diagnosis.edge.errors import CollectError
 from diagnosis.edge.schedulers.registry import ADAPTERS
-from diagnosis.edge.sources import scheduler_only
 from diagnosis.management.snapshot_input import load_snapshot_argument
 from diagnosis.models import Cluster, Snapshot
 
@@ -101,7 +101,7 @@ class Command(BaseCommand):
         config = _config_file(config_path)
         target = _OneShot(name=cluster or kind, scheduler_kind=kind, scheduler_config=config)
         try:
-            document = scheduler_only.collect(target)
+            document = collect_snapshot(target)
         except CollectError as exc:
             what = "permanent" if exc.permanent else "transient: retrying may help"
             raise CommandError(f"{kind}: {exc} ({what})", returncode=2) from exc
@@ -128,7 +128,7 @@ class Command(BaseCommand):
 
 @dataclass
 class _OneShot:
-    """A cluster as ``scheduler_only.collect`` needs one, with no database row."""
+    """A cluster as ``collect_snapshot`` needs one (metrics ``none``), with no database row."""
 
     name: str
     scheduler_kind: str

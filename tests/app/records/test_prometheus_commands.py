@@ -18,8 +18,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from diagnosis.actions.records.cycles import run_cluster_cycle
+from diagnosis.edge.collection import collect_snapshot
 from diagnosis.edge.sim import runtime as sim_runtime
-from diagnosis.edge.sources.prometheus import collect
 from tests.conftest import REPO_ROOT
 from tests.edge.test_prometheus import iso, scheduler_doc
 from tests.support.prometheus_fixtures import free_port, sim_cluster, start_prometheus, wait_until
@@ -254,7 +254,7 @@ def test_a_real_prometheus_scrapes_serve_exporter_and_a_cycle_reads_it(
     )
     try:
         cycle = run_cluster_cycle(cluster)
-        document = collect(cluster)  # the collected document, pod labels included
+        document = collect_snapshot(cluster)  # the collected document, pod labels included
     finally:
         sim_runtime.forget("live")
 

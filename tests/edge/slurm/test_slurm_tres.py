@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from diagnosis.actions.records.cycles import run_cluster_cycle
-from diagnosis.edge.sources import slurm_tres
+from diagnosis.edge.collection import collect_snapshot
 from diagnosis.models import Finding
 
 pytestmark = pytest.mark.slurm
@@ -29,7 +29,7 @@ def test_without_gpu_tres_the_running_jobs_are_not_judged(slurm, slurm_config) -
     job_id = slurm.submit("-J", "tres", "-A", "team-a", "--gres=gpu:2", command="srun sleep 600")
     slurm.wait_job(job_id, "RUNNING")
 
-    document = slurm_tres.collect(Cluster(slurm_config))
+    document = collect_snapshot(Cluster(slurm_config))
 
     collection = document["collection"]
     assert any(c["command"].startswith("sstat -a -n -P -j ") for c in collection["commands"])

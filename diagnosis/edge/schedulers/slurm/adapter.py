@@ -55,6 +55,7 @@ from diagnosis.edge.schedulers.base import (
 )
 from diagnosis.edge.schedulers.slurm import parse, restd
 from diagnosis.edge.schedulers.slurm import topology as slurm_topology
+from diagnosis.edge.schedulers.slurm.parse import tres as slurm_tres
 from diagnosis.edge.schedulers.targets import target_name
 
 logger = logging.getLogger(__name__)
@@ -532,6 +533,26 @@ class SlurmAdapter:
             overlap_s=self.settings.event_overlap_s,
         )
         return EventBatch(events=events, cursor=cursor_after.dump())
+
+    def read_job_usage(self, job_ids: Sequence[str]) -> dict[str, dict[str, float]]:
+        """Slurm's accounting of the running jobs' GPU use (``gres/gpuutil``, ``gres/gpumem``):
+        one ``sstat`` for all of ``job_ids`` (none: no command). It needs the command line."""
+        if self.rest is not None:
+            raise SchedulerError(
+                "slurm_tres runs sstat: it needs scheduler_config.transport cli", permanent=True
+            )
+        if not job_ids:
+            return {}
+        text = self.commands.run(
+            "sstat",
+            "-a",
+            "-n",
+            "-P",
+            "-j",
+            ",".join(job_ids),
+            f"--format={','.join(slurm_tres.SSTAT_FIELDS)}",
+        )
+        return slurm_tres.parse_sstat(text)
 
     # -- changing --------------------------------------------------------------------------
 

@@ -19,18 +19,18 @@ The modules, from the wire up:
 - :mod:`.client`: the HTTP session, retries, deadline and range guards;
 - :mod:`.metrics`: one collection of GPU metrics for a set of nodes;
 - :mod:`.shards`: a large cluster collected per node pool, and the shards merged;
-- :mod:`.collection`: the snapshot document, and :func:`collect`, the collector.
+- :mod:`.collection`: :func:`measure`, the source's measure, and :func:`collect_document`, a
+  snapshot of a scheduler-shaped dict.
 """
 
 from diagnosis.edge.sources.prometheus.collection import (
-    collect,
     collect_document,
     collection_report,
-    scheduler_part,
+    gpu_measurement,
+    measure,
 )
 from diagnosis.edge.sources.prometheus.config import CONFIG, ConfigError, PrometheusConfig
 from diagnosis.edge.sources.prometheus.shards import (
-    ShardRunner,
     collect_shard,
     merge_shards,
     run_shards_here,
@@ -43,13 +43,12 @@ __all__ = [
     "ConfigError",
     "PrometheusConfig",
     "PrometheusError",
-    "ShardRunner",
-    "collect",
     "collect_document",
     "collect_shard",
     "collection_report",
+    "gpu_measurement",
+    "measure",
     "merge_shards",
     "run_shards_here",
-    "scheduler_part",
     "shard_payloads",
 ]

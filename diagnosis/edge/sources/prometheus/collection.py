@@ -1,35 +1,94 @@
-"""The collector of clusters whose ``metrics_kind`` is ``prometheus``: the scheduler's state (its
-adapter, or the simulator's own) plus every GPU's statistics from Prometheus, as one
-``gpuobs.snapshot/v1`` document with a ``collection`` section saying how complete and fresh the
-metrics are and what the collection cost.
+"""The collector of clusters whose ``metrics_kind`` is ``prometheus``: every GPU's statistics
+from Prometheus for the nodes and GPUs the scheduler lists, joined with the scheduler's GPU
+entries, and a report saying how complete and fresh the metrics are and what the collection
+cost (:func:`measure`); :func:`collect_document` makes a whole snapshot of a scheduler-shaped
+dict (``manage.py collect --scheduler-snapshot``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from diagnosis.core.vocabulary import SNAPSHOT_FORMAT, parse_time
-from diagnosis.edge.errors import CollectError
-from diagnosis.edge.sim import runtime as sim_runtime
-from diagnosis.edge.sim import source as sim
-from diagnosis.edge.sources import ClusterLike, scheduler_only
+from diagnosis.edge.assemble import snapshot_document
+from diagnosis.edge.sources import Measurement, MetricsRequest, ShardRunner
 from diagnosis.edge.sources.dcgm import stats as dcgm_stats
 from diagnosis.edge.sources.prometheus.config import ConfigError, PrometheusConfig
 from diagnosis.edge.sources.prometheus.metrics import GpuMetrics
 from diagnosis.edge.sources.prometheus.promql import PromQLError
-from diagnosis.edge.sources.prometheus.shards import (
-    ShardRunner,
-    merge_shards,
-    run_shards_here,
-    shard_payloads,
-)
+from diagnosis.edge.sources.prometheus.shards import merge_shards, run_shards_here, shard_payloads
 
-# -- the snapshot --------------------------------------------------------------------------------
+# -- the measurement -----------------------------------------------------------------------------
 
-SCHEDULER_SECTIONS = ("scheduler", "nodes", "queues", "jobs", "events")
+
+def gpu_measurement(
+    config: PrometheusConfig,
+    nodes: Sequence[Mapping[str, Any]],
+    scheduler_gpus: Sequence[Mapping[str, Any]],
+    *,
+    as_of: float,
+    window_s: int,
+    shard_runner: ShardRunner | None = None,
+) -> Measurement:
+    """Every GPU's statistics from Prometheus for the window ending at ``as_of`` (Unix
+    seconds), on ``nodes`` (the scheduler's; its ``scheduler_gpus`` may give UUIDs and health),
+    joined with the scheduler's GPU entries; measured topology and host CPU per node; and the
+    ``collection`` report."""
+    started, cpu_started = time.perf_counter(), time.process_time()
+    known = {
+        _unit_key(g): g
+        for g in scheduler_gpus
+        if isinstance(g, Mapping) and "node" in g and "index" in g
+    }
+    uuids = {g["uuid"]: (g["node"], g["index"]) for g in known.values() if g.get("uuid")}
+    for g in known.values():  # a MIG instance's parent GPU: the UUID its series carry
+        parent = g["mig"].get("parent_uuid") if isinstance(g.get("mig"), Mapping) else None
+        if isinstance(parent, str) and parent:
+            uuids.setdefault(parent, (g["node"], g["index"]))
+    payloads = shard_payloads(config, nodes, uuids, as_of, window_s)
+    runner = shard_runner if shard_runner is not None and len(payloads) > 1 else run_shards_here
+    metrics = merge_shards(runner(payloads))
+    node_values: dict[str, dict[str, Any]] = {}
+    for node in nodes:  # measured on the node: wins over the scheduler's
+        values = node_values.setdefault(node["name"], {})
+        if node["name"] in metrics.topology:
+            values["topology"] = metrics.topology[node["name"]]
+        if node["name"] in metrics.cpu_util:
+            values["cpu_util"] = round(metrics.cpu_util[node["name"]], 6)
+    return Measurement(
+        gpus=merge_gpus(known, metrics.gpus),
+        node_values={name: values for name, values in node_values.items() if values},
+        window_s=window_s,
+        collection=collection_report(
+            config,
+            metrics,
+            as_of=as_of,
+            window_s=window_s,
+            shards=len(payloads),
+            seconds=time.perf_counter() - started,
+            cpu_seconds=time.process_time() - cpu_started,
+        ),
+    )
+
+
+def measure(request: MetricsRequest) -> Measurement:
+    """The source's measure (the registry's ``prometheus``): the pools of a large cluster are
+    collected as separate shards through ``request.shard_runner`` (a Celery group in
+    production)."""
+    config = PrometheusConfig.parse(request.config)
+    try:
+        return gpu_measurement(
+            config,
+            _named(request.nodes),
+            request.gpus,
+            as_of=request.as_of.timestamp(),
+            window_s=int(config.window_s),
+            shard_runner=request.shard_runner,
+        )
+    except PromQLError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def collect_document(
@@ -44,55 +103,30 @@ def collect_document(
     snapshot-shaped dict; its ``gpus[]`` may give UUIDs and health), every GPU's statistics from
     Prometheus for the window ending at ``as_of``, and a ``collection`` section saying how
     complete and how fresh the metrics are and what the collection cost."""
-    started, cpu_started = time.perf_counter(), time.process_time()
-    window_s = int(window_s or config.window_s)
-    nodes = [n for n in scheduler.get("nodes") or [] if isinstance(n, Mapping) and "name" in n]
-    known = {
-        _unit_key(g): g
-        for g in scheduler.get("gpus") or []
-        if isinstance(g, Mapping) and "node" in g and "index" in g
-    }
-    uuids = {g["uuid"]: (g["node"], g["index"]) for g in known.values() if g.get("uuid")}
-    for g in known.values():  # a MIG instance's parent GPU: the UUID its series carry
-        parent = g["mig"].get("parent_uuid") if isinstance(g.get("mig"), Mapping) else None
-        if isinstance(parent, str) and parent:
-            uuids.setdefault(parent, (g["node"], g["index"]))
+    nodes = _named(scheduler.get("nodes") or [])
     at = as_of.timestamp()
-    payloads = shard_payloads(config, nodes, uuids, at, window_s)
-    runner = shard_runner if shard_runner is not None and len(payloads) > 1 else run_shards_here
-    metrics = merge_shards(runner(payloads))
-    gpus = merge_gpus(known, metrics.gpus)
-    node_list = []
-    for node in nodes:
-        node = dict(node)
-        if node["name"] in metrics.topology:  # measured on the node: wins over the scheduler's
-            node["topology"] = metrics.topology[node["name"]]
-        if node["name"] in metrics.cpu_util:
-            node["cpu_util"] = round(metrics.cpu_util[node["name"]], 6)
-        node_list.append(node)
-
-    document: dict[str, Any] = {
-        "format": SNAPSHOT_FORMAT,
-        "cluster": scheduler.get("cluster") or "cluster",
-        "as_of": dcgm_stats.iso(at),
-        "window_s": window_s,
-        **{
-            section: scheduler.get(section) or ([] if section != "scheduler" else {})
-            for section in SCHEDULER_SECTIONS
-        },
-    }
-    document["nodes"] = node_list
-    document["gpus"] = gpus
-    document["collection"] = collection_report(
+    measurement = gpu_measurement(
         config,
-        metrics,
+        nodes,
+        scheduler.get("gpus") or [],
         as_of=at,
-        window_s=window_s,
-        shards=len(payloads),
-        seconds=time.perf_counter() - started,
-        cpu_seconds=time.process_time() - cpu_started,
+        window_s=int(window_s or config.window_s),
+        shard_runner=shard_runner,
     )
-    return document
+    return snapshot_document(
+        scheduler.get("cluster") or "cluster",
+        as_of=dcgm_stats.iso(at),
+        scheduler=scheduler.get("scheduler") or {},
+        nodes=nodes,
+        queues=scheduler.get("queues") or [],
+        jobs=scheduler.get("jobs") or [],
+        events=scheduler.get("events") or [],
+        measurement=measurement,
+    )
+
+
+def _named(nodes: Sequence[Any]) -> list[Mapping[str, Any]]:
+    return [n for n in nodes if isinstance(n, Mapping) and "name" in n]
 
 
 def _unit_key(gpu: Mapping[str, Any]) -> tuple[str, int, int]:
@@ -240,74 +274,3 @@ def collection_report(
         "cpu_seconds": round(cpu_seconds, 4),
         **report,
     }
-
-
-# -- the periodic collector ----------------------------------------------------------------------
-
-
-def scheduler_part(
-    cluster: ClusterLike,
-    *,
-    previous_as_of: datetime | None = None,
-    now: datetime | None = None,
-) -> tuple[dict[str, Any], datetime, dict[str, Any]]:
-    """The cluster's scheduler state as a snapshot-shaped dict without GPU metrics, the time to
-    collect at, and what the adapter reported (its event cursor, the commands it ran)."""
-    if cluster.scheduler_kind == "sim":
-        return _sim_scheduler_part(cluster, previous_as_of=previous_as_of, now=now)
-
-    document = scheduler_only.collect(cluster, previous_as_of=previous_as_of, now=now)
-    reported = document.pop("collection", {})
-    return document, _as_of(document), {k: v for k, v in reported.items() if k != "source"}
-
-
-def _sim_scheduler_part(cluster, *, previous_as_of, now):
-    """The simulator's own snapshot minus its GPU metrics (the demo with serve_exporter and a
-    real Prometheus). Its clock must be real time (or explicit steps), or its times would not be
-    Prometheus's."""
-
-    config = cluster.scheduler_config or {}
-    clock = config.get("clock", "wall")
-    if clock != "step" and float(config.get("speed", sim_runtime.DEFAULT_SPEED)) != 1.0:
-        raise CollectError(
-            "a simulated scheduler with Prometheus metrics must run in real time: set "
-            'scheduler_config "speed": 1 (or "clock": "step")',
-            permanent=True,
-        )
-    document = sim.collect(cluster, now=now, previous_as_of=previous_as_of)
-    document["gpus"] = [
-        {key: gpu[key] for key in ("node", "index", "uuid", "health") if key in gpu}
-        for gpu in document.get("gpus") or []
-    ]
-    return document, _as_of(document), {}
-
-
-def _as_of(document: Mapping[str, Any]) -> datetime:
-    as_of = parse_time(document.get("as_of"))
-    if as_of is None:
-        raise CollectError(
-            f"the scheduler's state has no RFC 3339 as_of: {document.get('as_of')!r}",
-            permanent=True,
-        )
-    return as_of
-
-
-def collect(
-    cluster: ClusterLike,
-    *,
-    previous_as_of: datetime | None = None,
-    now: datetime | None = None,
-    shard_runner: ShardRunner | None = None,
-) -> dict[str, Any]:
-    """The collector of clusters whose ``metrics_kind`` is ``prometheus``: the scheduler
-    adapter's state plus every GPU's statistics from Prometheus. Pools of a large cluster are
-    collected as separate shards through ``shard_runner`` (a Celery group in production)."""
-    config = PrometheusConfig.parse(cluster.metrics_config)
-    part, as_of, remember = scheduler_part(cluster, previous_as_of=previous_as_of, now=now)
-    try:
-        document = collect_document(config, part, as_of=as_of, shard_runner=shard_runner)
-    except PromQLError as exc:
-        raise ConfigError(str(exc)) from exc
-    document["cluster"] = cluster.name
-    document["collection"].update(remember)
-    return document

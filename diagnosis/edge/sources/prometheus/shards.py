@@ -1,11 +1,13 @@
 """A large cluster's collection as shards: one JSON-ready work item per node pool
-(:func:`shard_payloads`), collected anywhere (:func:`collect_shard`: in this process, or a
-Celery task on the ``collect`` queue), and the results merged back into one (:func:`merge_shards`).
+(:func:`shard_payloads`, each naming its source, ``"source": "prometheus"``), collected anywhere
+(:func:`collect_shard`, the registry's ``shard`` of this source: in this process, or a Celery
+task on the ``collect`` queue that runs any source's shard by that name), and the results merged
+back into one (:func:`merge_shards`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from diagnosis.edge.errors import CollectError
@@ -13,8 +15,6 @@ from diagnosis.edge.sources.prometheus.config import PrometheusConfig
 from diagnosis.edge.sources.prometheus.metrics import GpuMetrics, NodeInventory, PrometheusSource
 from diagnosis.edge.sources.prometheus.promql import PromQLError
 from diagnosis.edge.sources.prometheus.wire import PrometheusError
-
-ShardRunner = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 
 
 def run_shards_here(payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -42,6 +42,7 @@ def shard_payloads(
         names = {str(n["name"]) for n in group}
         payloads.append(
             {
+                "source": "prometheus",
                 "config": config.as_dict(),
                 "as_of": as_of,
                 "window_s": window_s,
