@@ -67,17 +67,16 @@ from diagnosis.core.snapshot import ClusterSnapshot
 if TYPE_CHECKING:
     from diagnosis.core.rules.engine import Diagnosis
 
-BUCKETS: tuple[str, ...] = (
+# The buckets a tenant's GPUs fall in (held), then those of the free GPUs.
+HELD_BUCKETS: tuple[str, ...] = (
     "unavailable",
     "held-by-partial-gang",
     "allocated-hung",
     "allocated-idle",
     "allocated-data-starved",
     "allocated-busy",
-    "free-fragmented",
-    "free-demand",
-    "free-no-demand",
 )
+BUCKETS: tuple[str, ...] = (*HELD_BUCKETS, "free-fragmented", "free-demand", "free-no-demand")
 IDLE_UTIL = 0.05
 # A job's mean util equal to IDLE_UTIL up to float rounding (a mean of 0.05s) is not below it;
 # the same tolerance as the idle-allocation rule.
