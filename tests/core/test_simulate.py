@@ -222,11 +222,18 @@ def test_tick_runs_passes_only_on_multiples_of_it():
 # -- faults ----------------------------------------------------------------------------------
 
 
-def test_xid_79_fails_the_job_and_marks_the_gpu_unhealthy():
+def _xid_on_a_job(index: int, code: int) -> Simulator:
+    """A 2-GPU job ``victim`` on one node; at 600 s its node's GPU ``index`` reports Xid
+    ``code``; run to 900 s."""
     sim = simulator(1)
     sim.submit(job("victim", 0, 2))
-    sim.inject(Xid(600, "a100-000", 1, 79))
+    sim.inject(Xid(600, "a100-000", index, code))
     sim.run_until(900)
+    return sim
+
+
+def test_xid_79_fails_the_job_and_marks_the_gpu_unhealthy():
+    sim = _xid_on_a_job(1, 79)
     assert sim.job_state("victim") == "failed"
     assert sim.gpu_health("a100-000", 1) == "unhealthy"
     gpu = next(g for g in sim.snapshot()["gpus"] if g["node"] == "a100-000" and g["index"] == 1)
@@ -235,10 +242,7 @@ def test_xid_79_fails_the_job_and_marks_the_gpu_unhealthy():
 
 
 def test_application_xid_fails_the_job_but_keeps_the_gpu():
-    sim = simulator(1)
-    sim.submit(job("victim", 0, 2))
-    sim.inject(Xid(600, "a100-000", 0, 13))
-    sim.run_until(900)
+    sim = _xid_on_a_job(0, 13)
     assert sim.job_state("victim") == "failed"
     assert sim.gpu_health("a100-000", 0) == "ok"
 
