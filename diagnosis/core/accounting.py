@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from diagnosis.core.numbers import json_number
 from diagnosis.core.rules.base import Finding
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.snapshot import ClusterSnapshot
@@ -66,17 +67,16 @@ from diagnosis.core.snapshot import ClusterSnapshot
 if TYPE_CHECKING:
     from diagnosis.core.rules.engine import Diagnosis
 
-BUCKETS: tuple[str, ...] = (
+# The buckets a tenant's GPUs fall in (held), then those of the free GPUs.
+HELD_BUCKETS: tuple[str, ...] = (
     "unavailable",
     "held-by-partial-gang",
     "allocated-hung",
     "allocated-idle",
     "allocated-data-starved",
     "allocated-busy",
-    "free-fragmented",
-    "free-demand",
-    "free-no-demand",
 )
+BUCKETS: tuple[str, ...] = (*HELD_BUCKETS, "free-fragmented", "free-demand", "free-no-demand")
 IDLE_UTIL = 0.05
 # A job's mean util equal to IDLE_UTIL up to float rounding (a mean of 0.05s) is not below it;
 # the same tolerance as the idle-allocation rule.
@@ -146,18 +146,18 @@ class Breakdown:
     def as_dict(self) -> dict[str, Any]:
         return {
             "gpus": self.gpus,
-            "gpu_hours": _number(self.hours(self.gpus)),
+            "gpu_hours": json_number(self.hours(self.gpus)),
             "buckets": {
-                name: {"gpus": count, "gpu_hours": _number(self.hours(count))}
+                name: {"gpus": count, "gpu_hours": json_number(self.hours(count))}
                 for name, count in self.buckets.items()
             },
             "allocated_gpus": self.allocated_gpus,
-            "allocation_utilization": _number(self.allocation_utilization),
-            "activity_utilization": _number(self.activity_utilization),
-            "activity_coverage": _number(self.activity_coverage),
-            "productive_gpus": _number(self.productive_gpus),
-            "productive_gpu_hours": _number(self.hours(self.productive_gpus)),
-            "mfu_coverage": _number(self.mfu_coverage),
+            "allocation_utilization": json_number(self.allocation_utilization),
+            "activity_utilization": json_number(self.activity_utilization),
+            "activity_coverage": json_number(self.activity_coverage),
+            "productive_gpus": json_number(self.productive_gpus),
+            "productive_gpu_hours": json_number(self.hours(self.productive_gpus)),
+            "mfu_coverage": json_number(self.mfu_coverage),
         }
 
 
@@ -403,8 +403,3 @@ def _bucket_findings(findings: tuple[Finding, ...]) -> dict[str, tuple[str, ...]
         bucket: tuple(ref for rule in rules for ref in by_rule.get(rule, ()))
         for bucket, rules in BUCKET_RULES.items()
     }
-
-
-def _number(value: float) -> float | None:
-    value = float(value)
-    return None if math.isnan(value) or math.isinf(value) else round(value, 6)

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from diagnosis.core.accounting import NO_TENANT, Breakdown
+from diagnosis.core.accounting import HELD_BUCKETS, NO_TENANT, Breakdown
+from diagnosis.core.numbers import json_number as json_number  # re-exported
 from diagnosis.core.queue_hierarchy import TreeNode, fairness_tree, fill_queues
 from diagnosis.core.queue_hierarchy import job_queue_names as job_queue_names  # re-exported
 from diagnosis.core.queue_hierarchy import queue_tree as queue_tree  # re-exported
@@ -404,14 +405,7 @@ CLUSTER_SUMS: tuple[str, ...] = (
     "interval_s",
 )
 # The held buckets of a tenant, in DESIGN.md section 6 order.
-TENANT_BUCKETS: tuple[str, ...] = (
-    "unavailable",
-    "held-by-partial-gang",
-    "allocated-hung",
-    "allocated-idle",
-    "allocated-data-starved",
-    "allocated-busy",
-)
+TENANT_BUCKETS: tuple[str, ...] = HELD_BUCKETS
 
 
 @dataclass(frozen=True)
@@ -578,13 +572,6 @@ def fairness_report(
         waits=by_class,
         wait=overall,
     )
-
-
-def json_number(value: float | None, digits: int = 6) -> float | None:
-    if value is None:
-        return None
-    value = float(value)
-    return None if math.isnan(value) or math.isinf(value) else round(value, digits)
 
 
 def finding_tenant(finding: Finding, tenant_of_job: Mapping[str, Any] | pd.Series) -> str | None:

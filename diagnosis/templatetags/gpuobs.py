@@ -7,7 +7,6 @@ it builds itself is marked safe.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +16,7 @@ from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
 
+from diagnosis.core.numbers import finite_number
 from diagnosis.templatetags.links import evidence_label, evidence_link, link, unit_of
 
 register = template.Library()
@@ -32,7 +32,7 @@ MAX_DEPTH = 4  # deeper structures are shown as JSON text
 @register.filter
 def percent(value: Any, digits: int = 0) -> str:
     """``0.5283|percent`` → ``53%``; ``|percent:1`` → ``52.8%``; unknown → ``—``."""
-    number = _finite(value)
+    number = finite_number(value)
     if number is None:
         return "—"
     return f"{number * 100:.{int(digits)}f}%"
@@ -45,7 +45,7 @@ def number(value: Any) -> str:
         return "—" if value is None else ("yes" if value else "no")
     if isinstance(value, int):
         return f"{value:,}"
-    numeric = _finite(value)
+    numeric = finite_number(value)
     if numeric is None:
         return "—" if isinstance(value, float) else str(value)
     if numeric.is_integer() and abs(numeric) < 1e15:
@@ -60,7 +60,7 @@ def number(value: Any) -> str:
 @register.filter
 def duration(seconds: Any) -> str:
     """Seconds as ``45 s``, ``12 min``, ``3.5 h``, ``2.1 d``; negative: ``-12 min``."""
-    value = _finite(seconds)
+    value = finite_number(seconds)
     if value is None:
         return "—"
     sign, value = ("-" if value < 0 else ""), abs(value)
@@ -74,16 +74,6 @@ def duration(seconds: Any) -> str:
     else:
         text = gettext("%(n)s d") % {"n": f"{value / 86400:.1f}"}
     return sign + text
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 # -- text ----------------------------------------------------------------------------------------

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import json
+from functools import partial
 
 import pytest
 
 from diagnosis.core.rules.builtin.data_starvation import NO_FB, NO_TRIGGER_METRICS, RULE
-from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.rules.running_jobs import NO_UTIL
 from tests.support.builders import SnapshotBuilder
+from tests.support.rules import judge_rule
 
-
-def judge(snap, **overrides):
-    judgement = RULE.evaluate(snap, RULE.resolve(overrides), SnapshotFacts(snap))
-    for finding in judgement.findings:
-        json.dumps(finding.as_dict(), allow_nan=False)
-    return judgement
+judge = partial(judge_rule, RULE)
 
 
 def starved(*, cpu=0.2, ran="1h", util=0.3, p10=0.0, p90=0.9, fb=0.5, **metrics):
@@ -121,28 +116,21 @@ def test_spread_is_the_mean_over_gpus_of_p90_minus_p10():
     assert not judge(snap).findings  # mean spread 0.4
 
 
-def test_job_without_util_is_not_judged():
+@pytest.mark.parametrize(
+    ("metrics", "reason"),
+    [({"fb_used_frac": 0.5}, NO_UTIL), ({"util": 0.3}, NO_FB)],
+    ids=["without-util", "in-band-without-framebuffer-metric"],
+)
+def test_job_missing_a_metric_is_not_judged(metrics, reason):
     snap = (
         SnapshotBuilder()
         .pool("a100", nodes=1, cpu_util=0.95)
-        .job("j1", node="a100-000", ran="1h", fb_used_frac=0.5)
+        .job("j1", node="a100-000", ran="1h", **metrics)
         .build()
     )
     judgement = judge(snap)
     assert not judgement.findings
-    assert judgement.not_judged[NO_UTIL] == 1
-
-
-def test_job_in_band_without_framebuffer_metric_is_not_judged():
-    snap = (
-        SnapshotBuilder()
-        .pool("a100", nodes=1, cpu_util=0.95)
-        .job("j1", node="a100-000", ran="1h", util=0.3)
-        .build()
-    )
-    judgement = judge(snap)
-    assert not judgement.findings
-    assert judgement.not_judged[NO_FB] == 1
+    assert judgement.not_judged[reason] == 1
 
 
 def test_idle_job_without_framebuffer_metric_is_judged_not_starved():

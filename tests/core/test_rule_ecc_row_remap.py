@@ -5,30 +5,23 @@ DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS."""
 
 from __future__ import annotations
 
-import json
+from functools import partial
 
 import pytest
 
 from diagnosis.core.recommend.engine import recommend
 from diagnosis.core.recommend.merge import one_per_target
 from diagnosis.core.rules.builtin.ecc_row_remap import NO_REMAP, RULE
-from diagnosis.core.rules.facts import SnapshotFacts
-from tests.support.builders import SnapshotBuilder
+from tests.support.rules import judge_rule, one_busy_gpu
 
 CLEAN = {"pending": 0, "failure": 0, "uncorrectable": 0}
 
 
-def judge(snap):
-    judgement = RULE.evaluate(snap, RULE.resolve(), SnapshotFacts(snap))
-    for finding in judgement.findings:
-        json.dumps(finding.as_dict(), allow_nan=False)
-    return judgement
+judge = partial(judge_rule, RULE)
 
 
 def cluster(**remap):
-    builder = SnapshotBuilder().pool("a100", nodes=2)
-    builder.job("j", gpus_per_pod=1, node="a100-000", util=0.9)
-    return builder.gpu("a100-000", 0, row_remap={**CLEAN, **remap})
+    return one_busy_gpu(nodes=2, row_remap={**CLEAN, **remap})
 
 
 def test_a_pending_remap_is_a_warning_naming_the_job_and_the_drain():

@@ -5,24 +5,20 @@ dcgm-exporter's DCGM_FI_DEV_POWER_MGMT_LIMIT, when reported, wins over it."""
 
 from __future__ import annotations
 
-import json
+from functools import partial
 
 import pytest
 
 from diagnosis.core.accounting import account
 from diagnosis.core.rules.builtin.hung_collective import NO_POWER, NO_TENSOR, NO_UTIL_ALL, RULE
 from diagnosis.core.rules.engine import run_rules
-from diagnosis.core.rules.facts import SnapshotFacts
 from tests.support.builders import SnapshotBuilder
+from tests.support.rules import judge_rule
 
 HUNG = {"util": 0.98, "power_w": 120.0, "tensor_active": 0.0, "dram_active": 0.01}
 
 
-def judge(snap, **overrides):
-    judgement = RULE.evaluate(snap, RULE.resolve(overrides), SnapshotFacts(snap))
-    for finding in judgement.findings:
-        json.dumps(finding.as_dict(), allow_nan=False)
-    return judgement
+judge = partial(judge_rule, RULE)
 
 
 def gang(ran="1h", **metrics):

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import json
+from functools import partial
 
 import pytest
 
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.rules.builtin.idle_allocation import RULE
-from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.rules.running_jobs import NO_GPUS, NO_START, NO_UTIL
 from tests.support.builders import SnapshotBuilder
+from tests.support.rules import judge_rule
 
-
-def judge(snap, **overrides):
-    judgement = RULE.evaluate(snap, RULE.resolve(overrides), SnapshotFacts(snap))
-    for finding in judgement.findings:
-        json.dumps(finding.as_dict(), allow_nan=False)
-    return judgement
+judge = partial(judge_rule, RULE)
 
 
 def one_job(util=0.01, ran="2h", **job_fields):
@@ -26,6 +21,17 @@ def one_job(util=0.01, ran="2h", **job_fields):
         .pool("a100", nodes=2)
         .job("j1", node="a100-000", ran=ran, util=util, fb_used_frac=0.05, **job_fields)
     )
+
+
+def two_gpus(*utils):
+    """A job on two GPUs of one node, started 2 h ago; GPU i reads ``utils[i]`` (fewer: the
+    rest read nothing)."""
+    builder = (
+        SnapshotBuilder().pool("a100", nodes=1).job("j1", node="a100-000", gpus_per_pod=2, ran="2h")
+    )
+    for index, util in enumerate(utils):
+        builder.gpu("a100-000", index, util=util)
+    return builder.build()
 
 
 def test_idle_job_is_reported_with_per_gpu_evidence():
@@ -56,41 +62,18 @@ def test_min_runtime(ran, fires):
 
 def test_mean_equal_to_threshold_up_to_float_rounding_is_not_below():
     # In floating point, mean(0.01, 0.09) is 0.049999999999999996: a user means 0.05.
-    snap = (
-        SnapshotBuilder()
-        .pool("a100", nodes=1)
-        .job("j1", node="a100-000", gpus_per_pod=2, ran="2h")
-        .gpu("a100-000", 0, util=0.01)
-        .gpu("a100-000", 1, util=0.09)
-        .build()
-    )
-    assert not judge(snap).findings
+    assert not judge(two_gpus(0.01, 0.09)).findings
 
 
 def test_gpus_without_a_reading_are_left_out_of_the_mean():
-    snap = (
-        SnapshotBuilder()
-        .pool("a100", nodes=1)
-        .job("j1", node="a100-000", gpus_per_pod=2, ran="2h")
-        .gpu("a100-000", 0, util=0.02)
-        .build()
-    )
-    (finding,) = judge(snap).findings
+    (finding,) = judge(two_gpus(0.02)).findings
     assert finding.evidence["util_mean"] == pytest.approx(0.02)
     assert finding.evidence["gpus_with_util"] == 1
     assert finding.evidence["per_gpu"][1]["util"] is None
 
 
 def test_one_busy_gpu_lifts_the_mean_above_the_threshold():
-    snap = (
-        SnapshotBuilder()
-        .pool("a100", nodes=1)
-        .job("j1", node="a100-000", gpus_per_pod=2, ran="2h")
-        .gpu("a100-000", 0, util=0.02)
-        .gpu("a100-000", 1, util=0.5)
-        .build()
-    )
-    assert not judge(snap).findings
+    assert not judge(two_gpus(0.02, 0.5)).findings
 
 
 def test_job_without_any_util_reading_is_not_judged():

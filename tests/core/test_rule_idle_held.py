@@ -3,22 +3,17 @@ util < max_util [0.05] (a notebook); such a job is not also an ``idle-allocation
 
 from __future__ import annotations
 
-import json
+from functools import partial
 
 import pytest
 
 from diagnosis.core.rules.builtin.idle_held import NO_FB, RULE
 from diagnosis.core.rules.engine import run_rules
-from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.rules.running_jobs import NO_UTIL
 from tests.support.builders import SnapshotBuilder
+from tests.support.rules import judge_rule
 
-
-def judge(snap, **overrides):
-    judgement = RULE.evaluate(snap, RULE.resolve(overrides), SnapshotFacts(snap))
-    for finding in judgement.findings:
-        json.dumps(finding.as_dict(), allow_nan=False)
-    return judgement
+judge = partial(judge_rule, RULE)
 
 
 def notebook(util=0.0, fb=0.6, ran="3h"):

@@ -4,20 +4,15 @@ for no more GPUs than it holds. Warning when it holds beyond its guarantee (borr
 
 from __future__ import annotations
 
-import json
+from functools import partial
 
 import pytest
 
 from diagnosis.core.rules.builtin.idle_quota import NO_UTIL, RULE
-from diagnosis.core.rules.facts import SnapshotFacts
 from tests.support.builders import SnapshotBuilder
+from tests.support.rules import judge_rule
 
-
-def judge(snap, **overrides):
-    judgement = RULE.evaluate(snap, RULE.resolve(overrides), SnapshotFacts(snap))
-    for finding in judgement.findings:
-        json.dumps(finding.as_dict(), allow_nan=False)
-    return judgement
+judge = partial(judge_rule, RULE)
 
 
 def cluster(*, deserved=8, util=0.01, ran="2h", waiting_gpus=8, waiting_pool="a100"):

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import json
+from functools import partial
 
 import pytest
 
 from diagnosis.core.rules.builtin.low_mfu import NO_MFU, NO_PEAK, PROXY, REPORTED, RULE
-from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.rules.running_jobs import NO_UTIL
 from tests.support.builders import SnapshotBuilder
+from tests.support.rules import judge_rule
 
-
-def judge(snap, **overrides):
-    judgement = RULE.evaluate(snap, RULE.resolve(overrides), SnapshotFacts(snap))
-    for finding in judgement.findings:
-        json.dumps(finding.as_dict(), allow_nan=False)
-    return judgement
+judge = partial(judge_rule, RULE)
 
 
 def training(*, model="A100-SXM4-80GB", ran="1h", kind="training", **job_fields):

@@ -4,20 +4,15 @@ job lies inside the window."""
 
 from __future__ import annotations
 
-import json
+from functools import partial
 
 import pytest
 
 from diagnosis.core.rules.builtin.preemption_thrash import RULE, UNDATED
-from diagnosis.core.rules.facts import SnapshotFacts
 from tests.support.builders import SnapshotBuilder
+from tests.support.rules import judge_rule
 
-
-def judge(snap, **overrides):
-    judgement = RULE.evaluate(snap, RULE.resolve(overrides), SnapshotFacts(snap))
-    for finding in judgement.findings:
-        json.dumps(finding.as_dict(), allow_nan=False)
-    return judgement
+judge = partial(judge_rule, RULE)
 
 
 def preempted(times, *, waited="1d", counter=None):

@@ -56,25 +56,21 @@ def test_thresholds_can_be_overridden():
     assert findings(snap, min_wait=3 * 3600, min_overtaken=2)
 
 
-def test_jobs_submitted_before_it_are_not_overtakers():
-    """Submitted before ``big`` (6 h ago) but started after it was submitted: not counted."""
+@pytest.mark.parametrize(
+    ("submitted", "started"),
+    [
+        # submitted before ``big`` (6 h ago) but started after it was submitted
+        ("6h", "1h"),
+        # submitted at the same moment as ``big``
+        ("5h", "1h"),
+        # malformed times: submitted after ``big`` but started before ``big`` was submitted
+        ("2h", "6h"),
+    ],
+    ids=["submitted-before-it", "submitted-at-the-same-moment", "started-before-it-was-submitted"],
+)
+def test_jobs_that_did_not_overtake_it_do_not_count(submitted, started):
     builder = waiting(overtakers=2)
-    builder.job("earlier", state="completed", gpus_per_pod=1, waited="6h", started="1h")
-
-    assert not findings(builder.build())
-
-
-def test_jobs_submitted_at_the_same_moment_are_not_overtakers():
-    builder = waiting(overtakers=2)
-    builder.job("same", state="completed", gpus_per_pod=1, waited="5h", started="1h")
-
-    assert not findings(builder.build())
-
-
-def test_job_started_before_it_was_submitted_does_not_count():
-    """Malformed times: submitted after ``big`` but started before ``big`` was submitted."""
-    builder = waiting(overtakers=2)
-    builder.job("odd", state="completed", gpus_per_pod=1, waited="2h", started="6h")
+    builder.job("other", state="completed", gpus_per_pod=1, waited=submitted, started=started)
 
     assert not findings(builder.build())
 

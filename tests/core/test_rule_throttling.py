@@ -5,32 +5,17 @@ sw_thermal 0x20, hw_thermal 0x40, hw_power_brake 0x80."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from diagnosis.core.rules import throttling
 from diagnosis.core.rules.builtin import power_throttling, thermal_throttling
-from diagnosis.core.rules.facts import SnapshotFacts
-from tests.support.builders import SnapshotBuilder
+from tests.support.rules import judge_rule as judge
+from tests.support.rules import one_busy_gpu as cluster
 
 RULES = {
     "thermal": (thermal_throttling.RULE, "throttle_thermal"),
     "power": (power_throttling.RULE, "throttle_power"),
 }
-
-
-def judge(rule, snap, **overrides):
-    judgement = rule.evaluate(snap, rule.resolve(overrides), SnapshotFacts(snap))
-    for finding in judgement.findings:
-        json.dumps(finding.as_dict(), allow_nan=False)
-    return judgement
-
-
-def cluster(**gpu0):
-    builder = SnapshotBuilder().pool("a100", nodes=1)
-    builder.job("j", gpus_per_pod=1, node="a100-000", util=0.9)
-    return builder.gpu("a100-000", 0, **gpu0)
 
 
 def test_the_reason_bits_are_dcgms():

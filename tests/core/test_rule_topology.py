@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import json
+from functools import partial
 
 import pytest
 
 from diagnosis.core.recommend.builtin.advisory import JOB_ADVICE
 from diagnosis.core.rules.builtin.topology_misplacement import NUMA_UNKNOWN, NVLINK_UNKNOWN, RULE
-from diagnosis.core.rules.facts import SnapshotFacts
 from tests.support.builders import SnapshotBuilder
+from tests.support.rules import judge_rule
 
 TWO_DOMAINS = [[0, 1, 2, 3], [4, 5, 6, 7]]
 ONE_DOMAIN = [list(range(8))]
 SPLIT_NUMA = [0, 0, 0, 0, 1, 1, 1, 1]
 
 
-def judge(snap):
-    judgement = RULE.evaluate(snap, RULE.resolve(), SnapshotFacts(snap))
-    for finding in judgement.findings:
-        json.dumps(finding.as_dict(), allow_nan=False)
-    return judgement
+judge = partial(judge_rule, RULE)
 
 
 def one(snap):

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import json
+from functools import partial
 
 import pytest
 
 from diagnosis.core.rules.builtin.xid import RULE
-from diagnosis.core.rules.facts import SnapshotFacts
 from tests.support.builders import SnapshotBuilder
+from tests.support.rules import judge_rule
 
-
-def judge(snap):
-    judgement = RULE.evaluate(snap, RULE.resolve(), SnapshotFacts(snap))
-    for finding in judgement.findings:
-        json.dumps(finding.as_dict(), allow_nan=False)
-    return judgement
+judge = partial(judge_rule, RULE)
 
 
 def gpu_with(xids, *, window_s=900, job=True):

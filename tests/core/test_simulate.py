@@ -131,10 +131,12 @@ def test_partial_binding_deadlocks_two_gangs_and_the_snapshot_shows_them():
 # -- queue order -----------------------------------------------------------------------------
 
 
-def _contended(policy: Policy, queues: tuple[QueueSpec, ...]) -> Simulator:
-    """One node: queue ``big`` holds 4 GPUs, queue ``small`` 1, and a 3-GPU filler ends at
-    100 s; then ``big-2`` (t=10) and ``small-1`` (t=20) wait for the filler's 3 GPUs."""
-    sim = Simulator(cluster(1, queues=queues), policy)
+def _contended(queue_order: str) -> Simulator:
+    """One node and two queues of weight 1: queue ``big`` holds 4 GPUs, queue ``small`` 1, and
+    a 3-GPU filler ends at 100 s; then ``big-2`` (t=10) and ``small-1`` (t=20) wait for the
+    filler's 3 GPUs."""
+    queues = (QueueSpec("big", weight=1), QueueSpec("small", weight=1))
+    sim = Simulator(cluster(1, queues=queues), Policy(queue_order=queue_order))
     sim.submit(
         [
             job("big-1", 0, 4, tenant="big"),
@@ -147,20 +149,20 @@ def _contended(policy: Policy, queues: tuple[QueueSpec, ...]) -> Simulator:
     return sim
 
 
+def _states(sim: Simulator, *job_ids: str) -> tuple[str, ...]:
+    return tuple(sim.job_state(job_id) for job_id in job_ids)
+
+
 def test_fair_share_starts_the_job_of_the_under_served_queue():
-    queues = (QueueSpec("big", weight=1), QueueSpec("small", weight=1))
-    sim = _contended(Policy(queue_order="fair-share"), queues)
+    sim = _contended("fair-share")
     sim.run_until(200)
-    assert sim.job_state("small-1") == "running"
-    assert sim.job_state("big-2") == "pending"
+    assert _states(sim, "small-1", "big-2") == ("running", "pending")
 
 
 def test_fifo_starts_the_earlier_job():
-    queues = (QueueSpec("big", weight=1), QueueSpec("small", weight=1))
-    sim = _contended(Policy(queue_order="fifo"), queues)
+    sim = _contended("fifo")
     sim.run_until(200)
-    assert sim.job_state("big-2") == "running"
-    assert sim.job_state("small-1") == "pending"
+    assert _states(sim, "big-2", "small-1") == ("running", "pending")
 
 
 def test_priority_order_starts_the_higher_priority_job_first():
@@ -173,18 +175,15 @@ def test_priority_order_starts_the_higher_priority_job_first():
         ]
     )
     sim.run_until(200)
-    assert sim.job_state("high") == "running"
-    assert sim.job_state("low") == "pending"
+    assert _states(sim, "high", "low") == ("running", "pending")
 
 
 def test_queue_weight_change_reorders_from_the_next_pass():
-    queues = (QueueSpec("big", weight=1), QueueSpec("small", weight=1))
-    sim = _contended(Policy(queue_order="fair-share"), queues)
+    sim = _contended("fair-share")
     sim.run_until(50)
     sim.apply(set_queue_weight("big", 100))
     sim.run_until(200)
-    assert sim.job_state("big-2") == "running"
-    assert sim.job_state("small-1") == "pending"
+    assert _states(sim, "big-2", "small-1") == ("running", "pending")
 
 
 # -- backfill --------------------------------------------------------------------------------
@@ -223,11 +222,18 @@ def test_tick_runs_passes_only_on_multiples_of_it():
 # -- faults ----------------------------------------------------------------------------------
 
 
-def test_xid_79_fails_the_job_and_marks_the_gpu_unhealthy():
+def _xid_on_a_job(index: int, code: int) -> Simulator:
+    """A 2-GPU job ``victim`` on one node; at 600 s its node's GPU ``index`` reports Xid
+    ``code``; run to 900 s."""
     sim = simulator(1)
     sim.submit(job("victim", 0, 2))
-    sim.inject(Xid(600, "a100-000", 1, 79))
+    sim.inject(Xid(600, "a100-000", index, code))
     sim.run_until(900)
+    return sim
+
+
+def test_xid_79_fails_the_job_and_marks_the_gpu_unhealthy():
+    sim = _xid_on_a_job(1, 79)
     assert sim.job_state("victim") == "failed"
     assert sim.gpu_health("a100-000", 1) == "unhealthy"
     gpu = next(g for g in sim.snapshot()["gpus"] if g["node"] == "a100-000" and g["index"] == 1)
@@ -236,10 +242,7 @@ def test_xid_79_fails_the_job_and_marks_the_gpu_unhealthy():
 
 
 def test_application_xid_fails_the_job_but_keeps_the_gpu():
-    sim = simulator(1)
-    sim.submit(job("victim", 0, 2))
-    sim.inject(Xid(600, "a100-000", 0, 13))
-    sim.run_until(900)
+    sim = _xid_on_a_job(0, 13)
     assert sim.job_state("victim") == "failed"
     assert sim.gpu_health("a100-000", 0) == "ok"
 

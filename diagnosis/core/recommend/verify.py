@@ -46,6 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from diagnosis.core.numbers import finite_number
 from diagnosis.core.recommend.base import DRAIN_NODE, GANG_RELEASE, PLACEMENT_POLICY, QUEUE_WEIGHT
 from diagnosis.core.recommend.fair_share import queue_shares
 from diagnosis.core.rules.facts import SnapshotFacts
@@ -129,7 +130,7 @@ class Observation:
     def of(cls, data: Mapping[str, Any]) -> Observation:
         return cls(
             as_of=str(data.get("as_of", "")),
-            metric=_number(data.get("metric")),
+            metric=finite_number(data.get("metric")),
             in_effect=data.get("in_effect"),
             motivating_open=int(data.get("motivating_open") or 0),
             note=str(data.get("note") or ""),
@@ -199,7 +200,7 @@ def _pool_bucket(
     for pool in (accounting or {}).get("pools") or ():
         if pool.get("pool") == pool_name:
             bucket = (pool.get("buckets") or {}).get(bucket_name) or {}
-            return _number(bucket.get("gpus")) or 0.0, ""
+            return finite_number(bucket.get("gpus")) or 0.0, ""
     return None, f"pool {pool_name} is not in the cycle's accounting"
 
 
@@ -211,9 +212,9 @@ def in_effect(kind: str, target: str, to: Any, snapshot: ClusterSnapshot) -> boo
         return None if current is None else current == to
     if kind == QUEUE_WEIGHT:
         queues = snapshot.queues
-        if name not in queues.index or _number(to) is None:
+        if name not in queues.index or finite_number(to) is None:
             return None
-        weight = _number(queues.at[name, "weight"])
+        weight = finite_number(queues.at[name, "weight"])
         return weight is not None and math.isclose(weight, float(to))
     if kind == GANG_RELEASE:  # released: not pending with GPUs bound (gone from the list too)
         jobs = snapshot.jobs
@@ -425,16 +426,6 @@ def _worse(metric: TargetMetric, baseline: float, value: float, settings: Verify
     if metric.better == "lower":
         return value > baseline + margin
     return value < baseline - margin
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def _fmt(value: float) -> str:

@@ -28,6 +28,15 @@ def evidence_number(value: Any) -> float | None:
     return None if math.isnan(value) else value
 
 
+def evidence_numbers(row: Any, *columns: str, **renamed: str) -> dict[str, float | None]:
+    """:func:`evidence_number` of columns of ``row`` (a Series or mapping), in the order named:
+    each of ``columns`` under its own name, then each ``key=column`` of ``renamed`` under
+    ``key``."""
+    numbers = {column: evidence_number(row[column]) for column in columns}
+    numbers.update({key: evidence_number(row[column]) for key, column in renamed.items()})
+    return numbers
+
+
 class ThresholdError(ValueError):
     """A threshold override that names no threshold of the rule, or has a value it cannot take."""
 

@@ -40,25 +40,15 @@ def render_rule(rule: Rule) -> str:
         f"Subject `{_subject(rule)}` · default severity **{rule.severity}** · "
         f"for {_duration(rule.for_s)} · keep firing for {_duration(rule.keep_firing_for_s)}",
         "",
-        "### What it detects",
-        "",
-        rule.doc.detects.strip(),
-        "",
-        "### Why it matters",
-        "",
-        rule.doc.why.strip(),
-        "",
-        "### How to fix",
-        "",
-        rule.doc.fix.strip(),
-        "",
-        "### Evidence",
-        "",
-        rule.doc.evidence.strip(),
-        "",
-        "### Thresholds",
-        "",
     ]
+    for heading, text in (
+        ("What it detects", rule.doc.detects),
+        ("Why it matters", rule.doc.why),
+        ("How to fix", rule.doc.fix),
+        ("Evidence", rule.doc.evidence),
+    ):
+        lines += [f"### {heading}", "", text.strip(), ""]
+    lines += ["### Thresholds", ""]
     if rule.thresholds:
         lines += ["| name | default | unit | meaning |", "|---|---|---|---|"]
         lines += [

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from diagnosis.core.numbers import whole_or_float
 from diagnosis.core.rules.facts import peak_tflops
 from diagnosis.core.simulate.jobs import DATA_STARVED
 from diagnosis.core.simulate.metrics import REPORTED_MFU, SAMPLE_S, hash_uniform, window_statistics
@@ -224,17 +225,13 @@ def _queues(sim: ClusterState) -> list[dict[str, Any]]:
     queues = []
     for queue in sim.queues:
         entry: dict[str, Any] = {"name": queue.name, "tenant": queue.tenant}
-        entry["weight"] = _number(queue.weight)
+        entry["weight"] = whole_or_float(queue.weight)
         if queue.deserved_gpus is not None:
-            entry["deserved_gpus"] = _number(queue.deserved_gpus)
+            entry["deserved_gpus"] = whole_or_float(queue.deserved_gpus)
         if queue.capability_gpus is not None:
-            entry["capability_gpus"] = _number(queue.capability_gpus)
+            entry["capability_gpus"] = whole_or_float(queue.capability_gpus)
         queues.append(entry)
     return queues
-
-
-def _number(value: float) -> float | int:
-    return int(value) if float(value).is_integer() else float(value)
 
 
 def retained_jobs(sim: ClusterState) -> list[Job]:

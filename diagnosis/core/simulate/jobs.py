@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from diagnosis.core.fairness import SIZE_CLASSES as SIZE_CLASSES  # re-exported
+from diagnosis.core.fairness import size_class as fairness_size_class
+
 # Metric profiles (what a job's GPUs look like while it runs; see metrics.py for the numbers).
 HEALTHY = "healthy"
 DATA_STARVED = "data-starved"
@@ -27,18 +30,11 @@ ALL_OR_NOTHING = "all-or-nothing"
 PARTIAL = "partial"
 ADMISSIONS = (ALL_OR_NOTHING, PARTIAL)
 
-SIZE_CLASSES = ("1", "2-8", "9-64", ">64")
-
 
 def size_class(gpus: int) -> str:
-    """The size class of a request of ``gpus`` GPUs (DESIGN.md section 7)."""
-    if gpus <= 1:
-        return "1"
-    if gpus <= 8:
-        return "2-8"
-    if gpus <= 64:
-        return "9-64"
-    return ">64"
+    """The size class of a request of ``gpus`` GPUs (DESIGN.md section 7); a request of no GPU
+    counts in the smallest."""
+    return fairness_size_class(max(gpus, 1)) or SIZE_CLASSES[0]
 
 
 @dataclass(frozen=True)

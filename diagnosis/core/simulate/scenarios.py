@@ -278,30 +278,23 @@ def small_scenario(seed: int = 0) -> Scenario:
     jobs = [
         JobSpec("train-16", 0, 4 * HOUR, pods=2, gpus_per_pod=8, tp=8, tenant="team-a"),
     ]
-    jobs += _small_job_stream(
-        rng,
-        prefix="a",
-        start=0,
-        end=6 * HOUR,
-        mean_gap_s=900,
-        sizes=(1, 2, 4),
-        size_weights=(2, 2, 1),
-        median_s=1800,
-        sigma=0.6,
-        tenant="team-a",
-    )
-    jobs += _small_job_stream(
-        rng,
-        prefix="b",
-        start=0,
-        end=6 * HOUR,
-        mean_gap_s=1200,
-        sizes=(1, 4, 8),
-        size_weights=(1, 2, 1),
-        median_s=2400,
-        sigma=0.6,
-        tenant="team-b",
-    )
+    # one stream per queue, drawn in this order: (prefix, mean gap, sizes, weights, median)
+    for prefix, mean_gap_s, sizes, size_weights, median_s in (
+        ("a", 900, (1, 2, 4), (2, 2, 1), 1800),
+        ("b", 1200, (1, 4, 8), (1, 2, 1), 2400),
+    ):
+        jobs += _small_job_stream(
+            rng,
+            prefix=prefix,
+            start=0,
+            end=6 * HOUR,
+            mean_gap_s=mean_gap_s,
+            sizes=sizes,
+            size_weights=size_weights,
+            median_s=median_s,
+            sigma=0.6,
+            tenant=f"team-{prefix}",
+        )
     return Scenario("small", spec, Policy(), tuple(jobs), seed=seed, snapshot_at=3 * HOUR)
 
 

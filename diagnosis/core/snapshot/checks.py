@@ -4,7 +4,7 @@ on, so that one run reports every problem of a document (:class:`SnapshotError` 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pandas as pd
@@ -37,6 +37,15 @@ class Checker:
             self.error(path, f"expected an object, got {type_name(value)}")
             return None
         return value
+
+    def objects(self, items: Iterable[Any], section: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Each object of the array ``section`` with its path (``section[i]``); an item that is
+        not an object is an error and skipped."""
+        for i, item in enumerate(items):
+            path = f"{section}[{i}]"
+            obj = self.mapping(item, path)
+            if obj is not None:
+                yield path, obj
 
     def array(self, value: Any, path: str) -> list[Any]:
         if value is None:

@@ -143,11 +143,7 @@ class _Loader:
         rows: list[dict[str, Any]] = []
         node_gpus: dict[str, int] = {}
         topology: dict[str, tuple[list[int], list[int]]] = {}
-        for i, item in enumerate(items):
-            path = f"nodes[{i}]"
-            node = check.mapping(item, path)
-            if node is None:
-                continue
+        for path, node in check.objects(items, "nodes"):
             name = check.string(node, "name", path, required=True)
             gpus = check.integer(node, "gpus", path, required=True, minimum=0)
             row = {
@@ -242,11 +238,7 @@ class _Loader:
         mig_split: dict[tuple[str, int], bool] = {}
         xid_rows: list[tuple[str, int, int, pd.Timestamp]] = []
         extra_columns: set[str] = set()
-        for i, item in enumerate(items):
-            path = f"gpus[{i}]"
-            gpu = check.mapping(item, path)
-            if gpu is None:
-                continue
+        for path, gpu in check.objects(items, "gpus"):
             node = check.string(gpu, "node", path, required=True)
             index = check.integer(gpu, "index", path, required=True, minimum=0)
             if node is None or index is None:
@@ -363,11 +355,7 @@ class _Loader:
         check = self.check
         rows: list[dict[str, Any]] = []
         seen: set[str] = set()
-        for i, item in enumerate(items):
-            path = f"queues[{i}]"
-            queue = check.mapping(item, path)
-            if queue is None:
-                continue
+        for path, queue in check.objects(items, "queues"):
             name = check.string(queue, "name", path, required=True)
             if name is None:
                 continue
@@ -405,11 +393,7 @@ class _Loader:
         owner: dict[tuple[str, int, int], str] = {}
         held: dict[tuple[str, int, int], float] = {}
         seen: set[str] = set()
-        for i, item in enumerate(items):
-            path = f"jobs[{i}]"
-            job = check.mapping(item, path)
-            if job is None:
-                continue
+        for path, job in check.objects(items, "jobs"):
             job_id = check.string(job, "id", path, required=True)
             pods = check.integer(job, "pods", path, minimum=1, default=1)
             gpus_per_pod = check.integer(job, "gpus_per_pod", path, required=True, minimum=0)
@@ -584,11 +568,7 @@ class _Loader:
     def _events(self, items: list[Any]) -> pd.DataFrame:
         check = self.check
         rows: list[dict[str, Any]] = []
-        for i, item in enumerate(items):
-            path = f"events[{i}]"
-            event = check.mapping(item, path)
-            if event is None:
-                continue
+        for path, event in check.objects(items, "events"):
             rows.append(
                 {
                     "time": check.time(event, "time", path, required=True),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold, evidence_number
+from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold, evidence_numbers
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.rules.running_jobs import (
     NO_UTIL,
@@ -70,13 +70,16 @@ def evaluate(
             **job_evidence(job_id, job),
             "nodes": int(job["nodes"]),
             "trigger": trigger,
-            "util_mean": evidence_number(job["util_mean"]),
-            "util_p10": evidence_number(job["util_p10"]),
-            "util_p90": evidence_number(job["util_p90"]),
-            "util_spread": evidence_number(job["util_spread"]),
-            "fb_used_frac_mean": evidence_number(job["fb_used_frac_mean"]),
-            "host_cpu_max": evidence_number(job["host_cpu_max"]),
-            "pcie_rx_Bps_mean": evidence_number(job["pcie_rx_Bps_mean"]),
+            **evidence_numbers(
+                job,
+                "util_mean",
+                "util_p10",
+                "util_p90",
+                "util_spread",
+                "fb_used_frac_mean",
+                "host_cpu_max",
+                "pcie_rx_Bps_mean",
+            ),
             "thresholds": dict(thresholds),
         }
         findings.append(RULE.finding(f"job:{job_id}", summary, evidence))

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold, evidence_number
+from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold, evidence_numbers
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.rules.job_gpus import evidence_by_job, job_gpu_rows
 from diagnosis.core.rules.running_jobs import (
@@ -112,13 +112,16 @@ def evaluate(
             "gpus": gpus,
             "pods": int(pods.get(job_id, 1)),
             "nodes": int(stat["nodes"]),
-            "util_min": evidence_number(stat["util_min"]),
-            "util_mean": evidence_number(stat["util_mean"]),
-            "power_w_mean": evidence_number(stat["power_w"]),
-            "power_limit_w_mean": evidence_number(stat["power_limit_w"]),
-            "power_frac": evidence_number(stat["power_frac"]),
-            "tensor_active_mean": evidence_number(stat["tensor"]),
-            "dram_active_mean": evidence_number(stat["dram"]),
+            **evidence_numbers(
+                stat,
+                "util_min",
+                "util_mean",
+                power_w_mean="power_w",
+                power_limit_w_mean="power_limit_w",
+                power_frac="power_frac",
+                tensor_active_mean="tensor",
+                dram_active_mean="dram",
+            ),
             "min_util": min_util,
             "max_power_frac": max_power_frac,
             "max_tensor": max_tensor,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold, evidence_number
+from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold, evidence_numbers
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.rules.job_gpus import evidence_by_job, job_gpu_rows
 from diagnosis.core.rules.running_jobs import (
@@ -55,8 +55,7 @@ def evaluate(
         )
         evidence = {
             **job_evidence(job_id, job),
-            "util_mean": evidence_number(job["util_mean"]),
-            "fb_used_frac_mean": evidence_number(job["fb_used_frac_mean"]),
+            **evidence_numbers(job, "util_mean", "fb_used_frac_mean"),
             "max_util": max_util,
             "min_fb": min_fb,
             "per_gpu": per_gpu.get(job_id, []),

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from diagnosis.core.numbers import whole_or_float
 from diagnosis.edge.config import ConfigSpec, Setting
 from diagnosis.edge.schedulers.base import (
     Capabilities,
@@ -277,7 +278,7 @@ class KueueAdapter(KubeConnection):
             applied=not dry_run,
             dry_run=dry_run,
             before=before,
-            after=_number(Decimal(weight)),
+            after=whole_or_float(Decimal(weight)),
             command=command,
             message=f"{what} {name}: fairSharing.weight {before} → {weight}",
         )
@@ -286,15 +287,11 @@ class KueueAdapter(KubeConnection):
 # -- queues --------------------------------------------------------------------------------------
 
 
-def _number(value: Decimal) -> int | float:
-    return int(value) if value == value.to_integral_value() else float(value)
-
-
 def weight_of(cluster_queue: Mapping[str, Any]) -> int | float:
     """``spec.fairSharing.weight`` (a quantity, default 1) as a number."""
     raw = ((cluster_queue.get("spec") or {}).get("fairSharing") or {}).get("weight", 1)
     value = objects.quantity(raw)
-    return 1 if value is None else _number(value)
+    return 1 if value is None else whole_or_float(value)
 
 
 def fair_sharing_weight(value: Any) -> str:
@@ -520,7 +517,7 @@ def cohort_rows(cohorts: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any
     for cohort in cohorts:
         spec = cohort.get("spec") or {}
         value = objects.quantity((spec.get("fairSharing") or {}).get("weight", 1))
-        row: dict[str, Any] = {"weight": 1 if value is None else _number(value)}
+        row: dict[str, Any] = {"weight": 1 if value is None else whole_or_float(value)}
         parent = spec.get("parentName") or spec.get("parent")
         if parent:
             row["parent"] = parent

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from diagnosis.core.numbers import finite_number
 from diagnosis.core.vocabulary import format_time
 
 GPU = "yarn.io/gpu"
@@ -57,23 +58,13 @@ def _list(value: Any) -> list[Any]:
     return [value] if isinstance(value, Mapping) else []
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return number if math.isfinite(number) else None
-
-
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
 def ms_time(value: Any) -> str | None:
     """A ResourceManager time (ms since the epoch) as RFC 3339; None for 0, -1 or nonsense."""
-    ms = _number(value)
+    ms = finite_number(value)
     if ms is None or ms <= 0 or ms >= 253402300800000:
         return None
     return format_time(datetime.fromtimestamp(int(ms) // 1000, UTC))
@@ -86,7 +77,7 @@ def resource_amount(resource: Any, name: str) -> int | None:
     for item in _list(_mapping(resource.get("resourceInformations")).get("resourceInformation")):
         item = _mapping(item)
         if item.get("name") == name:
-            value = _number(item.get("value"))
+            value = finite_number(item.get("value"))
             return int(value) if value is not None and value >= 0 else None
     return None
 
@@ -189,8 +180,8 @@ def parse_queues(document: Mapping[str, Any], total_gpus: int) -> list[dict[str,
             if not name or leaf is info:
                 continue
             queue: dict[str, Any] = {"name": name, "tenant": name}
-            absolute = _number(leaf.get("absoluteCapacity"))
-            maximum = _number(leaf.get("absoluteMaxCapacity"))
+            absolute = finite_number(leaf.get("absoluteCapacity"))
+            maximum = finite_number(leaf.get("absoluteMaxCapacity"))
             if absolute is not None:
                 queue["weight"] = round(absolute, 4)
                 queue["deserved_gpus"] = round(absolute / 100 * total_gpus, 2)
@@ -204,7 +195,7 @@ def parse_queues(document: Mapping[str, Any], total_gpus: int) -> list[dict[str,
             if not name or leaf is root:
                 continue
             queue = {"name": name, "tenant": name}
-            weight = _number(leaf.get("weight"))
+            weight = finite_number(leaf.get("weight"))
             if weight is not None and weight > 0:
                 queue["weight"] = weight
             minimum = resource_amount(leaf.get("minResources"), GPU)
@@ -256,12 +247,12 @@ def parse_apps(documents: list[Mapping[str, Any]], settings: YarnSettings) -> Pa
                 continue
             state = app_state(record)
             queue = _text(record.get("queue")) or None
-            running = _number(record.get("runningContainers"))
+            running = finite_number(record.get("runningContainers"))
             pods = int(running) if running is not None and running >= 1 else 1
             launched = ms_time(record.get("launchTime")) or submitted
             native = _text(record.get("state")).upper()
             preempted = sum(
-                int(_number(record.get(k)) or 0)
+                int(finite_number(record.get(k)) or 0)
                 for k in ("numAMContainerPreempted", "numNonAMContainerPreempted")
             )
             job = {
@@ -271,7 +262,7 @@ def parse_apps(documents: list[Mapping[str, Any]], settings: YarnSettings) -> Pa
                 "queue": queue,
                 "pool": _text(record.get("appNodeLabelExpression")) or settings.default_pool,
                 "kind": None,
-                "priority": int(_number(record.get("priority")) or 0),
+                "priority": int(finite_number(record.get("priority")) or 0),
                 "state": state,
                 "submitted": submitted,
                 "started": launched if state != "pending" else None,
@@ -292,9 +283,9 @@ def parse_apps(documents: list[Mapping[str, Any]], settings: YarnSettings) -> Pa
                 "final_status": _text(record.get("finalStatus")).upper(),
                 "diagnostics": _text(record.get("diagnostics")).strip()[:2000],
                 "user": _text(record.get("user")),
-                "submit_ms": int(_number(record.get("startedTime")) or 0),
-                "finish_ms": int(_number(record.get("finishedTime")) or 0),
-                "launch_ms": int(_number(record.get("launchTime")) or 0),
+                "submit_ms": int(finite_number(record.get("startedTime")) or 0),
+                "finish_ms": int(finite_number(record.get("finishedTime")) or 0),
+                "launch_ms": int(finite_number(record.get("launchTime")) or 0),
             }
     return parsed
 
@@ -320,7 +311,7 @@ def assigned_gpus(document: Mapping[str, Any]) -> dict[str, list[int]]:
     for device in _list(info.get("assignedGpuDevices"))[:1024]:
         device = _mapping(device)
         container = _text(device.get("containerId"))
-        index = _number(device.get("index"))
+        index = finite_number(device.get("index"))
         if container and index is not None and 0 <= index < 1024 and index == int(index):
             found.setdefault(container, []).append(int(index))
     return {c: sorted(set(indexes)) for c, indexes in found.items()}
@@ -484,7 +475,7 @@ def capacity_leaves(document: Mapping[str, Any]) -> dict[str, CapacityLeaf]:
             if not name or depth >= MAX_QUEUE_DEPTH:
                 continue
             child_path = _text(child.get("queuePath")) or f"{path}.{name}"
-            child_absolute = _number(child.get("absoluteCapacity"))
+            child_absolute = finite_number(child.get("absoluteCapacity"))
             if _children(child, "queues"):
                 walk(child, child_path, child_absolute or 0.0, depth + 1)
             else:
@@ -501,7 +492,7 @@ def queue_advice(kind: str, queue: str, to: Any, leaf: CapacityLeaf | None = Non
     absolute capacity (% of the cluster); the setting is relative to its parent, so the text
     gives the parent's share of it."""
     if kind == "capacityScheduler":
-        target = _number(to)
+        target = finite_number(to)
         if leaf is None or target is None or leaf.parent_absolute <= 0:
             return (
                 f"set yarn.scheduler.capacity.<parent path>.{queue}.capacity so that the queue "

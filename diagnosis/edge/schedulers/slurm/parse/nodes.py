@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from diagnosis.core.numbers import finite_number
 from diagnosis.edge.schedulers.slurm.parse.values import (
     HOSTLIST_LIMIT,
     ExpansionError,
@@ -199,14 +199,6 @@ def parse_parsable(text: str, fields: Iterable[str]) -> list[dict[str, str]]:
     return rows
 
 
-def _number(text: str) -> float | None:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
-
-
 def parse_queues(
     sshare_text: str, assoc_text: str | None, gres_name: str = "gpu"
 ) -> list[dict[str, Any]]:
@@ -227,7 +219,7 @@ def parse_queues(
             continue
         seen.add(account)
         queue: dict[str, Any] = {"name": account, "tenant": account}
-        shares = _number(row.get("RawShares", ""))
+        shares = finite_number(row.get("RawShares", ""))
         if shares is not None:
             queue["weight"] = shares
         if account in limits:
@@ -242,7 +234,7 @@ def tres_gpus(text: str, gres_name: str = "gpu") -> float | None:
     for item in (text or "").split(","):
         key, _, value = item.partition("=")
         if key == f"gres/{gres_name}" or key.startswith(f"gres/{gres_name}:"):
-            number = _number(value)
+            number = finite_number(value)
             if number is not None:
                 total = (total or 0) + number
     return total
