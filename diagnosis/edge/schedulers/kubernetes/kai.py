@@ -95,17 +95,7 @@ class KaiAdapter(PodGroupAdapter):
         return (PODGROUPS, QUEUES)
 
     def state_of(self, read: KubeRead) -> SchedulerState:
-        podgroups, queues = read.own
-        return build_state(
-            read.nodes,
-            read.pods,
-            podgroups,
-            queues,
-            self.settings,
-            view=read.view,
-            native=read.native,
-            queue_label=self.queue_label,
-        )
+        return build_state(read, self.settings, queue_label=self.queue_label)
 
     def read_events(self, cursor: str | None) -> EventBatch:
         """Events since ``cursor``, plus each waiting PodGroup's newest scheduling condition as
@@ -240,18 +230,12 @@ def scheduling_event(podgroup: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def build_state(
-    nodes: list[dict[str, Any]],
-    pods: list[dict[str, Any]],
-    podgroups: list[dict[str, Any]],
-    queues: list[dict[str, Any]],
-    settings: KubeSettings,
-    *,
-    view: dra.DraView | None = None,
-    native: list[dict[str, Any]] = (),  # type: ignore[assignment]
-    queue_label: str = QUEUE_LABEL,
+    read: KubeRead, settings: KubeSettings, *, queue_label: str = QUEUE_LABEL
 ) -> SchedulerState:
-    """The snapshot's nodes, queues and jobs from KAI's objects (pure)."""
-    layout = GpuLayout.of(nodes, pods, settings, view)
+    """The snapshot's nodes, queues and jobs from KAI's objects (its PodGroups and Queues,
+    :meth:`KaiAdapter.own_resources`) (pure)."""
+    podgroups, queues = read.own
+    layout = GpuLayout.of(read.nodes, read.pods, settings, read.view)
     indexes, pools = layout.indexes, layout.pools
     rows, tenants = queue_table(queues, settings, queue_row)
     by_group: dict[str, list[objects.GpuPod]] = defaultdict(list)
@@ -273,7 +257,7 @@ def build_state(
         for p in layout.gpu_pods
         if f"{p.namespace}/{p.annotations.get(GROUP_ANNOTATION)}" not in grouped
     ]
-    native_jobs, taken = layout.native_gangs(native, lone, pods)
+    native_jobs, taken = layout.native_gangs(read.native, lone, read.pods)
     jobs.extend(native_jobs)
     for pod in lone:
         if pod.uid in taken:
@@ -290,7 +274,7 @@ def build_state(
     parents = queue_parents(rows)
     if parents:
         scheduler["queue_parents"] = parents
-    return layout.state(nodes, rows, jobs, scheduler)
+    return layout.state(read.nodes, rows, jobs, scheduler)
 
 
 def podgroup_job(

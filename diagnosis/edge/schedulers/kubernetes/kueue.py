@@ -40,7 +40,7 @@ from diagnosis.edge.schedulers.base import (
     SchedulerError,
     SchedulerState,
 )
-from diagnosis.edge.schedulers.kubernetes import dra, gang_release, objects
+from diagnosis.edge.schedulers.kubernetes import gang_release, objects
 from diagnosis.edge.schedulers.kubernetes.base import (
     ClusterObject,
     GpuLayout,
@@ -152,19 +152,7 @@ class KueueAdapter(KubeAdapter):
         return [self._resource(p) for p in ("workloads", "clusterqueues", "localqueues", "cohorts")]
 
     def state_of(self, read: KubeRead) -> SchedulerState:
-        workloads, cluster_queues, local_queues, cohorts = read.own
-        return build_state(
-            read.nodes,
-            read.pods,
-            workloads,
-            cluster_queues,
-            local_queues,
-            self.settings,
-            self.flavor_pools,
-            cohorts=cohorts,
-            view=read.view,
-            native=read.native,
-        )
+        return build_state(read, self.settings, self.flavor_pools)
 
     def read_events(self, cursor: str | None) -> EventBatch:
         """Events since ``cursor`` (the Events' resourceVersion); None lists the current ones.
@@ -515,22 +503,14 @@ def quota_event(workload: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def build_state(
-    nodes: list[dict[str, Any]],
-    pods: list[dict[str, Any]],
-    workloads: list[dict[str, Any]],
-    cluster_queues: list[dict[str, Any]],
-    local_queues: list[dict[str, Any]],
-    settings: KubeSettings,
-    flavor_pools: Mapping[str, str] | None = None,
-    *,
-    cohorts: list[dict[str, Any]] = (),  # type: ignore[assignment]
-    view: dra.DraView | None = None,
-    native: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    read: KubeRead, settings: KubeSettings, flavor_pools: Mapping[str, str] | None = None
 ) -> SchedulerState:
-    """The snapshot's nodes, queues and jobs from Kueue's objects (pure); with DRA's view, the
+    """The snapshot's nodes, queues and jobs from Kueue's objects (its Workloads, ClusterQueues,
+    LocalQueues and Cohorts, :meth:`KueueAdapter.own_resources`) (pure); with DRA's view, the
     GPUs of DRA nodes; with native Workloads (``scheduling.k8s.io``), the gangs of pods that no
     Kueue workload owns; the cohorts' weights in ``scheduler.cohorts``."""
-    layout = GpuLayout.of(nodes, pods, settings, view)
+    workloads, cluster_queues, local_queues, cohorts = read.own
+    layout = GpuLayout.of(read.nodes, read.pods, settings, read.view)
     indexes, pools, gpu_pods = layout.indexes, layout.pools, layout.gpu_pods
     locals_by_name = {
         (str(meta(q).get("namespace")), str(meta(q).get("name"))): q for q in local_queues
@@ -550,7 +530,8 @@ def build_state(
         if job is not None:
             jobs.append(job)
     owned = {p.uid for group in members.values() for p in group}
-    native_jobs, _ = layout.native_gangs(native, [p for p in gpu_pods if p.uid not in owned], pods)
+    unowned = [p for p in gpu_pods if p.uid not in owned]
+    native_jobs, _ = layout.native_gangs(read.native, unowned, read.pods)
     jobs.extend(native_jobs)
     scheduler: dict[str, Any] = {"kind": "kueue"}
     cohort_table = cohort_rows(cohorts)
@@ -565,7 +546,8 @@ def build_state(
         }
         if parents:
             scheduler["queue_parents"] = dict(sorted(parents.items()))
-    return layout.state(nodes, queue_rows(cluster_queues, local_queues, settings), jobs, scheduler)
+    queues = queue_rows(cluster_queues, local_queues, settings)
+    return layout.state(read.nodes, queues, jobs, scheduler)
 
 
 def event_job_lookup(

@@ -42,7 +42,7 @@ from diagnosis.edge.schedulers.base import (
     SchedulerError,
     SchedulerState,
 )
-from diagnosis.edge.schedulers.kubernetes import dra, gang_release, objects
+from diagnosis.edge.schedulers.kubernetes import gang_release, objects
 from diagnosis.edge.schedulers.kubernetes.base import (
     ClusterObject,
     GpuLayout,
@@ -144,19 +144,11 @@ class VolcanoAdapter(PodGroupAdapter):
         return (PODGROUPS, QUEUES)
 
     def state_of(self, read: KubeRead) -> SchedulerState:
-        podgroups, queues = read.own
         conf = self._conf_or_none()
-        return build_state(
-            read.nodes,
-            read.pods,
-            podgroups,
-            queues,
-            self.settings,
-            None if conf is None else placement_of(conf, self.settings.gpu_resource),
-            view=read.view,
-            native=read.native,
-            queue_share=None if conf is None else queue_share_plugin(conf),
-        )
+        if conf is None:
+            return build_state(read, self.settings, None)
+        placement = placement_of(conf, self.settings.gpu_resource)
+        return build_state(read, self.settings, placement, queue_share=queue_share_plugin(conf))
 
     def _conf_or_none(self) -> dict[str, Any] | None:
         """The scheduler configuration; None when it cannot be read (placement and the queue
@@ -374,20 +366,13 @@ def pending_reason(podgroup: Mapping[str, Any]) -> str | None:
 
 
 def build_state(
-    nodes: list[dict[str, Any]],
-    pods: list[dict[str, Any]],
-    podgroups: list[dict[str, Any]],
-    queues: list[dict[str, Any]],
-    settings: KubeSettings,
-    placement: str | None,
-    *,
-    view: dra.DraView | None = None,
-    native: list[dict[str, Any]] = (),  # type: ignore[assignment]
-    queue_share: str | None = None,
+    read: KubeRead, settings: KubeSettings, placement: str | None, *, queue_share: str | None = None
 ) -> SchedulerState:
-    """The snapshot's nodes, queues and jobs from Volcano's objects (pure); with DRA's view, the
-    GPUs of DRA nodes too; with native Workloads, their gangs."""
-    layout = GpuLayout.of(nodes, pods, settings, view)
+    """The snapshot's nodes, queues and jobs from Volcano's objects (its PodGroups and Queues,
+    :meth:`VolcanoAdapter.own_resources`) (pure); with DRA's view, the GPUs of DRA nodes too;
+    with native Workloads, their gangs."""
+    podgroups, queues = read.own
+    layout = GpuLayout.of(read.nodes, read.pods, settings, read.view)
     indexes, pools = layout.indexes, layout.pools
     rows, tenants = queue_table(queues, settings, queue_row)
 
@@ -404,7 +389,7 @@ def build_state(
             jobs.append(job)
             grouped.add(job["id"])
     lone = [pod for key, members in by_group.items() if key not in grouped for pod in members]
-    native_jobs, taken = layout.native_gangs(native, lone, pods)
+    native_jobs, taken = layout.native_gangs(read.native, lone, read.pods)
     jobs.extend(native_jobs)
     jobs.extend(lone_pod_job(pod, indexes, pools) for pod in lone if pod.uid not in taken)
     scheduler: dict[str, Any] = {"kind": "volcano"}
@@ -415,7 +400,7 @@ def build_state(
     parents = queue_parents(rows)
     if parents:
         scheduler["queue_parents"] = parents
-    return layout.state(nodes, rows, jobs, scheduler)
+    return layout.state(read.nodes, rows, jobs, scheduler)
 
 
 def podgroup_job(
