@@ -50,6 +50,9 @@ from diagnosis.edge.schedulers.kubernetes.client import (
     transport_errors_as_scheduler_errors,
 )
 
+# The changes every Kubernetes adapter takes (a queue's weight, a node drain, a gang release).
+KUBE_CHANGES = frozenset({"queue-weight", "drain-node", "gang-release"})
+
 # -- reading -------------------------------------------------------------------------------------
 
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
-from diagnosis.edge.config import ConfigSpec, Setting
+from diagnosis.edge.config import Setting
 from diagnosis.edge.schedulers.base import (
     Capabilities,
     ChangeResult,
@@ -35,6 +35,7 @@ from diagnosis.edge.schedulers.base import (
 )
 from diagnosis.edge.schedulers.kubernetes import dra, gang_release, objects
 from diagnosis.edge.schedulers.kubernetes.base import (
+    KUBE_CHANGES,
     ClusterObject,
     GpuLayout,
     KubeRead,
@@ -47,11 +48,11 @@ from diagnosis.edge.schedulers.kubernetes.base import (
     with_events,
 )
 from diagnosis.edge.schedulers.kubernetes.client import (
-    KUBE_SETTINGS,
     PODS,
     KubeSettings,
     Resource,
     custom_resource,
+    kube_config,
     labels,
     meta,
     namespaced_name,
@@ -68,19 +69,14 @@ QUEUE_LABEL = "kai.scheduler/queue"
 FIELDS = {"overQuotaWeight": "weight", "quota": "quota", "limit": "limit"}
 
 # A KAI cluster's ``scheduler_config``: the Kubernetes settings only.
-CONFIG = ConfigSpec(
-    (*KUBE_SETTINGS, Setting("queue_label", str, QUEUE_LABEL, "pod label naming its queue")),
-    what="scheduler_config",
-)
+CONFIG = kube_config(Setting("queue_label", str, QUEUE_LABEL, "pod label naming its queue"))
 
 
 class KaiAdapter(PodGroupAdapter):
-    id: ClassVar[str] = "kai"
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        change_kinds=frozenset({"queue-weight", "drain-node", "gang-release"})
-    )
-    config: ClassVar[ConfigSpec] = CONFIG
-    podgroup_kind: ClassVar[gang_release.PodGroupKind] = PODGROUP_KIND
+    id = "kai"
+    capabilities = Capabilities(change_kinds=KUBE_CHANGES, queue_tree=True)
+    config = CONFIG
+    podgroup_kind = PODGROUP_KIND
 
     def configure(self, own: Mapping[str, Any]) -> None:
         self.queue_label = own["queue_label"]

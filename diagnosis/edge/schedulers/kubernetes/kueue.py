@@ -30,9 +30,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, ClassVar
+from typing import Any
 
-from diagnosis.edge.config import ConfigSpec, Setting
+from diagnosis.edge.config import Setting
 from diagnosis.edge.schedulers.base import (
     Capabilities,
     ChangeResult,
@@ -42,6 +42,7 @@ from diagnosis.edge.schedulers.base import (
 )
 from diagnosis.edge.schedulers.kubernetes import gang_release, objects
 from diagnosis.edge.schedulers.kubernetes.base import (
+    KUBE_CHANGES,
     ClusterObject,
     GpuLayout,
     KubeAdapter,
@@ -51,13 +52,13 @@ from diagnosis.edge.schedulers.kubernetes.base import (
     with_events,
 )
 from diagnosis.edge.schedulers.kubernetes.client import (
-    KUBE_SETTINGS,
     PODS,
     KubeSettings,
     Resource,
     condition,
     condition_true,
     custom_resource,
+    kube_config,
     labels,
     meta,
     namespaced_name,
@@ -84,34 +85,28 @@ def _flavor_pools(value: dict[str, Any]) -> dict[str, str]:
 
 
 # A Kueue cluster's ``scheduler_config``: the Kubernetes settings and Kueue's own.
-CONFIG = ConfigSpec(
-    (
-        *KUBE_SETTINGS,
-        Setting(
-            "api_version",
-            str,
-            AUTO,
-            "Kueue's API version (auto: v1beta2 where served, else v1beta1)",
-            choices=(AUTO, *API_VERSIONS),
-        ),
-        Setting(
-            "flavor_pools",
-            dict,
-            {},
-            "ResourceFlavor name -> pool (a pending workload's pool is known before it runs)",
-            check=_flavor_pools,
-        ),
+CONFIG = kube_config(
+    Setting(
+        "api_version",
+        str,
+        AUTO,
+        "Kueue's API version (auto: v1beta2 where served, else v1beta1)",
+        choices=(AUTO, *API_VERSIONS),
     ),
-    what="scheduler_config",
+    Setting(
+        "flavor_pools",
+        dict,
+        {},
+        "ResourceFlavor name -> pool (a pending workload's pool is known before it runs)",
+        check=_flavor_pools,
+    ),
 )
 
 
 class KueueAdapter(KubeAdapter):
-    id: ClassVar[str] = "kueue"
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        change_kinds=frozenset({"queue-weight", "drain-node", "gang-release"})
-    )
-    config: ClassVar[ConfigSpec] = CONFIG
+    id = "kueue"
+    capabilities = Capabilities(change_kinds=KUBE_CHANGES, queue_tree=True)
+    config = CONFIG
 
     def configure(self, own: Mapping[str, Any]) -> None:
         self.configured_version = own["api_version"]

@@ -28,13 +28,13 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from diagnosis.edge.config import ConfigSpec, Setting
+from diagnosis.edge.config import Setting
 from diagnosis.edge.schedulers.base import (
     Capabilities,
     ChangeResult,
@@ -44,6 +44,7 @@ from diagnosis.edge.schedulers.base import (
 )
 from diagnosis.edge.schedulers.kubernetes import gang_release, objects
 from diagnosis.edge.schedulers.kubernetes.base import (
+    KUBE_CHANGES,
     ClusterObject,
     GpuLayout,
     KubeRead,
@@ -57,12 +58,12 @@ from diagnosis.edge.schedulers.kubernetes.base import (
     write_error,
 )
 from diagnosis.edge.schedulers.kubernetes.client import (
-    KUBE_SETTINGS,
     PODS,
     KubeSettings,
     Resource,
     condition,
     custom_resource,
+    kube_config,
     labels,
     meta,
     namespaced_name,
@@ -99,38 +100,30 @@ def _at_least_one(value: int) -> int:
 
 
 # A Volcano cluster's ``scheduler_config``: the Kubernetes settings and the scheduler's own.
-CONFIG = ConfigSpec(
-    (
-        *KUBE_SETTINGS,
-        Setting(
-            "scheduler_configmap",
-            str,
-            DEFAULT_CONFIGMAP,
-            "namespace/name of the volcano-scheduler ConfigMap",
-            check=_namespaced,
-        ),
-        Setting(
-            "scheduler_conf_key", str, DEFAULT_CONF_KEY, "the ConfigMap's key holding the conf"
-        ),
-        Setting(
-            "binpack_gpu_weight",
-            int,
-            10,
-            "the binpack plugin's GPU weight that placement-policy binpack sets",
-            check=_at_least_one,
-        ),
+CONFIG = kube_config(
+    Setting(
+        "scheduler_configmap",
+        str,
+        DEFAULT_CONFIGMAP,
+        "namespace/name of the volcano-scheduler ConfigMap",
+        check=_namespaced,
     ),
-    what="scheduler_config",
+    Setting("scheduler_conf_key", str, DEFAULT_CONF_KEY, "the ConfigMap's key holding the conf"),
+    Setting(
+        "binpack_gpu_weight",
+        int,
+        10,
+        "the binpack plugin's GPU weight that placement-policy binpack sets",
+        check=_at_least_one,
+    ),
 )
 
 
 class VolcanoAdapter(PodGroupAdapter):
-    id: ClassVar[str] = "volcano"
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        change_kinds=frozenset({"placement-policy", "queue-weight", "drain-node", "gang-release"})
-    )
-    config: ClassVar[ConfigSpec] = CONFIG
-    podgroup_kind: ClassVar[gang_release.PodGroupKind] = PODGROUP_KIND
+    id = "volcano"
+    capabilities = Capabilities(change_kinds=KUBE_CHANGES | {"placement-policy"}, queue_tree=True)
+    config = CONFIG
+    podgroup_kind = PODGROUP_KIND
 
     def configure(self, own: Mapping[str, Any]) -> None:
         namespace, _, name = own["scheduler_configmap"].partition("/")
