@@ -28,7 +28,7 @@ from diagnosis.edge.sources.prometheus.collection import (
     collection_report,
     scheduler_part,
 )
-from diagnosis.edge.sources.prometheus.config import CONFIG, ConfigError, PrometheusConfig
+from diagnosis.edge.sources.prometheus.config import CONFIG, PrometheusConfig, PrometheusConfigError
 from diagnosis.edge.sources.prometheus.shards import (
     ShardRunner,
     collect_shard,
@@ -40,8 +40,8 @@ from diagnosis.edge.sources.prometheus.wire import PrometheusError
 
 __all__ = [
     "CONFIG",
-    "ConfigError",
     "PrometheusConfig",
+    "PrometheusConfigError",
     "PrometheusError",
     "ShardRunner",
     "collect",

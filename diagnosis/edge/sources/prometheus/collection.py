@@ -17,7 +17,7 @@ from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.edge.sim import source as sim
 from diagnosis.edge.sources import ClusterLike, scheduler_only
 from diagnosis.edge.sources.dcgm import stats as dcgm_stats
-from diagnosis.edge.sources.prometheus.config import ConfigError, PrometheusConfig
+from diagnosis.edge.sources.prometheus.config import PrometheusConfig, PrometheusConfigError
 from diagnosis.edge.sources.prometheus.metrics import GpuMetrics
 from diagnosis.edge.sources.prometheus.promql import PromQLError
 from diagnosis.edge.sources.prometheus.shards import (
@@ -307,7 +307,7 @@ def collect(
     try:
         document = collect_document(config, part, as_of=as_of, shard_runner=shard_runner)
     except PromQLError as exc:
-        raise ConfigError(str(exc)) from exc
+        raise PrometheusConfigError(str(exc)) from exc
     document["cluster"] = cluster.name
     document["collection"].update(remember)
     return document
