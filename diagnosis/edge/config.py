@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagnosis.edge import secrets
-from diagnosis.edge.errors import ConfigError
+from diagnosis.edge.errors import SIDES, ConfigError
 
 REQUIRED: Any = object()  # the default of a key that must be given
 
@@ -102,6 +102,12 @@ class ConfigSpec:
         object.__setattr__(self, "by_key", by_key)
 
     @property
+    def side(self) -> str | None:
+        """Whose settings these are: the scheduler's (``scheduler_config``) or the metrics
+        source's (``metrics_config``); what a :class:`ConfigError` of them says it is of."""
+        return SIDES.get(self.what)
+
+    @property
     def secret_keys(self) -> frozenset[str]:
         return frozenset(s.key for s in self.settings if s.secret)
 
@@ -119,7 +125,7 @@ class ConfigSpec:
         if raw is None:
             raw = {}
         if not isinstance(raw, Mapping):
-            raise ConfigError("expected an object of settings", what=self.what)
+            raise ConfigError("expected an object of settings", what=self.what, side=self.side)
         problems = [
             f"{key}: unknown setting (known: {', '.join(sorted(self.by_key)) or 'none'})"
             for key in sorted(set(raw) - set(self.by_key), key=str)
@@ -153,7 +159,7 @@ class ConfigSpec:
                     continue
             values[setting.key] = value
         if problems:
-            raise ConfigError(problems, what=self.what)
+            raise ConfigError(problems, what=self.what, side=self.side)
         return values
 
     def redacted(self, raw: Mapping[str, Any]) -> dict[str, Any]:

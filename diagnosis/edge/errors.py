@@ -29,9 +29,18 @@ class CollectError(IntegrationError):
     """A data source could not deliver a cluster's metrics or state."""
 
 
-class ConfigError(IntegrationError):
-    """A cluster's integration settings are wrong; ``problems`` names every bad key."""
+# Which integration a cluster's settings are of (:attr:`ConfigError.side`).
+SCHEDULER, SOURCE = "scheduler", "source"
+SIDES = {"scheduler_config": SCHEDULER, "metrics_config": SOURCE}
 
-    def __init__(self, problems: list[str] | str, *, what: str = "config") -> None:
+
+class ConfigError(IntegrationError):
+    """A cluster's integration settings are wrong; ``problems`` names every bad key, ``side``
+    which integration's settings they are (:data:`SCHEDULER`, :data:`SOURCE`, None: unsaid)."""
+
+    def __init__(
+        self, problems: list[str] | str, *, what: str = "config", side: str | None = None
+    ) -> None:
         self.problems = [problems] if isinstance(problems, str) else list(problems)
+        self.side = side
         super().__init__(f"{what}: " + "; ".join(self.problems), permanent=True)

@@ -74,9 +74,15 @@ def resolve_file(name: str) -> Path:
 def read_env(name: str) -> str:
     """The value of secret environment variable ``name`` (refused unless prefixed; must be set)."""
     check_env_reference(name)
-    value = os.environ.get(name, "")
+    return read_deployment_env(name)
+
+
+def read_deployment_env(name: str) -> str:
+    """The value of the environment variable a *deployment* setting names (Django settings, not
+    a database row: any name is allowed); it must be set."""
+    value = os.environ.get(name, "") if name else ""
     if not value:
-        raise SecretError(f"environment variable {name} is not set")
+        raise SecretError(f"environment variable {name or '(none)'} is not set")
     return value
 
 

@@ -48,6 +48,7 @@ from diagnosis.core import fairness
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.productive_share import ProductiveFairness, productive_fairness
 from diagnosis.core.vocabulary import format_time
+from diagnosis.edge.schedulers.registry import capabilities_of
 from diagnosis.models import (
     Cluster,
     PoolRollup,
@@ -302,17 +303,13 @@ def _binned(
     return list(merged.values())
 
 
-# Scheduler kinds whose snapshots can carry a queue hierarchy (parent queues, cohorts).
-HIERARCHICAL_SCHEDULERS = ("volcano", "kueue", "kai")
-
-
 def _queue_tree(
     cluster: Cluster, period: ReportPeriod, visible: tuple[str, ...] | None
 ) -> tuple[tuple[fairness.TreeNode, ...], datetime | None]:
     """The hierarchy of the period's newest snapshot (one snapshot read, only for a scheduler
     that has hierarchies). A tenant-scoped reader sees the groups and their own leaf queues,
     never another tenant's queue."""
-    if cluster.scheduler_kind not in HIERARCHICAL_SCHEDULERS:
+    if not capabilities_of(cluster.scheduler_kind).queue_tree:
         return (), None
     newest = (
         Snapshot.objects.filter(cluster=cluster, as_of__gt=period.start, as_of__lte=period.end)

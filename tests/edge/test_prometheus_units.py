@@ -9,10 +9,11 @@ import math
 import numpy as np
 import pytest
 
+from diagnosis.edge.errors import ConfigError
 from diagnosis.edge.sources.dcgm import fields as dcgm
 from diagnosis.edge.sources.dcgm.exporter import MetricFamily, Series, exposition, write_openmetrics
 from diagnosis.edge.sources.dcgm.stats import xid_events
-from diagnosis.edge.sources.prometheus import ConfigError, PrometheusConfig
+from diagnosis.edge.sources.prometheus import PrometheusConfig
 from diagnosis.edge.sources.prometheus.client import plan_range
 from diagnosis.edge.sources.prometheus.promql import (
     Matcher,

@@ -23,7 +23,6 @@ resolved meanwhile. Retries with backoff are the edge client's
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -38,6 +37,7 @@ from diagnosis.actions.enqueue import notify_on_commit
 from diagnosis.actions.workflow.review import eligible_approvers
 from diagnosis.choices import FindingState, IncidentState, RecommendationState, Severity
 from diagnosis.core.rules.registry import all_rules
+from diagnosis.edge import secrets
 from diagnosis.edge.notify.alertmanager import (
     AlertmanagerTarget,
     NotifyError,
@@ -78,11 +78,10 @@ def alertmanager_configured() -> bool:
 
 def _secret(setting: str) -> str:
     """The value of the environment variable a setting names (the setting holds its name)."""
-    name = getattr(settings, setting)
-    value = os.environ.get(name, "") if name else ""
-    if not value:
-        raise NotifyConfigError(f"{setting}: environment variable {name or '(none)'} is not set")
-    return value
+    try:
+        return secrets.read_deployment_env(getattr(settings, setting))
+    except secrets.SecretError as exc:
+        raise NotifyConfigError(f"{setting}: {exc}") from None
 
 
 def alertmanager_target() -> AlertmanagerTarget:

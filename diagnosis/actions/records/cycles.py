@@ -31,7 +31,14 @@ from diagnosis.core.diagnose import diagnose
 from diagnosis.core.rules.engine import Diagnosis
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.edge.collection import collect_snapshot
-from diagnosis.edge.errors import CollectError, ConfigError, IntegrationError, SchedulerError
+from diagnosis.edge.errors import (
+    SCHEDULER,
+    SOURCE,
+    CollectError,
+    ConfigError,
+    IntegrationError,
+    SchedulerError,
+)
 from diagnosis.edge.sanitize import clean_document
 from diagnosis.edge.schedulers.base import EventBatch
 from diagnosis.models import (
@@ -99,10 +106,10 @@ def failure_summary(cluster: Cluster, exc: Exception) -> str:
         how = "permanent failure" if exc.permanent else "temporary failure, retried next cycle"
     else:
         how = "invalid data"
-    text = str(exc)
-    if isinstance(exc, SchedulerError) or text.startswith("scheduler_config"):
+    side = exc.side if isinstance(exc, ConfigError) else None
+    if isinstance(exc, SchedulerError) or side == SCHEDULER:
         what = f"scheduler ({cluster.scheduler_kind})"
-    elif isinstance(exc, CollectError) or text.startswith("metrics_config"):
+    elif isinstance(exc, CollectError) or side == SOURCE:
         what = f"metrics source ({cluster.metrics_kind})"
     elif isinstance(exc, IntegrationError):
         what = "integration"

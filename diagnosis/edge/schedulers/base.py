@@ -40,6 +40,8 @@ class Capabilities:
     read_events: bool = True
     change_kinds: frozenset[str] = frozenset()  # e.g. {"placement-policy", "queue-weight"}
     dry_run: bool = True  # can check a change without making it
+    # Its snapshots can carry a queue hierarchy (``scheduler.queue_parents``, ``cohorts``).
+    queue_tree: bool = False
 
 
 @dataclass(frozen=True)

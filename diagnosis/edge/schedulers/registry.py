@@ -16,7 +16,7 @@ from typing import Any
 from diagnosis.core import plugins
 from diagnosis.edge.config import ConfigSpec
 from diagnosis.edge.errors import SchedulerError
-from diagnosis.edge.schedulers.base import SchedulerAdapter
+from diagnosis.edge.schedulers.base import Capabilities, SchedulerAdapter
 
 
 class DuplicateAdapterError(plugins.DuplicatePluginError):
@@ -117,3 +117,12 @@ def adapter_for(
 ) -> SchedulerAdapter:
     """A configured adapter for a cluster's ``scheduler_kind`` and ``scheduler_config``."""
     return adapter_spec(kind).build(config, cluster=cluster)
+
+
+def capabilities_of(kind: str) -> Capabilities:
+    """What a ``scheduler_kind``'s adapter declares it can do and what its snapshots carry;
+    none of it for a kind that is unknown or whose adapter cannot load."""
+    try:
+        return adapter_spec(kind).adapter_class().capabilities
+    except SchedulerError:
+        return Capabilities()

@@ -110,6 +110,11 @@ KUBE_SETTINGS: tuple[Setting, ...] = (
 )
 
 
+def kube_config(*own: Setting) -> ConfigSpec:
+    """A Kubernetes adapter's ``scheduler_config``: :data:`KUBE_SETTINGS` and its ``own``."""
+    return ConfigSpec((*KUBE_SETTINGS, *own), what="scheduler_config")
+
+
 @dataclass(frozen=True)
 class KubeSettings:
     """The Kubernetes part of a Volcano or Kueue cluster's ``scheduler_config``

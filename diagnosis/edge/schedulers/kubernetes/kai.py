@@ -22,13 +22,10 @@ Writes (:meth:`KaiAdapter.apply`), each a merge patch guarded by the Queue's res
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
-
-from diagnosis.edge.config import ConfigSpec, Setting
+from diagnosis.edge.config import Setting
 from diagnosis.edge.schedulers.base import (
     Capabilities,
     ChangeResult,
@@ -36,27 +33,29 @@ from diagnosis.edge.schedulers.base import (
     SchedulerError,
     SchedulerState,
 )
-from diagnosis.edge.schedulers.kubernetes import dra, gang_release, health, objects, optional
+from diagnosis.edge.schedulers.kubernetes import dra, gang_release, objects
+from diagnosis.edge.schedulers.kubernetes.base import (
+    KUBE_CHANGES,
+    ClusterObject,
+    GpuLayout,
+    KubeRead,
+    PodGroupAdapter,
+    guarded,
+    patch_cluster_object,
+    pod_job_lookup,
+    queue_parents,
+    queue_table,
+    with_events,
+)
 from diagnosis.edge.schedulers.kubernetes.client import (
-    KUBE_SETTINGS,
-    NODES,
     PODS,
-    KubeConnection,
     KubeSettings,
-    config_key,
+    Resource,
     custom_resource,
+    kube_config,
     labels,
     meta,
     namespaced_name,
-    scheduler_error,
-    served_versions,
-    sync_all,
-    transport_errors_as_scheduler_errors,
-)
-from diagnosis.edge.schedulers.kubernetes.volcano import (
-    check_unchanged,
-    pod_job_lookup,
-    write_error,
 )
 from diagnosis.edge.schedulers.targets import target_name
 
@@ -70,49 +69,29 @@ QUEUE_LABEL = "kai.scheduler/queue"
 FIELDS = {"overQuotaWeight": "weight", "quota": "quota", "limit": "limit"}
 
 # A KAI cluster's ``scheduler_config``: the Kubernetes settings only.
-CONFIG = ConfigSpec(
-    (*KUBE_SETTINGS, Setting("queue_label", str, QUEUE_LABEL, "pod label naming its queue")),
-    what="scheduler_config",
-)
+CONFIG = kube_config(Setting("queue_label", str, QUEUE_LABEL, "pod label naming its queue"))
 
 
-class KaiAdapter(KubeConnection):
-    id: ClassVar[str] = "kai"
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        change_kinds=frozenset({"queue-weight", "drain-node", "gang-release"})
-    )
+class KaiAdapter(PodGroupAdapter):
+    id = "kai"
+    capabilities = Capabilities(change_kinds=KUBE_CHANGES, queue_tree=True)
+    config = CONFIG
+    podgroup_kind = PODGROUP_KIND
 
-    def __init__(self, config: Mapping[str, Any] | None, *, cluster: str = "") -> None:
-        self.cluster = cluster
-        self.settings, own = KubeSettings.parse(config, CONFIG)
+    def configure(self, own: Mapping[str, Any]) -> None:
         self.queue_label = own["queue_label"]
-        self.key = config_key(config or {})
 
-    def read_state(self) -> SchedulerState:
-        served = served_versions(self.api, self.settings)
+    def own_resources(self, served: Mapping[str, tuple[str, ...]]) -> Sequence[Resource]:
         if QUEUE_VERSION not in served.get(GROUP, ()):
             raise SchedulerError(
                 f"the API server does not serve {GROUP}/{QUEUE_VERSION}: is the KAI scheduler "
                 "installed?",
                 permanent=True,
             )
-        extra = optional.optional_resources(
-            served, optional.resource_discovery(self.api, self.settings)
-        )
-        caches = [self._mirror(r) for r in (NODES, PODS, PODGROUPS, QUEUES, *extra)]
-        sync_all(self.api, self.settings, caches)
-        nodes, pods, podgroups, queues = (list(c.items.values()) for c in caches[:4])
-        items = {c.resource.name: list(c.items.values()) for c in caches[4:]}
-        return build_state(
-            nodes,
-            pods,
-            podgroups,
-            queues,
-            self.settings,
-            view=optional.dra_view(items, pods),
-            native=optional.of_resource(items, "workloads", optional.GANG_GROUP),
-            queue_label=self.queue_label,
-        )
+        return (PODGROUPS, QUEUES)
+
+    def state_of(self, read: KubeRead) -> SchedulerState:
+        return build_state(read, self.settings, queue_label=self.queue_label)
 
     def read_events(self, cursor: str | None) -> EventBatch:
         """Events since ``cursor``, plus each waiting PodGroup's newest scheduling condition as
@@ -126,24 +105,13 @@ class KaiAdapter(KubeConnection):
             [pods, podgroups],
             lambda: pod_job_lookup(pods.items.values(), GROUP_ANNOTATION),
         )
-        waiting = [e for g in podgroups.items.values() if (e := scheduling_event(g)) is not None]
-        merged = sorted(batch.events + waiting, key=lambda e: (e["time"], e["dedup_key"]))
-        return EventBatch(events=merged, cursor=batch.cursor)
+        waiting = (scheduling_event(g) for g in podgroups.items.values())
+        return with_events(batch, (e for e in waiting if e is not None))
 
-    @transport_errors_as_scheduler_errors("kai: applying a change")
-    def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
-        kind = change.get("kind")
-        if kind == "queue-weight":
-            return self._set_queue(target_name(change), change, dry_run=dry_run)
-        applied = gang_release.apply_podgroup_change(
-            self.api, self.settings, change, PODGROUP_KIND, dry_run=dry_run
-        )
-        if applied is not None:
-            return applied
-        known = ", ".join(sorted(self.capabilities.change_kinds))
-        raise SchedulerError(f"kai cannot apply {kind!r} (it takes: {known})", permanent=True)
-
-    def _set_queue(self, name: str, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
+    def apply_own(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult | None:
+        if change.get("kind") != "queue-weight":
+            return None
+        name = target_name(change)
         field = str(change.get("field") or "overQuotaWeight")
         if field not in FIELDS:
             raise SchedulerError(
@@ -151,41 +119,21 @@ class KaiAdapter(KubeConnection):
                 permanent=True,
             )
         value = queue_value(field, change.get("to"))
-        custom = k8s.CustomObjectsApi(self.api)
-        timeout = self.settings.request_timeout_s
-        try:
-            queue = custom.get_cluster_custom_object(
-                GROUP, QUEUE_VERSION, "queues", name, _request_timeout=timeout
-            )
-        except ApiException as exc:
-            raise scheduler_error(exc, f"reading KAI queue {name}") from exc
-        gpu = ((queue.get("spec") or {}).get("resources") or {}).get("gpu") or {}
-        before = gpu.get(field, 1 if field == "overQuotaWeight" else None)
-        check_unchanged(change, queue, before, f"KAI queue {name}")
-        patch = queue_patch(queue, field, value)
-        command = (
-            f"kubectl patch queues.{GROUP} {name} --type=merge "
-            f"-p '{objects.compact_json(patch)}'" + (" --dry-run=server" if dry_run else "")
-        )
-        try:
-            custom.patch_cluster_custom_object(
-                GROUP,
-                QUEUE_VERSION,
-                "queues",
-                name,
-                patch,
-                _request_timeout=timeout,
-                **objects.dry_run_args(dry_run),
-            )
-        except ApiException as exc:
-            raise write_error(exc, f"KAI queue {name}") from exc
-        return ChangeResult(
-            applied=not dry_run,
-            dry_run=dry_run,
-            before=before,
+
+        def before_of(queue: Mapping[str, Any]) -> Any:
+            gpu = ((queue.get("spec") or {}).get("resources") or {}).get("gpu") or {}
+            return gpu.get(field, 1 if field == "overQuotaWeight" else None)
+
+        return patch_cluster_object(
+            self.api,
+            self.settings,
+            change,
+            ClusterObject(GROUP, QUEUE_VERSION, "queues", name, f"KAI queue {name}"),
+            before_of=before_of,
+            patch_of=lambda queue: queue_patch(queue, field, value),
             after=value,
-            command=command,
-            message=f"KAI queue {name}: resources.gpu.{field} {before} → {value}",
+            message=lambda before: f"KAI queue {name}: resources.gpu.{field} {before} → {value}",
+            dry_run=dry_run,
         )
 
 
@@ -209,10 +157,7 @@ def queue_value(field: str, value: Any) -> int | float:
 
 def queue_patch(queue: Mapping[str, Any], field: str, value: int | float) -> dict[str, Any]:
     """The merge patch of one GPU field of a KAI Queue, guarded by its resourceVersion."""
-    return {
-        "metadata": {"resourceVersion": meta(queue).get("resourceVersion")},
-        "spec": {"resources": {"gpu": {field: value}}},
-    }
+    return guarded(queue, {"resources": {"gpu": {field: value}}})
 
 
 # -- state ---------------------------------------------------------------------------------------
@@ -281,32 +226,16 @@ def scheduling_event(podgroup: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def build_state(
-    nodes: list[dict[str, Any]],
-    pods: list[dict[str, Any]],
-    podgroups: list[dict[str, Any]],
-    queues: list[dict[str, Any]],
-    settings: KubeSettings,
-    *,
-    view: dra.DraView | None = None,
-    native: list[dict[str, Any]] = (),  # type: ignore[assignment]
-    queue_label: str = QUEUE_LABEL,
+    read: KubeRead, settings: KubeSettings, *, queue_label: str = QUEUE_LABEL
 ) -> SchedulerState:
-    """The snapshot's nodes, queues and jobs from KAI's objects (pure)."""
-    view = view or dra.DraView.empty()
-    gpu_pods = [p for p in (objects.gpu_pod(pod, settings, view) for pod in pods) if p is not None]
-    busy = {p.node for p in gpu_pods if p.holds_gpus and p.node}
-    node_rows = objects.gpu_nodes(nodes, settings, busy, view)
-    node_gpus = {row["name"]: row["gpus"] for row in node_rows}
-    pools = {row["name"]: row["pool"] for row in node_rows}
-    indexes = objects.assign_gpu_indexes(gpu_pods, node_gpus, view)
-    queue_rows = sorted((queue_row(q, settings) for q in queues), key=lambda r: r["name"])
-    objects.subtree_tenants(
-        queue_rows,
-        {str(meta(q).get("name")) for q in queues if labels(q).get(settings.tenant_label)},
-    )
-    tenants = {row["name"]: row["tenant"] for row in queue_rows}
+    """The snapshot's nodes, queues and jobs from KAI's objects (its PodGroups and Queues,
+    :meth:`KaiAdapter.own_resources`) (pure)."""
+    podgroups, queues = read.own
+    layout = GpuLayout.of(read.nodes, read.pods, settings, read.view)
+    indexes, pools = layout.indexes, layout.pools
+    rows, tenants = queue_table(queues, settings, queue_row)
     by_group: dict[str, list[objects.GpuPod]] = defaultdict(list)
-    for pod in gpu_pods:
+    for pod in layout.gpu_pods:
         group = pod.annotations.get(GROUP_ANNOTATION)
         if group:
             by_group[f"{pod.namespace}/{group}"].append(pod)
@@ -320,9 +249,11 @@ def build_state(
         jobs.append(job)
         grouped.add(job["id"])
     lone = [
-        p for p in gpu_pods if f"{p.namespace}/{p.annotations.get(GROUP_ANNOTATION)}" not in grouped
+        p
+        for p in layout.gpu_pods
+        if f"{p.namespace}/{p.annotations.get(GROUP_ANNOTATION)}" not in grouped
     ]
-    native_jobs, taken = optional.native_gangs(native, lone, pods, indexes, pools)
+    native_jobs, taken = layout.native_gangs(read.native, lone, read.pods)
     jobs.extend(native_jobs)
     for pod in lone:
         if pod.uid in taken:
@@ -336,16 +267,10 @@ def build_state(
             job["tenant"] = tenants.get(job["queue"], pod.namespace)
             jobs.append(job)
     scheduler: dict[str, Any] = {"kind": "kai"}
-    parents = {row["name"]: row["parent"] for row in queue_rows if row.get("parent")}
+    parents = queue_parents(rows)
     if parents:
         scheduler["queue_parents"] = parents
-    return SchedulerState(
-        nodes=node_rows,
-        queues=queue_rows,
-        jobs=sorted(jobs, key=lambda j: j["id"]),
-        scheduler=scheduler,
-        gpus=health.gpu_rows(view, nodes, node_rows, objects.node_cliques(nodes)),
-    )
+    return layout.state(read.nodes, rows, jobs, scheduler)
 
 
 def podgroup_job(

@@ -28,15 +28,12 @@ pending workload's pool is known before it runs).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, ClassVar
-
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
+from typing import Any
 
 from diagnosis.core.numbers import whole_or_float
-from diagnosis.edge.config import ConfigSpec, Setting
+from diagnosis.edge.config import Setting
 from diagnosis.edge.schedulers.base import (
     Capabilities,
     ChangeResult,
@@ -44,26 +41,29 @@ from diagnosis.edge.schedulers.base import (
     SchedulerError,
     SchedulerState,
 )
-from diagnosis.edge.schedulers.kubernetes import dra, gang_release, health, objects, optional
+from diagnosis.edge.schedulers.kubernetes import gang_release, objects
+from diagnosis.edge.schedulers.kubernetes.base import (
+    KUBE_CHANGES,
+    ClusterObject,
+    GpuLayout,
+    KubeAdapter,
+    KubeRead,
+    guarded,
+    patch_cluster_object,
+    with_events,
+)
 from diagnosis.edge.schedulers.kubernetes.client import (
-    KUBE_SETTINGS,
-    NODES,
     PODS,
-    KubeConnection,
     KubeSettings,
+    Resource,
     condition,
     condition_true,
-    config_key,
     custom_resource,
+    kube_config,
     labels,
     meta,
     namespaced_name,
-    scheduler_error,
-    served_versions,
-    sync_all,
-    transport_errors_as_scheduler_errors,
 )
-from diagnosis.edge.schedulers.kubernetes.volcano import check_unchanged, write_error
 from diagnosis.edge.schedulers.targets import target_name
 
 GROUP = "kueue.x-k8s.io"
@@ -86,45 +86,38 @@ def _flavor_pools(value: dict[str, Any]) -> dict[str, str]:
 
 
 # A Kueue cluster's ``scheduler_config``: the Kubernetes settings and Kueue's own.
-CONFIG = ConfigSpec(
-    (
-        *KUBE_SETTINGS,
-        Setting(
-            "api_version",
-            str,
-            AUTO,
-            "Kueue's API version (auto: v1beta2 where served, else v1beta1)",
-            choices=(AUTO, *API_VERSIONS),
-        ),
-        Setting(
-            "flavor_pools",
-            dict,
-            {},
-            "ResourceFlavor name -> pool (a pending workload's pool is known before it runs)",
-            check=_flavor_pools,
-        ),
+CONFIG = kube_config(
+    Setting(
+        "api_version",
+        str,
+        AUTO,
+        "Kueue's API version (auto: v1beta2 where served, else v1beta1)",
+        choices=(AUTO, *API_VERSIONS),
     ),
-    what="scheduler_config",
+    Setting(
+        "flavor_pools",
+        dict,
+        {},
+        "ResourceFlavor name -> pool (a pending workload's pool is known before it runs)",
+        check=_flavor_pools,
+    ),
 )
 
 
-class KueueAdapter(KubeConnection):
-    id: ClassVar[str] = "kueue"
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        change_kinds=frozenset({"queue-weight", "drain-node", "gang-release"})
-    )
+class KueueAdapter(KubeAdapter):
+    id = "kueue"
+    capabilities = Capabilities(change_kinds=KUBE_CHANGES, queue_tree=True)
+    config = CONFIG
 
-    def __init__(self, config: Mapping[str, Any] | None, *, cluster: str = "") -> None:
-        self.cluster = cluster
-        self.settings, own = KubeSettings.parse(config, CONFIG)
+    def configure(self, own: Mapping[str, Any]) -> None:
         self.configured_version = own["api_version"]
         self.flavor_pools = own["flavor_pools"]
-        self.key = config_key(config or {})
         self._served: dict[str, tuple[str, ...]] | None = None
 
     def served(self) -> dict[str, tuple[str, ...]]:
+        """Discovery, once per adapter (the API version to speak depends on it)."""
         if self._served is None:
-            self._served = served_versions(self.api, self.settings)
+            self._served = super().served()
         return self._served
 
     @property
@@ -151,29 +144,11 @@ class KueueAdapter(KubeConnection):
     def _resource(self, plural: str):
         return custom_resource(GROUP, self.version, plural)
 
-    def read_state(self) -> SchedulerState:
-        own = [self._resource(p) for p in ("workloads", "clusterqueues", "localqueues", "cohorts")]
-        extra = optional.optional_resources(
-            self.served(), optional.resource_discovery(self.api, self.settings)
-        )
-        caches = [self._mirror(r) for r in (NODES, PODS, *own, *extra)]
-        sync_all(self.api, self.settings, caches)
-        nodes, pods, workloads, cluster_queues, local_queues, cohorts = (
-            list(c.items.values()) for c in caches[:6]
-        )
-        items = {c.resource.name: list(c.items.values()) for c in caches[6:]}
-        return build_state(
-            nodes,
-            pods,
-            workloads,
-            cluster_queues,
-            local_queues,
-            self.settings,
-            self.flavor_pools,
-            cohorts=cohorts,
-            view=optional.dra_view(items, pods),
-            native=optional.of_resource(items, "workloads", optional.GANG_GROUP),
-        )
+    def own_resources(self, served: Mapping[str, tuple[str, ...]]) -> Sequence[Resource]:
+        return [self._resource(p) for p in ("workloads", "clusterqueues", "localqueues", "cohorts")]
+
+    def state_of(self, read: KubeRead) -> SchedulerState:
+        return build_state(read, self.settings, self.flavor_pools)
 
     def read_events(self, cursor: str | None) -> EventBatch:
         """Events since ``cursor`` (the Events' resourceVersion); None lists the current ones.
@@ -194,11 +169,9 @@ class KueueAdapter(KubeConnection):
             for w in workloads.items.values()
             if (e := quota_event(w)) is not None and (e["job"], e["reason"]) not in said
         ]
-        merged = sorted(batch.events + waiting, key=lambda e: (e["time"], e["dedup_key"]))
-        return EventBatch(events=merged, cursor=batch.cursor)
+        return with_events(batch, waiting)
 
-    @transport_errors_as_scheduler_errors("kueue: applying a change")
-    def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
+    def apply_change(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
         kind = change.get("kind")
         if kind == "queue-weight" and change.get("field") == "cohort-weight":
             return self._set_weight(
@@ -247,40 +220,16 @@ class KueueAdapter(KubeConnection):
         """``spec.fairSharing.weight`` of a ClusterQueue, or of a Cohort (the knob when a
         ClusterQueue is alone in its cohort)."""
         weight = fair_sharing_weight(change.get("to"))
-        custom = k8s.CustomObjectsApi(self.api)
-        timeout = self.settings.request_timeout_s
-        try:
-            queue = custom.get_cluster_custom_object(
-                GROUP, self.version, plural, name, _request_timeout=timeout
-            )
-        except ApiException as exc:
-            raise scheduler_error(exc, f"reading {what} {name}") from exc
-        before = weight_of(queue)
-        check_unchanged(change, queue, before, f"{what} {name}")
-        patch = weight_patch(queue, weight)
-        command = (
-            f"kubectl patch {plural}.{GROUP} {name} --type=merge "
-            f"-p '{objects.compact_json(patch)}'" + (" --dry-run=server" if dry_run else "")
-        )
-        try:
-            custom.patch_cluster_custom_object(
-                GROUP,
-                self.version,
-                plural,
-                name,
-                patch,
-                _request_timeout=timeout,
-                **objects.dry_run_args(dry_run),
-            )
-        except ApiException as exc:
-            raise write_error(exc, f"{what} {name}") from exc
-        return ChangeResult(
-            applied=not dry_run,
-            dry_run=dry_run,
-            before=before,
+        return patch_cluster_object(
+            self.api,
+            self.settings,
+            change,
+            ClusterObject(GROUP, self.version, plural, name, f"{what} {name}"),
+            before_of=weight_of,
+            patch_of=lambda queue: weight_patch(queue, weight),
             after=whole_or_float(Decimal(weight)),
-            command=command,
-            message=f"{what} {name}: fairSharing.weight {before} → {weight}",
+            message=lambda before: f"{what} {name}: fairSharing.weight {before} → {weight}",
+            dry_run=dry_run,
         )
 
 
@@ -309,10 +258,7 @@ def fair_sharing_weight(value: Any) -> str:
 def weight_patch(cluster_queue: Mapping[str, Any], weight: str) -> dict[str, Any]:
     """The merge patch that sets a ClusterQueue's fair-sharing weight, guarded by its
     resourceVersion."""
-    return {
-        "metadata": {"resourceVersion": meta(cluster_queue).get("resourceVersion")},
-        "spec": {"fairSharing": {"weight": weight}},
-    }
+    return guarded(cluster_queue, {"fairSharing": {"weight": weight}})
 
 
 def cohort_of(cluster_queue: Mapping[str, Any]) -> str | None:
@@ -549,28 +495,15 @@ def quota_event(workload: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def build_state(
-    nodes: list[dict[str, Any]],
-    pods: list[dict[str, Any]],
-    workloads: list[dict[str, Any]],
-    cluster_queues: list[dict[str, Any]],
-    local_queues: list[dict[str, Any]],
-    settings: KubeSettings,
-    flavor_pools: Mapping[str, str] | None = None,
-    *,
-    cohorts: list[dict[str, Any]] = (),  # type: ignore[assignment]
-    view: dra.DraView | None = None,
-    native: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    read: KubeRead, settings: KubeSettings, flavor_pools: Mapping[str, str] | None = None
 ) -> SchedulerState:
-    """The snapshot's nodes, queues and jobs from Kueue's objects (pure); with DRA's view, the
+    """The snapshot's nodes, queues and jobs from Kueue's objects (its Workloads, ClusterQueues,
+    LocalQueues and Cohorts, :meth:`KueueAdapter.own_resources`) (pure); with DRA's view, the
     GPUs of DRA nodes; with native Workloads (``scheduling.k8s.io``), the gangs of pods that no
     Kueue workload owns; the cohorts' weights in ``scheduler.cohorts``."""
-    view = view or dra.DraView.empty()
-    gpu_pods = [p for p in (objects.gpu_pod(pod, settings, view) for pod in pods) if p is not None]
-    busy = {p.node for p in gpu_pods if p.holds_gpus and p.node}
-    node_rows = objects.gpu_nodes(nodes, settings, busy, view)
-    node_gpus = {row["name"]: row["gpus"] for row in node_rows}
-    pools = {row["name"]: row["pool"] for row in node_rows}
-    indexes = objects.assign_gpu_indexes(gpu_pods, node_gpus, view)
+    workloads, cluster_queues, local_queues, cohorts = read.own
+    layout = GpuLayout.of(read.nodes, read.pods, settings, read.view)
+    indexes, pools, gpu_pods = layout.indexes, layout.pools, layout.gpu_pods
     locals_by_name = {
         (str(meta(q).get("namespace")), str(meta(q).get("name"))): q for q in local_queues
     }
@@ -589,9 +522,8 @@ def build_state(
         if job is not None:
             jobs.append(job)
     owned = {p.uid for group in members.values() for p in group}
-    native_jobs, _ = optional.native_gangs(
-        native, [p for p in gpu_pods if p.uid not in owned], pods, indexes, pools
-    )
+    unowned = [p for p in gpu_pods if p.uid not in owned]
+    native_jobs, _ = layout.native_gangs(read.native, unowned, read.pods)
     jobs.extend(native_jobs)
     scheduler: dict[str, Any] = {"kind": "kueue"}
     cohort_table = cohort_rows(cohorts)
@@ -606,13 +538,8 @@ def build_state(
         }
         if parents:
             scheduler["queue_parents"] = dict(sorted(parents.items()))
-    return SchedulerState(
-        nodes=node_rows,
-        queues=queue_rows(cluster_queues, local_queues, settings),
-        jobs=sorted(jobs, key=lambda j: j["id"]),
-        scheduler=scheduler,
-        gpus=health.gpu_rows(view, nodes, node_rows, objects.node_cliques(nodes)),
-    )
+    queues = queue_rows(cluster_queues, local_queues, settings)
+    return layout.state(read.nodes, queues, jobs, scheduler)
 
 
 def event_job_lookup(

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from diagnosis.edge.config import ConfigSpec, Setting
+from diagnosis.edge.config import Setting
 from diagnosis.edge.schedulers.base import (
     Capabilities,
     ChangeResult,
@@ -42,25 +42,32 @@ from diagnosis.edge.schedulers.base import (
     SchedulerError,
     SchedulerState,
 )
-from diagnosis.edge.schedulers.kubernetes import dra, gang_release, health, objects, optional
+from diagnosis.edge.schedulers.kubernetes import gang_release, objects
+from diagnosis.edge.schedulers.kubernetes.base import (
+    KUBE_CHANGES,
+    ClusterObject,
+    GpuLayout,
+    KubeRead,
+    PodGroupAdapter,
+    check_unchanged,
+    guarded,
+    patch_cluster_object,
+    pod_job_lookup,
+    queue_parents,
+    queue_table,
+    write_error,
+)
 from diagnosis.edge.schedulers.kubernetes.client import (
-    HTTP_CONFLICT,
-    KUBE_SETTINGS,
-    NODES,
     PODS,
-    KubeConnection,
     KubeSettings,
-    annotations,
+    Resource,
     condition,
-    config_key,
     custom_resource,
+    kube_config,
     labels,
     meta,
     namespaced_name,
     scheduler_error,
-    served_versions,
-    sync_all,
-    transport_errors_as_scheduler_errors,
 )
 from diagnosis.edge.schedulers.kubernetes.volcano_conf import (
     placement_of,
@@ -93,69 +100,48 @@ def _at_least_one(value: int) -> int:
 
 
 # A Volcano cluster's ``scheduler_config``: the Kubernetes settings and the scheduler's own.
-CONFIG = ConfigSpec(
-    (
-        *KUBE_SETTINGS,
-        Setting(
-            "scheduler_configmap",
-            str,
-            DEFAULT_CONFIGMAP,
-            "namespace/name of the volcano-scheduler ConfigMap",
-            check=_namespaced,
-        ),
-        Setting(
-            "scheduler_conf_key", str, DEFAULT_CONF_KEY, "the ConfigMap's key holding the conf"
-        ),
-        Setting(
-            "binpack_gpu_weight",
-            int,
-            10,
-            "the binpack plugin's GPU weight that placement-policy binpack sets",
-            check=_at_least_one,
-        ),
+CONFIG = kube_config(
+    Setting(
+        "scheduler_configmap",
+        str,
+        DEFAULT_CONFIGMAP,
+        "namespace/name of the volcano-scheduler ConfigMap",
+        check=_namespaced,
     ),
-    what="scheduler_config",
+    Setting("scheduler_conf_key", str, DEFAULT_CONF_KEY, "the ConfigMap's key holding the conf"),
+    Setting(
+        "binpack_gpu_weight",
+        int,
+        10,
+        "the binpack plugin's GPU weight that placement-policy binpack sets",
+        check=_at_least_one,
+    ),
 )
 
 
-class VolcanoAdapter(KubeConnection):
-    id: ClassVar[str] = "volcano"
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        change_kinds=frozenset({"placement-policy", "queue-weight", "drain-node", "gang-release"})
-    )
+class VolcanoAdapter(PodGroupAdapter):
+    id = "volcano"
+    capabilities = Capabilities(change_kinds=KUBE_CHANGES | {"placement-policy"}, queue_tree=True)
+    config = CONFIG
+    podgroup_kind = PODGROUP_KIND
 
-    def __init__(self, config: Mapping[str, Any] | None, *, cluster: str = "") -> None:
-        self.cluster = cluster
-        self.settings, own = KubeSettings.parse(config, CONFIG)
+    def configure(self, own: Mapping[str, Any]) -> None:
         namespace, _, name = own["scheduler_configmap"].partition("/")
         self.configmap = (namespace, name)
         self.conf_key = own["scheduler_conf_key"]
         self.binpack_gpu_weight = own["binpack_gpu_weight"]
-        self.key = config_key(config or {})
 
     # -- reading ---------------------------------------------------------------------------------
 
-    def read_state(self) -> SchedulerState:
-        extra = optional.optional_resources(
-            served_versions(self.api, self.settings),
-            optional.resource_discovery(self.api, self.settings),
-        )
-        caches = [self._mirror(r) for r in (NODES, PODS, PODGROUPS, QUEUES, *extra)]
-        sync_all(self.api, self.settings, caches)
-        nodes, pods, podgroups, queues = (list(c.items.values()) for c in caches[:4])
-        items = {c.resource.name: list(c.items.values()) for c in caches[4:]}
+    def own_resources(self, served: Mapping[str, tuple[str, ...]]) -> Sequence[Resource]:
+        return (PODGROUPS, QUEUES)
+
+    def state_of(self, read: KubeRead) -> SchedulerState:
         conf = self._conf_or_none()
-        return build_state(
-            nodes,
-            pods,
-            podgroups,
-            queues,
-            self.settings,
-            None if conf is None else placement_of(conf, self.settings.gpu_resource),
-            view=optional.dra_view(items, pods),
-            native=optional.of_resource(items, "workloads", optional.GANG_GROUP),
-            queue_share=None if conf is None else queue_share_plugin(conf),
-        )
+        if conf is None:
+            return build_state(read, self.settings, None)
+        placement = placement_of(conf, self.settings.gpu_resource)
+        return build_state(read, self.settings, placement, queue_share=queue_share_plugin(conf))
 
     def _conf_or_none(self) -> dict[str, Any] | None:
         """The scheduler configuration; None when it cannot be read (placement and the queue
@@ -174,13 +160,12 @@ class VolcanoAdapter(KubeConnection):
             self.key,
             cursor,
             [pods],
-            lambda: pod_job_lookup(pods.items.values()),
+            lambda: pod_job_lookup(pods.items.values(), GROUP_ANNOTATION),
         )
 
     # -- writing ---------------------------------------------------------------------------------
 
-    @transport_errors_as_scheduler_errors("volcano: applying a change")
-    def apply(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
+    def apply_own(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult | None:
         kind = change.get("kind")
         if kind == "queue-weight" and change.get("field") in ("deserved", "guarantee"):
             return self._set_queue_gpus(target_name(change), change, dry_run=dry_run)
@@ -191,56 +176,22 @@ class VolcanoAdapter(KubeConnection):
                 permanent=True,
             )
         if kind == "queue-weight":
-            return self._set_queue_weight(target_name(change), change, dry_run=dry_run)
+            name = target_name(change)
+            weight = queue_weight_value(change.get("to"))
+            return patch_cluster_object(
+                self.api,
+                self.settings,
+                change,
+                ClusterObject(GROUP, VERSION, "queues", name, f"queue {name}"),
+                before_of=lambda queue: (queue.get("spec") or {}).get("weight", 1),
+                patch_of=lambda queue: queue_weight_patch(queue, weight),
+                after=weight,
+                message=lambda before: f"queue {name}: weight {before} → {weight}",
+                dry_run=dry_run,
+            )
         if kind == "placement-policy":
             return self._set_placement(change, dry_run=dry_run)
-        applied = gang_release.apply_podgroup_change(
-            self.api, self.settings, change, PODGROUP_KIND, dry_run=dry_run
-        )
-        if applied is not None:
-            return applied
-        known = ", ".join(sorted(self.capabilities.change_kinds))
-        raise SchedulerError(f"volcano cannot apply {kind!r} (it takes: {known})", permanent=True)
-
-    def _set_queue_weight(
-        self, name: str, change: Mapping[str, Any], *, dry_run: bool
-    ) -> ChangeResult:
-        weight = queue_weight_value(change.get("to"))
-        custom = k8s.CustomObjectsApi(self.api)
-        timeout = self.settings.request_timeout_s
-        try:
-            queue = custom.get_cluster_custom_object(
-                GROUP, VERSION, "queues", name, _request_timeout=timeout
-            )
-        except ApiException as exc:
-            raise scheduler_error(exc, f"reading queue {name}") from exc
-        before = (queue.get("spec") or {}).get("weight", 1)
-        check_unchanged(change, queue, before, f"queue {name}")
-        patch = queue_weight_patch(queue, weight)
-        command = (
-            f"kubectl patch queues.{GROUP} {name} --type=merge -p '{objects.compact_json(patch)}'"
-            + (" --dry-run=server" if dry_run else "")
-        )
-        try:
-            custom.patch_cluster_custom_object(
-                GROUP,
-                VERSION,
-                "queues",
-                name,
-                patch,
-                _request_timeout=timeout,
-                **objects.dry_run_args(dry_run),
-            )
-        except ApiException as exc:
-            raise write_error(exc, f"queue {name}") from exc
-        return ChangeResult(
-            applied=not dry_run,
-            dry_run=dry_run,
-            before=before,
-            after=weight,
-            command=command,
-            message=f"queue {name}: weight {before} → {weight}",
-        )
+        return None
 
     def _set_queue_gpus(
         self, name: str, change: Mapping[str, Any], *, dry_run: bool
@@ -253,53 +204,34 @@ class VolcanoAdapter(KubeConnection):
                 f"queue-weight: {field} GPUs must be a whole number >= 0, got {to!r}",
                 permanent=True,
             )
-        custom = k8s.CustomObjectsApi(self.api)
-        timeout = self.settings.request_timeout_s
-        try:
-            queue = custom.get_cluster_custom_object(
-                GROUP, VERSION, "queues", name, _request_timeout=timeout
-            )
-        except ApiException as exc:
-            raise scheduler_error(exc, f"reading queue {name}") from exc
-        row = queue_row(queue, self.settings)
-        before = row.get("deserved_gpus" if field == "deserved" else "guarantee_gpus")
-        check_unchanged(change, queue, before, f"queue {name}")
-        capability, deserved = row.get("capability_gpus"), row.get("deserved_gpus")
-        if field == "deserved" and capability is not None and to > capability:
-            raise SchedulerError(
-                f"queue {name}: deserved {int(to)} would exceed its capability {capability} "
-                "(Volcano refuses it); raise the capability first",
-                permanent=True,
-            )
-        if field == "guarantee" and deserved is not None and to > deserved:
-            raise SchedulerError(
-                f"queue {name}: guarantee {int(to)} would exceed its deserved {deserved}",
-                permanent=True,
-            )
-        patch = queue_gpus_patch(queue, field, int(to), self.settings.gpu_resource)
-        command = (
-            f"kubectl patch queues.{GROUP} {name} --type=merge -p '{objects.compact_json(patch)}'"
-            + (" --dry-run=server" if dry_run else "")
-        )
-        try:
-            custom.patch_cluster_custom_object(
-                GROUP,
-                VERSION,
-                "queues",
-                name,
-                patch,
-                _request_timeout=timeout,
-                **objects.dry_run_args(dry_run),
-            )
-        except ApiException as exc:
-            raise write_error(exc, f"queue {name}") from exc
-        return ChangeResult(
-            applied=not dry_run,
-            dry_run=dry_run,
-            before=before,
+        key = "deserved_gpus" if field == "deserved" else "guarantee_gpus"
+
+        def patch_of(queue: Mapping[str, Any]) -> dict[str, Any]:
+            row = queue_row(queue, self.settings)
+            capability, deserved = row.get("capability_gpus"), row.get("deserved_gpus")
+            if field == "deserved" and capability is not None and to > capability:
+                raise SchedulerError(
+                    f"queue {name}: deserved {int(to)} would exceed its capability {capability} "
+                    "(Volcano refuses it); raise the capability first",
+                    permanent=True,
+                )
+            if field == "guarantee" and deserved is not None and to > deserved:
+                raise SchedulerError(
+                    f"queue {name}: guarantee {int(to)} would exceed its deserved {deserved}",
+                    permanent=True,
+                )
+            return queue_gpus_patch(queue, field, int(to), self.settings.gpu_resource)
+
+        return patch_cluster_object(
+            self.api,
+            self.settings,
+            change,
+            ClusterObject(GROUP, VERSION, "queues", name, f"queue {name}"),
+            before_of=lambda queue: queue_row(queue, self.settings).get(key),
+            patch_of=patch_of,
             after=int(to),
-            command=command,
-            message=f"queue {name}: {field} GPUs {before} → {int(to)}",
+            message=lambda before: f"queue {name}: {field} GPUs {before} → {int(to)}",
+            dry_run=dry_run,
         )
 
     def _read_conf(self) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -382,29 +314,6 @@ class VolcanoAdapter(KubeConnection):
 # -- state ---------------------------------------------------------------------------------------
 
 
-def pod_job_lookup(
-    pods: Iterable[Mapping[str, Any]], group_annotation: str = GROUP_ANNOTATION
-) -> Callable[[Mapping[str, Any]], str | None]:
-    """``job_of(involvedObject)`` for events: a Pod's PodGroup (named by the pod's
-    ``group_annotation``; Volcano's by default) or the Pod itself, a PodGroup."""
-    group_of = {
-        (meta(p).get("namespace"), meta(p).get("name")): annotations(p).get(group_annotation)
-        for p in pods
-    }
-
-    def job_of(involved: Mapping[str, Any]) -> str | None:
-        namespace, name = involved.get("namespace"), involved.get("name")
-        if not name:
-            return None
-        if involved.get("kind") == "Pod":
-            name = group_of.get((namespace, name)) or name
-        elif involved.get("kind") != "PodGroup":
-            return None
-        return f"{namespace}/{name}" if namespace else name
-
-    return job_of
-
-
 def queue_row(queue: Mapping[str, Any], settings: KubeSettings) -> dict[str, Any]:
     spec = queue.get("spec") or {}
     name = meta(queue).get("name")
@@ -450,35 +359,18 @@ def pending_reason(podgroup: Mapping[str, Any]) -> str | None:
 
 
 def build_state(
-    nodes: list[dict[str, Any]],
-    pods: list[dict[str, Any]],
-    podgroups: list[dict[str, Any]],
-    queues: list[dict[str, Any]],
-    settings: KubeSettings,
-    placement: str | None,
-    *,
-    view: dra.DraView | None = None,
-    native: list[dict[str, Any]] = (),  # type: ignore[assignment]
-    queue_share: str | None = None,
+    read: KubeRead, settings: KubeSettings, placement: str | None, *, queue_share: str | None = None
 ) -> SchedulerState:
-    """The snapshot's nodes, queues and jobs from Volcano's objects (pure); with DRA's view, the
-    GPUs of DRA nodes too; with native Workloads, their gangs."""
-    view = view or dra.DraView.empty()
-    gpu_pods = [p for p in (objects.gpu_pod(pod, settings, view) for pod in pods) if p is not None]
-    busy = {p.node for p in gpu_pods if p.holds_gpus and p.node}
-    node_rows = objects.gpu_nodes(nodes, settings, busy, view)
-    node_gpus = {row["name"]: row["gpus"] for row in node_rows}
-    pools = {row["name"]: row["pool"] for row in node_rows}
-    indexes = objects.assign_gpu_indexes(gpu_pods, node_gpus, view)
-    queue_rows = sorted((queue_row(q, settings) for q in queues), key=lambda r: r["name"])
-    objects.subtree_tenants(
-        queue_rows,
-        {str(meta(q).get("name")) for q in queues if labels(q).get(settings.tenant_label)},
-    )
-    tenants = {row["name"]: row["tenant"] for row in queue_rows}
+    """The snapshot's nodes, queues and jobs from Volcano's objects (its PodGroups and Queues,
+    :meth:`VolcanoAdapter.own_resources`) (pure); with DRA's view, the GPUs of DRA nodes too;
+    with native Workloads, their gangs."""
+    podgroups, queues = read.own
+    layout = GpuLayout.of(read.nodes, read.pods, settings, read.view)
+    indexes, pools = layout.indexes, layout.pools
+    rows, tenants = queue_table(queues, settings, queue_row)
 
     by_group: dict[str, list[objects.GpuPod]] = defaultdict(list)
-    for pod in gpu_pods:
+    for pod in layout.gpu_pods:
         group = pod.annotations.get(GROUP_ANNOTATION)
         by_group[f"{pod.namespace}/{group}" if group else pod.key].append(pod)
 
@@ -490,7 +382,7 @@ def build_state(
             jobs.append(job)
             grouped.add(job["id"])
     lone = [pod for key, members in by_group.items() if key not in grouped for pod in members]
-    native_jobs, taken = optional.native_gangs(native, lone, pods, indexes, pools)
+    native_jobs, taken = layout.native_gangs(read.native, lone, read.pods)
     jobs.extend(native_jobs)
     jobs.extend(lone_pod_job(pod, indexes, pools) for pod in lone if pod.uid not in taken)
     scheduler: dict[str, Any] = {"kind": "volcano"}
@@ -498,16 +390,10 @@ def build_state(
         scheduler["placement"] = dict.fromkeys(sorted(set(pools.values())), placement)
     if queue_share is not None:
         scheduler["queue_share"] = queue_share
-    parents = {row["name"]: row.get("parent") for row in queue_rows}
-    if any(parents.values()):
-        scheduler["queue_parents"] = {k: v for k, v in parents.items() if v}
-    return SchedulerState(
-        nodes=node_rows,
-        queues=queue_rows,
-        jobs=sorted(jobs, key=lambda j: j["id"]),
-        scheduler=scheduler,
-        gpus=health.gpu_rows(view, nodes, node_rows, objects.node_cliques(nodes)),
-    )
+    parents = queue_parents(rows)
+    if parents:
+        scheduler["queue_parents"] = parents
+    return layout.state(read.nodes, rows, jobs, scheduler)
 
 
 def podgroup_job(
@@ -614,10 +500,7 @@ def queue_weight_value(value: Any) -> int:
 
 def queue_weight_patch(queue: Mapping[str, Any], weight: int) -> dict[str, Any]:
     """The merge patch that sets a Queue's weight, guarded by its resourceVersion."""
-    return {
-        "metadata": {"resourceVersion": meta(queue).get("resourceVersion")},
-        "spec": {"weight": weight},
-    }
+    return guarded(queue, {"weight": weight})
 
 
 def queue_gpus_patch(
@@ -627,31 +510,4 @@ def queue_gpus_patch(
     (``spec.guarantee.resource``) GPUs, guarded by its resourceVersion; other resources stay."""
     value = {gpu_resource: str(gpus)}
     spec = {"deserved": value} if field == "deserved" else {"guarantee": {"resource": value}}
-    return {"metadata": {"resourceVersion": meta(queue).get("resourceVersion")}, "spec": spec}
-
-
-def check_unchanged(change: Mapping[str, Any], obj: Mapping[str, Any], current: Any, what: str):
-    """Abort when the target changed since the recommendation was made: the change may carry
-    the value it expects (``from``) and the object's ``resource_version``."""
-    if "from" in change and change["from"] != current:
-        raise SchedulerError(
-            f"{what} changed since the recommendation: expected {change['from']!r}, "
-            f"found {current!r}",
-            conflict=True,
-        )
-    expected = change.get("resource_version")
-    version = meta(obj).get("resourceVersion")
-    if expected and expected != version:
-        raise SchedulerError(
-            f"{what} changed since the recommendation (resourceVersion {expected} → {version})",
-            conflict=True,
-        )
-
-
-def write_error(exc: ApiException, what: str) -> SchedulerError:
-    if exc.status == HTTP_CONFLICT:
-        return SchedulerError(
-            f"{what} changed while writing it (409 Conflict: {exc.reason}); re-read and retry",
-            conflict=True,
-        )
-    return scheduler_error(exc, f"writing {what}")
+    return guarded(queue, spec)

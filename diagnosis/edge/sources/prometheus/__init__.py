@@ -29,7 +29,7 @@ from diagnosis.edge.sources.prometheus.collection import (
     gpu_measurement,
     measure,
 )
-from diagnosis.edge.sources.prometheus.config import CONFIG, ConfigError, PrometheusConfig
+from diagnosis.edge.sources.prometheus.config import CONFIG, PrometheusConfig, PrometheusConfigError
 from diagnosis.edge.sources.prometheus.shards import (
     collect_shard,
     merge_shards,
@@ -40,8 +40,8 @@ from diagnosis.edge.sources.prometheus.wire import PrometheusError
 
 __all__ = [
     "CONFIG",
-    "ConfigError",
     "PrometheusConfig",
+    "PrometheusConfigError",
     "PrometheusError",
     "collect_document",
     "collect_shard",

@@ -15,7 +15,7 @@ from typing import Any
 from diagnosis.edge.assemble import snapshot_document
 from diagnosis.edge.sources import Measurement, MetricsRequest, ShardRunner
 from diagnosis.edge.sources.dcgm import stats as dcgm_stats
-from diagnosis.edge.sources.prometheus.config import ConfigError, PrometheusConfig
+from diagnosis.edge.sources.prometheus.config import PrometheusConfig, PrometheusConfigError
 from diagnosis.edge.sources.prometheus.metrics import GpuMetrics
 from diagnosis.edge.sources.prometheus.promql import PromQLError
 from diagnosis.edge.sources.prometheus.shards import merge_shards, run_shards_here, shard_payloads
@@ -88,7 +88,7 @@ def measure(request: MetricsRequest) -> Measurement:
             shard_runner=request.shard_runner,
         )
     except PromQLError as exc:
-        raise ConfigError(str(exc)) from exc
+        raise PrometheusConfigError(str(exc)) from exc
 
 
 def collect_document(

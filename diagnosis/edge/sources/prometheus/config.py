@@ -40,13 +40,14 @@ from diagnosis.edge.sources.prometheus.promql import (
 MIN_COVERAGE = 0.95
 
 
-class ConfigError(errors.ConfigError, errors.CollectError):
+class PrometheusConfigError(errors.ConfigError, errors.CollectError):
     """Settings a collection cannot work with: permanent, and a :class:`CollectError` too (a
     cycle records a failed collection). Each of ``problems`` names its key
     (``metrics_config.timeout_s: expected a number``)."""
 
     def __init__(self, problems: list[str] | str) -> None:
         self.problems = [problems] if isinstance(problems, str) else list(problems)
+        self.side = errors.SOURCE
         # past errors.ConfigError's "what: " prefix: each problem already names its key
         super(errors.ConfigError, self).__init__("; ".join(self.problems), permanent=True)
 
@@ -125,7 +126,7 @@ class _Settings(ConfigSpec):
             if name not in ALLOWED_LABELS and name not in values["extra_label_names"]
         ]
         if problems:
-            raise errors.ConfigError(problems, what=self.what)
+            raise errors.ConfigError(problems, what=self.what, side=self.side)
         return values
 
 
@@ -292,13 +293,14 @@ class PrometheusConfig:
     def parse(
         cls, raw: Mapping[str, Any] | None, prefix: str = "metrics_config"
     ) -> PrometheusConfig:
-        """The typed settings, or :class:`ConfigError` naming every bad key
+        """The typed settings, or :class:`PrometheusConfigError` naming every bad key
         (``<prefix>.<key>: ...``)."""
         try:
             values = CONFIG.parse(raw)
         except errors.ConfigError as exc:
             joint = "." if raw is None or isinstance(raw, Mapping) else ": "
-            raise ConfigError([f"{prefix}{joint}{problem}" for problem in exc.problems]) from None
+            problems = [f"{prefix}{joint}{problem}" for problem in exc.problems]
+            raise PrometheusConfigError(problems) from None
         values["matchers"] = tuple(sorted(values["matchers"].items()))
         values["extra_label_names"] = frozenset(values["extra_label_names"])
         return cls(**values)
@@ -339,7 +341,7 @@ class PrometheusConfig:
                 if self.bearer_token_file
                 else "password_env"
             )
-            raise ConfigError(f"metrics_config.{key}: {exc}") from None
+            raise PrometheusConfigError(f"metrics_config.{key}: {exc}") from None
         return headers, None
 
     def ca_bundle(self) -> str | bool:
@@ -348,7 +350,7 @@ class PrometheusConfig:
             try:
                 return str(secrets.resolve_file(self.ca_file))
             except secrets.SecretError as exc:
-                raise ConfigError(f"metrics_config.ca_file: {exc}") from None
+                raise PrometheusConfigError(f"metrics_config.ca_file: {exc}") from None
         return self.verify_tls
 
     def selection(self, hosts: Sequence[str] | None = None) -> Selection:
