@@ -185,7 +185,7 @@ def run_size(
 ) -> dict[str, Any]:
     from django.db import reset_queries  # noqa: PLC0415
 
-    from diagnosis.actions.snapshots import import_snapshot  # noqa: PLC0415
+    from diagnosis.actions.records.snapshots import import_snapshot  # noqa: PLC0415
     from diagnosis.core import snapshot as snapshot_format  # noqa: PLC0415
 
     started = time.perf_counter()

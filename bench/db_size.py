@@ -43,7 +43,7 @@ from django.test.utils import (  # noqa: E402
     teardown_databases,
 )
 
-from diagnosis.actions.cycles import run_cluster_cycle  # noqa: E402
+from diagnosis.actions.records.cycles import run_cluster_cycle  # noqa: E402
 from diagnosis.models import Cluster  # noqa: E402
 
 CYCLES_PER_DAY = 1440

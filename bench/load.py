@@ -76,8 +76,8 @@ from django.test.utils import (  # noqa: E402
     teardown_databases,
 )
 
-from diagnosis.actions.retention import figure_fields  # noqa: E402
-from diagnosis.actions.rollups_hourly import record_accounting_slice  # noqa: E402
+from diagnosis.actions.records.rollups_hourly import record_accounting_slice  # noqa: E402
+from diagnosis.actions.upkeep.retention import figure_fields  # noqa: E402
 from diagnosis.core import snapshot as snapshot_format  # noqa: E402
 from diagnosis.core.diagnose import diagnose  # noqa: E402
 from diagnosis.models import Cluster, ClusterCycle, Finding, PoolRollup, TenantRollup  # noqa: E402

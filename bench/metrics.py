@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from rest_framework.authtoken.models import Token  # noqa: E402
 
 import bench.rules as rules_bench  # noqa: E402
-from diagnosis.actions import cycles as cycle_actions  # noqa: E402
+from diagnosis.actions.records import cycles as cycle_actions  # noqa: E402
 from diagnosis.api.metrics import MetricsView  # noqa: E402
 from diagnosis.core import snapshot as snapshot_format  # noqa: E402
 from diagnosis.models import Cluster, ClusterCycle, Finding, PoolRollup  # noqa: E402

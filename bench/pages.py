@@ -32,7 +32,7 @@ from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
 from bench.metrics import record_cycles  # noqa: E402
-from diagnosis.pages import snapshots  # noqa: E402
+from diagnosis.pages.support import snapshots  # noqa: E402
 
 BUDGET_S = 0.150
 

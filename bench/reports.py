@@ -40,10 +40,10 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 
-from diagnosis.actions import cycles as cycle_actions  # noqa: E402
-from diagnosis.actions.findings import record_findings  # noqa: E402
-from diagnosis.actions.rollups_hourly import rebuild_all_hours  # noqa: E402
-from diagnosis.actions.tenancy import record_tenancy  # noqa: E402
+from diagnosis.actions.records import cycles as cycle_actions  # noqa: E402
+from diagnosis.actions.records.findings import record_findings  # noqa: E402
+from diagnosis.actions.records.rollups_hourly import rebuild_all_hours  # noqa: E402
+from diagnosis.actions.records.tenancy import record_tenancy  # noqa: E402
 from diagnosis.core import snapshot as snapshot_format  # noqa: E402
 from diagnosis.core.diagnose import diagnose  # noqa: E402
 from diagnosis.models import (  # noqa: E402

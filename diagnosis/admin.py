@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from rest_framework.authtoken.models import TokenProxy
 
-from diagnosis.actions.review import set_cluster_writes
+from diagnosis.actions.workflow.review import set_cluster_writes
 from diagnosis.models import (
     ApiToken,
     AuditEntry,

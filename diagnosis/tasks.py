@@ -26,14 +26,16 @@ from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import LockError
 
-from diagnosis.actions.apply import perform_apply, run_dry_run, sweep_stuck_applies
-from diagnosis.actions.cycles import (
+from diagnosis.actions.notify.alertmanager import alertmanager_configured, deliver_to_alertmanager
+from diagnosis.actions.notify.owner_notices import send_owner_notices
+from diagnosis.actions.notify.subscriptions import send_due_report_subscriptions
+from diagnosis.actions.records.cycles import (
     record_cycle_lost,
     record_missed_intervals,
     record_skipped_cycle,
     run_cluster_cycle,
 )
-from diagnosis.actions.health import (
+from diagnosis.actions.upkeep.health import (
     clock_skew_s,
     count_same_interval_skip,
     database_now,
@@ -41,12 +43,10 @@ from diagnosis.actions.health import (
     skew_refusal,
     write_heartbeat,
 )
-from diagnosis.actions.impact import estimate_recommendation_impact
-from diagnosis.actions.notifications import alertmanager_configured, deliver_to_alertmanager
-from diagnosis.actions.owner_notices import send_owner_notices
-from diagnosis.actions.retention import prune
-from diagnosis.actions.subscriptions import send_due_report_subscriptions
-from diagnosis.actions.workflow import TransientApplyError
+from diagnosis.actions.upkeep.retention import prune
+from diagnosis.actions.workflow.apply import perform_apply, run_dry_run, sweep_stuck_applies
+from diagnosis.actions.workflow.base import TransientApplyError
+from diagnosis.actions.workflow.impact import estimate_recommendation_impact
 from diagnosis.edge.sources.prometheus import collect_shard
 from diagnosis.models import Cluster
 
@@ -363,12 +363,12 @@ def notify_cluster(cluster_id: int) -> dict[str, str]:
 @shared_task(name="diagnosis.tasks.estimate_impact")
 def estimate_impact(recommendation_id: int) -> dict:
     """The impact estimate of one recommendation, on the ``impact`` queue: the cycle stores it
-    pending and sends this after it commits (``diagnosis.actions.impact``)."""
+    pending and sends this after it commits (``diagnosis.actions.workflow.impact``)."""
     return estimate_recommendation_impact(recommendation_id)
 
 
 @shared_task(name="diagnosis.tasks.prune_retention")
 def prune_retention() -> dict:
     """Beat, every GPUOBS_RETENTION_SECONDS: delete and downsample what retention no longer
-    keeps, in short batches (``diagnosis.actions.retention``)."""
+    keeps, in short batches (``diagnosis.actions.upkeep.retention``)."""
     return prune()

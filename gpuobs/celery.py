@@ -78,7 +78,7 @@ def schedule_report_subscriptions(sender: Celery, **kwargs) -> None:
     )
 
 
-# -- beat's heartbeat (diagnosis/actions/health.py) ------------------------------------------------
+# -- beat's heartbeat (diagnosis/actions/upkeep/health.py) -----------------------------------------
 
 _in_beat = False
 
@@ -93,7 +93,7 @@ def mark_beat_process(sender=None, **kwargs) -> None:
 def beat_heartbeat(sender=None, **kwargs) -> None:
     """In the beat process, every task sent is a heartbeat of beat (``/healthz?deep=1``)."""
     if _in_beat:
-        from diagnosis.actions.health import write_heartbeat  # noqa: PLC0415 -- Django is ready
+        from diagnosis.actions.upkeep.health import write_heartbeat  # noqa: PLC0415 -- Django is ready
 
         write_heartbeat("beat", task=sender)
 

@@ -149,7 +149,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.i18n",
-                "diagnosis.pages.navigation.menu",  # the menu of the user's roles (docs/ui.md)
+                # the menu of the user's roles (docs/ui.md)
+                "diagnosis.pages.support.navigation.menu",
             ],
         },
     },
@@ -194,7 +195,7 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LOGIN_URL = "/accounts/login/"
-LOGIN_REDIRECT_URL = "landing"  # per role: diagnosis/pages/navigation.py
+LOGIN_REDIRECT_URL = "landing"  # per role: diagnosis/pages/support/navigation.py
 LOGOUT_REDIRECT_URL = "/accounts/login/"
 
 REST_FRAMEWORK = {
@@ -272,7 +273,7 @@ STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",
     # vendor/plotly.min.js: the plotly.js of the installed plotly package (no CDN, no copy).
-    "diagnosis.charts.PlotlyJsFinder",
+    "diagnosis.charts.plotly_static.PlotlyJsFinder",
 ]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -292,7 +293,8 @@ WHITENOISE_AUTOREFRESH = DEBUG
 REDIS_URL = os.environ.get("REDIS_URL") or None
 
 # Django's default cache stays each process's own memory (DRF's throttles count there, as
-# before). The pages' cache of rendered fragments (diagnosis/pages/page_cache.py) is shared in
+# before). The pages' cache of rendered fragments (diagnosis/pages/support/page_cache.py) is shared
+# in
 # Redis when there is one, else each process's own memory too. Short timeouts: a slow Redis costs
 # a page a fraction of a second, and then the process renders without it for a while.
 _PAGES_IN_MEMORY = {
@@ -322,11 +324,11 @@ CELERY_TASK_SOFT_TIME_LIMIT = env_int("GPUOBS_TASK_SOFT_TIME_LIMIT", 240)
 # A cycle's lock lives one cycle period and is renewed while the cycle runs, so a killed worker's
 # lock frees itself within one period and a live cycle's lock never expires under it
 # (diagnosis/tasks.py). An apply claim is another worker's to take over once it is older than
-# the hard time limit (no task outlives it) and a few seconds (diagnosis/actions/apply.py).
+# the hard time limit (no task outlives it) and a few seconds (diagnosis/actions/workflow/apply.py).
 GPUOBS_CYCLE_LOCK_SECONDS = max(3, GPUOBS_CYCLE_SECONDS)
 GPUOBS_APPLY_CLAIM_STALE_SECONDS = CELERY_TASK_TIME_LIMIT + 5
 # A worker whose clock is further than this from the database's refuses to run cycles
-# (diagnosis/actions/health.py, "One clock").
+# (diagnosis/actions/upkeep/health.py, "One clock").
 GPUOBS_MAX_CLOCK_SKEW_SECONDS = env_int("GPUOBS_MAX_CLOCK_SKEW_SECONDS", 30)
 
 if REDIS_URL:
@@ -441,7 +443,8 @@ GPUOBS_VERIFY_TOLERANCE_PCT = env_int("GPUOBS_VERIFY_TOLERANCE_PCT", 10)
 GPUOBS_VERIFY_GOOD_CYCLES = env_int("GPUOBS_VERIFY_GOOD_CYCLES", 3)
 GPUOBS_RECOMMENDATION_HOLD_OFF_SECONDS = env_int("GPUOBS_RECOMMENDATION_HOLD_OFF_SECONDS", 2 * 3600)
 
-# --- impact estimates apart from the cycle (diagnosis/actions/impact.py, docs/operations.md) ---
+# --- impact estimates apart from the cycle (diagnosis/actions/workflow/impact.py,
+# docs/operations.md) ---
 # At most GPUOBS_IMPACT_MAX_PER_CYCLE estimates are sent to the ``impact`` queue per cycle (the
 # most GPU-hours at stake first); one sent is not sent again for GPUOBS_IMPACT_REQUEUE_SECONDS.
 # Clusters of GPUOBS_IMPACT_REDUCED_FROM_GPUS GPUs or more are replayed with the reduced model.
@@ -449,7 +452,7 @@ GPUOBS_IMPACT_MAX_PER_CYCLE = env_int("GPUOBS_IMPACT_MAX_PER_CYCLE", 8)
 GPUOBS_IMPACT_REQUEUE_SECONDS = env_int("GPUOBS_IMPACT_REQUEUE_SECONDS", 900)
 GPUOBS_IMPACT_REDUCED_FROM_GPUS = env_int("GPUOBS_IMPACT_REDUCED_FROM_GPUS", 8192)
 
-# --- retention (diagnosis/actions/retention.py, docs/operations.md "Retention") -----------------
+# --- retention (diagnosis/actions/upkeep/retention.py, docs/operations.md "Retention") ------------
 # Days each table keeps its rows (0: forever); rollups older than GPUOBS_ROLLUP_HOURLY_AFTER_DAYS
 # are merged into one row per scope and hour. Beat prunes every GPUOBS_RETENTION_SECONDS, at most
 # GPUOBS_RETENTION_BATCH rows per statement, each batch its own short transaction.

@@ -10,7 +10,7 @@ from django.views.i18n import set_language
 from diagnosis.api import urls as api_urls
 from diagnosis.api.metrics import MetricsView
 from diagnosis.pages.health import healthz
-from diagnosis.pages.navigation import landing
+from diagnosis.pages.support.navigation import landing
 
 # One API (diagnosis/api/urls.py), two prefixes: the versioned /api/v1/ and the short /api/.
 # Each mount is its own URL namespace, so reverse("api-v1:...") names the versioned one.

@@ -24,7 +24,7 @@ from django.test import Client, override_settings
 
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster
-from diagnosis.pages import page_cache
+from diagnosis.pages.support import page_cache
 from gpuobs import celery_app
 from tests.support.world import create_person, create_user, logged_in_client
 
@@ -75,7 +75,7 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
 def _page_cache_in_memory() -> Iterator[None]:
     """The pages' cache in the test process's memory: under ``make test`` it would be Redis db
     15, and emptying it for each test (FLUSHDB) would drop what other tests' workers keep there
-    (tests/app/test_page_cache.py checks it against the real Redis on its own keys)."""
+    (tests/app/pages/test_page_cache.py checks it against the real Redis on its own keys)."""
     in_memory = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "pages"}
     with override_settings(CACHES={**settings.CACHES, page_cache.CACHE: in_memory}):
         yield

@@ -23,7 +23,7 @@ def apply_on_commit(recommendation_id: int, apply_key: str) -> None:
     """Apply an approved recommendation once, on the ``actuate`` queue (``apply_key`` makes a
     redelivered message a no-op). Sent on commit as ``delay_on_commit`` does; a send the broker
     refuses puts the recommendation back to approved (``apply.publish_apply``, answered 503)."""
-    from diagnosis.actions.apply import publish_apply  # noqa: PLC0415 -- apply imports this module
+    from diagnosis.actions.workflow.apply import publish_apply  # noqa: PLC0415 -- apply imports this module
 
     transaction.on_commit(partial(publish_apply, recommendation_id, apply_key))
 

@@ -31,9 +31,13 @@ from diagnosis.access import (
     incidents_for_user,
     tenants_for_user,
 )
-from diagnosis.actions.incident_drain import DrainChanged, drain_for_incident
-from diagnosis.actions.oncall import acknowledge_incident, add_incident_note, resolve_incident_by
-from diagnosis.actions.workflow import WorkflowError
+from diagnosis.actions.oncall.drain import DrainChanged, drain_for_incident
+from diagnosis.actions.oncall.incidents import (
+    acknowledge_incident,
+    add_incident_note,
+    resolve_incident_by,
+)
+from diagnosis.actions.workflow.base import WorkflowError
 from diagnosis.api.auth import AUTHENTICATION
 from diagnosis.api.serializers import (
     IncidentDrainSerializer,

@@ -16,11 +16,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from diagnosis.access import clusters_for_sender, get_cluster_for_sender
-from diagnosis.actions.events import record_scheduler_events
-from diagnosis.actions.incidents import (
+from diagnosis.actions.oncall.alerts import (
     open_or_update_incident_from_alert,
     resolve_incident_from_alert,
 )
+from diagnosis.actions.records.events import record_scheduler_events
 from diagnosis.api.auth import AUTHENTICATION, CanRecordSchedulerEvents, CanReportIncidents
 from diagnosis.api.serializers import EventBatchSerializer
 from diagnosis.edge.schedulers.base import EventBatch

@@ -32,8 +32,9 @@ from diagnosis.access import (
     get_recommendation_for_user,
     recommendations_for_user,
 )
-from diagnosis.actions.apply import recheck_apply
-from diagnosis.actions.review import (
+from diagnosis.actions.workflow.apply import recheck_apply
+from diagnosis.actions.workflow.base import ApplyNotSent, WorkflowError
+from diagnosis.actions.workflow.review import (
     approve_recommendation,
     awaiting_approval_by,
     reject_recommendation,
@@ -43,7 +44,6 @@ from diagnosis.actions.review import (
     request_rollback,
     set_cluster_writes,
 )
-from diagnosis.actions.workflow import ApplyNotSent, WorkflowError
 from diagnosis.api.serializers import (
     RecommendationDetailSerializer,
     RecommendationFilter,

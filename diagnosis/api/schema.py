@@ -1,5 +1,5 @@
 """The API's OpenAPI schema (drf-spectacular), published at ``/api/v1/schema`` to logged-in
-users and token clients (a fuzzer reads it: tests/app/test_security_fuzz.py)."""
+users and token clients (a fuzzer reads it: tests/app/security/test_security_fuzz.py)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from diagnosis.access import get_cluster_for_sender
-from diagnosis.actions.topology import record_node_topology
+from diagnosis.actions.records.topology import record_node_topology
 from diagnosis.api.auth import AUTHENTICATION, permission_or_staff
 from diagnosis.edge.topology import MAX_TEXT_BYTES, TopologyError
 

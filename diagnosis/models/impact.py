@@ -1,5 +1,6 @@
 """Replay outcomes kept for impact estimates (issue #17): the estimates run apart from the
-cycle (``diagnosis.actions.impact``), and a replay of one snapshot under one setting is run once.
+cycle (``diagnosis.actions.workflow.impact``), and a replay of one snapshot under one setting is
+run once.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ class RollupFigures(models.Model):
     """GPU-seconds of one scope over the interval one diagnosis cycle stands for (the time since
     the previous good cycle's snapshot, at most the snapshot's window). Reports over any period
     sum these; they never read raw metrics. Columns: ``diagnosis.core.fairness.HeldFigures``.
-    Retention (``diagnosis.actions.retention``) merges old rows into one per scope and hour."""
+    Retention (``diagnosis.actions.upkeep.retention``) merges old rows into one per scope and
+    hour."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
     cycle = optional_ref(
@@ -97,7 +98,8 @@ class PoolRollup(RollupFigures, PoolFigures):
 class HourFigures(RollupFigures):
     """The cycles of one clock hour summed (issue #17): ``as_of`` is the hour's start, ``cycle``
     always empty, ``cycles`` how many cycles were added. Written at cycle time by
-    ``diagnosis.actions.rollups_hourly`` (each cycle adds its rows), so a report over whole hours
+    ``diagnosis.actions.records.rollups_hourly`` (each cycle adds its rows), so a report over whole
+    hours
     reads one row per scope and hour instead of one per cycle."""
 
     cycles = models.PositiveIntegerField(default=0)
@@ -144,7 +146,7 @@ class AccountingSlice(models.Model):
     those *new* since the previous good cycle (by snapshot time). The first cycle of a period
     brings its whole list (read from its ``ClusterCycle.accounting`` once); each later slice adds
     what appeared, so the union, in first-seen order, is exactly the documents' union. Written by
-    ``diagnosis.actions.rollups_hourly``; goes with its cycle (retention)."""
+    ``diagnosis.actions.records.rollups_hourly``; goes with its cycle (retention)."""
 
     cycle = models.OneToOneField(
         ClusterCycle, on_delete=models.CASCADE, primary_key=True, related_name="accounting_slice"

@@ -1,6 +1,6 @@
 """Per-node GPU topology uploaded from ``nvidia-smi topo -m`` (``POST
 /api/v1/clusters/<c>/nodes/<n>/topology``, e.g. from the shipped DaemonSet or Slurm prolog),
-merged into every snapshot of the cluster by :mod:`diagnosis.actions.topology`."""
+merged into every snapshot of the cluster by :mod:`diagnosis.actions.records.topology`."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 
 Pages read the pre-computed rollups (``ClusterCycle``) and stored findings; they never run rules
 or accounting. Each page costs a small, fixed number of queries whatever the size of the cluster
-(tests/app/test_pages.py holds them to it). What each page shows and where its data comes from:
+(tests/app/pages/test_pages.py holds them to it). What each page shows and where its data comes
+from:
 docs/ui.md.
 
 Every view needs a login (LoginRequiredMiddleware) unless marked ``@login_not_required``. The API
@@ -44,7 +45,6 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.views.decorators.http import require_safe
 
-from diagnosis import charts
 from diagnosis.access import (
     clusters_for_user,
     cycles_for_user,
@@ -53,12 +53,20 @@ from diagnosis.access import (
     incidents_for_user,
     recommendations_for_user,
 )
+from diagnosis.charts.figures import (
+    TimeMark,
+    add_time_marks,
+    embed,
+    gpu_hours_waterfall,
+    utilization_trend,
+)
+from diagnosis.charts.gpu_hours import BucketHours, GpuHoursBreakdown, gpu_hours_breakdown
 from diagnosis.choices import FindingState, Severity
 from diagnosis.core.rules.base import SEVERITIES, Rule
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.models import Cluster, ClusterCycle, DeliveryState, Finding
-from diagnosis.pages import page_cache
-from diagnosis.pages.time_range import TimeRange, range_picker
+from diagnosis.pages.support import page_cache
+from diagnosis.pages.support.time_range import TimeRange, range_picker
 from diagnosis.reports.period import PeriodError
 from diagnosis.roles import can_administer, is_tenant_scoped
 
@@ -299,7 +307,7 @@ class FindingLink:
 
 @dataclass(frozen=True)
 class BucketRow:
-    bucket: charts.BucketHours
+    bucket: BucketHours
     list_url: str | None
     findings: list[FindingLink] = field(default_factory=list)
     more: int = 0
@@ -315,7 +323,7 @@ class RuleCountRow:
 
 
 def _bucket_rows(
-    request: HttpRequest, cluster: Cluster, breakdown: charts.GpuHoursBreakdown
+    request: HttpRequest, cluster: Cluster, breakdown: GpuHoursBreakdown
 ) -> list[BucketRow]:
     """Each bucket with the findings behind it (a few, linked) and a link to all of them.
 
@@ -387,7 +395,7 @@ def _open_findings_table(
 
 
 def waterfall_rows(cycles: QuerySet[ClusterCycle], end: datetime) -> list[dict[str, Any]]:
-    """The good cycles of the hour up to ``end``, as :func:`charts.gpu_hours_breakdown` reads
+    """The good cycles of the hour up to ``end``, as :func:`gpu_hours_breakdown` reads
     them, from their :class:`AccountingSlice` rows (issue #17), in one query: each slice's bucket
     figures and only the finding references new since the previous cycle; the hour's first cycle
     brings its whole list from its accounting document. The union of references, in first-seen
@@ -490,7 +498,7 @@ def _mark_rows(
 
 def _trend_marks(
     rows: list[tuple[Any, ...]], cycles: list[tuple[datetime, datetime]]
-) -> list[charts.TimeMark]:
+) -> list[TimeMark]:
     """Each of :func:`_mark_rows` at the snapshot time of the first cycle that ran after it (the
     chart's clock is snapshot time; theirs is the wall clock)."""
     if not cycles:
@@ -502,7 +510,7 @@ def _trend_marks(
         index = bisect_left(ran_at, moment)
         if index < len(by_ran_at):
             label = text or subject if kind == "incident" else f"{text} {subject}"
-            marks.append(charts.TimeMark(by_ran_at[index][0], kind, label))
+            marks.append(TimeMark(by_ran_at[index][0], kind, label))
     return marks
 
 
@@ -512,7 +520,8 @@ def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
     utilization trend, open findings, data age, collection and rule errors.
 
     The panels (waterfall, trend, open findings, coverage) are cached per data version,
-    reader's scope, query and trend marks (diagnosis/pages/page_cache.py); the head, the data
+    reader's scope, query and trend marks (diagnosis/pages/support/page_cache.py); the head, the
+    data
     age and the notifications are rendered on every request."""
     cluster = get_cluster_for_user(request.user, name)
     cycles = cycles_for_user(request.user, cluster)
@@ -587,7 +596,7 @@ def _overview_panels(
         # the waterfall: the hour up to the range's end (the latest good snapshot at most)
         hour_end = min(time_range.end, good.as_of)
         hour_rows = waterfall_rows(cycles, hour_end)
-        breakdown = charts.gpu_hours_breakdown(hour_rows, end=hour_end, period_s=WATERFALL_PERIOD_S)
+        breakdown = gpu_hours_breakdown(hour_rows, end=hour_end, period_s=WATERFALL_PERIOD_S)
         bucket_rows = _bucket_rows(request, cluster, breakdown)
         links = {row.bucket.bucket: row.list_url for row in bucket_rows if row.list_url}
         trend_rows = list(
@@ -614,13 +623,13 @@ def _overview_panels(
             "time_range": time_range,
             "breakdown": breakdown,
             "bucket_rows": bucket_rows,
-            "waterfall": charts.embed(
-                charts.gpu_hours_waterfall(breakdown, links),
+            "waterfall": embed(
+                gpu_hours_waterfall(breakdown, links),
                 "gpu-hours-waterfall",
                 label=gettext("GPU-hours of the last hour by bucket (the table below lists them)"),
             ),
-            "trend": charts.embed(
-                charts.add_time_marks(charts.utilization_trend(trend), marks),
+            "trend": embed(
+                add_time_marks(utilization_trend(trend), marks),
                 "utilization-trend",
                 label=gettext("Allocation and activity utilization over the chosen range"),
             ),

@@ -1,5 +1,6 @@
 """The findings pages: the list (filtered, paginated; its body cached per data version and
-reader, diagnosis/pages/page_cache.py) and one finding with its evidence, history, incidents and
+reader, diagnosis/pages/support/page_cache.py) and one finding with its evidence, history,
+incidents and
 recommendations, as the reader may see them."""
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ from diagnosis.access import (
     recommendations_for_user,
     subject_for_user,
 )
-from diagnosis.actions.owner_notices import preview_notice
+from diagnosis.actions.notify.owner_notices import preview_notice
 from diagnosis.choices import FindingState, Severity
 from diagnosis.core.rules.base import SEVERITIES
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.models import Cluster, Finding
-from diagnosis.pages import page_cache
 from diagnosis.pages.clusters import OPEN_STATES, cluster_url
+from diagnosis.pages.support import page_cache
 
 STATE_FILTERS = {
     "open": gettext_lazy("Open (pending or firing)"),
@@ -117,7 +118,8 @@ def _paginate(request: HttpRequest, items: QuerySet, per_page: int) -> tuple[Pag
 @require_safe
 def finding_list(request: HttpRequest, name: str) -> HttpResponse:
     """The findings of a cluster, filtered by rule, severity, state and pool, paginated. The
-    body is cached per data version, reader's scope and query (diagnosis/pages/page_cache.py)."""
+    body is cached per data version, reader's scope and query
+    (diagnosis/pages/support/page_cache.py)."""
     cluster = get_cluster_for_user(request.user, name)
     body = page_cache.cached_fragments(
         "findings", request, cluster, lambda: {"body": _finding_list_body(request, cluster)}

@@ -8,7 +8,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from diagnosis.actions.health import deep_health
+from diagnosis.actions.upkeep.health import deep_health
 
 
 @login_not_required
@@ -16,7 +16,7 @@ from diagnosis.actions.health import deep_health
 @require_safe
 def healthz(request: HttpRequest) -> JsonResponse:
     """200 when the database answers, else 503. With ``?deep=1`` also Redis, and the worker's and
-    beat's heartbeats (diagnosis/actions/health.py): 503 when any is missing or stale, with a
+    beat's heartbeats (diagnosis/actions/upkeep/health.py): 503 when any is missing or stale, with a
     part per component saying which and since when (docker-compose's health checks use it); the
     heartbeats' hosts and pids only for staff."""
     if request.GET.get("deep") in ("1", "true", "yes"):

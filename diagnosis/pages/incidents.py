@@ -2,7 +2,7 @@
 Alertmanager), one incident (what broke, the runbook, the timeline, the jobs and tenants hit,
 the node's other GPUs, the buttons), and the drain's confirmation with the jobs it would evict,
 computed when it is shown and again when it is confirmed. Thin: reads through
-``diagnosis.access``, writes through ``diagnosis.actions.oncall``. See docs/ui.md.
+``diagnosis.access``, writes through ``diagnosis.actions.oncall.incidents``. See docs/ui.md.
 """
 
 from __future__ import annotations
@@ -26,14 +26,18 @@ from diagnosis.access import (
     incidents_for_user,
     tenants_for_user,
 )
-from diagnosis.actions.incident_drain import (
+from diagnosis.actions.oncall.drain import (
     DrainChanged,
     drain_for_incident,
     drain_impact,
     drains_of_job,
 )
-from diagnosis.actions.oncall import acknowledge_incident, add_incident_note, resolve_incident_by
-from diagnosis.actions.workflow import APPLIED_STATES, WorkflowDenied, WorkflowError
+from diagnosis.actions.oncall.incidents import (
+    acknowledge_incident,
+    add_incident_note,
+    resolve_incident_by,
+)
+from diagnosis.actions.workflow.base import APPLIED_STATES, WorkflowDenied, WorkflowError
 from diagnosis.choices import IncidentState, RecommendationKind
 from diagnosis.core import xid_catalog
 from diagnosis.models import Cluster, Incident, Snapshot

@@ -1,7 +1,8 @@
 """The SRE's hardware pages (issue 19; docs/ui.md "Nodes and GPUs"): the cluster heatmap and
 node list, a node's page and a GPU's page with its metrics over time.
 
-They read the stored snapshots (:mod:`diagnosis.pages.snapshots`): the latest one for what is
+They read the stored snapshots (:mod:`diagnosis.pages.support.snapshots`): the latest one for what
+is
 there now, at most :data:`SERIES_POINTS` of them spread over the chosen range for the charts.
 A manager sees the hardware (cluster-wide, as on the overview) but never another tenant's job:
 those are shown as :data:`~diagnosis.access.HIDDEN_JOB`.
@@ -23,7 +24,6 @@ from django.utils.translation import get_language
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_safe
 
-from diagnosis import charts
 from diagnosis.access import (
     HIDDEN_JOB,
     findings_for_user,
@@ -31,8 +31,9 @@ from diagnosis.access import (
     incidents_for_user,
     jobs_for_user,
 )
+from diagnosis.charts.figures import embed, gpu_heatmap, gpu_metric_series, gpus_util_series
 from diagnosis.models import Cluster
-from diagnosis.pages.snapshots import (
+from diagnosis.pages.support.snapshots import (
     GpuKey,
     GpuMetrics,
     StoredSnapshot,
@@ -42,7 +43,7 @@ from diagnosis.pages.snapshots import (
     latest_document,
     latest_snapshot,
 )
-from diagnosis.pages.time_range import TimeRange, range_picker
+from diagnosis.pages.support.time_range import TimeRange, range_picker
 from diagnosis.reports.period import PeriodError
 from diagnosis.roles import is_tenant_scoped
 
@@ -220,7 +221,7 @@ def _heatmap_view(
     metrics = gpu_metrics(latest.id)
     rows = _node_rows(metrics, pool)
     nodes, values, links = heatmap_matrix(cluster, metrics, rows, colorby)
-    figure = charts.gpu_heatmap(
+    figure = gpu_heatmap(
         nodes,
         values,
         links,
@@ -232,7 +233,7 @@ def _heatmap_view(
         "pools": sorted({str(n.get("pool") or "") for n in metrics.nodes.values()} - {""}),
         "node_count": len(rows),
         "gpu_count": sum(r.gpus for r in rows),
-        "heatmap": charts.embed(
+        "heatmap": embed(
             figure,
             "gpu-heatmap",
             label=str(_("Every GPU of the cluster by node; click a cell for its GPU page")),
@@ -339,10 +340,8 @@ def node_detail(request: HttpRequest, name: str, node: str) -> HttpResponse:
         "findings": _node_findings(request, cluster, node),
         "time_range": time_range,
         "picker": range_picker(request.GET, time_range, range_error),
-        "util_chart": charts.embed(
-            charts.gpus_util_series(
-                {_gpu_label(g): series[k] for g, k in zip(gpus, keys, strict=True)}
-            ),
+        "util_chart": embed(
+            gpus_util_series({_gpu_label(g): series[k] for g, k in zip(gpus, keys, strict=True)}),
             "node-util",
             label=str(_("Utilization of each GPU of the node over the range")),
         ),
@@ -394,8 +393,8 @@ def gpu_detail(request: HttpRequest, name: str, node: str, index: int) -> HttpRe
         "time_range": time_range,
         "picker": range_picker(request.GET, time_range, range_error),
         "points": len(rows),
-        "series_chart": charts.embed(
-            charts.gpu_metric_series(rows),
+        "series_chart": embed(
+            gpu_metric_series(rows),
             "gpu-series",
             label=str(_("This GPU's metrics over the range, one panel each")),
         ),

@@ -22,7 +22,6 @@ from django.shortcuts import render
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_safe
 
-from diagnosis import charts
 from diagnosis.access import (
     findings_for_user,
     get_cluster_for_user,
@@ -31,12 +30,13 @@ from diagnosis.access import (
     jobs_for_user,
     tenants_for_user,
 )
+from diagnosis.charts.figures import embed, gpus_util_series
 from diagnosis.choices import FindingState, JobState, SchedulerEventKind
 from diagnosis.core.fairness import size_class
 from diagnosis.core.rules.facts import peak_tflops
 from diagnosis.models import Cluster, Finding, Job, Queue, SchedulerEvent, Snapshot, Tenant
 from diagnosis.pages.incidents import job_drains
-from diagnosis.pages.snapshots import (
+from diagnosis.pages.support.snapshots import (
     GpuKey,
     StoredSnapshot,
     gpu_metrics,
@@ -398,8 +398,8 @@ def job_detail(request: HttpRequest, name: str, job_id: str) -> HttpResponse:
             ("fb_used_frac", "job-fb"),
             ("tensor_active", "job-tensor"),
         ):
-            context[f"{metric}_chart"] = charts.embed(
-                charts.gpus_util_series({labels[k]: series[k] for k in keys}, metric),
+            context[f"{metric}_chart"] = embed(
+                gpus_util_series({labels[k]: series[k] for k in keys}, metric),
                 element,
                 label=str(_("Each of the job's GPUs over its life")),
             )

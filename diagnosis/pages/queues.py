@@ -26,7 +26,7 @@ from diagnosis.core.fairness import tree_water_fill
 from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import Cluster
 from diagnosis.pages.jobs import findings_naming_jobs
-from diagnosis.pages.snapshots import StoredSnapshot, latest_document
+from diagnosis.pages.support.snapshots import StoredSnapshot, latest_document
 from diagnosis.roles import is_tenant_scoped
 
 PENDING_SHOWN = 200

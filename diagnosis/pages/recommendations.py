@@ -25,16 +25,17 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _lazy
 from django.views.decorators.http import require_POST, require_safe
 
-from diagnosis import charts, roles
+from diagnosis import roles
 from diagnosis.access import (
     get_cluster_for_user,
     get_recommendation_for_user,
     incidents_for_user,
     recommendations_for_user,
 )
-from diagnosis.actions.apply import apply_stuck_since, recheck_apply
-from diagnosis.actions.health import database_now
-from diagnosis.actions.review import (
+from diagnosis.actions.upkeep.health import database_now
+from diagnosis.actions.workflow.apply import apply_stuck_since, recheck_apply
+from diagnosis.actions.workflow.base import APPLIED_STATES, OPEN_STATES, ApplyNotSent, WorkflowError
+from diagnosis.actions.workflow.review import (
     approve_recommendation,
     awaiting_approval_by,
     reject_recommendation,
@@ -44,7 +45,7 @@ from diagnosis.actions.review import (
     request_rollback,
     set_cluster_writes,
 )
-from diagnosis.actions.workflow import APPLIED_STATES, OPEN_STATES, ApplyNotSent, WorkflowError
+from diagnosis.charts.figures import embed, recommendation_impact
 from diagnosis.choices import RecommendationKind, RecommendationState
 from diagnosis.core.recommend.impact import format_delta, format_value
 from diagnosis.models import AuditEntry, Recommendation
@@ -191,7 +192,7 @@ def recommendation_detail(request: HttpRequest, name: str, recommendation_id: in
     cluster = get_cluster_for_user(request.user, name)
     rec = get_recommendation_for_user(request.user, cluster, recommendation_id)
     impact = rec.impact or {}
-    figure = charts.recommendation_impact(impact)
+    figure = recommendation_impact(impact)
     dry = rec.dry_run_result or {}
     applied = rec.apply_result or {}
     context = {
@@ -200,7 +201,7 @@ def recommendation_detail(request: HttpRequest, name: str, recommendation_id: in
         "rec": rec,
         "impact": impact,
         "impact_chart": (
-            charts.embed(
+            embed(
                 figure,
                 "impact-chart",
                 label="Simulated impact: current and proposed setting per metric (the table "

@@ -24,7 +24,6 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 from django.views.decorators.http import require_POST, require_safe
 
-from diagnosis import charts
 from diagnosis.access import (
     findings_for_user,
     get_cluster_for_user,
@@ -32,10 +31,11 @@ from diagnosis.access import (
     jobs_for_user,
     subject_for_user,
 )
-from diagnosis.actions.subscriptions import subscribe_to_report
+from diagnosis.actions.notify.subscriptions import subscribe_to_report
+from diagnosis.charts.figures import embed
 from diagnosis.core.fairness import SIZE_CLASSES
 from diagnosis.models import Cluster, Job, ReportFrequency, ReportSubscription
-from diagnosis.pages import page_cache
+from diagnosis.pages.support import page_cache
 from diagnosis.reports import figures
 from diagnosis.reports.csv_export import render_csv
 from diagnosis.reports.fairness_report import FairnessReportData, build_fairness_report, default_end
@@ -77,7 +77,7 @@ def _bad_period(request: HttpRequest, cluster: Cluster, error: PeriodError) -> H
 def fairness_report(request: HttpRequest, name: str) -> HttpResponse:
     """The tenant table, the three charts, downloads and the reader's subscription. The report
     part is cached per data version, reader's scope, period and query
-    (diagnosis/pages/page_cache.py); the subscription form is the reader's own."""
+    (diagnosis/pages/support/page_cache.py); the subscription form is the reader's own."""
     cluster = get_cluster_for_user(request.user, name)
     try:
         period = _period(request, cluster)
@@ -121,17 +121,17 @@ def _fairness_body(request: HttpRequest, cluster: Cluster, period: ReportPeriod)
     }
     if data.tenants:
         context |= {
-            "share_chart": charts.embed(
+            "share_chart": embed(
                 figures.share_over_time(data),
                 "fairness-shares",
                 label="Usage, fair share and entitlement of each tenant over the period",
             ),
-            "waits_chart": charts.embed(
+            "waits_chart": embed(
                 figures.waits_by_size_class(data),
                 "fairness-waits",
                 label="Wait p50 and p95 by job size class (the table lists them per tenant)",
             ),
-            "breakdown_chart": charts.embed(
+            "breakdown_chart": embed(
                 figures.tenant_breakdown(data),
                 "fairness-breakdown",
                 label="GPU-hours each tenant held, by accounting bucket",

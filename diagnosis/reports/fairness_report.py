@@ -10,7 +10,7 @@ Cost: grouped queries over the period's rollups (per time bin and tenant, per ti
 cluster: over hours and days the whole hours read the hourly rows written at cycle time, one per
 tenant and hour, and only the partial first and last hours the per-cycle rows), the starvation
 findings, and one over the jobs that started in the period; the rows read grow with the hours
-in the period, not with the cycles stored in it (tests/app/test_pages_rollups_fairness.py).
+in the period, not with the cycles stored in it (tests/app/pages/test_pages_rollups_fairness.py).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from diagnosis.access import (
     jobs_for_user,
     tenants_for_user,
 )
-from diagnosis.actions.rollups_hourly import hour_of
+from diagnosis.actions.records.rollups_hourly import hour_of
 from diagnosis.core import fairness
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.productive_share import ProductiveFairness, productive_fairness

@@ -4,7 +4,7 @@ share vs entitlement over time, waits by size class, the GPU-hour breakdown per 
 Each figure is built as the JSON plotly would write for it (``go.Figure(...).to_plotly_json()``:
 plain dicts and lists, arrays as plotly's typed arrays, the "none" template spelled out), not
 through ``plotly.graph_objects``: validating 150 traces of 50 tenants cost ~50 ms a page
-(issue #17). tests/app/test_report_figures.py holds each to what plotly makes of it."""
+(issue #17). tests/app/reports/test_report_figures.py holds each to what plotly makes of it."""
 
 from __future__ import annotations
 
@@ -17,15 +17,8 @@ import pandas as pd
 import plotly.io as pio
 from django.utils.translation import gettext
 
-from diagnosis.charts import (
-    ACCENT,
-    BUCKET_LABELS,
-    INK,
-    MUTED,
-    axis_style,
-    figure_layout,
-    plotly_text,
-)
+from diagnosis.charts.figures import ACCENT, INK, MUTED, axis_style, figure_layout, plotly_text
+from diagnosis.charts.gpu_hours import BUCKET_LABELS
 from diagnosis.core.fairness import SIZE_CLASSES, TENANT_BUCKETS
 from diagnosis.reports.fairness_report import FairnessReportData
 

@@ -47,7 +47,8 @@ from reportlab.platypus import (
 )
 from reportlab.platypus.flowables import Flowable
 
-from diagnosis.charts import ACCENT, ACTIVITY, BUCKET_LABELS, INK, MUTED
+from diagnosis.charts.figures import ACCENT, ACTIVITY, INK, MUTED
+from diagnosis.charts.gpu_hours import BUCKET_LABELS
 from diagnosis.core.fairness import SIZE_CLASSES, TENANT_BUCKETS, TenantRow
 from diagnosis.reports.fairness_report import FairnessReportData
 from diagnosis.reports.period import minute_stamp

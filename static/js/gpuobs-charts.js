@@ -1,4 +1,4 @@
-/* gpuobs: draws the plotly figures a page embeds as JSON (diagnosis/charts.py `embed`).
+/* gpuobs: draws the plotly figures a page embeds as JSON (diagnosis/charts/figures.py `embed`).
  *
  * Each chart is a <div data-figure="ID"> and a <script type="application/json" id="ID"> with the
  * figure. No inline script runs, so a Content-Security-Policy of script-src 'self' holds. A click
@@ -6,7 +6,7 @@
  * bars link to the findings behind each bucket.
  *
  * Charts follow the page's theme (gpuobs-theme.js): the container's data-themes holds the text
- * and grid colours of each (diagnosis/charts.py CHART_THEMES), applied before the first draw
+ * and grid colours of each (diagnosis/charts/figures.py CHART_THEMES), applied before the first draw
  * and again when the reader switches. Charts that a live update swaps in (htmx) are drawn too.
  */
 (function () {

@@ -26,7 +26,7 @@ import redis
 from django.db import connection, models
 from django.utils import timezone
 
-from diagnosis.actions import health
+from diagnosis.actions.upkeep import health
 from diagnosis.models import (
     AuditEntry,
     Cluster,
@@ -37,7 +37,7 @@ from diagnosis.models import (
     Recommendation,
 )
 from gpuobs import celery_app
-from tests.app.test_celery import database_url_of_test_database
+from tests.app.upkeep.test_celery import database_url_of_test_database
 from tests.conftest import REPO_ROOT, require_binary
 from tests.support.records import make_recommendation
 

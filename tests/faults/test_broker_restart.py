@@ -13,7 +13,7 @@ from django.test import Client
 from kombu import Connection, Exchange, Queue
 from kombu.transport import redis as kombu_redis
 
-from diagnosis.actions.review import request_apply
+from diagnosis.actions.workflow.review import request_apply
 from diagnosis.models import Cluster, Recommendation
 from gpuobs.broker import RedisTransport
 from tests.faults.conftest import (

@@ -7,12 +7,12 @@ Prometheus answers again the next cycle is good (and judges afresh: the simulato
 has moved on by then, so what it resolves is no loss).
 
 The rest of the Prometheus faults run the same cycle path in-process, against a real Prometheus:
-killed (tests/app/test_prometheus_cycle.py::
+killed (tests/app/records/test_prometheus_cycle.py::
 test_prometheus_down_fails_the_cycle_and_keeps_the_last_good_data and
 test_the_page_and_the_api_say_the_collection_failed), part of the GPUs silent
 (test_missing_metrics_are_named_on_the_page_not_shown_as_healthy, and per subject
 tests/app/test_not_judged.py), 5xx, refused queries and warnings
-(tests/app/test_prometheus_failures.py)."""
+(tests/app/records/test_prometheus_failures.py)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 
 from diagnosis import tasks
-from diagnosis.actions.health import database_now
+from diagnosis.actions.upkeep.health import database_now
 from diagnosis.models import ClusterCycle
 from tests.faults.conftest import CYCLE_SECONDS, good_cycles, row_counts
 from tests.support.world import logged_in_client

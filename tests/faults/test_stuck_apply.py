@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from diagnosis.actions.review import request_apply
+from diagnosis.actions.workflow.review import request_apply
 from diagnosis.models import AuditEntry, Recommendation
 from tests.faults.conftest import (
     TASK_TIME_LIMIT,

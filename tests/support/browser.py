@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from diagnosis.actions.cycles import run_cluster_cycle
+from diagnosis.actions.records.cycles import run_cluster_cycle
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster
 from tests.conftest import require_binary, running_in_ci

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from diagnosis.actions.cycles import record_cycle
+from diagnosis.actions.records.cycles import record_cycle
 from diagnosis.models import Cluster
 from tests.support.builders import SnapshotBuilder
 

@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 
 from rest_framework.authtoken.models import Token
 
-from diagnosis.actions.cycles import record_cycle
-from diagnosis.actions.incidents import open_or_update_incident_from_alert
+from diagnosis.actions.oncall.alerts import open_or_update_incident_from_alert
+from diagnosis.actions.records.cycles import record_cycle
 from diagnosis.edge.sources import alertmanager as am
 from diagnosis.models import Cluster, ClusterCycle, Incident, Snapshot
 from tests.support.builders import SnapshotBuilder, rfc3339

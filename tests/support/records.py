@@ -16,8 +16,12 @@ from typing import Any
 
 from django.utils import timezone
 
-from diagnosis.actions.cycles import run_cluster_cycle
-from diagnosis.actions.review import approve_recommendation, request_apply, request_recommendation
+from diagnosis.actions.records.cycles import run_cluster_cycle
+from diagnosis.actions.workflow.review import (
+    approve_recommendation,
+    request_apply,
+    request_recommendation,
+)
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster, ClusterCycle, Finding, Recommendation
 

@@ -1,7 +1,7 @@
 """The named world of users, defined once: who alice, bob, carol, dave, erin, mallory, nobody are.
 
 tests/conftest.py makes a fixture of each (``alice``, ``bob``, ...) and ``make_user`` for anyone
-else; a module that wants the world once for all its tests (tests/app/test_access_matrix.py)
+else; a module that wants the world once for all its tests (tests/app/pages/test_access_matrix.py)
 calls :func:`create_person` itself. Every person's password is :data:`DEFAULT_PASSWORD`.
 """
 

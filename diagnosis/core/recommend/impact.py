@@ -385,7 +385,7 @@ def estimate_impact(
 # -- estimates apart from the cycle (issue #17) ---------------------------------------------------
 #
 # The cycle stores a draft's impact as *pending*, with its plan as JSON and the GPU-hours at
-# stake; an impact task replays it later (diagnosis/actions/impact.py) and stores what
+# stake; an impact task replays it later (diagnosis/actions/workflow/impact.py) and stores what
 # :func:`landed_impact` makes of the estimate. Replays of large clusters use a reduced model.
 
 PENDING_METHOD = "pending"

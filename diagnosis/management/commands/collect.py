@@ -25,7 +25,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from diagnosis.actions.cycles import run_cluster_cycle
+from diagnosis.actions.records.cycles import run_cluster_cycle
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.edge.errors import CollectError
 from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document

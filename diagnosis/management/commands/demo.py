@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from diagnosis.actions.cycles import run_cluster_cycle
+from diagnosis.actions.records.cycles import run_cluster_cycle
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster
 from diagnosis.tasks import run_collect_shards

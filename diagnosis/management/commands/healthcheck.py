@@ -7,7 +7,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from diagnosis.actions.health import COMPONENTS, deep_health
+from diagnosis.actions.upkeep.health import COMPONENTS, deep_health
 
 
 class Command(BaseCommand):

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from django.core.management.base import BaseCommand, CommandError
 
-from diagnosis.actions.clusters import create_prometheus_demo_cluster
+from diagnosis.actions.records.clusters import create_prometheus_demo_cluster
 from diagnosis.edge.errors import CollectError
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.edge.sources.dcgm.exporter import SimExporter

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from diagnosis.actions.snapshots import import_snapshot
+from diagnosis.actions.records.snapshots import import_snapshot
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.edge.errors import CollectError
 from diagnosis.edge.schedulers.registry import ADAPTERS

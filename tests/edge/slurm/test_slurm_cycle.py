@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis.actions.cycles import run_cluster_cycle
+from diagnosis.actions.records.cycles import run_cluster_cycle
 from diagnosis.models import Cluster, ClusterCycle, SchedulerEvent, Snapshot
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis.actions.events import record_scheduler_events
+from diagnosis.actions.records.events import record_scheduler_events
 from diagnosis.models import Cluster, SchedulerEvent
 
 pytestmark = pytest.mark.slurm

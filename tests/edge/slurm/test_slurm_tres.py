@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from diagnosis.actions.cycles import run_cluster_cycle
+from diagnosis.actions.records.cycles import run_cluster_cycle
 from diagnosis.edge.sources import slurm_tres
 from diagnosis.models import Finding
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis.actions.apply import perform_apply
-from diagnosis.actions.review import (
+from diagnosis.actions.workflow.apply import perform_apply
+from diagnosis.actions.workflow.base import TransientApplyError
+from diagnosis.actions.workflow.review import (
     approve_recommendation,
     request_apply,
     request_recommendation,
     request_rollback,
 )
-from diagnosis.actions.workflow import TransientApplyError
 from diagnosis.models import AuditEntry, Cluster, Recommendation
 from tests.support.records import make_recommendation
 from tests.support.slurm_cluster import free_port

@@ -153,7 +153,7 @@ def _not_healthy(snapshot: ClusterSnapshot, facts: SnapshotFacts) -> frozenset[s
     drained or down, or an Xid still reported (before the window). Their findings keep firing
     (:attr:`Judgement.sustained`), so an Xid finding lasts while its GPU is out of service and
     resolves ``healthy_s`` after it is healthy again -- the same test and period as on-call's
-    incident (diagnosis/actions/oncall.py)."""
+    incident (diagnosis/actions/oncall/incidents.py)."""
     state = facts.gpu_state
     bad = (state["health"] != "ok").to_numpy() | state["node_state"].isin(
         UNAVAILABLE_NODE_STATES

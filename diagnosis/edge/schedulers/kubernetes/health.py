@@ -23,7 +23,7 @@ same GPU and code dcgm-exporter reports, so the ``xid`` rule sees one GPU with o
 on-call's incident is the GPU's one incident. An entry that names no GPU the snapshot knows
 marks every GPU of its node unhealthy (NVSentinel cordons the whole node for it) without an
 Xid row: the rule then keeps an Xid finding of that node's GPUs open, but opens none, and
-on-call gets a node incident for it (``diagnosis.actions.oncall``). When it
+on-call gets a node incident for it (``diagnosis.actions.oncall.incidents``). When it
 names the GPU by a UUID the scheduler does not know (the device plugin publishes none), the
 entries also carry it as ``faults_by_uuid``: the Prometheus source, which knows every GPU's
 UUID from dcgm-exporter, moves the fault and its Xid to that GPU and gives the node's other GPUs

@@ -1,0 +1,240 @@
+"""On-call's one button (issue #16): drain an incident's node now, the jobs to evict computed
+when on-call is shown them and again when they confirm; one on-call approval suffices (DESIGN
+§8.2). And which drains evicted a job, for its page: from the scheduler's stored eviction and
+preemption events matched to the drain
+(:func:`diagnosis.actions.records.events.drain_evictions`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from diagnosis import roles
+from diagnosis.actions.oncall.incidents import (
+    State,
+    iso,
+    lock_incident,
+    record_audit,
+    record_event,
+)
+from diagnosis.actions.workflow.base import (
+    APPLIED_STATES,
+    OPEN_STATES,
+    WorkflowDenied,
+    WorkflowError,
+    actor_name,
+    audit,
+)
+from diagnosis.actions.workflow.review import (
+    approve_recommendation,
+    request_apply,
+    request_recommendation,
+)
+from diagnosis.choices import RecommendationKind
+from diagnosis.core.incident_hits import holds
+from diagnosis.models import Cluster, Incident, Recommendation, Snapshot
+
+
+class DrainChanged(WorkflowError):
+    """The jobs a drain would evict changed since on-call was shown them: show them again."""
+
+    def __init__(self, impact: Mapping[str, Any]) -> None:
+        super().__init__("the jobs on the node changed since you looked: check the list again")
+        self.impact = impact
+
+
+def drain_impact(cluster: Cluster, incident: Incident) -> dict[str, Any]:
+    """What draining the incident's node would evict, from the cluster's latest snapshot, now:
+    every job with a pod on the node (the whole job: a gang is evicted whole), the GPUs it holds
+    there, and the node's GPUs taken out of scheduling."""
+
+    latest = Snapshot.objects.filter(cluster=cluster).order_by("-as_of").first()
+    document = latest.load_document() if latest is not None else {}
+    node = incident.node
+    jobs = []
+    for job in document.get("jobs") or ():
+        gpus = holds(job, node, None)
+        on_node = any(p.get("node") == node for p in job.get("allocation") or ())
+        if not on_node or job.get("state") not in ("running", "pending"):
+            continue
+        jobs.append(
+            {
+                "id": str(job["id"]),
+                "tenant": job.get("tenant"),
+                "queue": job.get("queue"),
+                "state": job.get("state"),
+                "gang": bool(job.get("gang")),
+                "gpus_on_node": sorted(gpus),
+                "job_gpus": int(job.get("pods") or 1) * int(job.get("gpus_per_pod") or 1),
+                "on_failing_gpu": incident.gpu_index in gpus,
+            }
+        )
+    node_row = next((n for n in document.get("nodes") or () if n.get("name") == node), {})
+    return {
+        "method": "static",
+        "as_of": document.get("as_of"),
+        "node": node,
+        "node_state": node_row.get("state"),
+        "gpus_removed": int(node_row.get("gpus") or 0),
+        "jobs_to_evict": sorted(jobs, key=lambda j: j["id"]),
+        "job_ids": sorted(j["id"] for j in jobs),
+        "headline": (
+            f"takes {int(node_row.get('gpus') or 0)} GPUs of {node} out of scheduling; "
+            f"evicts {len(jobs)} job(s)"
+        ),
+        "computed_at": iso(timezone.now()),
+    }
+
+
+def drain_for_incident(
+    incident: Incident, user: AbstractBaseUser, *, expected_job_ids: Sequence[str] | None = None
+) -> Recommendation:
+    """On-call's one button: drain the incident's node now.
+
+    The jobs to evict are computed again here, at confirmation; when ``expected_job_ids`` (what
+    the confirmation showed) differ, :class:`DrainChanged` carries the fresh list and nothing is
+    done. Otherwise the node's open ``drain-node`` recommendation (or a new one) gets the fresh
+    impact, is approved by ``user`` (one on-call approval suffices, DESIGN §8.2; an SRE's needs a
+    second person as always) and applied -- a dry run on a cluster whose writes are off. The
+    incident becomes ``mitigating`` and remembers the drain and the jobs it evicts."""
+
+    if not roles.can_apply(user, RecommendationKind.DRAIN_NODE):
+        raise WorkflowDenied("draining a node needs the oncall role (or sre)")
+    cluster = incident.cluster
+    with transaction.atomic():
+        incident = lock_incident(incident)
+        if incident.state == State.RESOLVED:
+            raise WorkflowError("the incident is resolved: nothing to drain for it")
+        if not incident.node:
+            raise WorkflowError("the incident names no node")
+        impact = drain_impact(cluster, incident)
+        if expected_job_ids is not None and sorted(expected_job_ids) != impact["job_ids"]:
+            raise DrainChanged(impact)
+        target = f"node:{incident.node}"
+        rec = (
+            Recommendation.objects.select_for_update()
+            .filter(
+                cluster=cluster,
+                kind=RecommendationKind.DRAIN_NODE,
+                target=target,
+                state__in=OPEN_STATES,
+            )
+            .order_by("-id")
+            .first()
+        )
+        where = incident.node + ("" if incident.gpu_index is None else f"/{incident.gpu_index}")
+        reason = f"gpuobs: incident {incident.pk}: " + (
+            f"Xid {incident.xid_code} on {where}" if incident.xid_code else f"fault on {where}"
+        )
+        if rec is None:
+            rec = Recommendation.objects.create(
+                cluster=cluster,
+                kind=RecommendationKind.DRAIN_NODE,
+                target=target,
+                change={
+                    "from": impact["node_state"] or "ready",
+                    "to": "drained",
+                    "reason": reason[:200],
+                },
+                created_by=user,
+                impact={
+                    **impact,
+                    "generator": "incident",
+                    "summary": f"Cordon and drain node {incident.node} for incident "
+                    f"{incident.pk} ({reason.removeprefix('gpuobs: ')}).",
+                },
+            )
+            audit(
+                rec,
+                actor_name(user),
+                "propose",
+                after={"change": rec.change, "incident": incident.pk},
+            )
+        else:
+            before = (rec.impact or {}).get("jobs_to_evict")
+            rec.impact = {**(rec.impact or {}), **impact}
+            rec.save(update_fields=["impact", "updated_at"])
+            audit(
+                rec,
+                actor_name(user),
+                "impact-refreshed",
+                before={"jobs_to_evict": before},
+                after={"jobs_to_evict": impact["jobs_to_evict"], "incident": incident.pk},
+            )
+        if incident.finding_id is not None:
+            rec.motivating_findings.add(incident.finding_id)
+        before_state = incident.state
+        incident.state = State.MITIGATING
+        incident.drain = rec
+        incident.details = {
+            **(incident.details or {}),
+            "drain": {
+                "recommendation": rec.pk,
+                "node": incident.node,
+                "as_of": impact["as_of"],  # the cluster's time: its evictions come after
+                "job_ids": impact["job_ids"],
+                "jobs": impact["jobs_to_evict"],
+                "by": actor_name(user),
+                "at": impact["computed_at"],
+            },
+        }
+        if incident.acknowledged_at is None:
+            incident.acknowledged_at = timezone.now()
+            incident.acknowledged_by = user
+        incident.save(
+            update_fields=["state", "drain", "details", "acknowledged_at", "acknowledged_by"]
+        )
+        record_event(
+            incident,
+            actor_name(user),
+            "mitigating",
+            before=before_state,
+            after=State.MITIGATING,
+            text=f"drain of {incident.node} requested ({impact['headline']})",
+            details={"recommendation": rec.pk, "job_ids": impact["job_ids"]},
+        )
+        record_audit(
+            incident,
+            user,
+            "incident-drain",
+            before={"state": before_state},
+            after={
+                "state": State.MITIGATING,
+                "recommendation": rec.pk,
+                "jobs_to_evict": impact["job_ids"],
+            },
+        )
+        own_ok, _ = roles.can_approve(user, rec.kind, requested_by=user)
+        if rec.state == "proposed" and own_ok:
+            rec = approve_recommendation(rec, user)
+        elif rec.state == "proposed" and rec.requested_by_id is None:
+            rec = request_recommendation(rec, user)  # an SRE's: someone else approves it
+        if rec.state == "approved":
+            rec = request_apply(rec, user)
+    rec.refresh_from_db()
+    return rec
+
+
+def drains_of_job(cluster: Cluster, job_id: str) -> list[Incident]:
+    """The incidents whose applied drain preempted the job, as the scheduler's eviction and
+    preemption events matched to the drain say (``details.drain.evicted``, noted each cycle: a
+    job on the list at confirmation that the drain did not evict is not one of them; one it
+    evicted that was not on the list is), or whose drain, not yet applied, is to evict it."""
+    drained = (
+        Incident.objects.filter(cluster=cluster, drain__isnull=False)
+        .select_related("drain")
+        .order_by("-opened_at")
+    )
+    found = []
+    for incident in drained:  # drains are few; JSON containment is not on every database
+        drain = (incident.details or {}).get("drain") or {}
+        if incident.drain.state in APPLIED_STATES:
+            if job_id in (drain.get("evicted") or {}):
+                found.append(incident)
+        elif job_id in (drain.get("job_ids") or ()):
+            found.append(incident)
+    return found

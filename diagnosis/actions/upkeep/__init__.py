@@ -1,0 +1,1 @@
+"""gpuobs's own upkeep: one clock, heartbeats and health checks (``health``), and retention."""

@@ -1,0 +1,341 @@
+"""The cycle's recommend step: store the generators' drafts as recommendations (one open per
+target, by construction: drafts for one target are merged first), keep one recommendation per
+change while its cause recurs within the hold-off window, expire those whose findings stayed
+resolved, lapse stale approvals, and verify applied ones.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from diagnosis.actions.workflow.base import OPEN_STATES, REJECTION_QUIET, SYSTEM_CYCLE, save_fields
+from diagnosis.actions.workflow.impact import enqueue_impact_estimates
+from diagnosis.actions.workflow.review import expire, lapse_reason
+from diagnosis.actions.workflow.verification import verify_applied
+from diagnosis.choices import FindingState, RecommendationKind, RecommendationState
+from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core.recommend.base import RecommendSettings, plain
+from diagnosis.core.recommend.engine import recommend
+from diagnosis.core.recommend.merge import change_key, one_per_target
+from diagnosis.edge.schedulers.targets import target_name
+from diagnosis.models import (
+    Cluster,
+    Finding,
+    Recommendation,
+)
+
+State = RecommendationState
+
+
+def record_recommendations(
+    cluster: Cluster,
+    snap: snapshot_format.ClusterSnapshot,
+    diagnosis: Any,
+    accounting: Mapping[str, Any],
+    recommend_settings: RecommendSettings | None = None,
+) -> dict[str, Any]:
+    """The cycle's recommend step, after its findings are recorded: lapse old approvals, verify
+    applied changes against this cycle, and upsert the generators' proposals.
+
+    One open recommendation per ``(cluster, kind, target)`` holds by construction: the drafts
+    for one target are merged first (:func:`one_per_target`). The same change keeps the open
+    recommendation and its impact (not simulated again). A different change supersedes it --
+    unless someone requested or approved it and the cycle proposed it within the hold-off
+    window (``GPUOBS_RECOMMENDATION_HOLD_OFF_SECONDS``): then it is held. A change superseded
+    within the window that is proposed again comes back under its id. A proposal nobody
+    approved whose findings have all resolved, not proposed again for the hold-off window,
+    expires. Returns what it did, with its timings (kept on the cycle)."""
+
+    started = time.perf_counter()
+    stats: dict[str, Any] = {
+        "proposed": 0,
+        "kept": 0,
+        "held": 0,
+        "revived": 0,
+        "superseded": 0,
+        "expired": 0,
+        "merged": 0,
+    }
+    as_of = snap.as_of.to_pydatetime()
+    recent = as_of - hold_off()
+    open_changes = {
+        (kind, target): change
+        for kind, target, change in Recommendation.objects.filter(
+            cluster=cluster, state__in=OPEN_STATES
+        ).values_list("kind", "target", "change")
+    }
+    rejected = recently_rejected(cluster)
+
+    def keep_impact(draft: Any) -> str | None:
+        change = plain_change(draft.change)
+        if open_changes.get((draft.kind, draft.target)) == change:
+            return "kept from the open recommendation with the same change"
+        if (draft.kind, draft.target, change_key(change)) in rejected:
+            return "rejected recently: not proposed again"
+        return None
+
+    # No replay in the cycle (issue #17): drafts to simulate are stored with a pending impact
+    # and estimated on the ``impact`` queue once this step commits
+    # (diagnosis/actions/workflow/impact.py).
+    run = recommend(snap, diagnosis, recommend_settings, skip_impact=keep_impact, defer_impact=True)
+    proposals = one_per_target(run.recommendations)
+    stats["merged"] = len(run.recommendations) - len(proposals)
+    stats["generators_s"] = round(run.seconds.get("generators", 0.0), 3)
+    stats["impact_s"] = round(run.seconds.get("impact", 0.0), 3)
+    stats["errors"] = [e.as_dict() for e in run.errors]
+    proposed_keys = {(r.kind, r.target) for r in proposals}
+    with transaction.atomic():  # the replays ran before: no row is locked while they run
+        stats["lapsed"] = lapse_approvals(cluster)
+        stats.update(verify_applied(cluster, snap, diagnosis, accounting))
+        existing = {
+            (r.kind, r.target): r
+            for r in Recommendation.objects.select_for_update()
+            .filter(cluster=cluster, state__in=OPEN_STATES)
+            .only(*READ_BY_THE_STEP)
+        }
+        superseded = revivable(cluster, recent)
+        findings = _MotivatingFindings(cluster)
+        kept: list[Recommendation] = []  # proposed again unchanged: one UPDATE for them all
+        stats["quiet"] = 0
+        for proposal in proposals:
+            change = plain_change(proposal.change)  # the whole stored fields only if written
+            key = (proposal.kind, proposal.target)
+            if (*key, change_key(change)) in rejected:
+                stats["quiet"] += 1  # someone said no to exactly this change lately
+                continue
+            old = existing.get(key)
+            if old is not None and (old.state == State.APPLYING or old.rollback_of_id):
+                stats["kept"] += 1
+                continue
+            if old is not None and old.change == change:
+                old.last_proposed_as_of = as_of
+                kept.append(old)
+                stats["kept"] += 1
+                continue
+            fields = proposal.stored_fields()
+            if old is not None and is_held(old, recent):
+                stats["held"] += 1  # a person asked for it: a wobble does not replace it
+                continue
+            if old is not None:  # leaves the open states first: one open per target
+                old.state = State.SUPERSEDED
+                save_fields(old, "state")
+                stats["superseded"] += 1
+            new = superseded.pop((*key, change_key(fields["change"])), None)
+            if new is not None:
+                revive(new, as_of)
+                stats["revived"] += 1
+            else:
+                new = Recommendation.objects.create(
+                    cluster=cluster,
+                    state=State.PROPOSED,
+                    proposed_as_of=as_of,
+                    last_proposed_as_of=as_of,
+                    **fields,
+                )
+                findings.link(new, proposal.finding_keys())
+                stats["proposed"] += 1
+            existing[key] = new
+            if old is not None:
+                old.status_message = f"superseded by #{new.pk}: {describe_change(fields['change'])}"
+                save_fields(old, "status_message")
+        findings.save()
+        save_proposed_again(kept, as_of)
+        stats["expired"] = expire_resolved(cluster, proposed_keys, snap, recent)
+    stats["impact_queued"] = enqueue_impact_estimates(cluster)
+    stats["seconds"] = round(time.perf_counter() - started, 3)
+    return stats
+
+
+# What the recommend step reads of an open recommendation (is it the same change, held, being
+# applied, a rollback): only these are loaded for the ~1,000 open ones of a 16,384-GPU cluster,
+# ~8,000 at 131,072 (issue #17); the fields it writes need not be loaded to be saved.
+READ_BY_THE_STEP = (
+    "kind",
+    "target",
+    "state",
+    "change",
+    "rollback_of",
+    "requested_by",
+    "proposed_as_of",
+    "last_proposed_as_of",
+)
+
+
+def save_proposed_again(recs: list[Recommendation], as_of: datetime) -> None:
+    """Move ``last_proposed_as_of`` (and ``updated_at``, as :func:`save_fields` does) of the
+    open recommendations the cycle proposed again unchanged, in one statement: at 16,384 GPUs
+    that is ~1,000 of them every cycle (issue #17)."""
+    if not recs:
+        return
+    now = timezone.now()
+    Recommendation.objects.filter(pk__in=[rec.pk for rec in recs]).update(
+        last_proposed_as_of=as_of, updated_at=now
+    )
+    for rec in recs:
+        rec.updated_at = now
+
+
+class _MotivatingFindings:
+    """The links of the cycle's new recommendations to their motivating stored findings,
+    written at the end of the step: the findings' ids read in one query (through the
+    fingerprint index) for all the new recommendations, the links in one INSERT -- a steady
+    cycle creates none, a first one thousands (issue #17)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self._wanted: list[tuple[Recommendation, list[tuple[str, str]]]] = []
+
+    def link(self, rec: Recommendation, keys: list[tuple[str, str]]) -> None:
+        if keys:
+            self._wanted.append((rec, keys))
+
+    def save(self) -> None:
+        if not self._wanted:
+            return
+        fingerprints = {
+            Finding.fingerprint_of(self.cluster.pk, rule, subject)
+            for _, keys in self._wanted
+            for rule, subject in keys
+        }
+        rows = Finding.objects.filter(
+            cluster=self.cluster, fingerprint__in=fingerprints
+        ).values_list("rule_id", "subject", "pk")
+        ids = {(rule, subject): pk for rule, subject, pk in rows}
+        through = Recommendation.motivating_findings.through
+        through.objects.bulk_create(
+            [
+                through(recommendation_id=rec.pk, finding_id=ids[key])
+                for rec, keys in self._wanted
+                for key in dict.fromkeys(keys)
+                if key in ids
+            ],
+            ignore_conflicts=True,
+        )
+        self._wanted = []
+
+
+def hold_off() -> timedelta:
+    """How long (snapshot time) a recommendation outlives a cycle that did not propose it."""
+    return timedelta(seconds=settings.GPUOBS_RECOMMENDATION_HOLD_OFF_SECONDS)
+
+
+def proposed_since(rec: Recommendation, since: datetime) -> bool:
+    """Whether a cycle proposed ``rec`` at or after ``since`` (snapshot time)."""
+    last = rec.last_proposed_as_of or rec.proposed_as_of
+    return last is not None and last >= since
+
+
+def is_held(rec: Recommendation, since: datetime) -> bool:
+    """An open change someone requested or approved, proposed at or after ``since``: a
+    different change the cycle computes now does not replace it (its cause is still there)."""
+    asked = rec.requested_by_id is not None or rec.state == State.APPROVED
+    return asked and proposed_since(rec, since)
+
+
+def revivable(cluster: Cluster, since: datetime) -> dict[tuple[str, str, str], Recommendation]:
+    """Proposals the cycle superseded at or after ``since``, by ``(kind, target, change)``: the
+    same change proposed again takes its old id back (one recommendation per change)."""
+    rows = Recommendation.objects.select_for_update().filter(
+        cluster=cluster,
+        state=State.SUPERSEDED,
+        rollback_of__isnull=True,
+        last_proposed_as_of__gte=since,
+    )
+    return {(r.kind, r.target, change_key(r.change)): r for r in rows.order_by("id")}
+
+
+def revive(rec: Recommendation, as_of: datetime) -> None:
+    """A superseded proposal back to ``proposed`` (its request kept; an approval is not)."""
+    rec.state = State.PROPOSED
+    rec.approved_by = None
+    rec.approved_at = None
+    rec.expires_at = None
+    rec.last_proposed_as_of = as_of
+    rec.status_message = "proposed again"
+    save_fields(
+        rec,
+        "state",
+        "approved_by",
+        "approved_at",
+        "expires_at",
+        "last_proposed_as_of",
+        "status_message",
+    )
+
+
+def recently_rejected(cluster: Cluster) -> set[tuple[str, str, str]]:
+    """``(kind, target, change)`` of the changes people rejected in the last
+    :data:`REJECTION_QUIET`: the cycle does not propose exactly those again meanwhile."""
+    since = timezone.now() - REJECTION_QUIET
+    rows = Recommendation.objects.filter(
+        cluster=cluster, state=State.REJECTED, updated_at__gte=since
+    ).values_list("kind", "target", "change")
+    return {(kind, target, change_key(change)) for kind, target, change in rows}
+
+
+def describe_change(change: Mapping[str, Any]) -> str:
+    return f"{change.get('from')!r} → {change.get('to')!r}" if "to" in change else "new advice"
+
+
+def plain_change(change: Mapping[str, Any]) -> dict[str, Any]:
+
+    return plain(dict(change))
+
+
+def lapse_approvals(cluster: Cluster) -> int:
+    now = timezone.now()
+    lapsed = 0
+    with transaction.atomic():
+        for rec in Recommendation.objects.select_for_update().filter(
+            cluster=cluster, state=State.APPROVED, expires_at__lte=now
+        ):
+            expire(rec, SYSTEM_CYCLE, lapse_reason(rec))
+            lapsed += 1
+    return lapsed
+
+
+def expire_resolved(
+    cluster: Cluster,
+    proposed_keys: set[tuple[str, str]],
+    snap: snapshot_format.ClusterSnapshot,
+    since: datetime,
+) -> int:
+    """Expire proposals the cycle no longer makes: a drain once the node is drained or down (an
+    Xid leaves the rule's window long before the GPU is fixed, so its finding resolving says
+    nothing); any other once all its motivating findings have resolved and no cycle proposed it
+    at or after ``since`` (the hold-off: a flapping finding keeps its recommendation)."""
+    proposals = Recommendation.objects.filter(
+        cluster=cluster, state=State.PROPOSED, rollback_of__isnull=True
+    )
+    not_proposed = [
+        pk
+        for pk, kind, target in proposals.values_list("pk", "kind", "target")
+        if (kind, target) not in proposed_keys
+    ]  # most are proposed again: only the others are read whole (and locked)
+    stale = proposals.select_for_update().filter(pk__in=not_proposed)
+    nodes = snap.nodes
+    expired = 0
+    for rec in stale:
+        if (rec.kind, rec.target) in proposed_keys:
+            continue
+        if rec.kind == RecommendationKind.DRAIN_NODE:
+            node = target_name({"kind": rec.kind, "target": rec.target})
+            state = str(nodes.at[node, "state"]) if node in nodes.index else None
+            if state in ("drained", "down"):
+                expire(rec, SYSTEM_CYCLE, f"node {node} is {state} already")
+                expired += 1
+            continue
+        if proposed_since(rec, since):
+            continue
+        if rec.motivating_findings.exclude(state=FindingState.RESOLVED).exists():
+            continue
+        expire(rec, SYSTEM_CYCLE, "its findings resolved and the cycle no longer proposes it")
+        expired += 1
+    return expired

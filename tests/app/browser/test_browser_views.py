@@ -1,0 +1,110 @@
+"""The daily views of issue 19 in a real browser (Debian's headless Chromium via Playwright):
+the SRE clicks a cell of the cluster heatmap, lands on that GPU's page and sees its six metrics
+drawn over time, goes to the node; then finds the research queue's waiting big job with the
+scheduler's reason, and searches the job list for it.
+
+The cluster is the demo's seed scenario, :data:`CYCLES` stepped cycles of 10 simulated minutes.
+Screenshots go to ``var/screenshots/`` (the test artefacts)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from diagnosis.models import Cluster
+from diagnosis.pages.support import snapshots
+from tests.conftest import REPO_ROOT
+from tests.support.browser import browser_page, chromium, stepped_seed_cluster
+from tests.support.world import logged_in_client
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+__all__ = ["chromium"]  # a fixture this module uses
+
+CLUSTER = "browser-views"
+CYCLES = 8
+SCREENSHOTS = REPO_ROOT / "var" / "screenshots"
+GPU_PAGE = re.compile(rf".*/clusters/{CLUSTER}/nodes/(gpu-\d+)/gpus/(\d+)/$")
+
+
+@pytest.fixture
+def demo(settings) -> Iterator[Cluster]:
+    settings.GPUOBS_CYCLE_SECONDS = 3600
+    snapshots.forget_cached()
+    with stepped_seed_cluster(CLUSTER, CYCLES) as cluster:
+        yield cluster
+    snapshots.forget_cached()
+
+
+def session_cookie(user, base: str) -> dict:
+    """A logged-in session for ``user`` (made before the browser starts: no database work on
+    Playwright's thread), as the cookie the browser sends."""
+    client = logged_in_client(user)
+    return {"name": "sessionid", "value": client.cookies["sessionid"].value, "url": base}
+
+
+def shoot(page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def test_a_heatmap_cell_opens_its_gpu_page_with_the_time_series_and_its_node(
+    chromium: str, live_server, demo: Cluster, carol
+) -> None:
+    from playwright.sync_api import expect  # noqa: PLC0415 -- optional: `chromium` skips without it
+
+    base = live_server.url
+    cookie = session_cookie(carol, base)
+    with browser_page(chromium) as (page, errors):
+        page.context.add_cookies([cookie])
+        page.goto(f"{base}/clusters/{CLUSTER}/nodes/")
+        heatmap = page.locator("#gpu-heatmap[data-drawn=true]")
+        expect(heatmap).to_be_visible()
+        shoot(page, "heatmap")
+        box = page.locator("#gpu-heatmap .nsewdrag").first.bounding_box()
+        page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.5)
+
+        page.wait_for_url(GPU_PAGE)
+        node, index = GPU_PAGE.match(page.url).groups()
+        expect(page.locator("h1")).to_contain_text(f"GPU {index}")
+        expect(page.locator("#gpu-series[data-drawn=true]")).to_be_visible()
+        for title in ("GPU utilization", "Power", "Temperature", "SM clock"):
+            expect(page.locator("#gpu-series")).to_contain_text(title)
+        expect(page.locator("#series-points")).to_contain_text(f"{CYCLES} stored snapshots")
+        shoot(page, "gpu")
+
+        page.click(f"h1 a.ref-node >> text={node}")
+        page.wait_for_url(f"{base}/clusters/{CLUSTER}/nodes/{node}/")
+        expect(page.locator("#node-gpus")).to_contain_text(index)
+        expect(page.locator("#node-util[data-drawn=true]")).to_be_visible()
+        shoot(page, "node")
+    assert errors == []
+
+
+def test_the_queue_shows_the_waiting_big_job_with_its_reason_and_search_finds_it(
+    chromium: str, live_server, demo: Cluster, carol
+) -> None:
+    from playwright.sync_api import expect  # noqa: PLC0415 -- optional: `chromium` skips without it
+
+    base = live_server.url
+    cookie = session_cookie(carol, base)
+    with browser_page(chromium) as (page, errors):
+        page.context.add_cookies([cookie])
+        page.goto(f"{base}/clusters/{CLUSTER}/queues/")
+        page.click(f"#queue-table a[href='/clusters/{CLUSTER}/queues/research/']")
+        page.wait_for_url(f"{base}/clusters/{CLUSTER}/queues/research/")
+        row = page.locator("#pending-jobs tr", has=page.locator("a >> text=research-big"))
+        expect(row).to_contain_text("Unschedulable")
+        shoot(page, "queue")
+
+        page.goto(f"{base}/clusters/{CLUSTER}/jobs/")
+        page.fill("#job-search", "research-big")
+        page.press("#job-search", "Enter")
+        page.wait_for_url(re.compile(r".*[?&]q=research-big.*"))
+        expect(page.locator("#job-count")).to_have_text("1 job.")
+        page.click("#job-table a >> text=research-big")
+        page.wait_for_url(f"{base}/clusters/{CLUSTER}/jobs/research-big/")
+        expect(page.locator("#job-wait")).to_contain_text("waiting")
+        shoot(page, "job")
+    assert errors == []

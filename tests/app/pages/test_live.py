@@ -1,0 +1,113 @@
+"""The overview's time range and live updates (docs/ui.md "Time range", "Live updates"): the
+range parser, the picker's links, and the status fragment a live page polls -- who may read it
+and when it says a new cycle landed."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.http import QueryDict
+from django.test import Client
+
+from diagnosis.actions.records.cycles import record_cycle
+from diagnosis.models import ClusterCycle
+from diagnosis.pages.support.time_range import TimeRange, range_picker
+from diagnosis.reports.period import PeriodError
+from tests.support.builders import SnapshotBuilder
+from tests.support.world import logged_in_client
+
+END = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def test_a_preset_ends_at_the_newest_data() -> None:
+    time_range = TimeRange.parse({"range": "6h"}, default_end=END)
+
+    assert (time_range.start, time_range.end, time_range.preset) == (
+        END - timedelta(hours=6),
+        END,
+        "6h",
+    )
+
+
+def test_an_unknown_preset_is_the_default_one() -> None:
+    assert TimeRange.parse({"range": "3y"}, default_end=END).preset == "24h"
+
+
+def test_a_custom_range_reads_what_datetime_local_inputs_send() -> None:
+    time_range = TimeRange.parse(
+        {"from": "2026-11-28T08:00", "to": "2026-11-28T20:30"}, default_end=END
+    )
+
+    assert time_range.start == datetime(2026, 11, 28, 8, 0, tzinfo=UTC)
+    assert time_range.end == datetime(2026, 11, 28, 20, 30, tzinfo=UTC)
+    assert time_range.preset is None
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"from": "2026-11-28T08:00"}, "to"),
+        ({"from": "2026-11-28T08:00", "to": "2026-11-28T07:00"}, "to"),
+        ({"from": "2026-10-01", "to": "2026-11-28"}, "to"),  # over 31 days
+        ({"from": "yesterday", "to": "2026-11-28"}, "from"),
+    ],
+)
+def test_a_broken_custom_range_names_its_field(query: dict, field: str) -> None:
+    with pytest.raises(PeriodError) as error:
+        TimeRange.parse(query, default_end=END)
+
+    assert error.value.field == field
+
+
+def test_the_pickers_links_keep_the_pages_other_parameters() -> None:
+    query = QueryDict("pool=a100&from=2026-11-28T08:00&to=2026-11-28T09:00&page=3")
+    picker = range_picker(query, TimeRange.parse(query, default_end=END))
+
+    assert picker.presets[0].query == "pool=a100&range=1h"
+    assert picker.kept == (("pool", "a100"),)
+    assert (picker.from_value, picker.to_value) == ("2026-11-28T08:00", "2026-11-28T09:00")
+
+
+# -- the live status fragment -------------------------------------------------------------------
+
+
+@pytest.fixture
+def cycled(make_cluster):
+    cluster = make_cluster("live", enabled=False)
+    record_cycle(cluster, SnapshotBuilder(as_of=END, cluster="live").pool("a100", nodes=1).build())
+    return cluster
+
+
+def latest_id(cluster) -> int:
+    return ClusterCycle.objects.filter(cluster=cluster, ok=True).latest("as_of").pk
+
+
+@pytest.mark.django_db
+def test_the_status_needs_a_login(cycled) -> None:
+    response = Client().get("/clusters/live/live/")
+
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/")
+
+
+@pytest.mark.django_db
+def test_the_status_of_a_cluster_the_user_may_not_read_is_a_404(cycled, nobody) -> None:
+    assert logged_in_client(nobody).get("/clusters/live/live/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_the_status_triggers_a_refresh_when_a_newer_cycle_landed(cycled, bob) -> None:
+    response = logged_in_client(bob).get("/clusters/live/live/?cycle=1")
+
+    assert response.status_code == 200
+    assert response["HX-Trigger"] == "gpuobs:new-cycle"
+    assert f'data-cycle="{latest_id(cycled)}"' in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_status_stays_quiet_while_the_page_shows_the_newest_cycle(cycled, bob) -> None:
+    response = logged_in_client(bob).get(f"/clusters/live/live/?cycle={latest_id(cycled)}")
+
+    assert "HX-Trigger" not in response
+    assert "updated" in response.content.decode()
