@@ -1,31 +1,47 @@
-"""Tasks that actions start, sent once the surrounding transaction commits.
+"""Work that actions start, sent by task name once the surrounding transaction commits.
 
-This module holds the only import of :mod:`diagnosis.tasks` from the actions, and it is lazy:
-tasks are thin wrappers that import the actions, so the actions may not import them at load
-time (that would be an import cycle).
+The actions never import :mod:`diagnosis.tasks` (the tasks import the actions): this module
+names each task as a string and imports nothing of the project, so the import graph has no
+cycle, lazy imports included. Queues follow from the names (``gpuobs/celery.py``). In the
+embedded mode (``task_always_eager``, no broker) a task runs in the sending process, as
+Celery's own ``delay`` does there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
+from celery import current_app
 from django.db import transaction
+
+DRY_RUN = "diagnosis.tasks.actuate_dry_run"
+APPLY = "diagnosis.tasks.actuate_recommendation"
+NOTIFY = "diagnosis.tasks.notify_cluster"
+ESTIMATE_IMPACT = "diagnosis.tasks.estimate_impact"
+
+
+def send_task(name: str, args: Sequence[Any] = (), **options: Any) -> None:
+    """Send the task called ``name`` now (raises when the broker refuses it)."""
+    app = current_app
+    if not app.conf.task_always_eager:
+        app.send_task(name, tuple(args), **options)
+        return
+    # send_task ignores task_always_eager: run the registered task here, as delay() would
+    if name not in app.tasks:
+        app.loader.import_default_modules()  # the autodiscovered task modules
+    app.tasks[name].apply_async(tuple(args), **options)
+
+
+def send_on_commit(name: str, args: Sequence[Any] = (), **options: Any) -> None:
+    """Send the task once the current transaction commits (at once outside of one)."""
+    transaction.on_commit(partial(send_task, name, args, **options))
 
 
 def dry_run_on_commit(recommendation_id: int) -> None:
     """Ask the scheduler, on the ``actuate`` queue, what a recommendation's change would do."""
-    from diagnosis.tasks import actuate_dry_run  # noqa: PLC0415 -- the tasks import the actions
-
-    actuate_dry_run.delay_on_commit(recommendation_id)
-
-
-def apply_on_commit(recommendation_id: int, apply_key: str) -> None:
-    """Apply an approved recommendation once, on the ``actuate`` queue (``apply_key`` makes a
-    redelivered message a no-op). Sent on commit as ``delay_on_commit`` does; a send the broker
-    refuses puts the recommendation back to approved (``apply.publish_apply``, answered 503)."""
-    from diagnosis.actions.workflow.apply import publish_apply  # noqa: PLC0415 -- apply imports this module
-
-    transaction.on_commit(partial(publish_apply, recommendation_id, apply_key))
+    send_on_commit(DRY_RUN, (recommendation_id,))
 
 
 # A person waits for the answer: one quick retry, not Celery's default publish retries, and no
@@ -40,29 +56,24 @@ APPLY_PUBLISH_RETRY = {
 
 
 def send_apply(recommendation_id: int, apply_key: str) -> None:
-    """Send the apply task now (raises when the broker refuses it)."""
-    from diagnosis.tasks import actuate_recommendation  # noqa: PLC0415 -- as above
-
-    actuate_recommendation.apply_async(
-        (recommendation_id, apply_key), retry_policy=APPLY_PUBLISH_RETRY, ignore_result=True
+    """Send the apply task now, on the ``actuate`` queue (raises when the broker refuses it):
+    ``apply_key`` makes a redelivered message a no-op."""
+    send_task(
+        APPLY,
+        (recommendation_id, apply_key),
+        retry_policy=APPLY_PUBLISH_RETRY,
+        ignore_result=True,
     )
 
 
 def notify_on_commit(cluster_id: int) -> None:
     """Send a cluster's notifications (Alertmanager, owner notices) after its cycle commits, on
     the default queue: the cycle never waits for them."""
-    from diagnosis.tasks import notify_cluster  # noqa: PLC0415 -- as above
-
-    notify_cluster.delay_on_commit(cluster_id)
+    send_on_commit(NOTIFY, (cluster_id,))
 
 
 def impact_on_commit(recommendation_id: int) -> None:
-    """Estimate a recommendation's pending impact on the ``impact`` queue, apart from the cycle
-    (issue #17). A send that fails (the broker down) is logged, never raised into the cycle:
-    the impact stays pending and a later cycle sends it again."""
-    from diagnosis.tasks import estimate_impact  # noqa: PLC0415 -- as above
-
-    def send() -> None:
-        estimate_impact.delay(recommendation_id)
-
-    transaction.on_commit(send, robust=True)
+    """Estimate a recommendation's pending impact on the ``impact`` queue, apart from the cycle.
+    A send that fails (the broker down) is logged, never raised into the cycle: the impact
+    stays pending and a later cycle sends it again."""
+    transaction.on_commit(partial(send_task, ESTIMATE_IMPACT, (recommendation_id,)), robust=True)

@@ -3,7 +3,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-from diagnosis.actions.rollups_hourly import rebuild_hours
+from diagnosis.actions.records.rollups_hourly import rebuild_hours
 
 
 def backfill(apps, schema_editor):

@@ -87,3 +87,15 @@ def test_a_module_over_700_lines_says_why(name: str) -> None:
     text = own_modules(REPO_ROOT)[name].read_text()
     if text.count("\n") > LONG_MODULE:
         assert WHY_LONG in text, f"{name} has over {LONG_MODULE} lines and no {WHY_LONG!r} comment"
+
+
+def test_the_actions_reach_the_tasks_only_by_name() -> None:
+    edges = list(imports_of(REPO_ROOT))
+    from_enqueue = [edge.imported for edge in edges if edge.importer == "diagnosis.actions.enqueue"]
+    actions_to_tasks = [
+        f"{edge.importer} imports {edge.imported} (line {edge.line})"
+        for edge in edges
+        if edge.importer.startswith("diagnosis.actions") and edge.imported == "diagnosis.tasks"
+    ]
+    assert from_enqueue == []
+    assert actions_to_tasks == []

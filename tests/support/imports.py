@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGES = ("diagnosis", "gpuobs")
-INTENDED_LAZY = "# noqa: PLC0415"
 
 
 @dataclass(frozen=True)
@@ -44,12 +43,12 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
 
 def imports_of(root: Path) -> Iterator[ModuleImport]:
     """Each import of one own module by another: ``from a.b import c`` counts as ``a.b.c`` when
-    that is a module, else as ``a.b``. A lazy import marked ``# noqa: PLC0415`` (the code says
-    the laziness is meant, e.g. ``diagnosis.actions.enqueue`` reaching the tasks) is left out."""
+    that is a module, else as ``a.b``. Imports inside functions count like any other: a lazy
+    import hides a cycle from Python's loader, not from the layout (work the actions start
+    reaches the tasks by name, ``diagnosis.actions.enqueue``)."""
     modules = own_modules(root)
     for importer, path in modules.items():
         text = path.read_text()
-        lines = text.splitlines()
         tree = ast.parse(text, filename=str(path))
         nested = {
             id(node)
@@ -67,8 +66,6 @@ def imports_of(root: Path) -> Iterator[ModuleImport]:
             if not targets:
                 continue
             top_level = id(node) not in nested
-            if not top_level and INTENDED_LAZY in lines[node.lineno - 1]:
-                continue  # a lazy import the code says it means (ruff's PLC0415, silenced)
             for target in targets:
                 resolved = _resolve(target, modules)
                 if resolved and resolved != importer:
@@ -76,7 +73,7 @@ def imports_of(root: Path) -> Iterator[ModuleImport]:
 
 
 def import_cycles(root: Path) -> list[list[str]]:
-    """The import cycles between own modules (lazy imports included): strongly connected
+    """The import cycles between own modules (imports inside functions included): strongly connected
     components of more than one module, each sorted."""
     graph: dict[str, set[str]] = {name: set() for name in own_modules(root)}
     for edge in imports_of(root):

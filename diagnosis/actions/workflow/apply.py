@@ -457,6 +457,11 @@ def claim_stale_after() -> timedelta:
     return timedelta(seconds=settings.GPUOBS_APPLY_CLAIM_STALE_SECONDS)
 
 
+def publish_apply_on_commit(recommendation_id: int, key: str) -> None:
+    """Publish the apply once the request (or re-check) commits: :func:`publish_apply`."""
+    transaction.on_commit(partial(publish_apply, recommendation_id, key))
+
+
 def publish_apply(recommendation_id: int, key: str) -> None:
     """Send the apply task (after the request committed). When the broker refuses it, put the
     recommendation back to ``approved`` (audited ``apply-not-sent``) and raise
@@ -537,7 +542,7 @@ def recheck_apply(rec: Recommendation, user: AbstractBaseUser | None) -> Recomme
             before={"claimed_at": claimed.isoformat() if claimed else None},
             after={"key": rec.apply_key, "stuck_since": since.isoformat()},
         )
-        transaction.on_commit(partial(publish_apply, rec.pk, rec.apply_key))
+        publish_apply_on_commit(rec.pk, rec.apply_key)
     return rec
 
 

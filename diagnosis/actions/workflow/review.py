@@ -16,7 +16,8 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from diagnosis import roles
-from diagnosis.actions.enqueue import apply_on_commit, dry_run_on_commit, notify_on_commit
+from diagnosis.actions.enqueue import dry_run_on_commit, notify_on_commit
+from diagnosis.actions.workflow.apply import publish_apply_on_commit
 from diagnosis.actions.workflow.base import (
     APPLIED_STATES,
     OPEN_STATES,
@@ -237,7 +238,7 @@ def request_apply(rec: Recommendation, user: AbstractBaseUser | None) -> Recomme
                 before={"state": State.APPROVED},
                 after={"state": State.APPLYING, "key": rec.apply_key},
             )
-            apply_on_commit(rec.pk, rec.apply_key)
+            publish_apply_on_commit(rec.pk, rec.apply_key)
     if lapsed:
         raise WorkflowError(rec.status_message)
     return rec

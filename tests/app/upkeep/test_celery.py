@@ -20,6 +20,7 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from diagnosis import tasks
+from diagnosis.actions import enqueue
 from diagnosis.models import Cluster
 from diagnosis.tasks import cycle_lock_key, ping, run_cycle, run_cycles
 from gpuobs import celery_app
@@ -42,6 +43,14 @@ from tests.conftest import REPO_ROOT
 def test_tasks_are_routed_by_the_start_of_their_name(task_name: str, queue: str) -> None:
     assert queue_for_task(task_name) == queue
     assert celery_app.amqp.router.route({}, task_name)["queue"].name == queue
+
+
+@pytest.mark.parametrize(
+    "task_name", [enqueue.DRY_RUN, enqueue.APPLY, enqueue.NOTIFY, enqueue.ESTIMATE_IMPACT]
+)
+def test_every_task_the_actions_send_by_name_is_a_registered_task(task_name: str) -> None:
+    assert task_name in celery_app.tasks
+    assert celery_app.tasks[task_name].__module__ == "diagnosis.tasks"
 
 
 def test_beat_runs_the_cycle_fan_out_every_cycle_period(settings) -> None:

@@ -162,7 +162,7 @@ def test_a_broker_that_refuses_the_send_leaves_the_impact_pending(
     def refuse(*args, **kwargs):
         raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(estimate_impact, "delay", refuse)
+    monkeypatch.setattr(estimate_impact, "apply_async", refuse)
     with django_capture_on_commit_callbacks(execute=True):
         count = enqueue_impact_estimates(lab)  # does not raise into the cycle
 
