@@ -20,11 +20,12 @@ Who reads what (the roles of DESIGN.md section 10, ``diagnosis.roles``; docs/fai
 from __future__ import annotations
 
 import re
+from typing import Any, TypeVar
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.http import Http404
 
 from diagnosis.models import (
@@ -39,6 +40,7 @@ from diagnosis.models import (
 from diagnosis.roles import can_read, is_tenant_scoped
 
 User = AbstractBaseUser | AnonymousUser
+M = TypeVar("M", bound=Model)
 
 # Permissions that let a machine user post to any cluster's endpoints (diagnosis/api/auth.py).
 SENDER_PERMISSIONS = (
@@ -53,6 +55,15 @@ def _require_login(user: User) -> None:
     # second lock on the same door, for any caller that bypasses the middleware.
     if not user.is_authenticated:
         raise PermissionDenied("log in to read clusters")
+
+
+def _one_or_404(rows: QuerySet[M], what: str, **lookup: Any) -> M:
+    """The one row of ``rows`` that ``lookup`` names, or a 404 saying there is no such ``what``
+    (the same answer whether it does not exist or the user may not see it)."""
+    try:
+        return rows.get(**lookup)
+    except rows.model.DoesNotExist:
+        raise Http404(f"no such {what}") from None
 
 
 def _managed_tenants(user: User) -> QuerySet[Tenant]:
@@ -72,10 +83,7 @@ def clusters_for_user(user: User) -> QuerySet[Cluster]:
 
 def get_cluster_for_user(user: User, name: str) -> Cluster:
     """The cluster called ``name``, or 404 when there is none the user may read."""
-    try:
-        return clusters_for_user(user).get(name=name)
-    except Cluster.DoesNotExist:
-        raise Http404("no such cluster") from None
+    return _one_or_404(clusters_for_user(user), "cluster", name=name)
 
 
 def clusters_for_sender(user: User) -> QuerySet[Cluster]:
@@ -90,10 +98,7 @@ def clusters_for_sender(user: User) -> QuerySet[Cluster]:
 
 def get_cluster_for_sender(user: User, name: str) -> Cluster:
     """The cluster called ``name`` for a machine sender, or 404."""
-    try:
-        return clusters_for_sender(user).get(name=name)
-    except Cluster.DoesNotExist:
-        raise Http404("no such cluster") from None
+    return _one_or_404(clusters_for_sender(user), "cluster", name=name)
 
 
 def cycles_for_user(user: User, cluster: Cluster | None = None) -> QuerySet[ClusterCycle]:
@@ -126,10 +131,7 @@ def tenants_for_user(user: User, cluster: Cluster) -> QuerySet[Tenant]:
 
 def get_tenant_for_user(user: User, cluster: Cluster, name: str) -> Tenant:
     """One tenant of the cluster by name, or 404 (also when it is someone else's)."""
-    try:
-        return tenants_for_user(user, cluster).get(name=name)
-    except Tenant.DoesNotExist:
-        raise Http404("no such tenant") from None
+    return _one_or_404(tenants_for_user(user, cluster), "tenant", name=name)
 
 
 def jobs_for_user(user: User, cluster: Cluster) -> QuerySet[Job]:
@@ -139,10 +141,7 @@ def jobs_for_user(user: User, cluster: Cluster) -> QuerySet[Job]:
 
 def get_job_for_user(user: User, cluster: Cluster, external_id: str) -> Job:
     """One job of the cluster by the scheduler's id, or 404 (also another tenant's job)."""
-    try:
-        return jobs_for_user(user, cluster).get(external_id=external_id)
-    except Job.DoesNotExist:
-        raise Http404("no such job") from None
+    return _one_or_404(jobs_for_user(user, cluster), "job", external_id=external_id)
 
 
 def findings_for_user(user: User, cluster: Cluster) -> QuerySet[Finding]:
@@ -154,10 +153,7 @@ def findings_for_user(user: User, cluster: Cluster) -> QuerySet[Finding]:
 def get_finding_for_user(user: User, cluster: Cluster, finding_id: int) -> Finding:
     """One finding of the cluster, or 404 (also when the id belongs to another cluster or to a
     tenant the user may not see)."""
-    try:
-        return findings_for_user(user, cluster).get(pk=finding_id)
-    except Finding.DoesNotExist:
-        raise Http404("no such finding") from None
+    return _one_or_404(findings_for_user(user, cluster), "finding", pk=finding_id)
 
 
 HIDDEN_JOB = "(another tenant's job)"
@@ -253,10 +249,7 @@ def incidents_for_user(user: User, cluster: Cluster) -> QuerySet[Incident]:
 
 def get_incident_for_user(user: User, cluster: Cluster, incident_id: int) -> Incident:
     """One incident of the cluster, or 404."""
-    try:
-        return incidents_for_user(user, cluster).get(pk=incident_id)
-    except Incident.DoesNotExist:
-        raise Http404("no such incident") from None
+    return _one_or_404(incidents_for_user(user, cluster), "incident", pk=incident_id)
 
 
 def recommendations_for_user(
@@ -277,11 +270,8 @@ def get_recommendation_for_user(
     user: User, cluster: Cluster | None, recommendation_id: int
 ) -> Recommendation:
     """One recommendation (of ``cluster``, when given), or 404."""
-    try:
-        return (
-            recommendations_for_user(user, cluster)
-            .select_related("cluster")
-            .get(pk=recommendation_id)
-        )
-    except Recommendation.DoesNotExist:
-        raise Http404("no such recommendation") from None
+    return _one_or_404(
+        recommendations_for_user(user, cluster).select_related("cluster"),
+        "recommendation",
+        pk=recommendation_id,
+    )

@@ -52,6 +52,20 @@ class AdminRoleOnly:
         return can_administer(request.user) and super().has_delete_permission(request, obj)
 
 
+class ReadOnly:
+    """A model no one adds, changes or deletes here: its rows are written elsewhere (the audited
+    workflow, the append-only audit trail)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(Cluster)
 class ClusterAdmin(AdminRoleOnly, admin.ModelAdmin):
     list_display = [
@@ -170,7 +184,7 @@ class RuleOverrideAdmin(AdminRoleOnly, admin.ModelAdmin):
 
 
 @admin.register(Recommendation)
-class RecommendationAdmin(admin.ModelAdmin):
+class RecommendationAdmin(ReadOnly, admin.ModelAdmin):
     """Read-only: a recommendation moves only through the audited workflow (the pages, the API)."""
 
     list_display = ["kind", "target", "cluster", "state", "created_by", "approved_by", "created_at"]
@@ -178,34 +192,12 @@ class RecommendationAdmin(admin.ModelAdmin):
     search_fields = ["target"]
     raw_id_fields = ["motivating_findings"]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(
-        self, request: HttpRequest, obj: Recommendation | None = None
-    ) -> bool:
-        return False
-
-    def has_delete_permission(
-        self, request: HttpRequest, obj: Recommendation | None = None
-    ) -> bool:
-        return False
-
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(ReadOnly, admin.ModelAdmin):
     list_display = ["time", "actor", "action", "target", "cluster"]
     list_filter = ["action", "cluster"]
     search_fields = ["actor", "target"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: AuditEntry | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: AuditEntry | None = None) -> bool:
-        return False
 
 
 @admin.register(Incident)

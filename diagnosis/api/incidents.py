@@ -21,6 +21,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
 from diagnosis import roles
@@ -90,6 +91,28 @@ class IncidentDetailView(APIView):
         return Response(IncidentSerializer(incident, context=context).data)
 
 
+# Each action: the serializer of its body (None: it takes none), and the call that does it, given
+# the incident, the caller and the body's validated fields.
+_Do = Callable[[Incident, Any, dict[str, Any]], Any]
+_ACTIONS: dict[str, tuple[type[Serializer] | None, _Do]] = {
+    "acknowledge": (None, lambda incident, user, _: acknowledge_incident(incident, user)),
+    "resolve": (
+        IncidentResolveSerializer,
+        lambda incident, user, fields: resolve_incident_by(incident, user, fields["note"]),
+    ),
+    "note": (
+        IncidentNoteSerializer,
+        lambda incident, user, fields: add_incident_note(incident, user, fields["text"]),
+    ),
+    "drain": (
+        IncidentDrainSerializer,
+        lambda incident, user, fields: drain_for_incident(
+            incident, user, expected_job_ids=fields["expected_jobs"]
+        ),
+    ),
+}
+
+
 class IncidentActionView(APIView):
     """``acknowledge``, ``resolve``, ``note`` or ``drain``."""
 
@@ -99,33 +122,17 @@ class IncidentActionView(APIView):
     def post(self, request: Request, cluster: str, incident_id: int, action: str) -> Response:
         target = get_cluster_for_user(request.user, cluster)
         incident = get_incident_for_user(request.user, target, incident_id)
-        do: Callable[[], Any]
-        if action == "acknowledge":
-            do = lambda: acknowledge_incident(incident, request.user)  # noqa: E731
-        elif action == "resolve":
-            form = IncidentResolveSerializer(data=request.data)
-            if not form.is_valid():
-                return Response({"errors": form.errors}, status=400)
-            note = form.validated_data["note"]
-            do = lambda: resolve_incident_by(incident, request.user, note)  # noqa: E731
-        elif action == "note":
-            form = IncidentNoteSerializer(data=request.data)
-            if not form.is_valid():
-                return Response({"errors": form.errors}, status=400)
-            text = form.validated_data["text"]
-            do = lambda: add_incident_note(incident, request.user, text)  # noqa: E731
-        elif action == "drain":
-            form = IncidentDrainSerializer(data=request.data)
-            if not form.is_valid():
-                return Response({"errors": form.errors}, status=400)
-            expected = form.validated_data["expected_jobs"]
-            do = lambda: drain_for_incident(  # noqa: E731
-                incident, request.user, expected_job_ids=expected
-            )
-        else:
+        if action not in _ACTIONS:
             return Response({"detail": f"no such action: {action}"}, status=404)
+        form_class, do = _ACTIONS[action]
+        fields: dict[str, Any] = {}
+        if form_class is not None:
+            form = form_class(data=request.data)
+            if not form.is_valid():
+                return Response({"errors": form.errors}, status=400)
+            fields = form.validated_data
         try:
-            do()
+            do(incident, request.user, fields)
         except DrainChanged as exc:
             return Response(
                 {"detail": str(exc), "jobs_to_evict": exc.impact["jobs_to_evict"]},

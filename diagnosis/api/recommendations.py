@@ -17,6 +17,7 @@ Session (with CSRF) or token authentication, as for every endpoint.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
@@ -32,18 +33,9 @@ from diagnosis.access import (
     get_recommendation_for_user,
     recommendations_for_user,
 )
+from diagnosis.actions.workflow import review
 from diagnosis.actions.workflow.apply import recheck_apply
 from diagnosis.actions.workflow.base import ApplyNotSent, WorkflowError
-from diagnosis.actions.workflow.review import (
-    approve_recommendation,
-    awaiting_approval_by,
-    reject_recommendation,
-    request_apply,
-    request_dry_run,
-    request_recommendation,
-    request_rollback,
-    set_cluster_writes,
-)
 from diagnosis.api.serializers import (
     RecommendationDetailSerializer,
     RecommendationFilter,
@@ -80,7 +72,7 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
             if "kind" in wanted:
                 queryset = queryset.filter(kind=wanted["kind"])
             if wanted.get("awaiting") == "me":
-                queryset = awaiting_approval_by(user, queryset)
+                queryset = review.awaiting_approval_by(user, queryset)
         return (
             queryset.select_related("cluster", "requested_by", "approved_by", "applied_by")
             .prefetch_related("motivating_findings")
@@ -94,13 +86,15 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
         self,
         request: Request,
         pk: str,
-        do: Callable[[Recommendation], Recommendation],
-        *,
+        do: Callable[..., Recommendation],
+        *args: Any,
         created: bool = False,
     ) -> Response:
+        """``do(recommendation, request.user, *args)``: the workflow's answer as the detail, or
+        409 (the state does not allow it) or 503 (the broker refused the task)."""
         rec = get_recommendation_for_user(request.user, None, int(pk))
         try:
-            result = do(rec)
+            result = do(rec, request.user, *args)
         except WorkflowError as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         except ApplyNotSent as exc:  # the broker refused the task: nothing is left applying
@@ -113,35 +107,35 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
 
     @action(detail=True, methods=["post"], url_path="request")
     def request_change(self, request: Request, pk: str) -> Response:
-        return self._act(request, pk, lambda r: request_recommendation(r, request.user))
+        return self._act(request, pk, review.request_recommendation)
 
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
-        return self._act(request, pk, lambda r: approve_recommendation(r, request.user))
+        return self._act(request, pk, review.approve_recommendation)
 
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:
         body = RejectSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         reason = body.validated_data.get("reason", "")
-        return self._act(request, pk, lambda r: reject_recommendation(r, request.user, reason))
+        return self._act(request, pk, review.reject_recommendation, reason)
 
     @action(detail=True, methods=["post"], url_path="dry-run")
     def dry_run(self, request: Request, pk: str) -> Response:
-        return self._act(request, pk, lambda r: request_dry_run(r, request.user))
+        return self._act(request, pk, review.request_dry_run)
 
     @action(detail=True, methods=["post"])
     def apply(self, request: Request, pk: str) -> Response:
-        return self._act(request, pk, lambda r: request_apply(r, request.user))
+        return self._act(request, pk, review.request_apply)
 
     @action(detail=True, methods=["post"], url_path="re-check")
     def recheck(self, request: Request, pk: str) -> Response:
         """Send a stuck apply again (409 while it is still in progress)."""
-        return self._act(request, pk, lambda r: recheck_apply(r, request.user))
+        return self._act(request, pk, recheck_apply)
 
     @action(detail=True, methods=["post"])
     def rollback(self, request: Request, pk: str) -> Response:
-        return self._act(request, pk, lambda r: request_rollback(r, request.user), created=True)
+        return self._act(request, pk, review.request_rollback, created=True)
 
 
 class ClusterWritesView(APIView):
@@ -159,5 +153,7 @@ class ClusterWritesView(APIView):
         target = get_cluster_for_user(request.user, cluster)
         body = WriteSwitchSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        changed = set_cluster_writes(target, request.user, enabled=body.validated_data["enabled"])
+        changed = review.set_cluster_writes(
+            target, request.user, enabled=body.validated_data["enabled"]
+        )
         return Response({"cluster": changed.name, "enabled": not changed.dry_run})

@@ -4,7 +4,7 @@
 scripts should use) and ``/api/``.
 """
 
-from django.urls import path
+from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 from diagnosis.api import (
@@ -22,45 +22,28 @@ router = DefaultRouter()
 router.register("clusters", clusters.ClusterViewSet, basename="cluster")
 router.register("recommendations", recommendations.RecommendationViewSet, basename="recommendation")
 
-urlpatterns = [
+# The endpoints of one cluster, under clusters/<cluster>/.
+cluster_endpoints = [
+    path("events", receivers.SchedulerEventsView.as_view(), name="cluster-events"),
+    path("nodes/<str:node>/topology", topology.NodeTopologyView.as_view(), name="node-topology"),
+    path("incidents", incidents.IncidentListView.as_view(), name="incidents"),
+    path("incidents/<int:incident_id>", incidents.IncidentDetailView.as_view(), name="incident"),
     path(
-        "clusters/<slug:cluster>/events",
-        receivers.SchedulerEventsView.as_view(),
-        name="cluster-events",
-    ),
-    path(
-        "clusters/<slug:cluster>/nodes/<str:node>/topology",
-        topology.NodeTopologyView.as_view(),
-        name="node-topology",
-    ),
-    path(
-        "clusters/<slug:cluster>/incidents", incidents.IncidentListView.as_view(), name="incidents"
-    ),
-    path(
-        "clusters/<slug:cluster>/incidents/<int:incident_id>",
-        incidents.IncidentDetailView.as_view(),
-        name="incident",
-    ),
-    path(
-        "clusters/<slug:cluster>/incidents/<int:incident_id>/<slug:action>",
+        "incidents/<int:incident_id>/<slug:action>",
         incidents.IncidentActionView.as_view(),
         name="incident-action",
     ),
+    path("reports/fairness", reports.FairnessReportView.as_view(), name="fairness-report"),
+    path("jobs", reports.JobListView.as_view(), name="jobs"),
+    path("jobs/<path:job_id>", reports.JobDetailView.as_view(), name="job"),
+    path("findings", reports.FindingListView.as_view(), name="findings"),
+    path("writes", recommendations.ClusterWritesView.as_view(), name="cluster-writes"),
+]
+
+urlpatterns = [
+    path("clusters/<slug:cluster>/", include(cluster_endpoints)),
     path("alertmanager", receivers.AlertmanagerWebhookView.as_view(), name="alertmanager"),
     path("annotations", annotations.AnnotationsView.as_view(), name="annotations"),
-    path(
-        "clusters/<slug:cluster>/reports/fairness",
-        reports.FairnessReportView.as_view(),
-        name="fairness-report",
-    ),
-    path("clusters/<slug:cluster>/jobs", reports.JobListView.as_view(), name="jobs"),
-    path("clusters/<slug:cluster>/jobs/<path:job_id>", reports.JobDetailView.as_view(), name="job"),
-    path("clusters/<slug:cluster>/findings", reports.FindingListView.as_view(), name="findings"),
-    path(
-        "clusters/<slug:cluster>/writes",
-        recommendations.ClusterWritesView.as_view(),
-        name="cluster-writes",
-    ),
     path("schema", schema.SchemaView.as_view(), name="schema"),
     *router.urls,
 ]

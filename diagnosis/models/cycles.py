@@ -32,7 +32,17 @@ def _document_as_of(document: dict[str, Any]) -> datetime:
     return as_of
 
 
-class Snapshot(models.Model):
+class ClusterTimeline(models.Model):
+    """Rows of a cluster by snapshot time (``as_of``): listed cluster by cluster, newest first;
+    ``latest()`` is the newest."""
+
+    class Meta:
+        abstract = True
+        ordering = ["cluster", "-as_of"]
+        get_latest_by = "as_of"
+
+
+class Snapshot(ClusterTimeline):
     """One ``gpuobs.snapshot/v1`` document of a cluster, stored as zlib-compressed JSON."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="snapshots")
@@ -43,9 +53,7 @@ class Snapshot(models.Model):
     stored_bytes = models.PositiveBigIntegerField(help_text="Size of the compressed document.")
     created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
-        ordering = ["cluster", "-as_of"]
-        get_latest_by = "as_of"
+    class Meta(ClusterTimeline.Meta):
         indexes = [models.Index(fields=["cluster", "-as_of"], name="snapshot_cluster_as_of")]
 
     def __str__(self) -> str:
@@ -96,7 +104,7 @@ class CompressingSnapshot:
         )
 
 
-class ClusterCycle(models.Model):
+class ClusterCycle(ClusterTimeline):
     """One diagnosis cycle of a cluster: the pre-computed rollup that pages and reports read.
 
     ``accounting`` is the GPU-hour breakdown (``diagnosis.core.accounting.Accounting.as_dict()``) of
@@ -140,9 +148,7 @@ class ClusterCycle(models.Model):
         "tenancy, incidents, recommend) and what the findings step wrote.",
     )
 
-    class Meta:
-        ordering = ["cluster", "-as_of"]
-        get_latest_by = "as_of"
+    class Meta(ClusterTimeline.Meta):
         indexes = [models.Index(fields=["cluster", "-as_of"], name="cycle_cluster_as_of")]
 
     def __str__(self) -> str:

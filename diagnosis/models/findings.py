@@ -15,6 +15,7 @@ from diagnosis.choices import (
 )
 from diagnosis.core.rules.base import ThresholdError
 from diagnosis.core.rules.registry import all_rules
+from diagnosis.models.fields import optional_ref
 from diagnosis.models.inventory import Cluster, Tenant
 
 
@@ -51,11 +52,8 @@ class Finding(models.Model):
     )
     firing_since = models.DateTimeField(null=True, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
-    tenant = models.ForeignKey(
+    tenant = optional_ref(
         Tenant,
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
         related_name="findings",
         help_text="The one tenant the finding concerns (its job's, its jobs', its GPU's jobs'); "
         "empty when it concerns none or several. Managers see their tenants' findings only.",

@@ -3,13 +3,13 @@ incident's history (state changes with who and when, notes, drains, evictions)."
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
 from diagnosis.choices import (
     IncidentState,
 )
+from diagnosis.models.fields import optional_ref, user_ref
 from diagnosis.models.findings import Finding
 from diagnosis.models.inventory import Cluster
 from diagnosis.models.recommendations import Recommendation
@@ -34,41 +34,22 @@ class Incident(models.Model):
     )
     source = models.CharField(max_length=32, blank=True, help_text="alertmanager, rule:xid, ...")
     opened_at = models.DateTimeField(default=timezone.now)
-    acknowledged_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="+",
-    )
+    acknowledged_by = user_ref()
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
-    resolved_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="+",
-        help_text="Empty when gpuobs resolved it (healthy period, or the alert resolved).",
-    )
+    resolved_by = user_ref("Empty when gpuobs resolved it (healthy period, or the alert resolved).")
     healthy_since = models.DateTimeField(
         null=True,
         blank=True,
         help_text="Snapshot time from which the GPU was healthy and its node not cordoned.",
     )
-    finding = models.ForeignKey(
+    finding = optional_ref(
         Finding,
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
         related_name="incidents",
         help_text="The xid finding of the GPU, where the rule reported it.",
     )
-    drain = models.ForeignKey(
+    drain = optional_ref(
         Recommendation,
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
         related_name="incidents",
         help_text="The drain-node recommendation on-call started from this incident.",
     )

@@ -22,6 +22,7 @@ from diagnosis.choices import (
 from diagnosis.edge.errors import ConfigError, IntegrationError
 from diagnosis.edge.schedulers.registry import adapter_spec
 from diagnosis.edge.sources.registry import source_spec
+from diagnosis.models.fields import optional_ref
 
 
 class Cluster(models.Model):
@@ -169,9 +170,7 @@ class Tenant(models.Model):
 
 class Queue(models.Model):
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="queues")
-    tenant = models.ForeignKey(
-        Tenant, on_delete=models.SET_NULL, null=True, blank=True, related_name="queues"
-    )
+    tenant = optional_ref(Tenant, related_name="queues")
     name = models.CharField(max_length=128)
     weight = models.PositiveIntegerField(default=1)
     deserved_gpus = models.PositiveIntegerField(null=True, blank=True)
@@ -191,12 +190,8 @@ class Job(models.Model):
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="jobs")
     external_id = models.CharField(max_length=255, help_text="The scheduler's id of the job.")
     name = models.CharField(max_length=255, blank=True)
-    tenant = models.ForeignKey(
-        Tenant, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
-    )
-    queue = models.ForeignKey(
-        Queue, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
-    )
+    tenant = optional_ref(Tenant, related_name="jobs")
+    queue = optional_ref(Queue, related_name="jobs")
     pool = models.CharField(max_length=128, blank=True)
     kind = models.CharField(max_length=32, blank=True, help_text="training, inference, ...")
     priority = models.IntegerField(default=0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from django.db import models
 
+from diagnosis.models.fields import optional_ref
 from diagnosis.models.findings import Finding
 from diagnosis.models.inventory import Cluster
 
@@ -91,9 +92,7 @@ class OwnerNotice(models.Model):
     """One notice sent to a job's owner: at most one per (cluster, job, rule, day)."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="owner_notices")
-    finding = models.ForeignKey(
-        Finding, on_delete=models.SET_NULL, null=True, blank=True, related_name="owner_notices"
-    )
+    finding = optional_ref(Finding, related_name="owner_notices")
     job_external_id = models.CharField(max_length=255)
     rule_id = models.CharField(max_length=64)
     day = models.DateField(help_text="UTC day the notice was sent on.")

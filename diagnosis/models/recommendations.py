@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -12,6 +11,7 @@ from diagnosis.choices import (
     RecommendationKind,
     RecommendationState,
 )
+from diagnosis.models.fields import user_ref
 from diagnosis.models.findings import Finding
 from diagnosis.models.inventory import Cluster
 
@@ -28,45 +28,20 @@ class Recommendation(models.Model):
     motivating_findings = models.ManyToManyField(
         Finding, blank=True, related_name="recommendations"
     )
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="+",
-        help_text="Empty when gpuobs proposed it.",
-    )
-    approved_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="+",
-    )
+    created_by = user_ref("Empty when gpuobs proposed it.")
+    approved_by = user_ref()
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     # The workflow (DESIGN.md section 8.2; diagnosis/workflow.py, docs/recommendations.md).
-    requested_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="+",
-        help_text="Who asked for the change to be made; the approver must be someone else.",
+    requested_by = user_ref(
+        "Who asked for the change to be made; the approver must be someone else."
     )
     requested_at = models.DateTimeField(null=True, blank=True)
     approved_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(
         null=True, blank=True, help_text="When the approval lapses if the change is not applied."
     )
-    applied_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="+",
-        help_text="Who asked for the approved change to be applied.",
-    )
+    applied_by = user_ref("Who asked for the approved change to be applied.")
     applied_at = models.DateTimeField(null=True, blank=True)
     apply_key = models.CharField(
         max_length=64,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import models
 
 from diagnosis.models.cycles import ClusterCycle
+from diagnosis.models.fields import optional_ref
 from diagnosis.models.inventory import Cluster, Tenant
 
 
@@ -16,12 +17,8 @@ class RollupFigures(models.Model):
     hour."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
-    cycle = models.ForeignKey(
+    cycle = optional_ref(
         ClusterCycle,
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="+",
         help_text="Empty once downsampled to an hour or once its cycle was pruned (retention).",
     )
     as_of = models.DateTimeField()
@@ -75,9 +72,7 @@ class PoolFigures(models.Model):
 class TenantRollup(RollupFigures, TenantFigures):
     """One tenant's figures in one cycle (``tenant`` empty for jobs of no known tenant)."""
 
-    tenant = models.ForeignKey(
-        Tenant, on_delete=models.SET_NULL, null=True, blank=True, related_name="rollups"
-    )
+    tenant = optional_ref(Tenant, related_name="rollups")
 
     class Meta:
         ordering = ["cluster", "as_of", "tenant_name"]

@@ -4,9 +4,9 @@ merged into every snapshot of the cluster by :mod:`diagnosis.actions.records.top
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 
+from diagnosis.models.fields import user_ref
 from diagnosis.models.inventory import Cluster
 
 
@@ -21,9 +21,7 @@ class NodeTopology(models.Model):
     numa = models.JSONField(null=True, blank=True)
     raw_text = models.TextField()
     uploaded_at = models.DateTimeField()
-    uploaded_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    uploaded_by = user_ref()
 
     class Meta:
         ordering = ["cluster", "node"]

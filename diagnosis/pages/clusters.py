@@ -479,19 +479,20 @@ def _mark_rows(
     if window is None:
         return []
     low, high = window
-    incidents = (
-        incidents_for_user(request.user, cluster)
-        .filter(opened_at__gt=low, opened_at__lte=high)
-        .annotate(mark=Value("incident", output_field=CharField()), text=F("summary"))
-        .values_list("opened_at", "mark", "text", "node")
-        .order_by()
+
+    def marks(rows: QuerySet, moment: str, kind: str, text: str, subject: str) -> QuerySet:
+        return (
+            rows.filter(**{f"{moment}__gt": low, f"{moment}__lte": high})
+            .annotate(mark=Value(kind, output_field=CharField()), text=F(text))
+            .values_list(moment, "mark", "text", subject)
+            .order_by()
+        )
+
+    incidents = marks(
+        incidents_for_user(request.user, cluster), "opened_at", "incident", "summary", "node"
     )
-    changes = (
-        recommendations_for_user(request.user, cluster)
-        .filter(applied_at__gt=low, applied_at__lte=high)
-        .annotate(mark=Value("change", output_field=CharField()), text=F("kind"))
-        .values_list("applied_at", "mark", "text", "target")
-        .order_by()
+    changes = marks(
+        recommendations_for_user(request.user, cluster), "applied_at", "change", "kind", "target"
     )
     return sorted(incidents.union(changes, all=True))[-MAX_TREND_MARKS:]
 

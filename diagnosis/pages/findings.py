@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.core.paginator import Page, Paginator
 from django.db.models import (
     Case,
     IntegerField,
@@ -40,6 +39,7 @@ from diagnosis.core.rules.registry import all_rules
 from diagnosis.models import Cluster, Finding
 from diagnosis.pages.clusters import OPEN_STATES, cluster_url
 from diagnosis.pages.support import page_cache
+from diagnosis.pages.support.pagination import paginate
 
 STATE_FILTERS = {
     "open": gettext_lazy("Open (pending or firing)"),
@@ -107,14 +107,6 @@ class FindingFilter:
         return bool(self.rules or self.severities or self.pool or self.state != "open")
 
 
-def _paginate(request: HttpRequest, items: QuerySet, per_page: int) -> tuple[Page, str]:
-    """The requested page and the query string of the other filters (for page links)."""
-    page = Paginator(items, per_page).get_page(request.GET.get("page"))
-    query = request.GET.copy()
-    query.pop("page", None)
-    return page, query.urlencode()
-
-
 @require_safe
 def finding_list(request: HttpRequest, name: str) -> HttpResponse:
     """The findings of a cluster, filtered by rule, severity, state and pool, paginated. The
@@ -136,7 +128,7 @@ def _finding_list_body(request: HttpRequest, cluster: Cluster) -> SafeString:
         .defer("evidence")
         .order_by(SEVERITY_RANK, STATE_RANK, "-last_seen", "-id")
     )
-    page, query = _paginate(request, findings, FINDINGS_PER_PAGE)
+    page, query = paginate(request, findings, FINDINGS_PER_PAGE)
     page.object_list = list(page.object_list)
     for finding in page.object_list:  # names linked to their pages (links.subject_link)
         finding.subject_shown = subject_for_user(request.user, cluster.pk, finding.subject)

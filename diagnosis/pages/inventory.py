@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from django.core.paginator import Paginator
 from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
@@ -33,6 +32,7 @@ from diagnosis.access import (
 )
 from diagnosis.charts.figures import embed, gpu_heatmap, gpu_metric_series, gpus_util_series
 from diagnosis.models import Cluster
+from diagnosis.pages.support.pagination import paginate
 from diagnosis.pages.support.snapshots import (
     GpuKey,
     GpuMetrics,
@@ -260,10 +260,8 @@ def node_list(request: HttpRequest, name: str) -> HttpResponse:
             ("heatmap", latest.id, cluster.name, colorby, pool, get_language()),
             lambda: _heatmap_view(cluster, latest, colorby, pool),
         )
-        page = Paginator(view["rows"], NODES_PER_PAGE).get_page(request.GET.get("page"))
-        query = request.GET.copy()
-        query.pop("page", None)
-        context |= view | {"page": page, "query": query.urlencode()}
+        page, query = paginate(request, view["rows"], NODES_PER_PAGE)
+        context |= view | {"page": page, "query": query}
     return render(request, "diagnosis/node_list.html", context)
 
 

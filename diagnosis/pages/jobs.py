@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
@@ -36,6 +35,7 @@ from diagnosis.core.fairness import size_class
 from diagnosis.core.rules.facts import peak_tflops
 from diagnosis.models import Cluster, Finding, Job, Queue, SchedulerEvent, Snapshot, Tenant
 from diagnosis.pages.incidents import job_drains
+from diagnosis.pages.support.pagination import paginate
 from diagnosis.pages.support.snapshots import (
     GpuKey,
     StoredSnapshot,
@@ -118,9 +118,7 @@ def job_list(request: HttpRequest, name: str) -> HttpResponse:
         .select_related("tenant", "queue")
         .order_by("-submitted_at", "-id")
     )
-    page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
-    query = request.GET.copy()
-    query.pop("page", None)
+    page, query = paginate(request, jobs, JOBS_PER_PAGE)
     as_of = (
         Snapshot.objects.filter(cluster=cluster)
         .order_by("-as_of")
@@ -131,7 +129,7 @@ def job_list(request: HttpRequest, name: str) -> HttpResponse:
         "cluster": cluster,
         "section": "jobs",
         "page": page,
-        "query": query.urlencode(),
+        "query": query,
         "filters": filters,
         "state_choices": STATE_CHOICES,
         "tenant_choices": list(

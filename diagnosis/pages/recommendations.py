@@ -16,7 +16,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.core.paginator import Paginator
 from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
@@ -49,6 +48,7 @@ from diagnosis.charts.figures import embed, recommendation_impact
 from diagnosis.choices import RecommendationKind, RecommendationState
 from diagnosis.core.recommend.impact import format_delta, format_value
 from diagnosis.models import AuditEntry, Recommendation
+from diagnosis.pages.support.pagination import paginate
 
 State = RecommendationState
 PER_PAGE = 50
@@ -129,14 +129,12 @@ def recommendation_list(request: HttpRequest, name: str) -> HttpResponse:
     recommendations = chosen.select_related("requested_by", "approved_by").order_by(
         "-created_at", "-id"
     )
-    page = Paginator(recommendations, PER_PAGE).get_page(request.GET.get("page"))
-    query = request.GET.copy()
-    query.pop("page", None)
+    page, query = paginate(request, recommendations, PER_PAGE)
     context = {
         "cluster": cluster,
         "section": "recommendations",
         "page": page,
-        "query": query.urlencode(),
+        "query": query,
         "state": state,
         "state_choices": {
             AWAITING: "Awaiting my approval",

@@ -14,7 +14,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
@@ -36,6 +35,7 @@ from diagnosis.charts.figures import embed
 from diagnosis.core.fairness import SIZE_CLASSES
 from diagnosis.models import Cluster, Job, ReportFrequency, ReportSubscription
 from diagnosis.pages.support import page_cache
+from diagnosis.pages.support.pagination import paginate
 from diagnosis.reports import figures
 from diagnosis.reports.csv_export import render_csv
 from diagnosis.reports.fairness_report import FairnessReportData, build_fairness_report, default_end
@@ -211,7 +211,7 @@ def tenant_detail(request: HttpRequest, name: str, tenant: str) -> HttpResponse:
         .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=period.start))
         .order_by("-submitted_at", "-id")
     )
-    page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    page, query = paginate(request, jobs, JOBS_PER_PAGE)
     findings = (
         findings_for_user(request.user, cluster)
         .filter(tenant=row_tenant, first_seen__lte=period.end, last_seen__gte=period.start)
@@ -220,8 +220,6 @@ def tenant_detail(request: HttpRequest, name: str, tenant: str) -> HttpResponse:
     shown_findings = list(findings[:FINDINGS_SHOWN])
     for finding in shown_findings:  # names linked to their pages (links.subject_link)
         finding.subject_shown = subject_for_user(request.user, cluster.pk, finding.subject)
-    query = request.GET.copy()
-    query.pop("page", None)
     context = {
         "cluster": cluster,
         "section": "fairness",
@@ -235,7 +233,7 @@ def tenant_detail(request: HttpRequest, name: str, tenant: str) -> HttpResponse:
             else []
         ),
         "page": page,
-        "query": query.urlencode(),
+        "query": query,
         "job_rows": [(job, _wait_s(job)) for job in page.object_list],
         "findings": shown_findings,
         "findings_total": findings.count(),

@@ -254,20 +254,26 @@ def _share_chart(data: FairnessReportData, tenant: str, width: float, height: fl
     return drawing
 
 
-def _share_legend(width: float) -> Drawing:
-    drawing = Drawing(width, 14)
+def _legend(x: float, y: float, pairs: list[tuple[colors.Color, str]]) -> Legend:
+    """A one-row legend of ``(colour, label)`` pairs at ``(x, y)``, in the report's small type."""
     legend = Legend()
-    legend.x, legend.y = 0, 10
+    legend.x, legend.y = x, y
     legend.alignment = "right"
     legend.columnMaximum = 1
     legend.fontName = FONT
     legend.fontSize = 7
-    legend.colorNamePairs = [
+    legend.colorNamePairs = pairs
+    return legend
+
+
+def _share_legend(width: float) -> Drawing:
+    drawing = Drawing(width, 14)
+    pairs = [
         (colors.HexColor(ACCENT), "usage (allocated ÷ usable)"),
         (colors.HexColor(ACTIVITY), "fair share (water-filled)"),
         (colors.HexColor(MUTED), "entitlement"),
     ]
-    drawing.add(legend)
+    drawing.add(_legend(0, 10, pairs))
     return drawing
 
 
@@ -307,14 +313,7 @@ def _waits_chart(data: FairnessReportData) -> Drawing:
     chart.bars[0].fillColor = colors.HexColor(ACCENT)
     chart.bars[1].fillColor = colors.HexColor(INK)
     drawing.add(chart)
-    legend = Legend()
-    legend.x, legend.y = 40, 165
-    legend.alignment = "right"
-    legend.columnMaximum = 1
-    legend.fontName = FONT
-    legend.fontSize = 7
-    legend.colorNamePairs = [(colors.HexColor(ACCENT), "p50"), (colors.HexColor(INK), "p95")]
-    drawing.add(legend)
+    drawing.add(_legend(40, 165, [(colors.HexColor(ACCENT), "p50"), (colors.HexColor(INK), "p95")]))
     return drawing
 
 
@@ -345,14 +344,9 @@ def _breakdown_charts(data: FairnessReportData) -> list[Flowable]:
             chart.bars[index].fillColor = BUCKET_COLOURS[bucket]
             chart.bars[index].strokeWidth = 0
         drawing.add(chart)
-        legend = Legend()
-        legend.x, legend.y = 130, height + 16
-        legend.alignment = "right"
-        legend.columnMaximum = 1
+        pairs = [(BUCKET_COLOURS[b], _(BUCKET_LABELS[b])) for b in TENANT_BUCKETS]
+        legend = _legend(130, height + 16, pairs)
         legend.deltax = 110
-        legend.fontName = FONT
-        legend.fontSize = 7
-        legend.colorNamePairs = [(BUCKET_COLOURS[b], _(BUCKET_LABELS[b])) for b in TENANT_BUCKETS]
         drawing.add(legend)
         out.append(drawing)
     return out
