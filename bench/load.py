@@ -21,7 +21,8 @@ production settings (port ``BENCH_PORT``, default 8765) and, for each number in 
 runs that many threads, each with its own logged-in session and keep-alive connection,
 requesting in turn the overview, the findings list and the 24-hour fairness page for
 ``--seconds``. It prints p50/p95/p99 per page and the errors (any answer but
-200). Budget (DESIGN.md section 12): p95 <= 150 ms with 20 clients. The client threads share
+200). Budget (docs/architecture.md#performance-budget): p95 <= 150 ms with 20 clients. The client
+threads share
 the machine with the server: on a small or busy machine the figures include their CPU too.
 """
 

@@ -5,7 +5,7 @@
     PYTHONPATH=. python bench/openb.py --pods openb_pod_list_gpushare40.csv
 
 The trace is read from ``../shared/data/alibaba-gpu-v2023/csv`` (or ``$GPUOBS_SHARED_DATA/...``).
-Budget (DESIGN.md section 12): one replay <= 10 s on 2 cores.
+Budget (docs/architecture.md#performance-budget): one replay <= 10 s on 2 cores.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ A real Prometheus (Debian's ``prometheus``; ``promtool`` backfills it) is loaded
 15 s dcgm-exporter history for every GPU: the 13 fields a profiling-enabled exporter writes, with
 its labels. Then one collection (``collect_document``: every family query, the Xid detail range
 query, parsing, statistics, the snapshot document) is measured: queries sent, bytes received
-(decoded and on the wire, gzip), wall time and this process's CPU time. Budget (DESIGN.md
-section 12): queries constant in cluster size, app-side CPU <= 2 s at 16,384 GPUs.
+(decoded and on the wire, gzip), wall time and this process's CPU time. Budget
+(docs/architecture.md#performance-budget): queries constant in cluster size, app-side CPU <= 2 s at
+16,384 GPUs.
 
 Then the same range response (a 15 s hour of ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` for GPU 0 of
 every node) is parsed by prometheus-api-client's ``MetricRangeDataFrame`` and by the source's

@@ -5,7 +5,8 @@
     PYTHONPATH=. python bench/rules.py --runs 3         # best of 3 rule runs per size
     PYTHONPATH=. python bench/rules.py --no-diagnose    # skip the manage.py diagnose process
 
-Budget (DESIGN.md section 12): all rules on a 16,384-GPU snapshot (2,048 nodes, 20,000 jobs)
+Budget (docs/architecture.md#performance-budget): all rules on a 16,384-GPU snapshot (2,048 nodes,
+20,000 jobs)
 <= 1 s, growing linearly to 131,072 GPUs. The process is pinned to one CPU (where the OS allows
 it) so the figures are single-core figures; CPU seconds are printed beside wall seconds because
 they do not count time lost to other processes on a busy machine.

@@ -7,7 +7,8 @@
                                                       # the impact models (issue #17); best of
                                                       # 5 runs per size unless --runs says
 
-Budget (DESIGN.md section 12): a simulated week of a 1,024-GPU cluster with 10,000 jobs <= 5 s
+Budget (docs/architecture.md#performance-budget): a simulated week of a 1,024-GPU cluster with
+10,000 jobs <= 5 s
 on 2 cores. The placement comparison runs the seed (demo) scenario and the benchmark week under
 each placement with every other setting and every arrival identical (the seed workload without
 its injected faults, which would hit different jobs under different placements), and prints

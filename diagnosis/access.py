@@ -4,7 +4,8 @@ A view never calls ``Model.objects.get`` on a cluster-scoped model itself (STYLE
 asks one of these helpers, which answer 404 for what does not exist *or* may not be seen, so a
 URL never tells an outsider which clusters, tenants or jobs exist.
 
-Who reads what (the roles of DESIGN.md section 10, ``diagnosis.roles``; docs/fairness.md):
+Who reads what (the roles of docs/architecture.md#roles-and-security, ``diagnosis.roles``;
+docs/fairness.md):
 
 - no role: nothing (no cluster, so every cluster page is a 404 and every list is empty);
 - ``viewer``, ``sre``, ``oncall``, ``admin``: every cluster and everything in it;

@@ -33,7 +33,8 @@ from diagnosis.roles import can_administer
 
 
 class AdminRoleOnly:
-    """A model an admin (the gpuobs role, DESIGN §10) alone may see and change here: a Django
+    """A model an admin (the gpuobs role, docs/architecture.md#roles-and-security) alone may see and
+    change here: a Django
     staff flag and model permissions are not enough (their settings name data sources)."""
 
     def has_module_permission(self, request: HttpRequest) -> bool:

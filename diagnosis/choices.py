@@ -1,4 +1,5 @@
-"""The fixed vocabularies of gpuobs (DESIGN.md sections 4, 5, 8), as Django choices.
+"""The fixed vocabularies of gpuobs (docs/snapshot.md, docs/rules.md and docs/recommendations.md),
+as Django choices.
 
 Values are the words of the snapshot format and of the API; labels are what pages show.
 """

@@ -1,4 +1,5 @@
-"""Roles (DESIGN.md section 10) as Django groups, and the questions access checks ask of them.
+"""Roles (docs/architecture.md#roles-and-security) as Django groups, and the questions access checks
+ask of them.
 
 - ``viewer``: reads everything of every cluster.
 - ``sre``: findings and recommendations: propose, approve (someone else's), apply.
@@ -71,7 +72,8 @@ def can_approve(
     """Whether the user may approve a recommendation of ``kind``, and why not.
 
     An SRE may approve any kind, but never a change they asked for themselves -- admins
-    included (DESIGN §8.2: two people for every write). The one exception is an on-call drain: a
+    included (docs/recommendations.md#workflow: two people for every write). The one exception is an
+    on-call drain: a
     member of the ``oncall`` group may approve a ``drain-node`` they asked for (it cannot wait
     for a second person). Putting a drained node back (the rollback of a drain) is no drain: it
     needs a second person like any other change.

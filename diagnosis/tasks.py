@@ -346,7 +346,7 @@ def send_report_subscriptions() -> int:
 
 @shared_task(name="diagnosis.tasks.notify_cluster")
 def notify_cluster(cluster_id: int) -> dict[str, str]:
-    """The notify step of one cluster after its cycle (DESIGN.md section 3, step 5): its
+    """The notify step of one cluster after its cycle (docs/architecture.md#one-cycle, step 5): its
     alerts to Alertmanager when GPUOBS_ALERTMANAGER_URL is set, its owner notices when its
     policy is on. Failures are recorded, never raised (the next cycle sends again)."""
     cluster = Cluster.objects.filter(pk=cluster_id).first()

@@ -8,7 +8,7 @@ severity / likely-cause classification and dcgm-exporter's error text beside the
 The output is the project's own catalog: per code NVIDIA's mnemonic and description, NVIDIA's
 immediate action normalised to one of :data:`ACTION_CLASSES`, whether the Xid is usually caused by
 the application, and the severity gpuobs gives it (critical when the action needs a GPU reset, a
-node reboot or service: DESIGN.md section 5). See ``docs/xid.md``.
+node reboot or service: docs/rules.md). See ``docs/xid.md``.
 
     python scripts/build_xid_catalog.py            # rewrite diagnosis/core/data/xid_catalog.json
     python scripts/build_xid_catalog.py --check    # exit 1 when the committed JSON is stale
@@ -30,7 +30,7 @@ DEFAULT_OUT = REPO_ROOT / "diagnosis" / "core" / "data" / "xid_catalog.json"
 CATALOG_FORMAT = "gpuobs.xid_catalog/v1"
 
 # Action class -> (critical?, what to do, in our words). Critical = needs a GPU reset, a node
-# reboot or service (DESIGN.md section 5); a physical check of the machine is service too.
+# reboot or service (docs/rules.md); a physical check of the machine is service too.
 ACTION_CLASSES: dict[str, tuple[bool, str]] = {
     "none": (False, "No action needed for this Xid alone; watch for repeats."),
     "restart-app": (False, "Restart the application (its GPU context is lost)."),

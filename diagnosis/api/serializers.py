@@ -18,7 +18,7 @@ MAX_EVENTS_PER_BATCH = 5000
 
 
 class SchedulerEventSerializer(serializers.Serializer):
-    """One event in the snapshot's normalized shape (DESIGN.md section 4, ``events[]``).
+    """One event in the snapshot's normalized shape (docs/snapshot.md, ``events[]``).
 
     ``id`` is the scheduler's own event id: an event posted twice with one id is stored once.
     Without it, an event is keyed by its content (time, kind, job, node, reason, message).

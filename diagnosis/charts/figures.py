@@ -64,7 +64,8 @@ def _gpu_hours_text(value: float) -> str:
 def gpu_hours_waterfall(
     breakdown: GpuHoursBreakdown, links: Mapping[str, str] | None = None
 ) -> go.Figure:
-    """The buckets in DESIGN.md section 6 order, each adding its GPU-hours, up to the capacity.
+    """The buckets in docs/accounting.md bucket order, each adding its GPU-hours, up to the
+    capacity.
 
     ``links`` maps a bucket to the URL of the findings behind it; a click on its bar goes there.
     """

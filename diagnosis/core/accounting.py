@@ -1,4 +1,4 @@
-"""GPU-hour accounting: where every GPU of a snapshot went (DESIGN.md section 6).
+"""GPU-hour accounting: where every GPU of a snapshot went (docs/accounting.md).
 
 Every GPU lands in exactly one bucket, checked in this order:
 

@@ -1,4 +1,4 @@
-"""Tenant fairness maths (DESIGN.md section 7): the manager's report, as a pure core.
+"""Tenant fairness maths (docs/fairness.md): the manager's report, as a pure core.
 
 Two halves, both free of Django and I/O (docs/fairness.md has the definitions with examples):
 
@@ -404,7 +404,7 @@ CLUSTER_SUMS: tuple[str, ...] = (
     "free_no_demand_gpu_s",
     "interval_s",
 )
-# The held buckets of a tenant, in DESIGN.md section 6 order.
+# The held buckets of a tenant, in docs/accounting.md bucket order.
 TENANT_BUCKETS: tuple[str, ...] = HELD_BUCKETS
 
 

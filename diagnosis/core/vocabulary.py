@@ -1,4 +1,4 @@
-"""The snapshot's fixed words (DESIGN.md section 4), defined once: the format id, node states,
+"""The snapshot's fixed words (docs/snapshot.md), defined once: the format id, node states,
 GPU health, job states, event kinds, and RFC 3339 times.
 
 Everything that writes or reads a ``gpuobs.snapshot/v1`` document (the loader, the simulator,

@@ -1,4 +1,4 @@
-"""Max-min fair division by water-filling (DESIGN.md section 7), flat and down a hierarchy: the
+"""Max-min fair division by water-filling (docs/fairness.md), flat and down a hierarchy: the
 manager's fairness report, the queue-weight recommender and the queue pages divide capacity with
 these same functions (pure, no I/O)."""
 

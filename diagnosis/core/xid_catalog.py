@@ -6,7 +6,7 @@ collected in ``../shared/data/xid/xid_catalog.csv``. ``scripts/build_xid_catalog
 CSV into ``diagnosis/core/data/xid_catalog.json``, which this module reads once. NVIDIA's immediate
 action is normalised to an action class (``none``, ``restart-app``, ``reset-gpu``,
 ``reboot-node``, ``service``, ``check-...``); an Xid is *critical* when its action needs a GPU
-reset, a node reboot or service (DESIGN.md section 5), *warning* otherwise. See ``docs/xid.md``.
+reset, a node reboot or service (docs/rules.md), *warning* otherwise. See ``docs/xid.md``.
 
 Pure: no Django, no I/O beyond reading the packaged JSON.
 """

@@ -1,4 +1,5 @@
-"""One cycle's collection of a cluster (DESIGN.md section 3): its scheduler adapter's state and
+"""One cycle's collection of a cluster (docs/architecture.md#one-cycle): its scheduler adapter's
+state and
 events, its metrics source's measurement of the nodes, GPUs and jobs that state lists, joined
 into one ``gpuobs.snapshot/v1`` document (:func:`diagnosis.edge.assemble.snapshot_document`).
 

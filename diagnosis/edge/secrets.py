@@ -1,4 +1,5 @@
-"""Secret references: how a cluster's settings name a secret without holding it (DESIGN §10).
+"""Secret references: how a cluster's settings name a secret without holding it
+(docs/architecture.md#roles-and-security).
 
 A setting never holds a credential, and never names an arbitrary environment variable, file or
 program of the server. It may only *refer* to

@@ -1,4 +1,5 @@
-"""What gpuobs sends out (DESIGN.md section 3, step 5 "notify"): the delivery state of each
+"""What gpuobs sends out (docs/architecture.md#one-cycle, step 5 "notify"): the delivery state of
+each
 outbound channel of a cluster, the owner-notice policy of a cluster, and the log of notices sent
 to job owners (at most one per job, rule and day).
 """

@@ -1,4 +1,4 @@
-"""Recommendations and their append-only audit trail (DESIGN.md section 8.2)."""
+"""Recommendations and their append-only audit trail (docs/recommendations.md#workflow)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class Recommendation(models.Model):
     approved_by = user_ref()
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
-    # The workflow (DESIGN.md section 8.2; diagnosis/workflow.py, docs/recommendations.md).
+    # The workflow (docs/recommendations.md#workflow; diagnosis/actions/workflow/).
     requested_by = user_ref(
         "Who asked for the change to be made; the approver must be someone else."
     )

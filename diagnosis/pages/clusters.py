@@ -121,7 +121,8 @@ SUBJECT_NOUNS = {
 @dataclass(frozen=True)
 class Freshness:
     """How old a cluster's figures are. They are *stale* when the last good cycle ran, or its
-    snapshot was taken, more than two cycle intervals ago (DESIGN.md section 3): stale data is
+    snapshot was taken, more than two cycle intervals ago (docs/architecture.md#one-cycle): stale
+    data is
     labelled stale, never shown as healthy. A cluster without a good cycle has no data at all."""
 
     now: datetime

@@ -1,4 +1,4 @@
-"""Pages of the tenant fairness report (DESIGN.md section 7; docs/fairness.md): the report of a
+"""Pages of the tenant fairness report (docs/fairness.md): the report of a
 cluster over a period, its CSV and PDF, a tenant's drill-down (its jobs and findings) and the
 reader's emailed subscription. Thin: parse, check access, build, render. A job's page is its
 efficiency report, in diagnosis/pages/jobs.py.

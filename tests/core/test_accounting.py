@@ -1,4 +1,4 @@
-"""GPU-hour accounting (DESIGN.md section 6)."""
+"""GPU-hour accounting (docs/accounting.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``fragmentation`` rule (DESIGN.md section 5)."""
+"""The ``fragmentation`` rule (docs/rules.md)."""
 
 from __future__ import annotations
 

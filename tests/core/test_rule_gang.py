@@ -1,4 +1,4 @@
-"""The ``gang-deadlock`` and ``gang-partial-hold`` rules (DESIGN.md section 5)."""
+"""The ``gang-deadlock`` and ``gang-partial-hold`` rules (docs/rules.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``starvation`` rule (DESIGN.md section 5)."""
+"""The ``starvation`` rule (docs/rules.md)."""
 
 from __future__ import annotations
 

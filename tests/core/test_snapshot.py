@@ -11,11 +11,11 @@ import pytest
 from diagnosis.core import snapshot as fmt
 from tests.support.builders import SnapshotBuilder
 
-DESIGN_EXAMPLE = Path(__file__).parent.parent / "fixtures" / "design_example.json"
+EXAMPLE_DOCUMENT = Path(__file__).parent.parent / "fixtures" / "example_snapshot.json"
 
 
 def design_document() -> dict:
-    return json.loads(DESIGN_EXAMPLE.read_text())
+    return json.loads(EXAMPLE_DOCUMENT.read_text())
 
 
 def errors_of(document: dict) -> list[str]:
@@ -24,8 +24,8 @@ def errors_of(document: dict) -> list[str]:
     return caught.value.errors
 
 
-def test_design_example_loads():
-    snap = fmt.load_file(DESIGN_EXAMPLE)
+def test_the_example_document_loads():
+    snap = fmt.load_file(EXAMPLE_DOCUMENT)
     assert snap.cluster == "demo"
     assert snap.as_of == pd.Timestamp("2026-11-29T08:00:00Z")
     assert len(snap.gpus) == 8
@@ -55,7 +55,7 @@ def test_absent_topology_means_unknown_domains():
     assert snap.gpus["nvlink_domain"].tolist() == [-1, -1, -1, -1]
 
 
-def test_round_trip_of_design_example():
+def test_round_trip_of_the_example_document():
     first = fmt.load(design_document())
     document = fmt.dump(first)
     second = fmt.load(json.loads(json.dumps(document)))

@@ -1,4 +1,5 @@
-"""DESIGN.md section 3, step 5 "notify": firing findings and open incidents to Alertmanager.
+"""docs/architecture.md#one-cycle, step 5 "notify": firing findings and open incidents to
+Alertmanager.
 
 gpuobs pages nobody itself. After each cycle (:func:`notify_after_cycle`, enqueued on commit, so
 the cycle never waits on it) :func:`deliver_to_alertmanager` sends Alertmanager's v2 API

@@ -1,6 +1,7 @@
 """On-call's one button (issue #16): drain an incident's node now, the jobs to evict computed
-when on-call is shown them and again when they confirm; one on-call approval suffices (DESIGN
-§8.2). And which drains evicted a job, for its page: from the scheduler's stored eviction and
+when on-call is shown them and again when they confirm; one on-call approval suffices
+(docs/recommendations.md#workflow). And which drains evicted a job, for its page: from the
+scheduler's stored eviction and
 preemption events matched to the drain
 (:func:`diagnosis.actions.records.events.drain_evictions`)."""
 
@@ -98,7 +99,8 @@ def drain_for_incident(
     The jobs to evict are computed again here, at confirmation; when ``expected_job_ids`` (what
     the confirmation showed) differ, :class:`DrainChanged` carries the fresh list and nothing is
     done. Otherwise the node's open ``drain-node`` recommendation (or a new one) gets the fresh
-    impact, is approved by ``user`` (one on-call approval suffices, DESIGN §8.2; an SRE's needs a
+    impact, is approved by ``user`` (one on-call approval suffices,
+    docs/recommendations.md#workflow; an SRE's needs a
     second person as always) and applied -- a dry run on a cluster whose writes are off. The
     incident becomes ``mitigating`` and remembers the drain and the jobs it evicts."""
 

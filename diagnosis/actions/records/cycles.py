@@ -1,5 +1,5 @@
 """Run and record a cluster's diagnosis cycle: collect, diagnose, account, recommend; the
-cluster's data-source status and the coverage guard (DESIGN.md section 3).
+cluster's data-source status and the coverage guard (docs/architecture.md#one-cycle).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ ShardRunner = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 
 
 def run_cluster_cycle(cluster: Cluster, *, shard_runner: ShardRunner | None = None) -> ClusterCycle:
-    """Run one diagnosis cycle of a cluster (DESIGN.md section 3): collect, then record.
+    """Run one diagnosis cycle of a cluster (docs/architecture.md#one-cycle): collect, then record.
 
     The cluster's settings are checked first against what its adapter and source declare
     (:meth:`Cluster.check_settings`). ``shard_runner`` runs the shards of a source that can fan
@@ -313,7 +313,8 @@ def record_recommendation_step(
     diagnosis: Diagnosis,
     cycle: ClusterCycle,
 ) -> None:
-    """DESIGN.md section 3, step 4: propose, verify and expire recommendations from the cycle's
+    """docs/architecture.md#one-cycle, step 4: propose, verify and expire recommendations from the
+    cycle's
     diagnosis (:func:`diagnosis.workflow.record_recommendations`), and keep what it did and how
     long it took on the cycle. A failure here is recorded on the cycle and never fails it."""
 

@@ -1,4 +1,4 @@
-"""The recommendation workflow's shared vocabulary (DESIGN.md section 8.2): the open and
+"""The recommendation workflow's shared vocabulary (docs/recommendations.md#workflow): the open and
 applied states, the system actors, the errors, and the helpers every step uses to lock a
 recommendation, check its state and append to its audit trail.
 

@@ -1,5 +1,5 @@
 """Verifying applied changes over the following cycles, and rolling back one that made things
-worse (DESIGN.md section 8.2).
+worse (docs/recommendations.md#workflow).
 """
 
 from __future__ import annotations

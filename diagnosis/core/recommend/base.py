@@ -1,4 +1,4 @@
-"""The shapes of the recommendation core (DESIGN.md section 8): generators, what they draft, and
+"""The shapes of the recommendation core (docs/recommendations.md): generators, what they draft, and
 the :class:`Recommendation` the engine hands out with its simulated impact.
 
 A generator module defines one module-level ``GENERATOR = Generator(...)``; the registry finds

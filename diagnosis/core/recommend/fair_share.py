@@ -1,4 +1,4 @@
-"""Per-queue fair share of a snapshot's GPUs, for the queue-weight generator (DESIGN.md section 7,
+"""Per-queue fair share of a snapshot's GPUs, for the queue-weight generator (docs/fairness.md,
 applied to queues, whose weight is what a scheduler lets us change).
 
 - **capacity**: usable GPUs (ready node, healthy GPU);

@@ -1,4 +1,4 @@
-"""Verification of applied recommendations (DESIGN.md section 8.2): pure core, no Django.
+"""Verification of applied recommendations (docs/recommendations.md#workflow): pure core, no Django.
 
 After a change is applied, every later cycle makes an :class:`Observation` of its target: the
 target metric (what the change was meant to move), whether the new setting shows in the

@@ -1,4 +1,4 @@
-"""The shape every diagnosis rule has (DESIGN.md section 5).
+"""The shape every diagnosis rule has (docs/rules.md).
 
 A rule module defines one module-level ``RULE = Rule(...)``; the registry finds it. The rule's
 ``evaluate`` is a pure function of the snapshot, its resolved thresholds and the shared

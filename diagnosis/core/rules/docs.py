@@ -57,7 +57,7 @@ def render_rule(rule: Rule) -> str:
     else:
         lines.append("None.")
     lines += ["", "### References", ""]
-    lines += [f"- {ref}" for ref in rule.doc.references] or ["- DESIGN.md section 5"]
+    lines += [f"- {ref}" for ref in rule.doc.references] or ["- docs/adding-a-rule.md"]
     return "\n".join(lines) + "\n"
 
 

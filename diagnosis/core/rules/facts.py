@@ -335,7 +335,7 @@ class SnapshotFacts:
         return partial
 
     def deadlock_sets(self, min_hold_s: float) -> tuple[tuple[str, ...], ...]:
-        """The gang deadlocks among partial gangs held at least ``min_hold_s`` (DESIGN.md §5).
+        """The gang deadlocks among partial gangs held at least ``min_hold_s`` (docs/rules.md).
 
         Per pool (a null pool is its own group, placed on every node), the candidates are the
         partial gangs held >= ``min_hold_s`` whose missing pods are not placeable on free GPUs.

@@ -137,7 +137,6 @@ EVIDENCE_DOC = (
     "null where not reported."
 )
 REFERENCES = (
-    "DESIGN.md section 5 (`thermal-throttling`, `power-throttling`)",
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS (field 112; DCGM_FI_DEV_CLOCK_THROTTLE_REASONS before "
     "DCGM 3.3) and the DCGM_CLOCKS_EVENT_REASON_* bits: NVIDIA/DCGM "
     "testing/python3/dcgm_fields.py",

@@ -1,4 +1,4 @@
-"""The ``gpuobs.snapshot/v1`` document of a simulator at its current time (DESIGN.md section 4).
+"""The ``gpuobs.snapshot/v1`` document of a simulator at its current time (docs/snapshot.md).
 
 GPU statistics are computed over the window's samples (every ``SAMPLE_S`` seconds, from the
 simulation's start at the earliest). Jobs: every pending and running job, and ended jobs kept for

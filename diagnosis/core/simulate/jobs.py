@@ -32,7 +32,7 @@ ADMISSIONS = (ALL_OR_NOTHING, PARTIAL)
 
 
 def size_class(gpus: int) -> str:
-    """The size class of a request of ``gpus`` GPUs (DESIGN.md section 7); a request of no GPU
+    """The size class of a request of ``gpus`` GPUs (docs/fairness.md); a request of no GPU
     counts in the smallest."""
     return fairness_size_class(max(gpus, 1)) or SIZE_CLASSES[0]
 

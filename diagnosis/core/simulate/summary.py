@@ -1,6 +1,6 @@
 """What a simulation run amounts to: utilisation both ways, waits, fragmentation, job counts.
 
-Utilisation is reported the two ways DESIGN.md section 6 asks for, time-averaged since the
+Utilisation is reported the two ways docs/accounting.md gives, time-averaged since the
 start: **allocation** (GPU-seconds held by jobs, partial gangs included, over GPU-seconds of
 capacity) and **activity** (GPU-seconds weighted by the profile's mean utilisation). Waits are
 ``first start - submitted``; a job still pending counts with its wait so far (a lower bound), so

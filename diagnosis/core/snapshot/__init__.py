@@ -1,4 +1,4 @@
-"""The cluster snapshot: load, validate and dump ``gpuobs.snapshot/v1`` (DESIGN.md section 4).
+"""The cluster snapshot: load, validate and dump ``gpuobs.snapshot/v1`` (docs/snapshot.md).
 
 A :class:`ClusterSnapshot` is the frozen boundary object between the integrations and the pure
 core. It holds pandas frames with fixed columns:

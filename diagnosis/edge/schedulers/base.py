@@ -1,7 +1,7 @@
 """The scheduler adapter protocol (the edge): read state, read events, apply a change.
 
 An adapter speaks its scheduler's language (Slurm commands, Kubernetes objects, the built-in
-simulator) and answers in the snapshot's vocabulary (DESIGN.md section 4): ``read_state`` gives
+simulator) and answers in the snapshot's vocabulary (docs/snapshot.md): ``read_state`` gives
 the ``nodes``, ``queues``, ``jobs`` and ``scheduler`` sections of a ``gpuobs.snapshot/v1``
 document as plain dicts; ``read_events`` gives normalized ``events`` entries (plus a
 ``dedup_key`` each) and a cursor to continue from; ``apply`` makes (or, with ``dry_run``, only

@@ -31,8 +31,8 @@ class SourceSpec:
     ``measure``: ``"module:function"``, its :data:`~diagnosis.edge.sources.Measure`.
     ``config``: ``"module:NAME"`` of the :class:`ConfigSpec` the source's module declares for
     ``metrics_config``. ``shard``: ``"module:function"`` of its
-    :data:`~diagnosis.edge.sources.Shard` when it fans out (big clusters by node pool, DESIGN.md
-    section 3): each payload it makes carries ``"source": id``. ``schedulers``: the scheduler
+    :data:`~diagnosis.edge.sources.Shard` when it fans out (big clusters by node pool,
+    docs/architecture.md#one-cycle): each payload it makes carries ``"source": id``. ``schedulers``: the scheduler
     kinds it can measure with (None: any). ``wall_clock``: its metrics are of the real world's
     time, so a scheduler with a clock of its own must follow the wall time.
     """

@@ -1,4 +1,5 @@
-"""``manage.py demo``: the built-in demo cluster (DESIGN.md section 11), end to end on one machine.
+"""``manage.py demo``: the built-in demo cluster (docs/architecture.md#command-line), end to end on
+one machine.
 
 Creates the cluster ``demo`` (the simulator as its scheduler and metrics source, the seed
 scenario) and runs diagnosis cycles against it through the same code path a real cluster uses

@@ -14,12 +14,12 @@ from tests.conftest import REPO_ROOT
 from tests.support.builders import SnapshotBuilder
 from tests.support.commands import manage
 
-DESIGN_EXAMPLE = REPO_ROOT / "tests" / "fixtures" / "design_example.json"
+EXAMPLE_DOCUMENT = REPO_ROOT / "tests" / "fixtures" / "example_snapshot.json"
 
 
 @pytest.fixture
 def bad_snapshot(tmp_path):
-    document = json.loads(DESIGN_EXAMPLE.read_text())
+    document = json.loads(EXAMPLE_DOCUMENT.read_text())
     document["jobs"][0]["state"] = "sleeping"
     document["nodes"][0]["state"] = "asleep"
     path = tmp_path / "bad.json"
@@ -40,8 +40,8 @@ def busy_snapshot(tmp_path):
 # -- snapshot validate -----------------------------------------------------------------------------
 
 
-def test_validate_accepts_the_design_example():
-    result = manage("snapshot", "validate", str(DESIGN_EXAMPLE))
+def test_validate_accepts_the_example_document():
+    result = manage("snapshot", "validate", str(EXAMPLE_DOCUMENT))
     assert result.returncode == 0, result.stderr
     assert b"valid gpuobs.snapshot/v1 of cluster demo" in result.stdout
 
@@ -161,7 +161,7 @@ def test_diagnose_table_groups_by_severity(busy_snapshot):
 
 
 def test_diagnose_reads_stdin():
-    result = manage("diagnose", "-", "--json", stdin=DESIGN_EXAMPLE.read_bytes())
+    result = manage("diagnose", "-", "--json", stdin=EXAMPLE_DOCUMENT.read_bytes())
     assert result.returncode == 0, result.stderr
     assert [f["rule"] for f in json.loads(result.stdout)["findings"]] == ["xid"]
 

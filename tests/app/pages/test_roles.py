@@ -1,4 +1,5 @@
-"""Roles as groups (DESIGN.md section 10) and the questions access checks ask of them."""
+"""Roles as groups (docs/architecture.md#roles-and-security) and the questions access checks ask of
+them."""
 
 import pytest
 from django.contrib.auth.models import Group

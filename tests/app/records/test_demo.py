@@ -46,7 +46,8 @@ def test_demo_cycles_store_snapshots_rollups_and_findings():
 
 
 def test_every_rule_fires_during_the_demos_first_hours():
-    """The seed scenario's injected faults make every rule fire (DESIGN.md 11) but those it
+    """The seed scenario's injected faults make every rule fire (docs/architecture.md#command-line)
+    but those it
     leaves to the rule-showcase scenario (``SEED_LEAVES_OUT``, each with its reason)."""
     call_command("demo", cycles=40, step=600, stdout=StringIO())
     fired = set(Finding.objects.values_list("rule_id", flat=True))

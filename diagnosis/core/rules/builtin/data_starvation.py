@@ -1,4 +1,4 @@
-"""``data-starvation``: a job whose GPUs wait for input (DESIGN.md section 5)."""
+"""``data-starvation``: a job whose GPUs wait for input (docs/rules.md)."""
 
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ RULE = Rule(
             "`runtime_s`, `gpus`, `nodes`, the job's `tenant`, and the thresholds used."
         ),
         references=(
-            "DESIGN.md section 5 (`data-starvation`) and section 6 (`allocated-data-starved`)",
+            "docs/accounting.md (`allocated-data-starved`)",
             "PyTorch DataLoader docs: num_workers, pin_memory, prefetch_factor",
             "NVIDIA DALI: GPU-accelerated data loading",
         ),

@@ -1,6 +1,6 @@
 """``ecc-row-remap``: a GPU whose memory row remapper reports a pending remap, a remap failure,
-or new rows remapped for uncorrectable ECC errors in the window (DESIGN.md section 5, second
-wave). The answer is a drain: a pending remap takes effect only after a GPU reset, a failure
+or new rows remapped for uncorrectable ECC errors in the window (docs/rules.md). The answer is a
+drain: a pending remap takes effect only after a GPU reset, a failure
 means the GPU needs service."""
 
 from __future__ import annotations
@@ -115,7 +115,6 @@ RULE = Rule(
             "`action`."
         ),
         references=(
-            "DESIGN.md section 5 (`ecc-row-remap`)",
             "DCGM_FI_DEV_ROW_REMAP_PENDING (field 396), DCGM_FI_DEV_ROW_REMAP_FAILURE (395), "
             "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS (393): NVIDIA/DCGM dcgm_fields (renamed "
             "DCGM_FI_DEV_ROW_REMAP_FAILED / _UNCORRECTABLE_TOTAL in DCGM 4); dcgm-exporter "

@@ -1,5 +1,5 @@
 """``hung-collective``: a multi-GPU job whose GPUs look busy but compute nothing — the signature
-of a hung NCCL collective (DESIGN.md section 5, second wave)."""
+of a hung NCCL collective (docs/rules.md)."""
 
 from __future__ import annotations
 
@@ -219,7 +219,7 @@ RULE = Rule(
             "`tenant`, `queue`, `pool`, `kind`."
         ),
         references=(
-            "DESIGN.md section 5 (`hung-collective`) and section 6 (`allocated-hung`)",
+            "docs/accounting.md (`allocated-hung`)",
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE, DCGM_FI_DEV_POWER_USAGE, DCGM_FI_DEV_POWER_MGMT_LIMIT, "
             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, DCGM_FI_PROF_DRAM_ACTIVE (dcgm-exporter "
             "etc/dcp-metrics-included.csv)",

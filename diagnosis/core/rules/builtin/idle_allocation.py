@@ -1,4 +1,4 @@
-"""``idle-allocation``: a running job that holds GPUs it does not use (DESIGN.md section 5)."""
+"""``idle-allocation``: a running job that holds GPUs it does not use (docs/rules.md)."""
 
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ RULE = Rule(
             "`unhealthy_gpus`, `nodes_not_ready`, the job's `tenant`, `queue`, `pool`, `kind`."
         ),
         references=(
-            "DESIGN.md section 5 (`idle-allocation`) and section 6 (`allocated-idle` bucket)",
+            "docs/accounting.md (`allocated-idle` bucket)",
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE / DCGM_FI_DEV_GPU_UTIL (dcgm-exporter)",
         ),
     ),

@@ -1,5 +1,5 @@
 """``idle-held``: a running job that keeps GPU memory loaded while its GPUs compute nothing — the
-notebook left open (DESIGN.md section 5, second wave).
+notebook left open (docs/rules.md).
 
 It takes over from ``idle-allocation`` where memory is held: a job idle-held fires on (mean
 ``fb_used_frac.mean`` at least ``min_fb``) is left out of ``idle-allocation`` (whose ``held_fb``
@@ -116,7 +116,6 @@ RULE = Rule(
             "job's `tenant`, `queue`, `pool`, `kind`."
         ),
         references=(
-            "DESIGN.md section 5 (`idle-held`, `idle-allocation`)",
             "DCGM_FI_DEV_FB_USED / DCGM_FI_DEV_FB_FREE, DCGM_FI_PROF_GR_ENGINE_ACTIVE "
             "(dcgm-exporter)",
             "jupyterhub/jupyterhub-idle-culler",

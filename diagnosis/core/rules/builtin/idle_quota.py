@@ -1,6 +1,6 @@
 """``idle-quota``: a queue with guaranteed GPUs that holds (or borrows beyond its guarantee) GPUs
 it leaves idle while other queues of its pools wait for GPUs those would cover — reclaim
-candidates (DESIGN.md section 5, second wave)."""
+candidates (docs/rules.md)."""
 
 from __future__ import annotations
 
@@ -183,7 +183,6 @@ RULE = Rule(
             "`pending_jobs`, `smallest_request`), `max_util`."
         ),
         references=(
-            "DESIGN.md section 5 (`idle-quota`)",
             "Kueue ClusterQueue `preemption.reclaimWithinCohort`, `borrowingLimit`",
             "Volcano `reclaim` action, Queue `spec.reclaimable`, `proportion` plugin",
         ),

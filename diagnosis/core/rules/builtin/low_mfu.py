@@ -1,5 +1,5 @@
-"""``low-mfu``: a busy training job that gets little of its GPUs' peak FLOP/s (DESIGN.md
-section 5)."""
+"""``low-mfu``: a busy training job that gets little of its GPUs' peak FLOP/s
+(docs/rules.md)."""
 
 from __future__ import annotations
 
@@ -168,7 +168,7 @@ RULE = Rule(
             "`note` (why a proxy was used although TFLOP/s were reported), `runtime_s`, `gpus`."
         ),
         references=(
-            "DESIGN.md section 5 (`low-mfu`) and section 4 (peak BF16 TFLOP/s table)",
+            "docs/snapshot.md (peak BF16 TFLOP/s table)",
             "Chowdhery et al., PaLM (2022), appendix B: model FLOPs utilisation",
             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (dcgm-exporter)",
         ),

@@ -1,5 +1,5 @@
 """``power-throttling``: a GPU whose clocks were held down by its power cap for a good share of
-the window (DESIGN.md section 5, second wave; the judgement is shared with thermal-throttling
+the window (docs/rules.md; the judgement is shared with thermal-throttling
 in :mod:`diagnosis.core.rules.throttling`)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``preemption-thrash``: a job preempted again and again within a few hours — each preemption
-throws away the work since its last checkpoint (DESIGN.md section 5, second wave)."""
+throws away the work since its last checkpoint (docs/rules.md)."""
 
 from __future__ import annotations
 
@@ -130,7 +130,6 @@ RULE = Rule(
             "`state`."
         ),
         references=(
-            "DESIGN.md section 5 (`preemption-thrash`)",
             "Slurm `PreemptExemptTime`; Kueue preemption policies; Volcano `preempt` action",
         ),
     ),

@@ -1,5 +1,5 @@
 """``thermal-throttling``: a GPU whose clocks were held down by temperature for a good share of
-the window (DESIGN.md section 5, second wave; the judgement is shared with power-throttling in
+the window (docs/rules.md; the judgement is shared with power-throttling in
 :mod:`diagnosis.core.rules.throttling`)."""
 
 from __future__ import annotations

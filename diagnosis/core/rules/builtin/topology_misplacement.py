@@ -1,5 +1,5 @@
 """``topology-misplacement``: a running job placed across NVLink, NUMA or node boundaries it did
-not need to cross (DESIGN.md section 5)."""
+not need to cross (docs/rules.md)."""
 
 from __future__ import annotations
 
@@ -580,7 +580,6 @@ RULE = Rule(
             "`min_nodes`, and `better_placement`."
         ),
         references=(
-            "DESIGN.md section 5 (`topology-misplacement`)",
             "Shoeybi et al., Megatron-LM (2019): tensor parallelism within a node",
             "`nvidia-smi topo -m` (../shared/data/topology/; `manage.py topology FILE`)",
             "NVIDIA GB200 NVL72: one NVLink domain of 72 GPUs over 18 compute trays "

@@ -1,4 +1,4 @@
-"""``xid``: a GPU reported an Xid error in the window (DESIGN.md section 5)."""
+"""``xid``: a GPU reported an Xid error in the window (docs/rules.md)."""
 
 from __future__ import annotations
 
@@ -247,7 +247,7 @@ RULE = Rule(
             "`gpu_health`, `node_state`, and the window."
         ),
         references=(
-            "DESIGN.md section 5 (`xid`) and section 8.1 (`drain-node`)",
+            "docs/recommendations.md#kinds (`drain-node`)",
             "NVIDIA, Xid Errors: https://docs.nvidia.com/deploy/xid-errors/",
             "gpuobs Xid catalog: docs/xid.md (from leptonai/gpud's copy of NVIDIA's catalog)",
         ),

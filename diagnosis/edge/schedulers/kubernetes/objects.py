@@ -386,7 +386,7 @@ def pod_gang(
 
 # -- events --------------------------------------------------------------------------------------
 
-# Native event reasons -> the snapshot's event kinds (DESIGN.md section 4). Reasons not listed
+# Native event reasons -> the snapshot's event kinds (docs/snapshot.md). Reasons not listed
 # here (Pulling, Created, BackOff, ...) are not scheduler events and are skipped.
 EVENT_KINDS = {
     "FailedScheduling": "failed_scheduling",  # kube-scheduler / volcano on a Pod

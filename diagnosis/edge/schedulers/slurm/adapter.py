@@ -257,7 +257,8 @@ class SlurmSettings:
         )
 
 
-# Where the Slurm commands are is the deployment's to say, never a cluster row's (DESIGN §10:
+# Where the Slurm commands are is the deployment's to say, never a cluster row's
+# (docs/architecture.md#roles-and-security:
 # executables come from deploy-time settings): this environment variable, else PATH.
 BIN_DIR_ENV = "GPUOBS_SLURM_BIN_DIR"
 

@@ -5,7 +5,7 @@ JSON of ``/ws/v1/cluster/nodes``, ``/ws/v1/cluster/apps`` and ``/ws/v1/cluster/s
 Read defensively: a missing or oddly typed field is "unknown", never a crash and never a guess.
 What the ResourceManager does not say is left out: it reports GPUs per node
 (``totalResource``/``usedResource`` with ``yarn.io/gpu``) but not which GPUs, or which node,
-an application's containers hold, so applications carry no allocation (DESIGN.md section 4:
+an application's containers hold, so applications carry no allocation (docs/snapshot.md:
 unknown is never assumed).
 """
 

@@ -1,5 +1,5 @@
 """dcgm-exporter's vocabulary: field names, label normalisation, and how its fields become the
-snapshot's per-GPU statistics (DESIGN.md sections 4 and 9). No I/O.
+snapshot's per-GPU statistics (docs/snapshot.md and docs/integrations.md). No I/O.
 
 Label normalisation lives here and only here (:func:`normalize`). The label eras it reads:
 

@@ -1,4 +1,5 @@
-"""The Prometheus metrics source (DESIGN.md sections 3 and 9): dcgm-exporter metrics read from
+"""The Prometheus metrics source (docs/architecture.md#one-cycle and docs/integrations.md):
+dcgm-exporter metrics read from
 Prometheus or a compatible server (Thanos, Mimir, VictoriaMetrics).
 
 One collection sends a fixed set of server-side aggregated instant queries over the window, one

@@ -1,5 +1,5 @@
 """PromQL text built safely: one escaping function for every label value, label names from an
-allowlist, and the expression shapes the Prometheus source sends (DESIGN.md section 9).
+allowlist, and the expression shapes the Prometheus source sends (docs/integrations.md).
 
 Nothing here talks to a server. Every label value that enters a query goes through
 :func:`quote` (directly, or through :func:`regex_alternatives` for ``=~`` matchers, which
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
-# Labels of dcgm-exporter series (DESIGN.md section 9, ../shared/data/README.md), of node-exporter,
+# Labels of dcgm-exporter series (docs/integrations.md, ../shared/data/README.md), of node-exporter,
 # the labels Prometheus itself attaches, and the usual names of the external labels that tell
 # clusters, regions and replicas apart in Thanos, Mimir and VictoriaMetrics set-ups.
 ALLOWED_LABELS: frozenset[str] = frozenset(

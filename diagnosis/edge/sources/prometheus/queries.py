@@ -32,7 +32,8 @@ LAST_SAMPLE_IN_WINDOW = "timestamp({s}) or max_over_time(timestamp({s})[{w}:])"
 def family_queries(
     selection: Selection, node_selection: Selection, window_s: float, *, fallback: bool = False
 ) -> dict[str, str]:
-    """The instant queries of one collection, one per metric family (DESIGN.md section 3).
+    """The instant queries of one collection, one per metric family
+    (docs/architecture.md#one-cycle).
 
     Aggregation happens in Prometheus: a GPU's series split by changing pod labels are summed
     back together (means as sum over count, so they stay exact), and each answer carries one
