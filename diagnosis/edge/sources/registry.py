@@ -32,9 +32,10 @@ class SourceSpec:
     ``config``: ``"module:NAME"`` of the :class:`ConfigSpec` the source's module declares for
     ``metrics_config``. ``shard``: ``"module:function"`` of its
     :data:`~diagnosis.edge.sources.Shard` when it fans out (big clusters by node pool,
-    docs/architecture.md#one-cycle): each payload it makes carries ``"source": id``. ``schedulers``: the scheduler
-    kinds it can measure with (None: any). ``wall_clock``: its metrics are of the real world's
-    time, so a scheduler with a clock of its own must follow the wall time.
+    docs/architecture.md#one-cycle): each payload it makes carries ``"source": id``.
+    ``schedulers``: the scheduler kinds it can measure with (None: any). ``wall_clock``: its
+    metrics are of the real world's time, so a scheduler with a clock of its own must follow
+    the wall time.
     """
 
     id: str
