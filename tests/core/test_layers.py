@@ -99,3 +99,25 @@ def test_the_actions_reach_the_tasks_only_by_name() -> None:
     ]
     assert from_enqueue == []
     assert actions_to_tasks == []
+
+
+def test_the_design_is_cited_from_the_repository_only() -> None:
+    """Code, templates and docs cite the repository's own docs (docs/architecture.md and the
+    docs it links), never a steering file a person who clones the project does not have."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True
+    ).stdout.decode()
+    outside = "DESIGN" + ".md"  # spelled apart so that this file does not cite it either
+    citing = []
+    for name in filter(None, tracked.split("\0")):
+        path = REPO_ROOT / name
+        if path.suffix in {".mo", ".png", ".pdf", ".gz"} or not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        if outside in text:
+            citing.append(name)
+    assert citing == []
+    assert (REPO_ROOT / "docs" / "architecture.md").is_file()
