@@ -22,8 +22,8 @@ runs that many threads, each with its own logged-in session and keep-alive conne
 requesting in turn the overview, the findings list and the 24-hour fairness page for
 ``--seconds``. It prints p50/p95/p99 per page and the errors (any answer but
 200). Budget (docs/architecture.md#performance-budget): p95 <= 150 ms with 20 clients. The client
-threads share
-the machine with the server: on a small or busy machine the figures include their CPU too.
+threads share the machine with the server: on a small or busy machine the figures include their CPU
+too.
 """
 
 from __future__ import annotations

@@ -8,11 +8,10 @@
                                                       # 5 runs per size unless --runs says
 
 Budget (docs/architecture.md#performance-budget): a simulated week of a 1,024-GPU cluster with
-10,000 jobs <= 5 s
-on 2 cores. The placement comparison runs the seed (demo) scenario and the benchmark week under
-each placement with every other setting and every arrival identical (the seed workload without
-its injected faults, which would hit different jobs under different placements), and prints
-what the simulator says -- whatever it says.
+10,000 jobs <= 5 s on 2 cores. The placement comparison runs the seed (demo) scenario and the
+benchmark week under each placement with every other setting and every arrival identical (the seed
+workload without its injected faults, which would hit different jobs under different placements),
+and prints what the simulator says -- whatever it says.
 
 ``--scale`` (issue #17) replays bench/rules.py's synthetic snapshots (50 tenants, one queue
 each) at 2,048 and 16,384 GPUs under weighted fair share, one seed, ``--horizon`` simulated

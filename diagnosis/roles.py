@@ -73,8 +73,8 @@ def can_approve(
 
     An SRE may approve any kind, but never a change they asked for themselves -- admins
     included (docs/recommendations.md#workflow: two people for every write). The one exception is an
-    on-call drain: a
-    member of the ``oncall`` group may approve a ``drain-node`` they asked for (it cannot wait
+    on-call drain: a member of the ``oncall`` group may approve a ``drain-node`` they asked for (it
+    cannot wait
     for a second person). Putting a drained node back (the rollback of a drain) is no drain: it
     needs a second person like any other change.
     """

@@ -1,7 +1,6 @@
 """One cycle's collection of a cluster (docs/architecture.md#one-cycle): its scheduler adapter's
-state and
-events, its metrics source's measurement of the nodes, GPUs and jobs that state lists, joined
-into one ``gpuobs.snapshot/v1`` document (:func:`diagnosis.edge.assemble.snapshot_document`).
+state and events, its metrics source's measurement of the nodes, GPUs and jobs that state lists,
+joined into one ``gpuobs.snapshot/v1`` document (:func:`diagnosis.edge.assemble.snapshot_document`).
 
 Every scheduler (the simulator too) is read through its adapter; every source is given what to
 measure (:class:`~diagnosis.edge.sources.MetricsRequest`) and never reads the scheduler.

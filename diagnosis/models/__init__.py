@@ -1,7 +1,6 @@
 """What gpuobs keeps: inventory, snapshots, findings and their history, recommendations and their
 audit trail, incidents, rollups (docs/architecture.md#layers, "Django around it"). One module per
-topic;
-every model is importable from ``diagnosis.models``, as Django expects.
+topic; every model is importable from ``diagnosis.models``, as Django expects.
 
 Only the named functions in :mod:`diagnosis.actions` write these models; views, the API and
 tasks read them or call an action.

@@ -1,7 +1,6 @@
 """What gpuobs sends out (docs/architecture.md#one-cycle, step 5 "notify"): the delivery state of
-each
-outbound channel of a cluster, the owner-notice policy of a cluster, and the log of notices sent
-to job owners (at most one per job, rule and day).
+each outbound channel of a cluster, the owner-notice policy of a cluster, and the log of notices
+sent to job owners (at most one per job, rule and day).
 """
 
 from __future__ import annotations

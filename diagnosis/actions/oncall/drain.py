@@ -1,8 +1,7 @@
 """On-call's one button (issue #16): drain an incident's node now, the jobs to evict computed
 when on-call is shown them and again when they confirm; one on-call approval suffices
 (docs/recommendations.md#workflow). And which drains evicted a job, for its page: from the
-scheduler's stored eviction and
-preemption events matched to the drain
+scheduler's stored eviction and preemption events matched to the drain
 (:func:`diagnosis.actions.records.events.drain_evictions`)."""
 
 from __future__ import annotations
@@ -100,9 +99,9 @@ def drain_for_incident(
     the confirmation showed) differ, :class:`DrainChanged` carries the fresh list and nothing is
     done. Otherwise the node's open ``drain-node`` recommendation (or a new one) gets the fresh
     impact, is approved by ``user`` (one on-call approval suffices,
-    docs/recommendations.md#workflow; an SRE's needs a
-    second person as always) and applied -- a dry run on a cluster whose writes are off. The
-    incident becomes ``mitigating`` and remembers the drain and the jobs it evicts."""
+    docs/recommendations.md#workflow; an SRE's needs a second person as always) and applied -- a dry
+    run on a cluster whose writes are off. The incident becomes ``mitigating`` and remembers the
+    drain and the jobs it evicts."""
 
     if not roles.can_apply(user, RecommendationKind.DRAIN_NODE):
         raise WorkflowDenied("draining a node needs the oncall role (or sre)")

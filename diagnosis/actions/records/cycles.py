@@ -314,9 +314,8 @@ def record_recommendation_step(
     cycle: ClusterCycle,
 ) -> None:
     """docs/architecture.md#one-cycle, step 4: propose, verify and expire recommendations from the
-    cycle's
-    diagnosis (:func:`diagnosis.workflow.record_recommendations`), and keep what it did and how
-    long it took on the cycle. A failure here is recorded on the cycle and never fails it."""
+    cycle's diagnosis (:func:`diagnosis.workflow.record_recommendations`), and keep what it did and
+    how long it took on the cycle. A failure here is recorded on the cycle and never fails it."""
 
     started = time.perf_counter()
     try:

@@ -247,9 +247,8 @@ def request_apply(rec: Recommendation, user: AbstractBaseUser | None) -> Recomme
 def request_rollback(rec: Recommendation, user: AbstractBaseUser) -> Recommendation:
     """Ask to undo an applied change: a new recommendation back to the value before, requested
     by the person asking. A rollback is a change like any other (docs/recommendations.md#workflow):
-    someone else
-    approves it, then it is applied -- putting a drained node back in service included. Only a
-    cluster's ``auto_rollback`` (gpuobs itself, verification.py) skips the second person.
+    someone else approves it, then it is applied -- putting a drained node back in service included.
+    Only a cluster's ``auto_rollback`` (gpuobs itself, verification.py) skips the second person.
     Returns the rollback."""
     if not roles.can_apply(user, rec.kind):
         raise WorkflowDenied("rolling back needs the sre role (or oncall, for a drain)")

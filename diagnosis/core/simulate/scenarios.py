@@ -312,8 +312,8 @@ SEED_QUEUES = (
 
 def seed_scenario(seed: int = 0, *, hours: float = 7 * 24) -> Scenario:
     """The demo cluster (docs/architecture.md#command-line): 128 nodes x 8 A100-SXM4-80GB in pool
-    ``a100``
-    under ``spread``, with the faults listed in ``notes`` (rule -> when and where it fires).
+    ``a100`` under ``spread``, with the faults listed in ``notes`` (rule -> when and where it
+    fires).
 
     Workload: job ``pretrain-a`` (64 pods x 8 GPUs, gang, TP 8, 7 days); ``hpo-000``..``hpo-099``
     (8 GPUs, about an hour each, submitted over the first half hour); ``serve-c`` (2 x 8 GPUs,

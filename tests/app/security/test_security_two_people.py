@@ -1,6 +1,6 @@
 """Issue #12, defect 4: two people for every write (docs/recommendations.md#workflow). An admin
-cannot approve their
-own request; a rollback is requested by one person and approved by another -- putting a drained
+cannot approve their own request; a rollback is requested by one person and approved by another --
+putting a drained
 node back into service included; only an on-call drain is one person's."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The cycle's recommend step (docs/architecture.md#one-cycle, step 4): proposals from the
-diagnosis, one
-open recommendation per target (kept without a new replay, or superseded), proposals that
+diagnosis, one open recommendation per target (kept without a new replay, or superseded), proposals
+that
 expire, lapsed approvals, and the verification of applied changes with its rollback."""
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """The Prometheus metrics source (docs/architecture.md#one-cycle and docs/integrations.md):
-dcgm-exporter metrics read from
-Prometheus or a compatible server (Thanos, Mimir, VictoriaMetrics).
+dcgm-exporter metrics read from Prometheus or a compatible server (Thanos, Mimir, VictoriaMetrics).
 
 One collection sends a fixed set of server-side aggregated instant queries over the window, one
 per metric family (at most three fallbacks when the answers leave GPUs out), plus at most one
