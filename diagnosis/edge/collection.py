@@ -3,18 +3,23 @@ state and events, its metrics source's measurement of the nodes, GPUs and jobs t
 joined into one ``gpuobs.snapshot/v1`` document (:func:`diagnosis.edge.assemble.snapshot_document`).
 
 Every scheduler (the simulator too) is read through its adapter; every source is given what to
-measure (:class:`~diagnosis.edge.sources.MetricsRequest`) and never reads the scheduler.
+measure (:class:`~diagnosis.edge.sources.MetricsRequest`) and never reads the scheduler. What the
+adapter declares of its scheduler (its :class:`~diagnosis.edge.schedulers.base.Capabilities`) is
+written into the snapshot's ``scheduler`` block here, for every adapter alike
+(:func:`scheduler_block`): ``gang_advice``, the admission setting that stops partial gangs
+(docs/snapshot.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from diagnosis.core.vocabulary import format_time, parse_time
 from diagnosis.edge.assemble import snapshot_document
 from diagnosis.edge.errors import CollectError, SchedulerError
-from diagnosis.edge.schedulers.base import JobUsage, OwnClock
+from diagnosis.edge.schedulers.base import Capabilities, JobUsage, OwnClock
 from diagnosis.edge.schedulers.registry import adapter_for
 from diagnosis.edge.sources import ClusterLike, MetricsRequest, ShardRunner
 from diagnosis.edge.sources.registry import source_spec
@@ -78,7 +83,7 @@ def collect_snapshot(
     return snapshot_document(
         cluster.name,
         as_of=as_of,
-        scheduler=state.scheduler,
+        scheduler=scheduler_block(state.scheduler, adapter.capabilities),
         nodes=state.nodes,
         queues=state.queues,
         jobs=state.jobs,
@@ -91,3 +96,13 @@ def collect_snapshot(
             "commands": list(getattr(log, "commands", []) or []),
         },
     )
+
+
+def scheduler_block(scheduler: Mapping[str, Any], capabilities: Capabilities) -> dict[str, Any]:
+    """The snapshot's ``scheduler`` block: the adapter's, with the ``gang_advice`` the adapter
+    declares (unless the block carries its own; none where it declares none)."""
+    block = dict(scheduler)
+    advice = capabilities.gang_advice
+    if advice is not None and "gang_advice" not in block:
+        block["gang_advice"] = advice.as_snapshot()
+    return block

@@ -1,14 +1,16 @@
 """The ``gang-release`` generator (diagnosis/core/recommend/builtin/gang_release.py): which member
 of a deadlock is released and why, a partial gang's own release, and the admission setting
-advised per scheduler."""
+advised per scheduler: the one its adapter declares (``Capabilities.gang_advice``), which the
+collection writes into the snapshot's ``scheduler.gang_advice``; a generic one without it."""
 
 from __future__ import annotations
 
 import pytest
 
 from diagnosis.core.recommend.base import RecommendSettings
-from diagnosis.core.recommend.builtin.gang_release import POLICY, choose
+from diagnosis.core.recommend.builtin.gang_release import GENERIC_POLICY, choose
 from diagnosis.core.recommend.engine import recommend
+from diagnosis.edge.schedulers.registry import capabilities_of
 from tests.support.builders import SnapshotBuilder
 
 NO_REPLAYS = RecommendSettings(simulate=False)
@@ -57,10 +59,21 @@ def test_a_tie_goes_to_the_least_progress_then_the_lowest_priority() -> None:
     assert by_priority["id"] == "y"
 
 
-def deadlocked(scheduler: str = "sim") -> SnapshotBuilder:
-    """Two 2 x 8-GPU gangs, each with one pod bound on one of two full-but-for-them nodes."""
+def declared_advice(scheduler: str) -> str:
+    """The admission setting the scheduler's adapter declares."""
+    advice = capabilities_of(scheduler).gang_advice
+    assert advice is not None, f"{scheduler} declares no gang advice"
+    return advice.setting
+
+
+def deadlocked(scheduler: str = "sim", *, advice: bool = True) -> SnapshotBuilder:
+    """Two 2 x 8-GPU gangs, each with one pod bound on one of two full-but-for-them nodes; the
+    scheduler block carries the advice the scheduler's adapter declares (as the snapshot's
+    collection writes it), unless ``advice`` is False (an older snapshot)."""
     builder = SnapshotBuilder().pool("a100", nodes=2)
     builder.doc["scheduler"]["kind"] = scheduler
+    if advice:
+        builder.doc["scheduler"]["gang_advice"] = {"setting": declared_advice(scheduler)}
     for i, name in enumerate(("gang-a", "gang-b")):
         builder.job(
             name,
@@ -89,7 +102,9 @@ def test_a_deadlock_gets_one_release_and_the_admission_advice() -> None:
     assert release.scheduler_change()["to"] == "requeued"
     assert release.impact["gpus_unblocked"] == 16
     assert not release.preselect
-    assert [p.advisory for p in policy] == [f"For the admin, to prevent it: {POLICY['sim']}"]
+    assert [p.advisory for p in policy] == [
+        f"For the admin, to prevent it: {declared_advice('sim')}"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -102,3 +117,12 @@ def test_the_advice_names_the_schedulers_own_setting(scheduler: str, words: str)
     (policy,) = [r for r in run.recommendations if r.kind == "advisory"]
 
     assert words in policy.advisory
+
+
+def test_a_snapshot_without_the_schedulers_advice_gets_the_generic_one() -> None:
+    run = recommend(deadlocked("kueue", advice=False).build(), settings=NO_REPLAYS)
+
+    (policy,) = [r for r in run.recommendations if r.kind == "advisory"]
+
+    assert policy.advisory == f"For the admin, to prevent it: {GENERIC_POLICY}"
+    assert policy.basis["scheduler"] == "kueue"

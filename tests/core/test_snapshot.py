@@ -117,6 +117,20 @@ def test_unknown_format_version():
     ]
 
 
+def test_the_schedulers_gang_advice_loads_and_a_malformed_one_names_its_path():
+    document = design_document()
+    document["scheduler"]["gang_advice"] = {"setting": "admit gangs whole"}
+    assert fmt.load(document).gang_advice() == "admit gangs whole"
+    assert fmt.load(design_document()).gang_advice() is None
+
+    document["scheduler"]["gang_advice"] = {"setting": ""}
+    assert errors_of(document) == [
+        "scheduler.gang_advice.setting: expected a non-empty string, got ''"
+    ]
+    document["scheduler"]["gang_advice"] = "admit gangs whole"
+    assert errors_of(document) == ["scheduler.gang_advice: expected an object, got a string"]
+
+
 def test_not_json_at_all():
     with pytest.raises(fmt.SnapshotError) as caught:
         fmt.load(b"{not json")

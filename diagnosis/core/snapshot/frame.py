@@ -117,6 +117,13 @@ class ClusterSnapshot:
         placement = self.scheduler.get("placement") or {}
         return placement.get(pool)
 
+    def gang_advice(self) -> str | None:
+        """The admission setting that keeps the scheduler from holding part of a gang, as its
+        adapter declares it (``scheduler.gang_advice.setting``); None when the snapshot has
+        none (an older one, or a scheduler that declares none)."""
+        advice = self.scheduler.get("gang_advice") or {}
+        return advice.get("setting") or None
+
 
 def parse_time(value: Any) -> pd.Timestamp | None:
     """An RFC 3339 timestamp with a zone designator (:func:`vocabulary.parse_time`), as a UTC

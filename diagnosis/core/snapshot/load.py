@@ -136,6 +136,11 @@ class _Loader:
             isinstance(placement, dict) and all(isinstance(v, str) for v in placement.values())
         ):
             self.check.error("scheduler.placement", "expected an object of pool -> policy name")
+        advice = scheduler.get("gang_advice")
+        if advice is not None:
+            advice = self.check.mapping(advice, "scheduler.gang_advice")
+            if advice is not None:
+                self.check.string(advice, "setting", "scheduler.gang_advice", required=True)
         return dict(scheduler)
 
     def _nodes(self, items: list[Any]):

@@ -35,6 +35,20 @@ class ChangeError(SchedulerError):
 
 
 @dataclass(frozen=True)
+class GangAdvice:
+    """How an admin keeps the scheduler from holding part of a gang: the exact admission
+    setting and where it goes, which the ``gang-release`` advisory quotes. It reaches the core
+    in the snapshot's ``scheduler.gang_advice`` (docs/snapshot.md), written by the collection
+    (:func:`diagnosis.edge.collection.scheduler_block`)."""
+
+    setting: str
+
+    def as_snapshot(self) -> dict[str, str]:
+        """``scheduler.gang_advice`` of a snapshot."""
+        return {"setting": self.setting}
+
+
+@dataclass(frozen=True)
 class Capabilities:
     read_state: bool = True
     read_events: bool = True
@@ -42,6 +56,8 @@ class Capabilities:
     dry_run: bool = True  # can check a change without making it
     # Its snapshots can carry a queue hierarchy (``scheduler.queue_parents``, ``cohorts``).
     queue_tree: bool = False
+    # The admission setting that stops partial gangs (None: the core's generic advice).
+    gang_advice: GangAdvice | None = None
 
 
 @dataclass(frozen=True)

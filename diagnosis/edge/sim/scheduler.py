@@ -37,6 +37,7 @@ from diagnosis.edge.schedulers.base import (
     ChangeError,
     ChangeResult,
     EventBatch,
+    GangAdvice,
     SchedulerState,
     parse_config,
     same_value,
@@ -56,10 +57,17 @@ from diagnosis.edge.sim.runtime import (
 GPU_FIELDS = ("node", "index", "uuid", "health")  # what a scheduler knows of a GPU
 
 
+# The simulator's own gang admission policy (the gang-release advisory).
+GANG_ADVICE = GangAdvice(
+    "Simulator: admit gangs all-or-nothing (`gang_admission: all-or-nothing`, the simulator's "
+    "policy; as Kueue `waitForPodsReady` with a timeout and requeue)."
+)
+
+
 class SimScheduler:
     id: ClassVar[str] = "sim"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        change_kinds=frozenset(TARGET_KINDS), dry_run=True
+        change_kinds=frozenset(TARGET_KINDS), dry_run=True, gang_advice=GANG_ADVICE
     )
 
     def __init__(self, config: Mapping[str, Any] | None, *, cluster: str = "") -> None:

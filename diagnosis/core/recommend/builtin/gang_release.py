@@ -13,8 +13,9 @@ its score, so the choice can be checked.
 The impact is a static account (``gpus_released``, ``gpus_unblocked`` and the GPU-hours the
 deadlock has cost so far); nothing is replayed. Besides, one advisory per pool (target
 ``pool:<p>``) gives the exact admission setting for the cluster's scheduler that prevents the
-partial hold (Kueue ``waitForPodsReady``, Volcano's ``gang`` plugin, KAI's PodGroup
-``minMember``, Slurm's whole-job allocation).
+partial hold: the one the snapshot's ``scheduler.gang_advice`` carries (each scheduler adapter
+declares its own: Kueue ``waitForPodsReady``, Volcano's ``gang`` plugin, KAI's PodGroup
+``minMember``, Slurm's whole-job allocation), else a generic one (:data:`GENERIC_POLICY`).
 
 Pure core: no Django.
 """
@@ -37,39 +38,10 @@ from diagnosis.core.rules.base import Finding
 
 CHANGE = {"from": "partial", "to": "requeued"}
 
-# The admission setting that stops partial gangs, per scheduler kind (the snapshot's
-# ``scheduler.kind``): exact keys and where they go.
-POLICY: Mapping[str, str] = {
-    "kueue": (
-        "Kueue: turn on all-or-nothing admission with requeueing in the Kueue manager's "
-        "Configuration (ConfigMap `kueue-manager-config`, then restart the controller): "
-        "`waitForPodsReady: {enable: true, timeout: 5m, blockAdmission: true, "
-        "requeuingStrategy: {timestamp: Eviction, backoffBaseSeconds: 60, backoffLimitCount: 5}}`"
-        " -- a workload whose pods are not all ready within the timeout is evicted and requeued."
-    ),
-    "volcano": (
-        "Volcano: keep the `gang` plugin in the scheduler ConfigMap (`volcano-scheduler-configmap`"
-        ", `tiers: [{plugins: [{name: priority}, {name: gang, enablePreemptable: false}, ...]}]`)"
-        " and set each PodGroup's `spec.minMember` to the job's pod count; in the Volcano Job, "
-        "`spec.minAvailable` = replicas and a `policies: [{event: PodEvicted, action: "
-        "RestartJob}]` so a partial job restarts whole."
-    ),
-    "kai": (
-        "KAI: submit gangs with a PodGroup whose `spec.minMember` is the job's pod count (the "
-        "`kai.scheduler/pod-group` annotation or the PodGrouper), so the scheduler binds all or "
-        "none of them."
-    ),
-    "slurm": (
-        "Slurm: submit the gang as one job (`sbatch --nodes=N --gpus-per-node=G` with `srun` for "
-        "the ranks, or a heterogeneous job `sbatch ... : ...`), not as separate jobs per rank: "
-        "Slurm allocates one job whole, so it never holds part of a gang."
-    ),
-    "sim": (
-        "Simulator: admit gangs all-or-nothing (`gang_admission: all-or-nothing`, the simulator's "
-        "policy; as Kueue `waitForPodsReady` with a timeout and requeue)."
-    ),
-}
-DEFAULT_POLICY = (
+# The admission setting that stops partial gangs when the snapshot does not say the scheduler's
+# own (``scheduler.gang_advice``, which each adapter declares): an older snapshot, a scheduler
+# that declares none.
+GENERIC_POLICY = (
     "Admit gangs all-or-nothing (Kueue `waitForPodsReady: {enable: true, timeout: 5m, "
     "requeuingStrategy: {timestamp: Eviction}}`; Volcano `gang` plugin with PodGroup "
     "`minMember`; Slurm allocates jobs whole) and set a gang timeout that releases a partial "
@@ -227,7 +199,7 @@ def _release_partial(context: RecommendContext, finding: Finding) -> Draft:
 
 def _policy(context: RecommendContext, target: str, findings: list[Finding]) -> Draft:
     kind = str(context.snapshot.scheduler.get("kind") or "")
-    setting = POLICY.get(kind, DEFAULT_POLICY)
+    setting = context.snapshot.gang_advice() or GENERIC_POLICY
     held = sum(int(f.evidence.get("gpus_held") or 0) for f in findings)
     return Draft(
         kind=ADVISORY,

@@ -13,10 +13,16 @@ its differences only.
 - :func:`patch_cluster_object`: a merge patch of a cluster-scoped custom object, guarded by the
   object's resourceVersion and the value the change expects (:func:`check_unchanged`), a 409
   a conflict (:func:`write_error`), ``dryRun=All`` for a dry run.
+
+An adapter imports this one module (``from diagnosis.edge.schedulers.kubernetes import base as
+kube``): besides its own names it carries, in :data:`__all__`, the scheduler contract's types
+(:mod:`diagnosis.edge.schedulers.base`) and the object helpers of
+:mod:`~diagnosis.edge.schedulers.kubernetes.client` the adapters use.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -29,6 +35,7 @@ from diagnosis.edge.schedulers.base import (
     Capabilities,
     ChangeResult,
     EventBatch,
+    GangAdvice,
     SchedulerError,
     SchedulerState,
 )
@@ -41,17 +48,71 @@ from diagnosis.edge.schedulers.kubernetes.client import (
     KubeSettings,
     Resource,
     annotations,
+    condition,
+    condition_true,
     config_key,
+    custom_resource,
+    kube_config,
     labels,
     meta,
+    namespaced_name,
+    quantity,
     scheduler_error,
     served_versions,
     sync_all,
     transport_errors_as_scheduler_errors,
 )
 
+__all__ = [
+    "KUBE_CHANGES",
+    "PODS",
+    "Capabilities",
+    "ChangeResult",
+    "ClusterObject",
+    "EventBatch",
+    "GangAdvice",
+    "GpuLayout",
+    "KubeAdapter",
+    "KubeRead",
+    "KubeSettings",
+    "PodGroupAdapter",
+    "Resource",
+    "SchedulerError",
+    "SchedulerState",
+    "check_unchanged",
+    "condition",
+    "condition_true",
+    "custom_resource",
+    "guarded",
+    "kube_capabilities",
+    "kube_config",
+    "labels",
+    "meta",
+    "namespaced_name",
+    "patch_cluster_object",
+    "pod_job_lookup",
+    "quantity",
+    "queue_table",
+    "scheduler_error",
+    "waiting_event",
+    "with_events",
+    "with_queue_parents",
+    "write_error",
+]
+
 # The changes every Kubernetes adapter takes (a queue's weight, a node drain, a gang release).
 KUBE_CHANGES = frozenset({"queue-weight", "drain-node", "gang-release"})
+
+
+def kube_capabilities(gang_advice: str, *, changes: Iterable[str] = ()) -> Capabilities:
+    """A Kubernetes adapter's capabilities: :data:`KUBE_CHANGES` and its own ``changes``, a queue
+    tree (``scheduler.queue_parents``, ``cohorts``) and its ``gang_advice``."""
+    return Capabilities(
+        change_kinds=KUBE_CHANGES | frozenset(changes),
+        queue_tree=True,
+        gang_advice=GangAdvice(gang_advice),
+    )
+
 
 # -- reading -------------------------------------------------------------------------------------
 
@@ -182,6 +243,25 @@ def pod_job_lookup(
     return job_of
 
 
+def waiting_event(
+    obj: Mapping[str, Any], *, time: str, reason: str, message: str, key: Sequence[Any]
+) -> dict[str, Any]:
+    """A waiting job's scheduling condition (``obj``: its PodGroup, its Workload) as a
+    ``failed_scheduling`` event; its dedup key is ``key``'s first part (the scheduler), the
+    object's uid (else its name) and the rest of ``key``, so the condition is stored once."""
+    uid = meta(obj).get("uid") or namespaced_name(obj)
+    scheduler, *rest = key
+    return {
+        "time": time,
+        "kind": "failed_scheduling",
+        "job": namespaced_name(obj),
+        "node": None,
+        "reason": reason,
+        "message": message,
+        "dedup_key": ":".join(str(part) for part in (scheduler, uid, *rest)),
+    }
+
+
 # -- the state's common part ---------------------------------------------------------------------
 
 
@@ -214,6 +294,20 @@ class GpuLayout:
         indexes = objects.assign_gpu_indexes(gpu_pods, node_gpus, view)
         pools = {row["name"]: row["pool"] for row in node_rows}
         return cls(view, gpu_pods, node_rows, pools, indexes)
+
+    def pods_by_group(
+        self, annotation: str, *, ungrouped: bool = False
+    ) -> dict[str, list[objects.GpuPod]]:
+        """The GPU pods by the group their ``annotation`` names (``namespace/group``); with
+        ``ungrouped``, a pod without one under its own key (``namespace/name``)."""
+        by_group: dict[str, list[objects.GpuPod]] = defaultdict(list)
+        for pod in self.gpu_pods:
+            group = pod.annotations.get(annotation)
+            if group:
+                by_group[f"{pod.namespace}/{group}"].append(pod)
+            elif ungrouped:
+                by_group[pod.key].append(pod)
+        return by_group
 
     def native_gangs(
         self,
@@ -257,9 +351,15 @@ def queue_table(
     return rows, {row["name"]: row["tenant"] for row in rows}
 
 
-def queue_parents(rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """``scheduler.queue_parents``: each queue with a parent, by name."""
-    return {row["name"]: row["parent"] for row in rows if row.get("parent")}
+def with_queue_parents(
+    scheduler: dict[str, Any], rows: Iterable[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The scheduler block with ``queue_parents``: each queue (row) with a parent, by name; the
+    block as it was when no queue has one."""
+    parents = {row["name"]: row["parent"] for row in rows if row.get("parent")}
+    if parents:
+        scheduler["queue_parents"] = parents
+    return scheduler
 
 
 # -- writing -------------------------------------------------------------------------------------

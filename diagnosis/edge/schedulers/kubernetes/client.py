@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
+from decimal import Decimal
 from typing import Any
 
 from kubernetes import client as k8s
@@ -35,6 +36,7 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+from kubernetes.utils.quantity import parse_quantity
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import ReadTimeoutError
 
@@ -486,6 +488,16 @@ def sync_all(
 
 
 # -- small readers of API objects ----------------------------------------------------------------
+
+
+def quantity(value: Any) -> Decimal | None:
+    """A resource quantity ("8", 8, "500m", "1k") as a Decimal; None when absent or invalid."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return parse_quantity(value)
+    except (ValueError, TypeError, ArithmeticError):
+        return None
 
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:

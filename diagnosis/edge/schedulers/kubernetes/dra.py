@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
+from diagnosis.edge.schedulers.kubernetes.client import quantity
 
 DRIVER = "gpu.nvidia.com"
 # NVIDIA's DRA driver installs these DeviceClasses; any class whose CEL selector names the
@@ -50,15 +50,6 @@ _MINOR = re.compile(r"^gpu-(\d+)")
 _SLICES = re.compile(r"^(\d+)g\.")
 # gpu-<minor>-mig-<profile>-<profile id>-<placement start> (the driver's canonical MIG name)
 _MIG_PLACEMENT = re.compile(r"^gpu-\d+-mig-.+-\d+-(\d+)$")
-
-
-def _quantity(value: Any) -> Decimal | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return parse_quantity(value)
-    except (ValueError, TypeError, ArithmeticError):
-        return None
 
 
 def count(value: Any, default: int = 0) -> int:
@@ -219,7 +210,7 @@ def devices(slices: Iterable[Mapping[str, Any]]) -> list[Device]:
             capacity = {
                 str(k): q
                 for k, v in (device.get("capacity") or {}).items()
-                if (q := _quantity((v or {}).get("value"))) is not None
+                if (q := quantity((v or {}).get("value"))) is not None
             }
             found.append(
                 Device(
@@ -297,7 +288,7 @@ def _share(result: Mapping[str, Any], device: Device | None) -> float | None:
     shares = []
     for name, value in consumed.items():
         total = device.capacity.get(str(name))
-        amount = _quantity(value)
+        amount = quantity(value)
         if total and amount is not None and total > 0:
             shares.append(float(amount / total))
     return min(max(shares), 1.0) if shares else None

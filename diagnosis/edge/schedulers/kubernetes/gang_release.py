@@ -31,12 +31,9 @@ from diagnosis.edge.schedulers.kubernetes.client import KubeSettings, meta, sche
 from diagnosis.edge.schedulers.kubernetes.objects import (
     compact_json,
     dry_run_args,
-    evict_pod,
     evictable,
 )
 from diagnosis.edge.schedulers.targets import target_name
-
-HTTP_CONFLICT = 409
 
 
 def namespaced(target: str, what: str) -> tuple[str, str]:
@@ -134,20 +131,15 @@ def release_podgroup(
     ]
     before = podgroup_state(podgroup, pods)
     check_from(change, before, f"PodGroup {job_id}")
-    lines, evicted, blocked = [], [], []
-    for pod in sorted(pods, key=lambda p: meta(p).get("name")):
-        pod_name = meta(pod).get("name")
-        if evict_pod(core, namespace, pod_name, lines, timeout=timeout, dry_run=dry_run):
-            evicted.append(pod_name)
-        else:
-            blocked.append(pod_name)
-    verb = "would evict" if dry_run else "evicted"
-    message = (
-        f"PodGroup {job_id} ({before}): {verb} {len(evicted)} pod(s); its controller "
-        "recreates them and the scheduler admits the group again, whole"
+    lines: list[str] = []
+    names = sorted(meta(p).get("name") for p in pods)
+    evictions = objects.evict_pods(
+        core, ((namespace, n, n) for n in names), lines, timeout=timeout, dry_run=dry_run
     )
-    if blocked:
-        message += f"; {len(blocked)} blocked by a PodDisruptionBudget: {', '.join(blocked)}"
+    message = (
+        f"PodGroup {job_id} ({before}): {evictions.counted(dry_run)}; its controller "
+        "recreates them and the scheduler admits the group again, whole" + evictions.blocked_note()
+    )
     return ChangeResult(
         applied=not dry_run,
         dry_run=dry_run,
@@ -215,12 +207,12 @@ def deactivate_workload(
             **dry_run_args(dry_run),
         )
     except ApiException as exc:
-        if exc.status == HTTP_CONFLICT:
-            raise SchedulerError(
-                f"Workload {job_id} changed while releasing it (409 Conflict); try again",
-                conflict=True,
-            ) from exc
-        raise scheduler_error(exc, f"deactivating Workload {job_id}") from exc
+        raise objects.write_failed(
+            exc,
+            f"Workload {job_id}",
+            doing="releasing",
+            failed=f"deactivating Workload {job_id}",
+        ) from exc
     return ChangeResult(
         applied=not dry_run,
         dry_run=dry_run,

@@ -21,100 +21,78 @@ Writes (:meth:`KaiAdapter.apply`), each a merge patch guarded by the Queue's res
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from diagnosis.edge.config import Setting
-from diagnosis.edge.schedulers.base import (
-    Capabilities,
-    ChangeResult,
-    EventBatch,
-    SchedulerError,
-    SchedulerState,
-)
+from diagnosis.edge.schedulers.kubernetes import base as kube
 from diagnosis.edge.schedulers.kubernetes import dra, gang_release, objects
-from diagnosis.edge.schedulers.kubernetes.base import (
-    KUBE_CHANGES,
-    ClusterObject,
-    GpuLayout,
-    KubeRead,
-    PodGroupAdapter,
-    guarded,
-    patch_cluster_object,
-    pod_job_lookup,
-    queue_parents,
-    queue_table,
-    with_events,
-)
-from diagnosis.edge.schedulers.kubernetes.client import (
-    PODS,
-    KubeSettings,
-    Resource,
-    custom_resource,
-    kube_config,
-    labels,
-    meta,
-    namespaced_name,
-)
 from diagnosis.edge.schedulers.targets import target_name
 
 GROUP = "scheduling.run.ai"
 QUEUE_VERSION, PODGROUP_VERSION = "v2", "v2alpha2"
-QUEUES = custom_resource(GROUP, QUEUE_VERSION, "queues")
-PODGROUPS = custom_resource(GROUP, PODGROUP_VERSION, "podgroups")
+QUEUES = kube.custom_resource(GROUP, QUEUE_VERSION, "queues")
+PODGROUPS = kube.custom_resource(GROUP, PODGROUP_VERSION, "podgroups")
 GROUP_ANNOTATION = "pod-group-name"
 PODGROUP_KIND = gang_release.PodGroupKind(GROUP, PODGROUP_VERSION, GROUP_ANNOTATION)
 QUEUE_LABEL = "kai.scheduler/queue"
 FIELDS = {"overQuotaWeight": "weight", "quota": "quota", "limit": "limit"}
 
+# The admission setting that keeps KAI from holding part of a gang (the gang-release advisory).
+GANG_ADVICE = (
+    "KAI: submit gangs with a PodGroup whose `spec.minMember` is the job's pod count (the "
+    "`kai.scheduler/pod-group` annotation or the PodGrouper), so the scheduler binds all or "
+    "none of them."
+)
+
+
 # A KAI cluster's ``scheduler_config``: the Kubernetes settings only.
-CONFIG = kube_config(Setting("queue_label", str, QUEUE_LABEL, "pod label naming its queue"))
+CONFIG = kube.kube_config(Setting("queue_label", str, QUEUE_LABEL, "pod label naming its queue"))
 
 
-class KaiAdapter(PodGroupAdapter):
+class KaiAdapter(kube.PodGroupAdapter):
     id = "kai"
-    capabilities = Capabilities(change_kinds=KUBE_CHANGES, queue_tree=True)
+    capabilities = kube.kube_capabilities(GANG_ADVICE)
     config = CONFIG
     podgroup_kind = PODGROUP_KIND
 
     def configure(self, own: Mapping[str, Any]) -> None:
         self.queue_label = own["queue_label"]
 
-    def own_resources(self, served: Mapping[str, tuple[str, ...]]) -> Sequence[Resource]:
+    def own_resources(self, served: Mapping[str, tuple[str, ...]]) -> Sequence[kube.Resource]:
         if QUEUE_VERSION not in served.get(GROUP, ()):
-            raise SchedulerError(
+            raise kube.SchedulerError(
                 f"the API server does not serve {GROUP}/{QUEUE_VERSION}: is the KAI scheduler "
                 "installed?",
                 permanent=True,
             )
         return (PODGROUPS, QUEUES)
 
-    def state_of(self, read: KubeRead) -> SchedulerState:
+    def state_of(self, read: kube.KubeRead) -> kube.SchedulerState:
         return build_state(read, self.settings, queue_label=self.queue_label)
 
-    def read_events(self, cursor: str | None) -> EventBatch:
+    def read_events(self, cursor: str | None) -> kube.EventBatch:
         """Events since ``cursor``, plus each waiting PodGroup's newest scheduling condition as
         a ``failed_scheduling`` event (stored once: its dedup key holds the condition's time)."""
-        pods, podgroups = self._mirror(PODS), self._mirror(PODGROUPS)
+        pods, podgroups = self._mirror(kube.PODS), self._mirror(PODGROUPS)
         batch = objects.read_events(
             self.api,
             self.settings,
             self.key,
             cursor,
             [pods, podgroups],
-            lambda: pod_job_lookup(pods.items.values(), GROUP_ANNOTATION),
+            lambda: kube.pod_job_lookup(pods.items.values(), GROUP_ANNOTATION),
         )
         waiting = (scheduling_event(g) for g in podgroups.items.values())
-        return with_events(batch, (e for e in waiting if e is not None))
+        return kube.with_events(batch, (e for e in waiting if e is not None))
 
-    def apply_own(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult | None:
+    def apply_own(self, change: Mapping[str, Any], *, dry_run: bool) -> kube.ChangeResult | None:
         if change.get("kind") != "queue-weight":
             return None
         name = target_name(change)
         field = str(change.get("field") or "overQuotaWeight")
         if field not in FIELDS:
-            raise SchedulerError(
+            raise kube.SchedulerError(
                 f"queue-weight: kai sets {', '.join(FIELDS)} of a queue's GPUs, not {field!r}",
                 permanent=True,
             )
@@ -124,11 +102,11 @@ class KaiAdapter(PodGroupAdapter):
             gpu = ((queue.get("spec") or {}).get("resources") or {}).get("gpu") or {}
             return gpu.get(field, 1 if field == "overQuotaWeight" else None)
 
-        return patch_cluster_object(
+        return kube.patch_cluster_object(
             self.api,
             self.settings,
             change,
-            ClusterObject(GROUP, QUEUE_VERSION, "queues", name, f"KAI queue {name}"),
+            kube.ClusterObject(GROUP, QUEUE_VERSION, "queues", name, f"KAI queue {name}"),
             before_of=before_of,
             patch_of=lambda queue: queue_patch(queue, field, value),
             after=value,
@@ -140,36 +118,38 @@ class KaiAdapter(PodGroupAdapter):
 def queue_value(field: str, value: Any) -> int | float:
     """A GPU quota, limit (``-1``: unlimited) or over-quota weight (> 0) to write."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SchedulerError(f"queue-weight: 'to' must be a number, got {value!r}", permanent=True)
+        raise kube.SchedulerError(
+            f"queue-weight: 'to' must be a number, got {value!r}", permanent=True
+        )
     if field == "overQuotaWeight" and not value > 0:
-        raise SchedulerError(
+        raise kube.SchedulerError(
             f"queue-weight: an over-quota weight must be > 0, got {value!r}", permanent=True
         )
     if field != "overQuotaWeight" and value < 0 and value != -1:
-        raise SchedulerError(
+        raise kube.SchedulerError(
             f"queue-weight: a GPU {field} is >= 0 or -1 (unlimited), got {value!r}",
             permanent=True,
         )
     if abs(value) > 1_000_000:
-        raise SchedulerError(f"queue-weight: {value} is implausibly large", permanent=True)
+        raise kube.SchedulerError(f"queue-weight: {value} is implausibly large", permanent=True)
     return int(value) if value == int(value) else float(value)
 
 
 def queue_patch(queue: Mapping[str, Any], field: str, value: int | float) -> dict[str, Any]:
     """The merge patch of one GPU field of a KAI Queue, guarded by its resourceVersion."""
-    return guarded(queue, {"resources": {"gpu": {field: value}}})
+    return kube.guarded(queue, {"resources": {"gpu": {field: value}}})
 
 
 # -- state ---------------------------------------------------------------------------------------
 
 
-def queue_row(queue: Mapping[str, Any], settings: KubeSettings) -> dict[str, Any]:
+def queue_row(queue: Mapping[str, Any], settings: kube.KubeSettings) -> dict[str, Any]:
     spec = queue.get("spec") or {}
     gpu = (spec.get("resources") or {}).get("gpu") or {}
-    name = meta(queue).get("name")
+    name = kube.meta(queue).get("name")
     row: dict[str, Any] = {
         "name": name,
-        "tenant": labels(queue).get(settings.tenant_label) or name,
+        "tenant": kube.labels(queue).get(settings.tenant_label) or name,
         "weight": gpu.get("overQuotaWeight", 1),
     }
     quota, limit = gpu.get("quota"), gpu.get("limit")
@@ -213,36 +193,31 @@ def scheduling_event(podgroup: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     reasons = [r for r in newest.get("reasons") or () if r.get("reason")]
     reason = str((reasons[0] if reasons else newest).get("reason") or newest.get("type") or "")
-    uid = meta(podgroup).get("uid") or namespaced_name(podgroup)
-    return {
-        "time": moment,
-        "kind": "failed_scheduling",
-        "job": namespaced_name(podgroup),
-        "node": None,
-        "reason": reason or "Unschedulable",
-        "message": pending_reason(podgroup) or "",
-        "dedup_key": f"kai:{uid}:{newest.get('transitionID') or ''}:{reason}:{moment}",
-    }
+    return kube.waiting_event(
+        podgroup,
+        time=moment,
+        reason=reason or "Unschedulable",
+        message=pending_reason(podgroup) or "",
+        key=("kai", newest.get("transitionID") or "", reason, moment),
+    )
 
 
 def build_state(
-    read: KubeRead, settings: KubeSettings, *, queue_label: str = QUEUE_LABEL
-) -> SchedulerState:
+    read: kube.KubeRead, settings: kube.KubeSettings, *, queue_label: str = QUEUE_LABEL
+) -> kube.SchedulerState:
     """The snapshot's nodes, queues and jobs from KAI's objects (its PodGroups and Queues,
     :meth:`KaiAdapter.own_resources`) (pure)."""
     podgroups, queues = read.own
-    layout = GpuLayout.of(read.nodes, read.pods, settings, read.view)
+    layout = kube.GpuLayout.of(read.nodes, read.pods, settings, read.view)
     indexes, pools = layout.indexes, layout.pools
-    rows, tenants = queue_table(queues, settings, queue_row)
-    by_group: dict[str, list[objects.GpuPod]] = defaultdict(list)
-    for pod in layout.gpu_pods:
-        group = pod.annotations.get(GROUP_ANNOTATION)
-        if group:
-            by_group[f"{pod.namespace}/{group}"].append(pod)
+    rows, tenants = kube.queue_table(queues, settings, queue_row)
+    by_group = layout.pods_by_group(GROUP_ANNOTATION)
     jobs = []
     grouped: set[str] = set()
     for podgroup in podgroups:
-        job = podgroup_job(podgroup, by_group.get(namespaced_name(podgroup), []), indexes, pools)
+        job = podgroup_job(
+            podgroup, by_group.get(kube.namespaced_name(podgroup), []), indexes, pools
+        )
         if job is None:
             continue
         job["tenant"] = tenants.get(job["queue"], job["queue"])
@@ -266,11 +241,7 @@ def build_state(
             job["queue"] = pod.labels.get(queue_label) or job["queue"]
             job["tenant"] = tenants.get(job["queue"], pod.namespace)
             jobs.append(job)
-    scheduler: dict[str, Any] = {"kind": "kai"}
-    parents = queue_parents(rows)
-    if parents:
-        scheduler["queue_parents"] = parents
-    return layout.state(read.nodes, rows, jobs, scheduler)
+    return layout.state(read.nodes, rows, jobs, kube.with_queue_parents({"kind": "kai"}, rows))
 
 
 def podgroup_job(
@@ -299,13 +270,13 @@ def podgroup_job(
     queue = spec.get("queue") or "default-queue"
     size = max(min_member, len(live), bound)
     job: dict[str, Any] = {
-        "id": namespaced_name(podgroup),
-        "name": meta(podgroup).get("name"),
+        "id": kube.namespaced_name(podgroup),
+        "name": kube.meta(podgroup).get("name"),
         "queue": queue,
         "pool": gang.pool,
         "priority": gang.priority,
         "state": state,
-        "submitted": objects.rfc3339(meta(podgroup).get("creationTimestamp"))
+        "submitted": objects.rfc3339(kube.meta(podgroup).get("creationTimestamp"))
         or min((p.created for p in members if p.created), default=None),
         "started": gang.started if state != "pending" else None,
         "ended": gang.ended if state in ("completed", "failed") else None,

@@ -34,36 +34,8 @@ from typing import Any
 
 from diagnosis.core.numbers import whole_or_float
 from diagnosis.edge.config import Setting
-from diagnosis.edge.schedulers.base import (
-    Capabilities,
-    ChangeResult,
-    EventBatch,
-    SchedulerError,
-    SchedulerState,
-)
+from diagnosis.edge.schedulers.kubernetes import base as kube
 from diagnosis.edge.schedulers.kubernetes import gang_release, objects
-from diagnosis.edge.schedulers.kubernetes.base import (
-    KUBE_CHANGES,
-    ClusterObject,
-    GpuLayout,
-    KubeAdapter,
-    KubeRead,
-    guarded,
-    patch_cluster_object,
-    with_events,
-)
-from diagnosis.edge.schedulers.kubernetes.client import (
-    PODS,
-    KubeSettings,
-    Resource,
-    condition,
-    condition_true,
-    custom_resource,
-    kube_config,
-    labels,
-    meta,
-    namespaced_name,
-)
 from diagnosis.edge.schedulers.targets import target_name
 
 GROUP = "kueue.x-k8s.io"
@@ -85,8 +57,18 @@ def _flavor_pools(value: dict[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+# The admission setting that keeps Kueue from holding part of a gang (the gang-release advisory).
+GANG_ADVICE = (
+    "Kueue: turn on all-or-nothing admission with requeueing in the Kueue manager's "
+    "Configuration (ConfigMap `kueue-manager-config`, then restart the controller): "
+    "`waitForPodsReady: {enable: true, timeout: 5m, blockAdmission: true, "
+    "requeuingStrategy: {timestamp: Eviction, backoffBaseSeconds: 60, backoffLimitCount: 5}}`"
+    " -- a workload whose pods are not all ready within the timeout is evicted and requeued."
+)
+
+
 # A Kueue cluster's ``scheduler_config``: the Kubernetes settings and Kueue's own.
-CONFIG = kube_config(
+CONFIG = kube.kube_config(
     Setting(
         "api_version",
         str,
@@ -104,9 +86,9 @@ CONFIG = kube_config(
 )
 
 
-class KueueAdapter(KubeAdapter):
+class KueueAdapter(kube.KubeAdapter):
     id = "kueue"
-    capabilities = Capabilities(change_kinds=KUBE_CHANGES, queue_tree=True)
+    capabilities = kube.kube_capabilities(GANG_ADVICE)
     config = CONFIG
 
     def configure(self, own: Mapping[str, Any]) -> None:
@@ -127,7 +109,7 @@ class KueueAdapter(KubeAdapter):
         served = self.served().get(GROUP, ())
         if self.configured_version != AUTO:
             if served and self.configured_version not in served:
-                raise SchedulerError(
+                raise kube.SchedulerError(
                     f"scheduler_config.api_version: the cluster serves {GROUP} "
                     f"{', '.join(served)}, not {self.configured_version}",
                     permanent=True,
@@ -136,25 +118,25 @@ class KueueAdapter(KubeAdapter):
         for version in ("v1beta2", "v1beta1"):
             if version in served:
                 return version
-        raise SchedulerError(
+        raise kube.SchedulerError(
             f"the API server does not serve {GROUP} (v1beta2 or v1beta1): is Kueue installed?",
             permanent=True,
         )
 
     def _resource(self, plural: str):
-        return custom_resource(GROUP, self.version, plural)
+        return kube.custom_resource(GROUP, self.version, plural)
 
-    def own_resources(self, served: Mapping[str, tuple[str, ...]]) -> Sequence[Resource]:
+    def own_resources(self, served: Mapping[str, tuple[str, ...]]) -> Sequence[kube.Resource]:
         return [self._resource(p) for p in ("workloads", "clusterqueues", "localqueues", "cohorts")]
 
-    def state_of(self, read: KubeRead) -> SchedulerState:
+    def state_of(self, read: kube.KubeRead) -> kube.SchedulerState:
         return build_state(read, self.settings, self.flavor_pools)
 
-    def read_events(self, cursor: str | None) -> EventBatch:
+    def read_events(self, cursor: str | None) -> kube.EventBatch:
         """Events since ``cursor`` (the Events' resourceVersion); None lists the current ones.
         Each waiting workload's ``QuotaReserved`` reason is an event too (its dedup key holds
         the reason and the condition's time, so it is stored once)."""
-        pods, workloads = self._mirror(PODS), self._mirror(self._resource("workloads"))
+        pods, workloads = self._mirror(kube.PODS), self._mirror(self._resource("workloads"))
         batch = objects.read_events(
             self.api,
             self.settings,
@@ -169,16 +151,16 @@ class KueueAdapter(KubeAdapter):
             for w in workloads.items.values()
             if (e := quota_event(w)) is not None and (e["job"], e["reason"]) not in said
         ]
-        return with_events(batch, waiting)
+        return kube.with_events(batch, waiting)
 
-    def apply_change(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
+    def apply_change(self, change: Mapping[str, Any], *, dry_run: bool) -> kube.ChangeResult:
         kind = change.get("kind")
         if kind == "queue-weight" and change.get("field") == "cohort-weight":
             return self._set_weight(
                 target_name(change), change, dry_run=dry_run, plural="cohorts", what="Cohort"
             )
         if kind == "queue-weight" and change.get("field") not in (None, "weight"):
-            raise SchedulerError(
+            raise kube.SchedulerError(
                 f"queue-weight: kueue sets a ClusterQueue's or a Cohort's (cohort-weight) "
                 f"fair-sharing weight, not {change.get('field')!r}",
                 permanent=True,
@@ -200,13 +182,13 @@ class KueueAdapter(KubeAdapter):
                 dry_run=dry_run,
             )
         if kind == "placement-policy":
-            raise SchedulerError(
+            raise kube.SchedulerError(
                 "kueue admits quota and does not place pods: set kube-scheduler's "
                 "NodeResourcesFit scoring strategy (MostAllocated to pack GPUs) in its "
                 "KubeSchedulerConfiguration",
                 permanent=True,
             )
-        raise SchedulerError(f"kueue cannot apply {kind!r}", permanent=True)
+        raise kube.SchedulerError(f"kueue cannot apply {kind!r}", permanent=True)
 
     def _set_weight(
         self,
@@ -216,15 +198,15 @@ class KueueAdapter(KubeAdapter):
         dry_run: bool,
         plural: str = "clusterqueues",
         what: str = "ClusterQueue",
-    ) -> ChangeResult:
+    ) -> kube.ChangeResult:
         """``spec.fairSharing.weight`` of a ClusterQueue, or of a Cohort (the knob when a
         ClusterQueue is alone in its cohort)."""
         weight = fair_sharing_weight(change.get("to"))
-        return patch_cluster_object(
+        return kube.patch_cluster_object(
             self.api,
             self.settings,
             change,
-            ClusterObject(GROUP, self.version, plural, name, f"{what} {name}"),
+            kube.ClusterObject(GROUP, self.version, plural, name, f"{what} {name}"),
             before_of=weight_of,
             patch_of=lambda queue: weight_patch(queue, weight),
             after=whole_or_float(Decimal(weight)),
@@ -239,7 +221,7 @@ class KueueAdapter(KubeAdapter):
 def weight_of(cluster_queue: Mapping[str, Any]) -> int | float:
     """``spec.fairSharing.weight`` (a quantity, default 1) as a number."""
     raw = ((cluster_queue.get("spec") or {}).get("fairSharing") or {}).get("weight", 1)
-    value = objects.quantity(raw)
+    value = kube.quantity(raw)
     return 1 if value is None else whole_or_float(value)
 
 
@@ -247,18 +229,18 @@ def fair_sharing_weight(value: Any) -> str:
     """A fair-sharing weight to write: a number > 0 (Kueue takes a quantity: 0 means the queue
     only uses what others leave), written as a quantity string."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise SchedulerError(
+        raise kube.SchedulerError(
             f"queue-weight: 'to' must be a number > 0, got {value!r}", permanent=True
         )
     if value > 1_000_000:
-        raise SchedulerError(f"queue-weight: {value} is implausibly large", permanent=True)
+        raise kube.SchedulerError(f"queue-weight: {value} is implausibly large", permanent=True)
     return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
 def weight_patch(cluster_queue: Mapping[str, Any], weight: str) -> dict[str, Any]:
     """The merge patch that sets a ClusterQueue's fair-sharing weight, guarded by its
     resourceVersion."""
-    return guarded(cluster_queue, {"fairSharing": {"weight": weight}})
+    return kube.guarded(cluster_queue, {"fairSharing": {"weight": weight}})
 
 
 def cohort_of(cluster_queue: Mapping[str, Any]) -> str | None:
@@ -279,8 +261,8 @@ def gpu_quota(cluster_queue: Mapping[str, Any], resource: str) -> tuple[int | No
                 if entry.get("name") != resource:
                     continue
                 found = True
-                nominal += objects.quantity(entry.get("nominalQuota")) or 0
-                limit = objects.quantity(entry.get("borrowingLimit"))
+                nominal += kube.quantity(entry.get("nominalQuota")) or 0
+                limit = kube.quantity(entry.get("borrowingLimit"))
                 if limit is None:
                     unlimited = True
                 else:
@@ -295,7 +277,7 @@ def gpu_quota(cluster_queue: Mapping[str, Any], resource: str) -> tuple[int | No
 def queue_rows(
     cluster_queues: Iterable[Mapping[str, Any]],
     local_queues: Iterable[Mapping[str, Any]],
-    settings: KubeSettings,
+    settings: kube.KubeSettings,
 ) -> list[dict[str, Any]]:
     namespaces: dict[str, set[str]] = defaultdict(set)
     for local in local_queues:
@@ -304,9 +286,9 @@ def queue_rows(
             namespaces[target].add(local_tenant(local, settings))
     rows = []
     for queue in cluster_queues:
-        name = meta(queue).get("name")
+        name = kube.meta(queue).get("name")
         tenants = namespaces.get(name, set())
-        tenant = labels(queue).get(settings.tenant_label) or (
+        tenant = kube.labels(queue).get(settings.tenant_label) or (
             next(iter(tenants)) if len(tenants) == 1 else name
         )
         nominal, capability = gpu_quota(queue, settings.gpu_resource)
@@ -322,8 +304,10 @@ def queue_rows(
     return sorted(rows, key=lambda r: r["name"])
 
 
-def local_tenant(local_queue: Mapping[str, Any], settings: KubeSettings) -> str:
-    return labels(local_queue).get(settings.tenant_label) or str(meta(local_queue).get("namespace"))
+def local_tenant(local_queue: Mapping[str, Any], settings: kube.KubeSettings) -> str:
+    return kube.labels(local_queue).get(settings.tenant_label) or str(
+        kube.meta(local_queue).get("namespace")
+    )
 
 
 # -- workloads -----------------------------------------------------------------------------------
@@ -334,20 +318,20 @@ def podset_gpus(podset: Mapping[str, Any], resource: str) -> int:
 
 
 def workload_state(workload: Mapping[str, Any]) -> str:
-    finished = condition(workload, "Finished")
+    finished = kube.condition(workload, "Finished")
     if finished is not None and finished.get("status") == "True":
         return "failed" if finished.get("reason") == "Failed" else "completed"
-    if condition_true(workload, "Admitted"):
+    if kube.condition_true(workload, "Admitted"):
         return "running"
     return "pending"
 
 
 def workload_pending_reason(workload: Mapping[str, Any]) -> str | None:
     for kind in ("Evicted", "Preempted", "Requeued"):
-        entry = condition(workload, kind)
+        entry = kube.condition(workload, kind)
         if entry is not None and entry.get("status") == "True":
             return f"{kind}: {entry.get('reason', '')}: {entry.get('message', '')}".rstrip(": ")
-    entry = condition(workload, "QuotaReserved")
+    entry = kube.condition(workload, "QuotaReserved")
     if entry is not None and entry.get("status") == "False":
         return f"{entry.get('reason', 'Pending')}: {entry.get('message', '')}".rstrip(": ")
     return None
@@ -377,13 +361,13 @@ def workload_pods(
     by_owner: dict[str, str] = {}
     by_group: dict[tuple[str, str], str] = {}
     for workload in workloads:
-        key = namespaced_name(workload)
-        for owner in meta(workload).get("ownerReferences") or ():
+        key = kube.namespaced_name(workload)
+        for owner in kube.meta(workload).get("ownerReferences") or ():
             if owner.get("uid"):
                 by_owner[str(owner["uid"])] = key
-        group = labels(workload).get(POD_GROUP_LABEL)
+        group = kube.labels(workload).get(POD_GROUP_LABEL)
         if group:
-            by_group[(str(meta(workload).get("namespace")), group)] = key
+            by_group[(str(kube.meta(workload).get("namespace")), group)] = key
     result: dict[str, list[objects.GpuPod]] = defaultdict(list)
     for pod in pods:
         key = by_group.get((pod.namespace, pod.labels.get(POD_GROUP_LABEL, "")))
@@ -400,7 +384,7 @@ def workload_job(
     indexes: Mapping[str, list[int]],
     pools: Mapping[str, str],
     local_queues: Mapping[tuple[str, str], Mapping[str, Any]],
-    settings: KubeSettings,
+    settings: kube.KubeSettings,
     flavor_pools: Mapping[str, str],
 ) -> dict[str, Any] | None:
     """A Workload as a snapshot job; None when no pod set asks for GPUs."""
@@ -416,25 +400,25 @@ def workload_job(
         int(podset.get("minCount") or podset.get("count") or 1) for podset, _ in gpu_sets
     )
     per_pod = max(gpus for _, gpus in gpu_sets)
-    namespace = str(meta(workload).get("namespace"))
+    namespace = str(kube.meta(workload).get("namespace"))
     local = local_queues.get((namespace, str(spec.get("queueName") or "")))
     admission = (workload.get("status") or {}).get("admission") or {}
     queue = admission.get("clusterQueue") or ((local or {}).get("spec") or {}).get("clusterQueue")
     state = workload_state(workload)
     gang = objects.pod_gang(members, indexes, pools, per_pod)
     flavor = workload_flavor(workload, settings.gpu_resource)
-    admitted = condition(workload, "Admitted")
-    finished = condition(workload, "Finished")
+    admitted = kube.condition(workload, "Admitted")
+    finished = kube.condition(workload, "Finished")
     job = {
-        "id": namespaced_name(workload),
-        "name": meta(workload).get("name"),
+        "id": kube.namespaced_name(workload),
+        "name": kube.meta(workload).get("name"),
         "tenant": local_tenant(local, settings) if local else namespace,
         "queue": queue,
         "pool": flavor_pools.get(flavor or "") or gang.pool,
-        "kind": labels(workload).get(settings.kind_label),
+        "kind": kube.labels(workload).get(settings.kind_label),
         "priority": int(spec.get("priority") or 0),
         "state": state,
-        "submitted": objects.rfc3339(meta(workload).get("creationTimestamp")),
+        "submitted": objects.rfc3339(kube.meta(workload).get("creationTimestamp")),
         "started": (
             objects.rfc3339((admitted or {}).get("lastTransitionTime"))
             if admitted is not None and admitted.get("status") == "True"
@@ -462,12 +446,12 @@ def cohort_rows(cohorts: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any
     rows = {}
     for cohort in cohorts:
         spec = cohort.get("spec") or {}
-        value = objects.quantity((spec.get("fairSharing") or {}).get("weight", 1))
+        value = kube.quantity((spec.get("fairSharing") or {}).get("weight", 1))
         row: dict[str, Any] = {"weight": 1 if value is None else whole_or_float(value)}
         parent = spec.get("parentName") or spec.get("parent")
         if parent:
             row["parent"] = parent
-        rows[str(meta(cohort).get("name"))] = row
+        rows[str(kube.meta(cohort).get("name"))] = row
     return rows
 
 
@@ -475,44 +459,41 @@ def quota_event(workload: Mapping[str, Any]) -> dict[str, Any] | None:
     """A waiting workload's ``QuotaReserved: False`` condition as a ``failed_scheduling`` event
     (reason ``WaitingForQuota``, ``ExceedsMaxQuota``, ``TopologyPlacementFailed``,
     ``NoMatchingFlavor``, ...); None when it is not waiting for quota."""
-    entry = condition(workload, "QuotaReserved")
+    entry = kube.condition(workload, "QuotaReserved")
     if entry is None or entry.get("status") != "False" or workload_state(workload) != "pending":
         return None
     moment = objects.rfc3339(entry.get("lastTransitionTime"))
     if moment is None:
         return None
     reason = str(entry.get("reason") or "Pending")
-    uid = meta(workload).get("uid") or namespaced_name(workload)
-    return {
-        "time": moment,
-        "kind": "failed_scheduling",
-        "job": namespaced_name(workload),
-        "node": None,
-        "reason": reason,
-        "message": str(entry.get("message") or ""),
-        "dedup_key": f"kueue:{uid}:QuotaReserved:{reason}:{moment}",
-    }
+    return kube.waiting_event(
+        workload,
+        time=moment,
+        reason=reason,
+        message=str(entry.get("message") or ""),
+        key=("kueue", "QuotaReserved", reason, moment),
+    )
 
 
 def build_state(
-    read: KubeRead, settings: KubeSettings, flavor_pools: Mapping[str, str] | None = None
-) -> SchedulerState:
+    read: kube.KubeRead, settings: kube.KubeSettings, flavor_pools: Mapping[str, str] | None = None
+) -> kube.SchedulerState:
     """The snapshot's nodes, queues and jobs from Kueue's objects (its Workloads, ClusterQueues,
     LocalQueues and Cohorts, :meth:`KueueAdapter.own_resources`) (pure); with DRA's view, the
     GPUs of DRA nodes; with native Workloads (``scheduling.k8s.io``), the gangs of pods that no
     Kueue workload owns; the cohorts' weights in ``scheduler.cohorts``."""
     workloads, cluster_queues, local_queues, cohorts = read.own
-    layout = GpuLayout.of(read.nodes, read.pods, settings, read.view)
+    layout = kube.GpuLayout.of(read.nodes, read.pods, settings, read.view)
     indexes, pools, gpu_pods = layout.indexes, layout.pools, layout.gpu_pods
     locals_by_name = {
-        (str(meta(q).get("namespace")), str(meta(q).get("name"))): q for q in local_queues
+        (str(kube.meta(q).get("namespace")), str(kube.meta(q).get("name"))): q for q in local_queues
     }
     members = workload_pods(workloads, gpu_pods)
     jobs = []
     for workload in workloads:
         job = workload_job(
             workload,
-            members.get(namespaced_name(workload), []),
+            members.get(kube.namespaced_name(workload), []),
             indexes,
             pools,
             locals_by_name,
@@ -532,7 +513,7 @@ def build_state(
         # The fair-sharing tree: a ClusterQueue under its Cohort (where the Cohort object
         # exists; an implicit cohort has no weight to say).
         parents = {
-            meta(q).get("name"): cohort_of(q)
+            kube.meta(q).get("name"): cohort_of(q)
             for q in cluster_queues
             if cohort_of(q) in cohort_table
         }
@@ -545,7 +526,7 @@ def build_state(
 def event_job_lookup(
     pods: Iterable[Mapping[str, Any]],
     workloads: Iterable[Mapping[str, Any]],
-    settings: KubeSettings,
+    settings: kube.KubeSettings,
 ) -> Callable[[Mapping[str, Any]], str | None]:
     """``job_of(involvedObject)`` for events: a Workload itself; a GPU pod's workload or, when
     it has none, the pod."""

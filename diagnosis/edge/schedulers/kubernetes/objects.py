@@ -17,7 +17,6 @@ from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from kubernetes.utils.quantity import parse_quantity
 
 from diagnosis.core.vocabulary import format_time, parse_time
 from diagnosis.edge.schedulers.base import ChangeResult, EventBatch, SchedulerError
@@ -32,6 +31,7 @@ from diagnosis.edge.schedulers.kubernetes.client import (
     labels,
     meta,
     mirror,
+    quantity,
     scheduler_error,
     sync_all,
 )
@@ -49,16 +49,6 @@ def rfc3339(value: Any) -> str | None:
     UTC with ``Z``; None when absent or unparsable."""
     moment = parse_time(value)
     return None if moment is None else format_time(moment)
-
-
-def quantity(value: Any) -> Decimal | None:
-    """A resource quantity ("8", 8, "500m", "1k") as a Decimal; None when absent or invalid."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return parse_quantity(value)
-    except (ValueError, TypeError, ArithmeticError):
-        return None
 
 
 def whole(value: Decimal | None) -> int | None:
@@ -521,6 +511,16 @@ def evictable(pod: Mapping[str, Any]) -> bool:
     return not any(o.get("kind") == "DaemonSet" for o in meta(pod).get("ownerReferences") or ())
 
 
+def write_failed(exc: ApiException, what: str, *, doing: str, failed: str) -> SchedulerError:
+    """A failed write of ``what``: a 409 is a conflict (``<what> changed while <doing> it``, try
+    again), anything else as any failed call (:func:`scheduler_error`, saying ``failed``)."""
+    if exc.status == HTTP_CONFLICT:
+        return SchedulerError(
+            f"{what} changed while {doing} it (409 Conflict); try again", conflict=True
+        )
+    return scheduler_error(exc, failed)
+
+
 HTTP_TOO_MANY_REQUESTS = 429  # a PodDisruptionBudget says not now
 
 
@@ -552,6 +552,45 @@ def evict_pod(
             return False
         raise scheduler_error(exc, f"evicting pod {namespace}/{name}") from exc
     return True
+
+
+@dataclass(frozen=True)
+class Evictions:
+    """What evicting a set of pods did: the pods evicted (or, in a dry run, that would be) and
+    those a PodDisruptionBudget blocked, each named as the caller named it."""
+
+    evicted: list[str]
+    blocked: list[str]
+
+    def counted(self, dry_run: bool) -> str:
+        """``evicted 3 pod(s)`` (``would evict`` in a dry run)."""
+        return f"{'would evict' if dry_run else 'evicted'} {len(self.evicted)} pod(s)"
+
+    def blocked_note(self) -> str:
+        """``; 1 blocked by a PodDisruptionBudget: a, b``, or nothing when none was blocked."""
+        if not self.blocked:
+            return ""
+        return f"; {len(self.blocked)} blocked by a PodDisruptionBudget: {', '.join(self.blocked)}"
+
+
+def evict_pods(
+    core: k8s.CoreV1Api,
+    pods: Iterable[tuple[str, str, str]],
+    lines: list[str],
+    *,
+    timeout: float,
+    dry_run: bool,
+) -> Evictions:
+    """Evict each of ``pods`` (namespace, name, how the message names it), in the order given,
+    through :func:`evict_pod`, its request appended to ``lines``."""
+    evicted: list[str] = []
+    blocked: list[str] = []
+    for namespace, name, shown in pods:
+        if evict_pod(core, namespace, name, lines, timeout=timeout, dry_run=dry_run):
+            evicted.append(shown)
+        else:
+            blocked.append(shown)
+    return Evictions(evicted, blocked)
 
 
 def drain_node(
@@ -590,12 +629,9 @@ def drain_node(
     try:
         core.patch_node(node_name, patch, _request_timeout=timeout, **dry_run_args(dry_run))
     except ApiException as exc:
-        if exc.status == HTTP_CONFLICT:
-            raise SchedulerError(
-                f"node {node_name} changed while cordoning it (409 Conflict); try again",
-                conflict=True,
-            ) from exc
-        raise scheduler_error(exc, f"cordoning node {node_name}") from exc
+        raise write_failed(
+            exc, f"node {node_name}", doing="cordoning", failed=f"cordoning node {node_name}"
+        ) from exc
     try:
         listed = core.list_pod_for_all_namespaces(
             field_selector=f"spec.nodeName={node_name}",
@@ -605,17 +641,15 @@ def drain_node(
         pods = [p for p in json.loads(listed.data).get("items") or () if evictable(p)]
     except ApiException as exc:
         raise scheduler_error(exc, f"listing the pods of node {node_name}") from exc
-    evicted, blocked = [], []
-    for pod in sorted(pods, key=lambda p: (meta(p).get("namespace"), meta(p).get("name"))):
-        namespace, name = meta(pod).get("namespace"), meta(pod).get("name")
-        if evict_pod(core, namespace, name, lines, timeout=timeout, dry_run=dry_run):
-            evicted.append(f"{namespace}/{name}")
-        else:
-            blocked.append(f"{namespace}/{name}")
-    verb = "would evict" if dry_run else "evicted"
-    message = f"cordoned {node_name}; {verb} {len(evicted)} pod(s)"
-    if blocked:
-        message += f"; {len(blocked)} blocked by a PodDisruptionBudget: {', '.join(blocked)}"
+    named = sorted((meta(p).get("namespace"), meta(p).get("name")) for p in pods)
+    evictions = evict_pods(
+        core,
+        ((namespace, name, f"{namespace}/{name}") for namespace, name in named),
+        lines,
+        timeout=timeout,
+        dry_run=dry_run,
+    )
+    message = f"cordoned {node_name}; {evictions.counted(dry_run)}{evictions.blocked_note()}"
     return ChangeResult(
         applied=not dry_run,
         dry_run=dry_run,

@@ -26,7 +26,6 @@ Settings (``scheduler_config``, :data:`CONFIG`): those of
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,40 +34,8 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from diagnosis.edge.config import Setting
-from diagnosis.edge.schedulers.base import (
-    Capabilities,
-    ChangeResult,
-    EventBatch,
-    SchedulerError,
-    SchedulerState,
-)
+from diagnosis.edge.schedulers.kubernetes import base as kube
 from diagnosis.edge.schedulers.kubernetes import gang_release, objects
-from diagnosis.edge.schedulers.kubernetes.base import (
-    KUBE_CHANGES,
-    ClusterObject,
-    GpuLayout,
-    KubeRead,
-    PodGroupAdapter,
-    check_unchanged,
-    guarded,
-    patch_cluster_object,
-    pod_job_lookup,
-    queue_parents,
-    queue_table,
-    write_error,
-)
-from diagnosis.edge.schedulers.kubernetes.client import (
-    PODS,
-    KubeSettings,
-    Resource,
-    condition,
-    custom_resource,
-    kube_config,
-    labels,
-    meta,
-    namespaced_name,
-    scheduler_error,
-)
 from diagnosis.edge.schedulers.kubernetes.volcano_conf import (
     placement_of,
     queue_share_plugin,
@@ -77,8 +44,8 @@ from diagnosis.edge.schedulers.kubernetes.volcano_conf import (
 from diagnosis.edge.schedulers.targets import target_name
 
 GROUP, VERSION = "scheduling.volcano.sh", "v1beta1"
-PODGROUPS = custom_resource(GROUP, VERSION, "podgroups")
-QUEUES = custom_resource(GROUP, VERSION, "queues")
+PODGROUPS = kube.custom_resource(GROUP, VERSION, "podgroups")
+QUEUES = kube.custom_resource(GROUP, VERSION, "queues")
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 PODGROUP_KIND = gang_release.PodGroupKind(GROUP, VERSION, GROUP_ANNOTATION)
 WEIGHT_RANGE = (1, 65535)
@@ -99,8 +66,19 @@ def _at_least_one(value: int) -> int:
     return value
 
 
+# The admission setting that keeps Volcano from holding part of a gang (the gang-release
+# advisory).
+GANG_ADVICE = (
+    "Volcano: keep the `gang` plugin in the scheduler ConfigMap (`volcano-scheduler-configmap`"
+    ", `tiers: [{plugins: [{name: priority}, {name: gang, enablePreemptable: false}, ...]}]`)"
+    " and set each PodGroup's `spec.minMember` to the job's pod count; in the Volcano Job, "
+    "`spec.minAvailable` = replicas and a `policies: [{event: PodEvicted, action: "
+    "RestartJob}]` so a partial job restarts whole."
+)
+
+
 # A Volcano cluster's ``scheduler_config``: the Kubernetes settings and the scheduler's own.
-CONFIG = kube_config(
+CONFIG = kube.kube_config(
     Setting(
         "scheduler_configmap",
         str,
@@ -119,9 +97,9 @@ CONFIG = kube_config(
 )
 
 
-class VolcanoAdapter(PodGroupAdapter):
+class VolcanoAdapter(kube.PodGroupAdapter):
     id = "volcano"
-    capabilities = Capabilities(change_kinds=KUBE_CHANGES | {"placement-policy"}, queue_tree=True)
+    capabilities = kube.kube_capabilities(GANG_ADVICE, changes={"placement-policy"})
     config = CONFIG
     podgroup_kind = PODGROUP_KIND
 
@@ -133,10 +111,10 @@ class VolcanoAdapter(PodGroupAdapter):
 
     # -- reading ---------------------------------------------------------------------------------
 
-    def own_resources(self, served: Mapping[str, tuple[str, ...]]) -> Sequence[Resource]:
+    def own_resources(self, served: Mapping[str, tuple[str, ...]]) -> Sequence[kube.Resource]:
         return (PODGROUPS, QUEUES)
 
-    def state_of(self, read: KubeRead) -> SchedulerState:
+    def state_of(self, read: kube.KubeRead) -> kube.SchedulerState:
         conf = self._conf_or_none()
         if conf is None:
             return build_state(read, self.settings, None)
@@ -148,29 +126,29 @@ class VolcanoAdapter(PodGroupAdapter):
         share plugin are then unknown, not assumed)."""
         try:
             return self._read_conf()[0]
-        except SchedulerError:
+        except kube.SchedulerError:
             return None
 
-    def read_events(self, cursor: str | None) -> EventBatch:
+    def read_events(self, cursor: str | None) -> kube.EventBatch:
         """Events since ``cursor`` (the Events' resourceVersion); None lists the current ones."""
-        pods = self._mirror(PODS)
+        pods = self._mirror(kube.PODS)
         return objects.read_events(
             self.api,
             self.settings,
             self.key,
             cursor,
             [pods],
-            lambda: pod_job_lookup(pods.items.values(), GROUP_ANNOTATION),
+            lambda: kube.pod_job_lookup(pods.items.values(), GROUP_ANNOTATION),
         )
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def apply_own(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult | None:
+    def apply_own(self, change: Mapping[str, Any], *, dry_run: bool) -> kube.ChangeResult | None:
         kind = change.get("kind")
         if kind == "queue-weight" and change.get("field") in ("deserved", "guarantee"):
             return self._set_queue_gpus(target_name(change), change, dry_run=dry_run)
         if kind == "queue-weight" and change.get("field") not in (None, "weight"):
-            raise SchedulerError(
+            raise kube.SchedulerError(
                 f"queue-weight: volcano sets a queue's weight, deserved or guarantee, not "
                 f"{change.get('field')!r}",
                 permanent=True,
@@ -178,11 +156,11 @@ class VolcanoAdapter(PodGroupAdapter):
         if kind == "queue-weight":
             name = target_name(change)
             weight = queue_weight_value(change.get("to"))
-            return patch_cluster_object(
+            return kube.patch_cluster_object(
                 self.api,
                 self.settings,
                 change,
-                ClusterObject(GROUP, VERSION, "queues", name, f"queue {name}"),
+                kube.ClusterObject(GROUP, VERSION, "queues", name, f"queue {name}"),
                 before_of=lambda queue: (queue.get("spec") or {}).get("weight", 1),
                 patch_of=lambda queue: queue_weight_patch(queue, weight),
                 after=weight,
@@ -195,12 +173,12 @@ class VolcanoAdapter(PodGroupAdapter):
 
     def _set_queue_gpus(
         self, name: str, change: Mapping[str, Any], *, dry_run: bool
-    ) -> ChangeResult:
+    ) -> kube.ChangeResult:
         """The capacity plugin's knobs: a queue's ``deserved`` (or ``guarantee``) GPUs."""
         field = str(change["field"])
         to = change.get("to")
         if isinstance(to, bool) or not isinstance(to, int | float) or to < 0 or to != int(to):
-            raise SchedulerError(
+            raise kube.SchedulerError(
                 f"queue-weight: {field} GPUs must be a whole number >= 0, got {to!r}",
                 permanent=True,
             )
@@ -210,23 +188,23 @@ class VolcanoAdapter(PodGroupAdapter):
             row = queue_row(queue, self.settings)
             capability, deserved = row.get("capability_gpus"), row.get("deserved_gpus")
             if field == "deserved" and capability is not None and to > capability:
-                raise SchedulerError(
+                raise kube.SchedulerError(
                     f"queue {name}: deserved {int(to)} would exceed its capability {capability} "
                     "(Volcano refuses it); raise the capability first",
                     permanent=True,
                 )
             if field == "guarantee" and deserved is not None and to > deserved:
-                raise SchedulerError(
+                raise kube.SchedulerError(
                     f"queue {name}: guarantee {int(to)} would exceed its deserved {deserved}",
                     permanent=True,
                 )
             return queue_gpus_patch(queue, field, int(to), self.settings.gpu_resource)
 
-        return patch_cluster_object(
+        return kube.patch_cluster_object(
             self.api,
             self.settings,
             change,
-            ClusterObject(GROUP, VERSION, "queues", name, f"queue {name}"),
+            kube.ClusterObject(GROUP, VERSION, "queues", name, f"queue {name}"),
             before_of=lambda queue: queue_row(queue, self.settings).get(key),
             patch_of=patch_of,
             after=int(to),
@@ -246,41 +224,41 @@ class VolcanoAdapter(PodGroupAdapter):
             )
             configmap = json.loads(response.data)
         except ApiException as exc:
-            raise scheduler_error(exc, f"reading ConfigMap {namespace}/{name}") from exc
+            raise kube.scheduler_error(exc, f"reading ConfigMap {namespace}/{name}") from exc
         text = (configmap.get("data") or {}).get(self.conf_key)
         if text is None:
-            raise SchedulerError(
+            raise kube.SchedulerError(
                 f"ConfigMap {namespace}/{name} has no key {self.conf_key!r}", permanent=True
             )
         try:
             conf = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
-            raise SchedulerError(
+            raise kube.SchedulerError(
                 f"ConfigMap {namespace}/{name}: {self.conf_key} is not YAML: {exc}",
                 permanent=True,
             ) from exc
         if not isinstance(conf, dict):
-            raise SchedulerError(
+            raise kube.SchedulerError(
                 f"ConfigMap {namespace}/{name}: {self.conf_key} is not a mapping", permanent=True
             )
         return conf, configmap
 
-    def _set_placement(self, change: Mapping[str, Any], *, dry_run: bool) -> ChangeResult:
+    def _set_placement(self, change: Mapping[str, Any], *, dry_run: bool) -> kube.ChangeResult:
         target_name(change)
         policy = change.get("to")
         if policy not in ("binpack", "spread"):
-            raise SchedulerError(
+            raise kube.SchedulerError(
                 f"placement-policy: volcano takes 'binpack' or 'spread', not {policy!r}",
                 permanent=True,
             )
         conf, configmap = self._read_conf()
         before = placement_of(conf, self.settings.gpu_resource)
-        check_unchanged(change, configmap, before, "the volcano-scheduler ConfigMap")
+        kube.check_unchanged(change, configmap, before, "the volcano-scheduler ConfigMap")
         new_conf = with_placement(
             conf, str(policy), self.settings.gpu_resource, self.binpack_gpu_weight
         )
         patch = {
-            "metadata": {"resourceVersion": meta(configmap).get("resourceVersion")},
+            "metadata": {"resourceVersion": kube.meta(configmap).get("resourceVersion")},
             "data": {self.conf_key: yaml.safe_dump(new_conf, sort_keys=False)},
         }
         namespace, name = self.configmap
@@ -297,8 +275,8 @@ class VolcanoAdapter(PodGroupAdapter):
                 **objects.dry_run_args(dry_run),
             )
         except ApiException as exc:
-            raise write_error(exc, f"ConfigMap {namespace}/{name}") from exc
-        return ChangeResult(
+            raise kube.write_error(exc, f"ConfigMap {namespace}/{name}") from exc
+        return kube.ChangeResult(
             applied=not dry_run,
             dry_run=dry_run,
             before=before,
@@ -314,12 +292,12 @@ class VolcanoAdapter(PodGroupAdapter):
 # -- state ---------------------------------------------------------------------------------------
 
 
-def queue_row(queue: Mapping[str, Any], settings: KubeSettings) -> dict[str, Any]:
+def queue_row(queue: Mapping[str, Any], settings: kube.KubeSettings) -> dict[str, Any]:
     spec = queue.get("spec") or {}
-    name = meta(queue).get("name")
+    name = kube.meta(queue).get("name")
     row: dict[str, Any] = {
         "name": name,
-        "tenant": labels(queue).get(settings.tenant_label) or name,
+        "tenant": kube.labels(queue).get(settings.tenant_label) or name,
         "weight": spec.get("weight", 1),
     }
     deserved = objects.gpus_in(spec.get("deserved"), settings.gpu_resource)
@@ -351,7 +329,7 @@ def podgroup_state(podgroup: Mapping[str, Any], bound: int, min_member: int) -> 
 
 
 def pending_reason(podgroup: Mapping[str, Any]) -> str | None:
-    entry = condition(podgroup, "Unschedulable")
+    entry = kube.condition(podgroup, "Unschedulable")
     if entry is None or entry.get("status") != "True":
         return None
     reason, message = entry.get("reason") or "Unschedulable", entry.get("message") or ""
@@ -359,20 +337,20 @@ def pending_reason(podgroup: Mapping[str, Any]) -> str | None:
 
 
 def build_state(
-    read: KubeRead, settings: KubeSettings, placement: str | None, *, queue_share: str | None = None
-) -> SchedulerState:
+    read: kube.KubeRead,
+    settings: kube.KubeSettings,
+    placement: str | None,
+    *,
+    queue_share: str | None = None,
+) -> kube.SchedulerState:
     """The snapshot's nodes, queues and jobs from Volcano's objects (its PodGroups and Queues,
     :meth:`VolcanoAdapter.own_resources`) (pure); with DRA's view, the GPUs of DRA nodes too;
     with native Workloads, their gangs."""
     podgroups, queues = read.own
-    layout = GpuLayout.of(read.nodes, read.pods, settings, read.view)
+    layout = kube.GpuLayout.of(read.nodes, read.pods, settings, read.view)
     indexes, pools = layout.indexes, layout.pools
-    rows, tenants = queue_table(queues, settings, queue_row)
-
-    by_group: dict[str, list[objects.GpuPod]] = defaultdict(list)
-    for pod in layout.gpu_pods:
-        group = pod.annotations.get(GROUP_ANNOTATION)
-        by_group[f"{pod.namespace}/{group}" if group else pod.key].append(pod)
+    rows, tenants = kube.queue_table(queues, settings, queue_row)
+    by_group = layout.pods_by_group(GROUP_ANNOTATION, ungrouped=True)
 
     jobs = []
     grouped: set[str] = set()
@@ -390,10 +368,7 @@ def build_state(
         scheduler["placement"] = dict.fromkeys(sorted(set(pools.values())), placement)
     if queue_share is not None:
         scheduler["queue_share"] = queue_share
-    parents = queue_parents(rows)
-    if parents:
-        scheduler["queue_parents"] = parents
-    return layout.state(read.nodes, rows, jobs, scheduler)
+    return layout.state(read.nodes, rows, jobs, kube.with_queue_parents(scheduler, rows))
 
 
 def podgroup_job(
@@ -402,10 +377,10 @@ def podgroup_job(
     indexes: Mapping[str, list[int]],
     pools: Mapping[str, str],
     tenants: Mapping[str, str],
-    settings: KubeSettings,
+    settings: kube.KubeSettings,
 ) -> dict[str, Any] | None:
     """A PodGroup as a snapshot job; None when neither its pods nor its minResources ask GPUs."""
-    key = namespaced_name(podgroup)
+    key = kube.namespaced_name(podgroup)
     spec = podgroup.get("spec") or {}
     min_member = max(1, int(spec.get("minMember") or 1))
     members = by_group.get(key, [])
@@ -419,15 +394,15 @@ def podgroup_job(
     bound = len(gang.allocation)
     state = podgroup_state(podgroup, bound, min_member)
     queue = spec.get("queue") or "default"
-    created = objects.rfc3339(meta(podgroup).get("creationTimestamp"))
+    created = objects.rfc3339(kube.meta(podgroup).get("creationTimestamp"))
     live = [p for p in members if p.phase not in ("Succeeded", "Failed")]
     job: dict[str, Any] = {
         "id": key,
-        "name": meta(podgroup).get("name"),
+        "name": kube.meta(podgroup).get("name"),
         "tenant": tenants.get(queue, queue),
         "queue": queue,
         "pool": gang.pool,
-        "kind": labels(podgroup).get(settings.kind_label),
+        "kind": kube.labels(podgroup).get(settings.kind_label),
         "priority": gang.priority,
         "state": state,
         "submitted": created,
@@ -488,11 +463,11 @@ def queue_weight_value(value: Any) -> int:
     """A Volcano queue weight: an integer in 1..65535 (a float with no fraction is accepted)."""
     low, high = WEIGHT_RANGE
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-        raise SchedulerError(
+        raise kube.SchedulerError(
             f"queue-weight: 'to' must be an integer, got {value!r}", permanent=True
         )
     if not low <= int(value) <= high:
-        raise SchedulerError(
+        raise kube.SchedulerError(
             f"queue-weight: volcano weights lie in {low}..{high}, got {int(value)}", permanent=True
         )
     return int(value)
@@ -500,7 +475,7 @@ def queue_weight_value(value: Any) -> int:
 
 def queue_weight_patch(queue: Mapping[str, Any], weight: int) -> dict[str, Any]:
     """The merge patch that sets a Queue's weight, guarded by its resourceVersion."""
-    return guarded(queue, {"weight": weight})
+    return kube.guarded(queue, {"weight": weight})
 
 
 def queue_gpus_patch(
@@ -510,4 +485,4 @@ def queue_gpus_patch(
     (``spec.guarantee.resource``) GPUs, guarded by its resourceVersion; other resources stay."""
     value = {gpu_resource: str(gpus)}
     spec = {"deserved": value} if field == "deserved" else {"guarantee": {"resource": value}}
-    return guarded(queue, spec)
+    return kube.guarded(queue, spec)

@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from diagnosis.edge.schedulers.kubernetes import objects
+from diagnosis.edge.schedulers.kubernetes.client import quantity
 
 BINPACK = "binpack"
 
@@ -48,8 +48,8 @@ def placement_of(conf: Mapping[str, Any], gpu_resource: str) -> str:
     if plugin is None:
         return "spread"
     arguments = plugin.get("arguments") or {}
-    weight = objects.quantity(arguments.get("binpack.weight", 1)) or 0
-    gpu_weight = objects.quantity(arguments.get(f"binpack.resources.{gpu_resource}", 1)) or 0
+    weight = quantity(arguments.get("binpack.weight", 1)) or 0
+    gpu_weight = quantity(arguments.get(f"binpack.resources.{gpu_resource}", 1)) or 0
     if weight > 0 and gpu_resource in _resources(arguments) and gpu_weight > 0:
         return "binpack"
     return "spread"
@@ -82,7 +82,7 @@ def with_placement(
     if policy == "binpack":
         resources.append(gpu_resource)
         arguments[weight_key] = gpu_weight
-        if (objects.quantity(arguments.get("binpack.weight", 1)) or 0) <= 0:
+        if (quantity(arguments.get("binpack.weight", 1)) or 0) <= 0:
             arguments["binpack.weight"] = 10
     if resources:
         arguments["binpack.resources"] = ", ".join(resources)

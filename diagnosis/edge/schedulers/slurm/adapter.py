@@ -49,6 +49,7 @@ from diagnosis.edge.schedulers.base import (
     Capabilities,
     ChangeResult,
     EventBatch,
+    GangAdvice,
     SchedulerError,
     SchedulerState,
     parse_config,
@@ -411,6 +412,14 @@ def _topology_gpus(topology: Mapping[str, Any]) -> int:
     return sum(len(group) for group in topology.get("nvlink_domains") or [])
 
 
+# How Slurm never holds part of a gang (the gang-release advisory).
+GANG_ADVICE = GangAdvice(
+    "Slurm: submit the gang as one job (`sbatch --nodes=N --gpus-per-node=G` with `srun` for "
+    "the ranks, or a heterogeneous job `sbatch ... : ...`), not as separate jobs per rank: "
+    "Slurm allocates one job whole, so it never holds part of a gang."
+)
+
+
 class SlurmAdapter:
     id: ClassVar[str] = "slurm"
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -418,6 +427,7 @@ class SlurmAdapter:
             {"placement-policy", "drain-node", "resume-node", "queue-weight", "gang-release"}
         ),
         dry_run=True,
+        gang_advice=GANG_ADVICE,
     )
 
     def __init__(
