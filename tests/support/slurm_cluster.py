@@ -142,6 +142,21 @@ class SlurmCluster:
             )
         return done.stdout
 
+    def associations(self, where: str, fields: str) -> str:
+        """``sacctmgr show associations`` where ``where``: a row a line, ``fields`` |-separated."""
+        return self.run(
+            "sacctmgr", "-P", "-n", "show", "associations", "where", where, f"format={fields}"
+        )
+
+    def unreachable_conf(self, name: str = "unreachable") -> Path:
+        """A copy of slurm.conf (``etc/<name>.conf``) naming a controller port nobody serves."""
+        path = self.base / "etc" / f"{name}.conf"
+        text = self.conf.read_text().replace(
+            f"SlurmctldPort={self.ports['slurmctld']}", f"SlurmctldPort={free_port()}"
+        )
+        path.write_text(text + "MessageTimeout=2\n")
+        return path
+
     def submit(self, *options: str, command: str = "sleep 600") -> str:
         """``sbatch --parsable`` a job that runs ``command``; its id (``123``)."""
         out = self.run(
@@ -528,9 +543,12 @@ def record_outputs(cluster: SlurmCluster, out: Path) -> list[str]:
     out.mkdir(parents=True, exist_ok=True)
     saved: list[str] = []
 
-    def save(name: str, *args: str) -> None:
-        (out / name).write_text(cluster.run(*args))
+    def keep(name: str, text: str) -> None:
+        (out / name).write_text(text)
         saved.append(name)
+
+    def save(name: str, *args: str) -> None:
+        keep(name, cluster.run(*args))
 
     single = cluster.submit("-J", "single", "-A", "team-a", "--gres=gpu:2")
     multi = cluster.submit("-J", "multi", "-A", "team-a", "-N", "2", "--gres=gpu:3")
@@ -574,27 +592,17 @@ def record_outputs(cluster: SlurmCluster, out: Path) -> list[str]:
         "-o",
         "Cluster,Account,User,RawShares,NormShares,RawUsage,FairShare",
     )
-    save(
+    keep(
         "sacctmgr_associations.txt",
-        "sacctmgr",
-        "-P",
-        "-n",
-        "show",
-        "associations",
-        "where",
-        f"cluster={CLUSTER_NAME}",
-        "format=Cluster,Account,User,Partition,GrpTRES,MaxTRES",
+        cluster.associations(
+            f"cluster={CLUSTER_NAME}", "Cluster,Account,User,Partition,GrpTRES,MaxTRES"
+        ),
     )
     cluster.cancel([array, pinned])
     wait_until(lambda: cluster.node("s1").get("state") == "idle", what="s1 idle")
     save("sinfo_drained.json", "sinfo", "--json")
     save("scontrol_show_node_drained.txt", "scontrol", "show", "node", "s1", "-o")
-    # A controller that cannot be reached: a copy of the config naming a port nobody serves.
-    unreachable = cluster.base / "etc" / "unreachable.conf"
-    text = cluster.conf.read_text().replace(
-        f"SlurmctldPort={cluster.ports['slurmctld']}", f"SlurmctldPort={free_port()}"
-    )
-    unreachable.write_text(text + "MessageTimeout=2\n")
+    unreachable = cluster.unreachable_conf()
     for name, command in (
         ("sinfo_unreachable.json", "sinfo"),
         ("squeue_unreachable.json", "squeue"),
@@ -607,8 +615,7 @@ def record_outputs(cluster: SlurmCluster, out: Path) -> list[str]:
             timeout=60,
             check=False,
         )
-        (out / name).write_text(done_run.stdout)
-        saved.append(name)
+        keep(name, done_run.stdout)
     return saved
 
 
