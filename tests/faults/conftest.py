@@ -37,8 +37,8 @@ from diagnosis.models import (
     Recommendation,
 )
 from gpuobs import celery_app
-from tests.app.upkeep.test_celery import database_url_of_test_database
 from tests.conftest import REPO_ROOT, require_binary
+from tests.support.celery_worker import database_url_of_test_database
 from tests.support.records import make_recommendation
 
 T = TypeVar("T")

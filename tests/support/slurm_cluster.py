@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from diagnosis.edge.schedulers.slurm.parse import expand_hostlist, expand_indexes
+from tests.support.processes import free_port, stop_group
 
 INSTALL_HINT = "apt-get install slurmctld slurmd slurm-client munge slurmdbd mariadb-server"
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol")
@@ -58,12 +59,6 @@ DEFAULT_NODES = (
     NodeSpec("n2", "gpu"),
     NodeSpec("s1", "small", gpu_type="a100", gpus=4, cpus=16),
 )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_until(
@@ -289,7 +284,7 @@ class SlurmCluster:
             with contextlib.suppress(Exception):
                 self.run("scancel", "--full", "--user=root", check=False, timeout=5)
         for daemon in reversed(self.daemons):
-            _stop_process_group(daemon.process, timeout)
+            stop_group(daemon.process, timeout)
         self.daemons.clear()
 
     def _spawn(self, name: str, args: list[str], log_name: str, **kwargs: Any) -> Daemon:
@@ -521,20 +516,6 @@ def _port_open(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _stop_process_group(process: subprocess.Popen[bytes], timeout: float) -> None:
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        # slurmd ignores SIGTERM while it retries registering with a dead slurmctld.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=timeout)
 
 
 def record_outputs(cluster: SlurmCluster, out: Path) -> list[str]:

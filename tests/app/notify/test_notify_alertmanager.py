@@ -23,7 +23,7 @@ from diagnosis.edge.notify.alertmanager import (
 from diagnosis.models import Cluster, DeliveryState, Finding, FindingEvent, OwnerNoticePolicy
 from tests.support.alertmanager_server import AlertmanagerServer, Webhook, started_alertmanager
 from tests.support.notify_world import STEP, open_xid_incident, record_cycles
-from tests.support.prometheus_fixtures import wait_until
+from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.alertmanager, pytest.mark.django_db]
 

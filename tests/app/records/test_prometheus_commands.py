@@ -22,7 +22,8 @@ from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.edge.sources.prometheus import collect
 from tests.conftest import REPO_ROOT
 from tests.edge.test_prometheus import iso, scheduler_doc
-from tests.support.prometheus_fixtures import free_port, sim_cluster, start_prometheus, wait_until
+from tests.support.processes import free_port, wait_until
+from tests.support.prometheus_fixtures import sim_cluster, start_prometheus
 
 pytestmark = pytest.mark.prometheus
 
