@@ -67,15 +67,15 @@ SEED_START = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 
 
 @contextmanager
-def seed_demo_cluster(name: str, step_s: int) -> Iterator[Cluster]:
+def seed_demo_cluster(name: str, step_s: int, *, start: datetime = SEED_START) -> Iterator[Cluster]:
     """A sim cluster ``name`` running the demo's seed scenario (128 x 8 A100, pool a100 under
-    spread) from :data:`SEED_START`, ``step_s`` simulated seconds a cycle; its simulator is
-    forgotten afterwards."""
+    spread) from ``start`` (:data:`SEED_START` unless told), ``step_s`` simulated seconds a
+    cycle; its simulator is forgotten afterwards."""
     cluster = Cluster.objects.create(
         name=name,
         scheduler_kind="sim",
         metrics_kind="sim",
-        scheduler_config=stepped_seed_config(SEED_START, step_s),
+        scheduler_config=stepped_seed_config(start, step_s),
     )
     try:
         yield cluster
