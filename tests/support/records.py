@@ -23,7 +23,7 @@ from diagnosis.actions.workflow.review import (
     request_recommendation,
 )
 from diagnosis.edge.sim import runtime as sim_runtime
-from diagnosis.models import Cluster, ClusterCycle, Finding, Recommendation
+from diagnosis.models import Cluster, ClusterCycle, Finding, Recommendation, Snapshot
 
 QUEUE_WEIGHT_CHANGE = {"from": 1, "to": 3}  # team-b's weight in the sim's small scenario is 1
 
@@ -49,6 +49,20 @@ def make_recommendation(
     )
     rec.motivating_findings.add(*findings)
     return rec
+
+
+def counting_decodes(monkeypatch: Any) -> list[int]:
+    """The list, growing as the test goes on, of the snapshots whose document is decoded
+    (``Snapshot.load_document``), by id."""
+    decoded: list[int] = []
+    original = Snapshot.load_document
+
+    def counting(snapshot: Snapshot):
+        decoded.append(snapshot.pk)
+        return original(snapshot)
+
+    monkeypatch.setattr(Snapshot, "load_document", counting)
+    return decoded
 
 
 def stepped_seed_config(start: datetime, step_s: int) -> dict[str, Any]:
