@@ -294,19 +294,25 @@ def test_a_scontrol_line_keeps_a_reason_with_spaces() -> None:
 # -- the whole scheduler part --------------------------------------------------------------------
 
 
-def test_recorded_state_is_a_valid_snapshot() -> None:
-    state = scheduler_state(reads(), SETTINGS)
-    snap = snapshot_format.load(
+def loaded(state):
+    """The scheduler part ``state`` as a whole snapshot (cluster ``recorded``), loaded."""
+    return snapshot_format.load(
         {
             "format": snapshot_format.FORMAT,
             "cluster": "recorded",
             "as_of": "2026-11-29T09:20:00Z",
             "scheduler": state.scheduler,
             "nodes": state.nodes,
+            "gpus": state.gpus,
             "queues": state.queues,
             "jobs": state.jobs,
         }
     )
+
+
+def test_recorded_state_is_a_valid_snapshot() -> None:
+    state = scheduler_state(reads(), SETTINGS)
+    snap = loaded(state)
 
     assert snap.total_gpus == 20
     assert len(snap.allocations) == 2 + 6 + 4
@@ -738,18 +744,7 @@ def test_topology_reaches_the_snapshot_and_blocks_become_cliques() -> None:
 
     state = scheduler_state(with_topology, SETTINGS)
     nodes = {n["name"]: n for n in state.nodes}
-    snap = snapshot_format.load(
-        {
-            "format": snapshot_format.FORMAT,
-            "cluster": "recorded",
-            "as_of": "2026-11-29T09:20:00Z",
-            "scheduler": state.scheduler,
-            "nodes": state.nodes,
-            "gpus": state.gpus,
-            "queues": state.queues,
-            "jobs": state.jobs,
-        }
-    )
+    snap = loaded(state)
 
     assert nodes["n1"]["topology"] == {
         "nvlink_domains": [[0, 1, 2, 3], [4, 5, 6, 7]],
