@@ -74,12 +74,18 @@ def forget_cycle_lock(cluster: Cluster) -> None:
         redis.Redis.from_url(settings.REDIS_URL).delete(cycle_lock_key(cluster.pk))
 
 
-@pytest.mark.django_db(transaction=True)
-def test_two_concurrent_cycles_of_one_cluster_run_once(
-    lock_backend: str, make_cluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def cluster(lock_backend: str, make_cluster) -> Cluster:
+    """Cluster ``east``, no cycle lock left for it, under each lock backend."""
     cluster = make_cluster("east")
     forget_cycle_lock(cluster)
+    return cluster
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_cycles_of_one_cluster_run_once(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     first_cycle_started, finish_first_cycle = threading.Event(), threading.Event()
     cycles_run: list[str] = []
 
@@ -115,10 +121,8 @@ def test_two_concurrent_cycles_of_one_cluster_run_once(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_failing_cycle_releases_its_lock(
-    lock_backend: str, make_cluster, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cluster = make_cluster("east")
-    forget_cycle_lock(cluster)
 
     def broken_cycle(cluster: Cluster, **options) -> None:
         raise RuntimeError("scheduler unreachable")
