@@ -51,6 +51,19 @@ def make_recommendation(
     return rec
 
 
+def make_finding(cluster: Cluster, rule_id: str, subject: str, state: str) -> Finding:
+    """A finding of ``cluster`` in ``state``, first and last seen now."""
+    now = timezone.now()
+    return Finding.objects.create(
+        cluster=cluster,
+        rule_id=rule_id,
+        subject=subject,
+        state=state,
+        first_seen=now,
+        last_seen=now,
+    )
+
+
 def counting_decodes(monkeypatch: Any) -> list[int]:
     """The list, growing as the test goes on, of the snapshots whose document is decoded
     (``Snapshot.load_document``), by id."""
