@@ -26,8 +26,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +47,13 @@ from diagnosis.edge.sources.dcgm import fields as dcgm  # noqa: E402
 from diagnosis.edge.sources.dcgm.exporter import GpuIdentity, label_text  # noqa: E402
 from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document  # noqa: E402
 from diagnosis.edge.sources.prometheus.wire import parse_matrix  # noqa: E402
+from tests.support.processes import (  # noqa: E402
+    free_port,
+    prometheus_args,
+    start_logged,
+    stop_group,
+    wait_until,
+)
 
 STEP = 15
 POINTS = 241  # an hour, both ends
@@ -155,12 +160,6 @@ def write_slice(args: tuple[int, int, int, float, str, str]) -> tuple[str, int, 
     return str(blocks), samples, time.perf_counter() - started
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def backfill(gpus: int, base: Path, t0: float, workers: int) -> tuple[Path, int, float]:
     promtool = shutil.which("promtool")
     data = base / "tsdb"
@@ -185,31 +184,20 @@ def backfill(gpus: int, base: Path, t0: float, workers: int) -> tuple[Path, int,
 def start_prometheus(base: Path, data: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     (base / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
-    log = open(base / "prometheus.log", "wb")  # noqa: SIM115 - the child keeps it
-    process = subprocess.Popen(
-        [
-            shutil.which("prometheus"),
-            f"--config.file={base / 'prometheus.yml'}",
-            f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=30d",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    process = start_logged(
+        prometheus_args(shutil.which("prometheus"), base, data, port),
+        base / "prometheus.log",
+        mode="wb",
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
+
+    def ready() -> bool:
         if process.poll() is not None:
             raise RuntimeError((base / "prometheus.log").read_text()[-2000:])
-        try:
-            if requests.get(f"{url}/-/ready", timeout=2).status_code == 200:
-                return process, url
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("Prometheus did not become ready in 300 s")
+        return requests.get(f"{url}/-/ready", timeout=2).status_code == 200
+
+    wait_until(ready, "Prometheus to be ready", timeout=300)
+    return process, url
 
 
 def scheduler_doc(gpus: int) -> dict:
@@ -384,12 +372,8 @@ def main() -> int:
             )
         )
     finally:
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
+        if process is not None:
+            stop_group(process, timeout=30)
         if not args.data:
             shutil.rmtree(base, ignore_errors=True)
     return 0

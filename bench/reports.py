@@ -66,6 +66,12 @@ TENANTS = 50
 POOLS = ("a100", "h100", "l40s", "h200")
 JOBS_PER_DAY = 12_000
 END = datetime(2026, 11, 29, 0, 0, tzinfo=UTC)
+# The accounted GPU-seconds columns every rollup table has (TenantRollup, PoolRollup), in order.
+ACCOUNTED = (
+    "allocated_gpu_s, demanded_gpu_s, used_gpu_s, util_known_gpu_s, unavailable_gpu_s, "
+    "partial_gang_gpu_s, hung_gpu_s, idle_gpu_s, data_starved_gpu_s, busy_gpu_s, "
+    "productive_gpu_s, mfu_known_gpu_s, starving_job_s, preemptions"
+)
 
 
 def fill(days: int) -> tuple[object, object]:
@@ -99,10 +105,7 @@ def fill(days: int) -> tuple[object, object]:
             f"""
             INSERT INTO {tenant_table} (
                 cluster_id, cycle_id, as_of, interval_s, tenant_id, tenant_name,
-                allocated_gpu_s, demanded_gpu_s, used_gpu_s, util_known_gpu_s,
-                unavailable_gpu_s, partial_gang_gpu_s, hung_gpu_s, idle_gpu_s,
-                data_starved_gpu_s, busy_gpu_s, productive_gpu_s, mfu_known_gpu_s,
-                starving_job_s, preemptions, entitlement_s, fair_gpu_s)
+                {ACCOUNTED}, entitlement_s, fair_gpu_s)
             SELECT c.cluster_id, c.id, c.as_of, 60, %s + t, 'tenant-' || lpad(t::text, 2, '0'),
                 a * 60, a * 60 * 1.3, a * 60 * 0.7, a * 60, 0, a * 0.6, a * 0.2, a * 3, a * 1.2,
                 a * 60 * 0.92, a * 60 * 0.35, a * 60 * 0.8,
@@ -123,10 +126,7 @@ def fill(days: int) -> tuple[object, object]:
             f"""
             INSERT INTO {pool_table} (
                 cluster_id, cycle_id, as_of, interval_s, pool, gpu_s,
-                allocated_gpu_s, demanded_gpu_s, used_gpu_s, util_known_gpu_s,
-                unavailable_gpu_s, partial_gang_gpu_s, hung_gpu_s, idle_gpu_s,
-                data_starved_gpu_s, busy_gpu_s, productive_gpu_s, mfu_known_gpu_s,
-                starving_job_s, preemptions, free_fragmented_gpu_s, free_demand_gpu_s,
+                {ACCOUNTED}, free_fragmented_gpu_s, free_demand_gpu_s,
                 free_no_demand_gpu_s,
                 entitlement_basis)
             SELECT c.cluster_id, c.id, c.as_of, 60, p.name, p.gpus * 60,

@@ -22,10 +22,12 @@ from django.contrib.auth.models import User
 from django.core.cache import caches
 from django.test import Client, override_settings
 
+from diagnosis.actions.workflow.review import approve_recommendation, request_recommendation
 from diagnosis.edge.sim import runtime as sim_runtime
-from diagnosis.models import Cluster
+from diagnosis.models import Cluster, Recommendation
 from diagnosis.pages.support import page_cache
 from gpuobs import celery_app
+from tests.support.records import make_recommendation
 from tests.support.world import create_person, create_user, logged_in_client
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -116,6 +118,36 @@ def celery_eager() -> Iterator[None]:
         yield
     finally:
         celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates = saved
+
+
+@pytest.fixture
+def run_tasks(celery_eager: None, django_capture_on_commit_callbacks) -> Callable[..., Any]:
+    """``run_tasks(action, *args)``: the action, with what it sends on commit (dry runs, applies)
+    run in-process as the embedded mode does; its result, read again from the database."""
+
+    def run(action: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        with django_capture_on_commit_callbacks(execute=True):
+            result = action(*args, **kwargs)
+        result.refresh_from_db()
+        return result
+
+    return run
+
+
+@pytest.fixture
+def approve(carol: User, dave: User, erin: User, run_tasks) -> Callable[..., Recommendation]:
+    """``approve(cluster, kind, target, change)``: a recommendation of ``cluster`` approved the
+    usual way: carol requests and dave approves; a drain, erin (on-call) approves alone. The
+    approval sends the dry run (run in-process)."""
+
+    def build(cluster: Cluster, *args: Any) -> Recommendation:
+        rec = make_recommendation(cluster, *args)
+        if rec.kind == "drain-node":
+            return run_tasks(approve_recommendation, rec, erin)
+        request_recommendation(rec, carol)
+        return run_tasks(approve_recommendation, rec, dave)
+
+    return build
 
 
 @pytest.fixture

@@ -195,17 +195,21 @@ def test_a_multi_node_job_is_a_gang_of_one_pod_per_node(jobs) -> None:
     assert detail == {"n1": [2, 3, 4], "n2": [0, 1, 2]}
 
 
+# The recording's pending jobs (README.md) and the reason Slurm gives each.
+PENDING_REASONS = {
+    "3_4": "Resources",
+    "3_5": "Resources",
+    "4": "AssocGrpGRES",
+    "5": "Dependency",
+    "6": "Resources",
+    "14": "ReqNodeNotAvail",
+}
+
+
 def test_pending_jobs_keep_slurms_reason_and_hold_nothing(jobs) -> None:
     reasons = {j["id"]: j["pending_reason"] for j in jobs.jobs if j["state"] == "pending"}
 
-    assert reasons == {
-        "3_4": "Resources",
-        "3_5": "Resources",
-        "4": "AssocGrpGRES",
-        "5": "Dependency",
-        "6": "Resources",
-        "14": "ReqNodeNotAvail",
-    }
+    assert reasons == PENDING_REASONS
     assert all(not j["allocation"] for j in jobs.jobs if j["state"] == "pending")
     big = job(jobs, "6")
     assert (big["pods"], big["gpus_per_pod"], big["gang"]) == (2, 8, True)
@@ -294,19 +298,25 @@ def test_a_scontrol_line_keeps_a_reason_with_spaces() -> None:
 # -- the whole scheduler part --------------------------------------------------------------------
 
 
-def test_recorded_state_is_a_valid_snapshot() -> None:
-    state = scheduler_state(reads(), SETTINGS)
-    snap = snapshot_format.load(
+def loaded(state):
+    """The scheduler part ``state`` as a whole snapshot (cluster ``recorded``), loaded."""
+    return snapshot_format.load(
         {
             "format": snapshot_format.FORMAT,
             "cluster": "recorded",
             "as_of": "2026-11-29T09:20:00Z",
             "scheduler": state.scheduler,
             "nodes": state.nodes,
+            "gpus": state.gpus,
             "queues": state.queues,
             "jobs": state.jobs,
         }
     )
+
+
+def test_recorded_state_is_a_valid_snapshot() -> None:
+    state = scheduler_state(reads(), SETTINGS)
+    snap = loaded(state)
 
     assert snap.total_gpus == 20
     assert len(snap.allocations) == 2 + 6 + 4
@@ -343,14 +353,7 @@ def test_pending_reasons_become_failed_scheduling_events_with_the_original_reaso
     events, _ = derive(parse.EventCursor())
     failed = {e["job"]: e for e in events if e["kind"] == "failed_scheduling"}
 
-    assert {j: e["reason"] for j, e in failed.items()} == {
-        "3_4": "Resources",
-        "3_5": "Resources",
-        "4": "AssocGrpGRES",
-        "5": "Dependency",
-        "6": "Resources",
-        "14": "ReqNodeNotAvail",
-    }
+    assert {j: e["reason"] for j, e in failed.items()} == PENDING_REASONS
     assert failed["14"]["message"] == "ReqNodeNotAvail, UnavailableNodes:s1"
     assert failed["5"]["time"] == parse.epoch_time(NOW)
 
@@ -738,18 +741,7 @@ def test_topology_reaches_the_snapshot_and_blocks_become_cliques() -> None:
 
     state = scheduler_state(with_topology, SETTINGS)
     nodes = {n["name"]: n for n in state.nodes}
-    snap = snapshot_format.load(
-        {
-            "format": snapshot_format.FORMAT,
-            "cluster": "recorded",
-            "as_of": "2026-11-29T09:20:00Z",
-            "scheduler": state.scheduler,
-            "nodes": state.nodes,
-            "gpus": state.gpus,
-            "queues": state.queues,
-            "jobs": state.jobs,
-        }
-    )
+    snap = loaded(state)
 
     assert nodes["n1"]["topology"] == {
         "nvlink_domains": [[0, 1, 2, 3], [4, 5, 6, 7]],

@@ -37,8 +37,8 @@ from diagnosis.models import (
     Recommendation,
 )
 from gpuobs import celery_app
-from tests.app.upkeep.test_celery import database_url_of_test_database
 from tests.conftest import REPO_ROOT, require_binary
+from tests.support.celery_worker import database_url_of_test_database
 from tests.support.records import make_recommendation
 
 T = TypeVar("T")
@@ -281,18 +281,23 @@ def _forget_connections() -> None:
     health.redis_client.cache_clear()
 
 
-@contextmanager
-def row_locked(model: type[models.Model], pk: int) -> Iterator[None]:
-    """Hold ``SELECT ... FOR UPDATE`` on one row from a connection of its own: a worker that
-    needs the row waits, so the test knows where its task is while it breaks something."""
+def own_connection() -> psycopg.Connection:
+    """A connection to the test database of its own (outside Django's), to hold a lock with."""
     db = connection.settings_dict
-    with psycopg.connect(
+    return psycopg.connect(
         host=db["HOST"] or "127.0.0.1",
         port=db["PORT"] or 5432,
         user=db["USER"],
         password=db["PASSWORD"] or None,
         dbname=db["NAME"],
-    ) as holder:
+    )
+
+
+@contextmanager
+def row_locked(model: type[models.Model], pk: int) -> Iterator[None]:
+    """Hold ``SELECT ... FOR UPDATE`` on one row from a connection of its own: a worker that
+    needs the row waits, so the test knows where its task is while it breaks something."""
+    with own_connection() as holder:
         table = model._meta.db_table  # a model's own table name, not input
         holder.execute(f'SELECT 1 FROM "{table}" WHERE id = %s FOR UPDATE', [pk])  # noqa: S608
         yield
@@ -330,14 +335,7 @@ def scheduler_changes(cluster: Cluster) -> list[dict]:
 def table_locked_for_writes(model: type[models.Model]) -> Iterator[None]:
     """Hold ``LOCK TABLE ... IN SHARE MODE`` from a connection of its own: reads go on, every
     insert into the table waits (a worker's audit row: the step that records an apply)."""
-    db = connection.settings_dict
-    with psycopg.connect(
-        host=db["HOST"] or "127.0.0.1",
-        port=db["PORT"] or 5432,
-        user=db["USER"],
-        password=db["PASSWORD"] or None,
-        dbname=db["NAME"],
-    ) as holder:
+    with own_connection() as holder:
         table = model._meta.db_table  # a model's own table name, not input
         holder.execute(f'LOCK TABLE "{table}" IN SHARE MODE')
         yield

@@ -6,8 +6,6 @@ as in production)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -21,7 +19,7 @@ import requests
 import yaml
 
 from tests.conftest import require_binary
-from tests.support.prometheus_fixtures import free_port, wait_until
+from tests.support.processes import free_port, start_logged, stop_group, wait_until
 
 PACKAGE = "prometheus-alertmanager"
 
@@ -57,10 +55,19 @@ class Webhook:
         self.server.server_close()
 
 
+CAPTURE_GROUP_BY = ["alertname", "cluster", "rule", "subject"]  # what gpuobs posts
+
+
 @dataclass
 class AlertmanagerServer:
+    """An Alertmanager whose one route sends every alert, grouped by ``group_by`` and at once,
+    to ``receiver`` (a receiver of alertmanager.yml, with its ``webhook_configs``); ``webhook``,
+    the :class:`Webhook` behind it when there is one."""
+
     base: Path
-    webhook: Webhook
+    receiver: dict[str, Any]
+    group_by: list[str] = field(default_factory=lambda: list(CAPTURE_GROUP_BY))
+    webhook: Webhook | None = None
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
 
@@ -74,23 +81,17 @@ class AlertmanagerServer:
         )
         config = {
             "route": {
-                "receiver": "capture",
-                "group_by": ["alertname", "cluster", "rule", "subject"],
+                "receiver": self.receiver["name"],
+                "group_by": self.group_by,
                 "group_wait": "0s",
                 "group_interval": "1s",
                 "repeat_interval": "1h",
             },
-            "receivers": [
-                {
-                    "name": "capture",
-                    "webhook_configs": [{"url": self.webhook.url, "send_resolved": True}],
-                }
-            ],
+            "receivers": [self.receiver],
         }
         self.base.mkdir(parents=True, exist_ok=True)
         (self.base / "alertmanager.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
-        log = open(self.base / "alertmanager.log", "ab")  # noqa: SIM115 - the child keeps it
-        self.process = subprocess.Popen(
+        self.process = start_logged(
             [
                 binary,
                 f"--config.file={self.base / 'alertmanager.yml'}",
@@ -98,11 +99,8 @@ class AlertmanagerServer:
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--cluster.listen-address=",
             ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            self.base / "alertmanager.log",
         )
-        log.close()
         wait_until(self._ready, what="Alertmanager to be ready")
 
     def _ready(self) -> bool:
@@ -111,14 +109,8 @@ class AlertmanagerServer:
         return requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
+        if self.process is not None:
+            stop_group(self.process)
 
     def alerts(self) -> list[dict[str, Any]]:
         """``GET /api/v2/alerts``: the alerts Alertmanager holds as active."""
@@ -132,9 +124,10 @@ def started_alertmanager(directory: Path) -> Iterator[AlertmanagerServer]:
     """An Alertmanager running in ``directory`` whose receiver posts to a fresh
     :class:`Webhook`; both stopped on the way out."""
     webhook = Webhook()
-    server = AlertmanagerServer(directory, webhook)
-    server.start()
+    receiver = {"name": "capture", "webhook_configs": [{"url": webhook.url, "send_resolved": True}]}
+    server = AlertmanagerServer(directory, receiver, webhook=webhook)
     try:
+        server.start()
         yield server
     finally:
         server.stop()

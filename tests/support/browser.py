@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from diagnosis.actions.records.cycles import run_cluster_cycle
-from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster
-from tests.conftest import require_binary, running_in_ci
-from tests.support.records import stepped_seed_config
+from tests.conftest import REPO_ROOT, require_binary, running_in_ci
+from tests.support.records import seed_demo_cluster
 from tests.support.world import DEFAULT_PASSWORD
 
 CHROMIUM_ARGS = [
@@ -53,18 +53,19 @@ def stepped_seed_cluster(name: str, cycles: int, step_s: int = STEP_S) -> Iterat
     """The demo's seed scenario as cluster ``name``, run ``cycles`` cycles of ``step_s``
     simulated seconds up to now; its simulator is forgotten afterwards."""
     start = datetime.now(UTC) - timedelta(seconds=cycles * step_s)
-    cluster = Cluster.objects.create(
-        name=name,
-        scheduler_kind="sim",
-        metrics_kind="sim",
-        scheduler_config=stepped_seed_config(start, step_s),
-    )
-    try:
+    with seed_demo_cluster(name, step_s, start=start) as cluster:
         for _ in range(cycles):
             run_cluster_cycle(cluster)
         yield cluster
-    finally:
-        sim_runtime.forget(name)
+
+
+SCREENSHOTS = REPO_ROOT / "var" / "screenshots"
+
+
+def screenshot(page, name: str, folder: Path = SCREENSHOTS) -> None:
+    """The whole of ``page`` as ``folder/<name>.png`` (var/screenshots/ unless told)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
 
 
 @contextmanager

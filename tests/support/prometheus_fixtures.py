@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -44,36 +43,19 @@ from diagnosis.edge.sources.dcgm.exporter import (
     write_openmetrics,
 )
 from tests.conftest import REPO_ROOT, require_binary, running_in_ci
+from tests.support.processes import (
+    free_port,
+    prometheus_args,
+    start_logged,
+    stop_group,
+    wait_until,
+)
 
 T = TypeVar("T")
 STEP = 15
 HOUR_POINTS = 241  # an hour of 15 s samples, both ends included
 DCGM_DATA = REPO_ROOT.parent / "shared" / "data" / "dcgm"
 SIM_SCENARIO_CLUSTER = "simsmall"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_until(check: Callable[[], T], *, timeout: float = 30.0, what: str = "condition") -> T:
-    """Poll ``check`` until it returns something truthy (errors while waiting are retried)."""
-    deadline = time.monotonic() + timeout
-    error: Exception | None = None
-    while True:
-        try:
-            value = check()
-            if value:
-                return value
-        except (OSError, requests.RequestException, LookupError, ValueError) as exc:
-            error = exc  # the server is not up yet
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"waited {timeout:.0f} s for {what}" + (f": {error}" if error else "")
-            )
-        time.sleep(0.05)
 
 
 # -- the server ----------------------------------------------------------------------------------
@@ -104,17 +86,7 @@ class PrometheusServer:
         os.killpg(self.process.pid, signal.SIGCONT)
 
     def stop(self) -> None:
-        if self.process.poll() is not None:
-            return
-        try:
-            os.killpg(self.process.pid, signal.SIGCONT)
-            os.killpg(self.process.pid, signal.SIGTERM)
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
-        except ProcessLookupError:
-            pass
+        stop_group(self.process)
 
 
 def start_prometheus(
@@ -138,21 +110,9 @@ def start_prometheus(
         )
     (base / "prometheus.yml").write_text(config)
     port = free_port()
-    log = open(base / "prometheus.log", "wb")  # noqa: SIM115 - the child keeps it open
-    process = subprocess.Popen(
-        [
-            prometheus,
-            f"--config.file={base / 'prometheus.yml'}",
-            f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=30d",
-            *args,
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    process = start_logged(
+        [*prometheus_args(prometheus, base, data, port), *args], base / "prometheus.log", mode="wb"
     )
-    log.close()
     server = PrometheusServer(f"http://127.0.0.1:{port}", process, base)
     try:
         wait_until(lambda: _ready(server), what="Prometheus to be ready")

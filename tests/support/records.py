@@ -23,7 +23,7 @@ from diagnosis.actions.workflow.review import (
     request_recommendation,
 )
 from diagnosis.edge.sim import runtime as sim_runtime
-from diagnosis.models import Cluster, ClusterCycle, Finding, Recommendation
+from diagnosis.models import Cluster, ClusterCycle, Finding, Recommendation, Snapshot
 
 QUEUE_WEIGHT_CHANGE = {"from": 1, "to": 3}  # team-b's weight in the sim's small scenario is 1
 
@@ -51,6 +51,33 @@ def make_recommendation(
     return rec
 
 
+def make_finding(cluster: Cluster, rule_id: str, subject: str, state: str) -> Finding:
+    """A finding of ``cluster`` in ``state``, first and last seen now."""
+    now = timezone.now()
+    return Finding.objects.create(
+        cluster=cluster,
+        rule_id=rule_id,
+        subject=subject,
+        state=state,
+        first_seen=now,
+        last_seen=now,
+    )
+
+
+def counting_decodes(monkeypatch: Any) -> list[int]:
+    """The list, growing as the test goes on, of the snapshots whose document is decoded
+    (``Snapshot.load_document``), by id."""
+    decoded: list[int] = []
+    original = Snapshot.load_document
+
+    def counting(snapshot: Snapshot):
+        decoded.append(snapshot.pk)
+        return original(snapshot)
+
+    monkeypatch.setattr(Snapshot, "load_document", counting)
+    return decoded
+
+
 def stepped_seed_config(start: datetime, step_s: int) -> dict[str, Any]:
     """The ``scheduler_config`` of a sim cluster running the demo's seed scenario from ``start``,
     ``step_s`` simulated seconds per cycle (tests drive its clock, not the wall)."""
@@ -67,15 +94,15 @@ SEED_START = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 
 
 @contextmanager
-def seed_demo_cluster(name: str, step_s: int) -> Iterator[Cluster]:
+def seed_demo_cluster(name: str, step_s: int, *, start: datetime = SEED_START) -> Iterator[Cluster]:
     """A sim cluster ``name`` running the demo's seed scenario (128 x 8 A100, pool a100 under
-    spread) from :data:`SEED_START`, ``step_s`` simulated seconds a cycle; its simulator is
-    forgotten afterwards."""
+    spread) from ``start`` (:data:`SEED_START` unless told), ``step_s`` simulated seconds a
+    cycle; its simulator is forgotten afterwards."""
     cluster = Cluster.objects.create(
         name=name,
         scheduler_kind="sim",
         metrics_kind="sim",
-        scheduler_config=stepped_seed_config(SEED_START, step_s),
+        scheduler_config=stepped_seed_config(start, step_s),
     )
     try:
         yield cluster

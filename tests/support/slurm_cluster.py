@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from diagnosis.edge.schedulers.slurm.parse import expand_hostlist, expand_indexes
+from tests.support.processes import free_port, stop_group
 
 INSTALL_HINT = "apt-get install slurmctld slurmd slurm-client munge slurmdbd mariadb-server"
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol")
@@ -58,12 +59,6 @@ DEFAULT_NODES = (
     NodeSpec("n2", "gpu"),
     NodeSpec("s1", "small", gpu_type="a100", gpus=4, cpus=16),
 )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_until(
@@ -141,6 +136,21 @@ class SlurmCluster:
                 f"{' '.join(args)} failed (exit {done.returncode}): {done.stderr.strip()}"
             )
         return done.stdout
+
+    def associations(self, where: str, fields: str) -> str:
+        """``sacctmgr show associations`` where ``where``: a row a line, ``fields`` |-separated."""
+        return self.run(
+            "sacctmgr", "-P", "-n", "show", "associations", "where", where, f"format={fields}"
+        )
+
+    def unreachable_conf(self, name: str = "unreachable") -> Path:
+        """A copy of slurm.conf (``etc/<name>.conf``) naming a controller port nobody serves."""
+        path = self.base / "etc" / f"{name}.conf"
+        text = self.conf.read_text().replace(
+            f"SlurmctldPort={self.ports['slurmctld']}", f"SlurmctldPort={free_port()}"
+        )
+        path.write_text(text + "MessageTimeout=2\n")
+        return path
 
     def submit(self, *options: str, command: str = "sleep 600") -> str:
         """``sbatch --parsable`` a job that runs ``command``; its id (``123``)."""
@@ -274,7 +284,7 @@ class SlurmCluster:
             with contextlib.suppress(Exception):
                 self.run("scancel", "--full", "--user=root", check=False, timeout=5)
         for daemon in reversed(self.daemons):
-            _stop_process_group(daemon.process, timeout)
+            stop_group(daemon.process, timeout)
         self.daemons.clear()
 
     def _spawn(self, name: str, args: list[str], log_name: str, **kwargs: Any) -> Daemon:
@@ -508,29 +518,18 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _stop_process_group(process: subprocess.Popen[bytes], timeout: float) -> None:
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        # slurmd ignores SIGTERM while it retries registering with a dead slurmctld.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=timeout)
-
-
 def record_outputs(cluster: SlurmCluster, out: Path) -> list[str]:
     """Put the cluster in a known mix of states and save what Slurm prints, as the parsers'
     unit-test fixtures (``tests/fixtures/slurm``). Needs a fresh cluster with accounting."""
     out.mkdir(parents=True, exist_ok=True)
     saved: list[str] = []
 
-    def save(name: str, *args: str) -> None:
-        (out / name).write_text(cluster.run(*args))
+    def keep(name: str, text: str) -> None:
+        (out / name).write_text(text)
         saved.append(name)
+
+    def save(name: str, *args: str) -> None:
+        keep(name, cluster.run(*args))
 
     single = cluster.submit("-J", "single", "-A", "team-a", "--gres=gpu:2")
     multi = cluster.submit("-J", "multi", "-A", "team-a", "-N", "2", "--gres=gpu:3")
@@ -574,27 +573,17 @@ def record_outputs(cluster: SlurmCluster, out: Path) -> list[str]:
         "-o",
         "Cluster,Account,User,RawShares,NormShares,RawUsage,FairShare",
     )
-    save(
+    keep(
         "sacctmgr_associations.txt",
-        "sacctmgr",
-        "-P",
-        "-n",
-        "show",
-        "associations",
-        "where",
-        f"cluster={CLUSTER_NAME}",
-        "format=Cluster,Account,User,Partition,GrpTRES,MaxTRES",
+        cluster.associations(
+            f"cluster={CLUSTER_NAME}", "Cluster,Account,User,Partition,GrpTRES,MaxTRES"
+        ),
     )
     cluster.cancel([array, pinned])
     wait_until(lambda: cluster.node("s1").get("state") == "idle", what="s1 idle")
     save("sinfo_drained.json", "sinfo", "--json")
     save("scontrol_show_node_drained.txt", "scontrol", "show", "node", "s1", "-o")
-    # A controller that cannot be reached: a copy of the config naming a port nobody serves.
-    unreachable = cluster.base / "etc" / "unreachable.conf"
-    text = cluster.conf.read_text().replace(
-        f"SlurmctldPort={cluster.ports['slurmctld']}", f"SlurmctldPort={free_port()}"
-    )
-    unreachable.write_text(text + "MessageTimeout=2\n")
+    unreachable = cluster.unreachable_conf()
     for name, command in (
         ("sinfo_unreachable.json", "sinfo"),
         ("squeue_unreachable.json", "squeue"),
@@ -607,8 +596,7 @@ def record_outputs(cluster: SlurmCluster, out: Path) -> list[str]:
             timeout=60,
             check=False,
         )
-        (out / name).write_text(done_run.stdout)
-        saved.append(name)
+        keep(name, done_run.stdout)
     return saved
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group, Permission, User
 from django.test import Client
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
 
 DEFAULT_PASSWORD = "correct horse battery staple"
 
@@ -69,4 +71,21 @@ def create_person(name: str) -> User:
 def logged_in_client(user: AbstractBaseUser) -> Client:
     client = Client()
     client.force_login(user)
+    return client
+
+
+def create_machine_user(username: str, permission: str) -> User:
+    """A user for a machine (a scheduler, an uploader) with only ``permission`` (a codename)."""
+    user = create_user(username)
+    user.user_permissions.add(Permission.objects.get(codename=permission))
+    return user
+
+
+def token_client(user: User | None, keyword: str = "Token") -> APIClient:
+    """An API client sending ``user``'s token (made if it has none) as ``Authorization: <keyword>
+    <key>``; without a user, anonymous."""
+    client = APIClient()
+    if user is not None:
+        token, _ = Token.objects.get_or_create(user=user)
+        client.credentials(HTTP_AUTHORIZATION=f"{keyword} {token.key}")
     return client

@@ -16,13 +16,19 @@ from django.db import connection
 from diagnosis.actions.records.cycles import run_cluster_cycle
 from diagnosis.models import Cluster, ClusterCycle, Finding, Job, Queue, Tenant
 from diagnosis.pages.support.snapshots import latest_document
-from tests.conftest import REPO_ROOT
-from tests.support.browser import browser_page, chromium, log_in, stepped_seed_cluster
+from tests.support.browser import (
+    SCREENSHOTS,
+    browser_page,
+    chromium,
+    log_in,
+    screenshot,
+    stepped_seed_cluster,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 __all__ = ["chromium"]  # a fixture this module uses
 
-SHOTS = REPO_ROOT / "var" / "screenshots" / "chrome"
+SHOTS = SCREENSHOTS / "chrome"
 CLUSTER = "chrome-demo"
 CYCLES = 3  # half a simulated hour of the seed scenario: a waterfall, a trend, findings
 PHONE = {"width": 390, "height": 844}
@@ -77,11 +83,6 @@ def shot_name(path: str) -> str:
     return inner.replace("/", "-") or "overview"
 
 
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
 def test_every_main_page_fits_a_390_px_phone(
     chromium: str, live_server, simulated_cluster: Cluster, bob
 ) -> None:
@@ -98,7 +99,7 @@ def test_every_main_page_fits_a_390_px_phone(
             page.goto(f"{base}{path}")
             page.wait_for_load_state("load")
             widths[path] = page.evaluate("document.documentElement.scrollWidth")
-            shot(page, f"phone-{shot_name(path)}")
+            screenshot(page, f"phone-{shot_name(path)}", SHOTS)
         # the navigation folds behind the menu button and opens from it
         page.goto(f"{base}/clusters/{CLUSTER}/")
         expect(page.locator("nav.topnav")).to_be_hidden()
@@ -128,7 +129,7 @@ def test_dark_mode_and_chinese_from_the_header(
         page.wait_for_selector("#gpu-hours-waterfall .main-svg")
         page.wait_for_selector("#utilization-trend .main-svg")
         expect(page.locator("#gpu-hours-waterfall")).to_contain_text("容量")  # a chart label
-        shot(page, "overview-zh-hans")
+        screenshot(page, "overview-zh-hans", SHOTS)
         expect(page.locator("html")).to_have_attribute("data-theme", "light")
         light = page.evaluate("getComputedStyle(document.body).backgroundColor")
 
@@ -137,7 +138,7 @@ def test_dark_mode_and_chinese_from_the_header(
         expect(page.locator("html")).to_have_attribute("data-theme", "dark")
         expect(page.locator("#utilization-trend")).to_have_attribute("data-theme-drawn", "dark")
         assert page.evaluate("getComputedStyle(document.body).backgroundColor") != light
-        shot(page, "overview-zh-hans-dark")
+        screenshot(page, "overview-zh-hans-dark", SHOTS)
         page.reload()
         expect(page.locator("html")).to_have_attribute("data-theme", "dark")
     assert errors == []
@@ -178,5 +179,5 @@ def test_a_new_cycle_changes_the_open_overview_without_a_reload(
         expect(page.locator("#trend-title + .hint")).not_to_have_text(before)
         page.wait_for_selector("#utilization-trend .main-svg")  # the swapped-in chart is drawn
         assert page.evaluate("window.gpuobsNotReloaded") is True
-        shot(page, "overview-live")
+        screenshot(page, "overview-live", SHOTS)
     assert errors == []

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
 from diagnosis.models import Cluster
 from diagnosis.pages.support import snapshots
-from tests.conftest import REPO_ROOT
-from tests.support.browser import browser_page, chromium, stepped_seed_cluster
+from tests.support.browser import browser_page, chromium, screenshot, stepped_seed_cluster
 from tests.support.world import logged_in_client
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -24,7 +25,6 @@ __all__ = ["chromium"]  # a fixture this module uses
 
 CLUSTER = "browser-views"
 CYCLES = 8
-SCREENSHOTS = REPO_ROOT / "var" / "screenshots"
 GPU_PAGE = re.compile(rf".*/clusters/{CLUSTER}/nodes/(gpu-\d+)/gpus/(\d+)/$")
 
 
@@ -44,9 +44,13 @@ def session_cookie(user, base: str) -> dict:
     return {"name": "sessionid", "value": client.cookies["sessionid"].value, "url": base}
 
 
-def shoot(page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+@contextmanager
+def logged_in_page(chromium: str, user, base: str) -> Iterator[tuple[Any, list[str]]]:
+    """:func:`browser_page`, logged in as ``user`` at ``base``."""
+    cookie = session_cookie(user, base)
+    with browser_page(chromium) as (page, errors):
+        page.context.add_cookies([cookie])
+        yield page, errors
 
 
 def test_a_heatmap_cell_opens_its_gpu_page_with_the_time_series_and_its_node(
@@ -55,13 +59,11 @@ def test_a_heatmap_cell_opens_its_gpu_page_with_the_time_series_and_its_node(
     from playwright.sync_api import expect  # noqa: PLC0415 -- optional: `chromium` skips without it
 
     base = live_server.url
-    cookie = session_cookie(carol, base)
-    with browser_page(chromium) as (page, errors):
-        page.context.add_cookies([cookie])
+    with logged_in_page(chromium, carol, base) as (page, errors):
         page.goto(f"{base}/clusters/{CLUSTER}/nodes/")
         heatmap = page.locator("#gpu-heatmap[data-drawn=true]")
         expect(heatmap).to_be_visible()
-        shoot(page, "heatmap")
+        screenshot(page, "heatmap")
         box = page.locator("#gpu-heatmap .nsewdrag").first.bounding_box()
         page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.5)
 
@@ -72,13 +74,13 @@ def test_a_heatmap_cell_opens_its_gpu_page_with_the_time_series_and_its_node(
         for title in ("GPU utilization", "Power", "Temperature", "SM clock"):
             expect(page.locator("#gpu-series")).to_contain_text(title)
         expect(page.locator("#series-points")).to_contain_text(f"{CYCLES} stored snapshots")
-        shoot(page, "gpu")
+        screenshot(page, "gpu")
 
         page.click(f"h1 a.ref-node >> text={node}")
         page.wait_for_url(f"{base}/clusters/{CLUSTER}/nodes/{node}/")
         expect(page.locator("#node-gpus")).to_contain_text(index)
         expect(page.locator("#node-util[data-drawn=true]")).to_be_visible()
-        shoot(page, "node")
+        screenshot(page, "node")
     assert errors == []
 
 
@@ -88,15 +90,13 @@ def test_the_queue_shows_the_waiting_big_job_with_its_reason_and_search_finds_it
     from playwright.sync_api import expect  # noqa: PLC0415 -- optional: `chromium` skips without it
 
     base = live_server.url
-    cookie = session_cookie(carol, base)
-    with browser_page(chromium) as (page, errors):
-        page.context.add_cookies([cookie])
+    with logged_in_page(chromium, carol, base) as (page, errors):
         page.goto(f"{base}/clusters/{CLUSTER}/queues/")
         page.click(f"#queue-table a[href='/clusters/{CLUSTER}/queues/research/']")
         page.wait_for_url(f"{base}/clusters/{CLUSTER}/queues/research/")
         row = page.locator("#pending-jobs tr", has=page.locator("a >> text=research-big"))
         expect(row).to_contain_text("Unschedulable")
-        shoot(page, "queue")
+        screenshot(page, "queue")
 
         page.goto(f"{base}/clusters/{CLUSTER}/jobs/")
         page.fill("#job-search", "research-big")
@@ -106,5 +106,5 @@ def test_the_queue_shows_the_waiting_big_job_with_its_reason_and_search_finds_it
         page.click("#job-table a >> text=research-big")
         page.wait_for_url(f"{base}/clusters/{CLUSTER}/jobs/research-big/")
         expect(page.locator("#job-wait")).to_contain_text("waiting")
-        shoot(page, "job")
+        screenshot(page, "job")
     assert errors == []

@@ -18,7 +18,8 @@ from diagnosis.core import fairness
 from diagnosis.models import Cluster, ClusterCycle, Finding, Incident, PoolRollup, TenantRollup
 from tests.conftest import REPO_ROOT
 from tests.support.notify_world import open_xid_incident, record_cycles, scraper
-from tests.support.prometheus_fixtures import PrometheusServer, start_prometheus, wait_until
+from tests.support.processes import wait_until
+from tests.support.prometheus_fixtures import PrometheusServer, start_prometheus
 from tests.support.records import make_recommendation
 
 pytestmark = [

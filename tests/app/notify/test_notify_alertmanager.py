@@ -23,7 +23,7 @@ from diagnosis.edge.notify.alertmanager import (
 from diagnosis.models import Cluster, DeliveryState, Finding, FindingEvent, OwnerNoticePolicy
 from tests.support.alertmanager_server import AlertmanagerServer, Webhook, started_alertmanager
 from tests.support.notify_world import STEP, open_xid_incident, record_cycles
-from tests.support.prometheus_fixtures import wait_until
+from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.alertmanager, pytest.mark.django_db]
 
@@ -44,10 +44,16 @@ def notifying(settings, alertmanager, celery_eager) -> AlertmanagerServer:
     return alertmanager
 
 
-def cycles(cluster: Cluster, states: list[str], end: datetime, capture) -> None:
-    """Record cycles through the real path; their notify step runs once each commits."""
-    with capture(execute=True):
-        record_cycles(cluster, states, end=end)
+@pytest.fixture
+def cycles(django_capture_on_commit_callbacks):
+    """``cycles(cluster, states, end)``: record cycles through the real path; their notify step
+    runs once each commits."""
+
+    def record(cluster: Cluster, states: list[str], end: datetime) -> None:
+        with django_capture_on_commit_callbacks(execute=True):
+            record_cycles(cluster, states, end=end)
+
+    return record
 
 
 def by_subject(alerts, name: str) -> dict[str, dict]:
@@ -59,13 +65,13 @@ def notified(webhook: Webhook, status: str, subject: str) -> list[dict]:
 
 
 def test_firing_findings_and_an_xid_incident_reach_alertmanager(
-    notifying, make_cluster, django_capture_on_commit_callbacks
+    notifying, make_cluster, cycles
 ) -> None:
     cluster = make_cluster("am-out")
     now = datetime.now(UTC).replace(microsecond=0)
-    cycles(cluster, ["idle"], now - STEP, django_capture_on_commit_callbacks)
+    cycles(cluster, ["idle"], now - STEP)
     incident = open_xid_incident(cluster)
-    cycles(cluster, ["idle"], now, django_capture_on_commit_callbacks)
+    cycles(cluster, ["idle"], now)
 
     alerts = wait_until(notifying.alerts, what="alerts in Alertmanager")
     findings = by_subject(alerts, "GpuobsFinding")
@@ -100,17 +106,15 @@ def test_firing_findings_and_an_xid_incident_reach_alertmanager(
     assert (state.deliveries_total, state.failures_total, state.last_error) == (2, 0, "")
 
 
-def test_a_resolved_finding_gets_its_end_time(
-    notifying, make_cluster, django_capture_on_commit_callbacks
-) -> None:
+def test_a_resolved_finding_gets_its_end_time(notifying, make_cluster, cycles) -> None:
     cluster = make_cluster("am-resolve")
     now = datetime.now(UTC).replace(microsecond=0)
-    cycles(cluster, ["idle", "idle"], now - 2 * STEP, django_capture_on_commit_callbacks)
+    cycles(cluster, ["idle", "idle"], now - 2 * STEP)
     wait_until(
         lambda: "job:idle-1" in by_subject(notifying.alerts(), "GpuobsFinding"),
         what="the idle-allocation alert",
     )
-    cycles(cluster, ["busy", "busy"], now, django_capture_on_commit_callbacks)
+    cycles(cluster, ["busy", "busy"], now)
     idle = Finding.objects.get(cluster=cluster, rule_id="idle-allocation")
     assert idle.state == "resolved"
     resolved_at = FindingEvent.objects.get(finding=idle, to_state="resolved").time
@@ -126,11 +130,11 @@ def test_a_resolved_finding_gets_its_end_time(
 
 
 def test_alertmanager_down_for_cycles_loses_nothing_once_back(
-    notifying, make_cluster, django_capture_on_commit_callbacks
+    notifying, make_cluster, cycles
 ) -> None:
     cluster = make_cluster("am-down")
     now = datetime.now(UTC).replace(microsecond=0)
-    cycles(cluster, ["idle", "idle"], now - 3 * STEP, django_capture_on_commit_callbacks)
+    cycles(cluster, ["idle", "idle"], now - 3 * STEP)
     open_xid_incident(cluster)
     deliver_to_alertmanager(cluster)
     wait_until(
@@ -139,14 +143,14 @@ def test_alertmanager_down_for_cycles_loses_nothing_once_back(
     )
 
     notifying.stop()
-    cycles(cluster, ["busy", "busy"], now - STEP, django_capture_on_commit_callbacks)
+    cycles(cluster, ["busy", "busy"], now - STEP)
     state = DeliveryState.objects.get(cluster=cluster, channel="alertmanager")
     assert state.consecutive_failures == 2
     assert "unreachable" in state.last_error
     assert Finding.objects.get(cluster=cluster, rule_id="idle-allocation").state == "resolved"
 
     notifying.start()  # same storage: its notification log remembers what it notified
-    cycles(cluster, ["busy"], now, django_capture_on_commit_callbacks)
+    cycles(cluster, ["busy"], now)
     alerts = notifying.alerts()
     assert set(by_subject(alerts, "GpuobsIncident")) == {"gpu:a100-001/3"}  # still open
     assert "job:idle-1" not in by_subject(alerts, "GpuobsFinding")

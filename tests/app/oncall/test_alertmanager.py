@@ -5,17 +5,12 @@ prometheus-alertmanager on loopback) delivering to the live test server."""
 from __future__ import annotations
 
 import secrets
-import socket
-import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
-import yaml
 from django.contrib.auth.models import Permission, User
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -25,7 +20,8 @@ from diagnosis.choices import IncidentState
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.edge.sources import alertmanager as am
 from diagnosis.models import Cluster, Incident
-from tests.conftest import require_binary
+from tests.support.alertmanager_server import AlertmanagerServer
+from tests.support.processes import wait_until
 
 STARTS = "2026-11-29T07:51:12.123456789Z"
 XID_LABELS = {
@@ -293,89 +289,30 @@ def test_anonymous_is_401_and_a_viewer_403(prod, bob) -> None:
 TOKEN_KEY = secrets.token_hex(20)  # the receiver's bearer token, fixed for the session
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 @pytest.fixture(scope="module")
 def alertmanager_url(live_server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Debian's Alertmanager on a free loopback port, delivering every alert to the live test
     server's webhook with the session's bearer token; stopped at the end of the module."""
-    binary = require_binary("prometheus-alertmanager", "apt-get install prometheus-alertmanager")
-    workdir: Path = tmp_path_factory.mktemp("alertmanager")
-    config = {
-        "route": {
-            "receiver": "gpuobs",
-            "group_by": ["alertname", "cluster", "Hostname", "gpu"],
-            "group_wait": "0s",
-            "group_interval": "1s",
-            "repeat_interval": "1h",
-        },
-        "receivers": [
+    receiver = {
+        "name": "gpuobs",
+        "webhook_configs": [
             {
-                "name": "gpuobs",
-                "webhook_configs": [
-                    {
-                        "url": f"{live_server.url}/api/v1/alertmanager",
-                        "send_resolved": True,
-                        "http_config": {
-                            "authorization": {"type": "Bearer", "credentials": TOKEN_KEY}
-                        },
-                    }
-                ],
+                "url": f"{live_server.url}/api/v1/alertmanager",
+                "send_resolved": True,
+                "http_config": {"authorization": {"type": "Bearer", "credentials": TOKEN_KEY}},
             }
         ],
     }
-    (workdir / "alertmanager.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    port = free_port()
-    log = (workdir / "alertmanager.log").open("w")
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={workdir / 'alertmanager.yml'}",
-            f"--storage.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    server = AlertmanagerServer(
+        tmp_path_factory.mktemp("alertmanager"),
+        receiver,
+        group_by=["alertname", "cluster", "Hostname", "gpu"],
     )
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(
-                f"alertmanager exited: {(workdir / 'alertmanager.log').read_text()}"
-            )
-        try:
-            return requests.get(f"{url}/-/ready", timeout=1).status_code == 200
-        except requests.ConnectionError:
-            return False
-
     try:
-        wait_until(ready, "Alertmanager to be ready")
-        yield url
+        server.start()
+        yield server.url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+        server.stop()
 
 
 @pytest.fixture

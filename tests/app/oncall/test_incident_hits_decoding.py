@@ -11,6 +11,7 @@ import pytest
 from diagnosis.actions.records.cycles import record_cycle
 from diagnosis.models import Incident, Snapshot
 from tests.support.builders import AS_OF, SnapshotBuilder
+from tests.support.records import counting_decodes
 
 pytestmark = pytest.mark.django_db
 
@@ -33,14 +34,7 @@ def test_each_window_snapshot_is_decoded_once_per_cycle(make_cluster, monkeypatc
     record_cycle(cluster, at(2, xid=False))
     assert Incident.objects.filter(cluster=cluster).count() == len(FAULTY_GPUS)
 
-    decoded: list[int] = []
-    original = Snapshot.load_document
-
-    def counting(snapshot: Snapshot):
-        decoded.append(snapshot.pk)
-        return original(snapshot)
-
-    monkeypatch.setattr(Snapshot, "load_document", counting)
+    decoded = counting_decodes(monkeypatch)
     record_cycle(cluster, at(4, xid=False))
 
     in_window = Snapshot.objects.filter(cluster=cluster).count()

@@ -12,6 +12,7 @@ from diagnosis.actions.oncall import windows as incident_windows
 from diagnosis.actions.records.cycles import record_cycle
 from diagnosis.models import Incident, Snapshot
 from tests.support.builders import AS_OF, SnapshotBuilder
+from tests.support.records import counting_decodes
 
 pytestmark = pytest.mark.django_db
 
@@ -22,18 +23,6 @@ def at(minutes: int, *, xid: bool):
     builder.job("train", node="n1", gpus_per_pod=8, tenant="hpo", ran="2h", util=0.9)
     builder.gpu("n1", 3, health="unhealthy", **({"xid": [(79, "1m")]} if xid else {}))
     return builder.build()
-
-
-def counting_decodes(monkeypatch) -> list[int]:
-    decoded: list[int] = []
-    original = Snapshot.load_document
-
-    def counting(snapshot: Snapshot):
-        decoded.append(snapshot.pk)
-        return original(snapshot)
-
-    monkeypatch.setattr(Snapshot, "load_document", counting)
-    return decoded
 
 
 def test_a_cycle_decodes_no_stored_window_snapshot(make_cluster, monkeypatch):

@@ -6,8 +6,7 @@ the cluster (GPU count checked)."""
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Permission, User
-from rest_framework.authtoken.models import Token
+from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
 from diagnosis.actions.records.topology import merge_stored_topology, record_node_topology
@@ -17,6 +16,7 @@ from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.models import Cluster, NodeTopology
 from tests.edge.test_topology_nvidia_smi import matrix, real_file
 from tests.support.builders import SnapshotBuilder
+from tests.support.world import create_machine_user, token_client
 
 pytestmark = pytest.mark.django_db
 
@@ -29,18 +29,8 @@ def cluster(make_cluster) -> Cluster:
 
 
 @pytest.fixture
-def uploader(make_user) -> User:
-    user = make_user("topology-uploader")
-    user.user_permissions.add(Permission.objects.get(codename="add_nodetopology"))
-    return user
-
-
-def client_for(user: User | None, keyword: str = "Token") -> APIClient:
-    client = APIClient()
-    if user is not None:
-        token, _ = Token.objects.get_or_create(user=user)
-        client.credentials(HTTP_AUTHORIZATION=f"{keyword} {token.key}")
-    return client
+def uploader(db: None) -> User:
+    return create_machine_user("topology-uploader", "add_nodetopology")
 
 
 def upload(client: APIClient, text: str | bytes, node: str = "dgx-01", cluster: str = "dgx-pod"):
@@ -51,7 +41,7 @@ def upload(client: APIClient, text: str | bytes, node: str = "dgx-01", cluster: 
 
 
 def test_real_upload_is_parsed_and_stored(cluster, uploader):
-    response = upload(client_for(uploader), real_file(DGX).read_bytes())
+    response = upload(token_client(uploader), real_file(DGX).read_bytes())
     assert response.status_code == 201
     assert response.json() == {
         "cluster": "dgx-pod",
@@ -67,7 +57,7 @@ def test_real_upload_is_parsed_and_stored(cluster, uploader):
 
 
 def test_a_second_upload_replaces_the_first(cluster, uploader):
-    client = client_for(uploader, "Bearer")
+    client = token_client(uploader, "Bearer")
     upload(client, real_file(DGX).read_bytes())
     islands = [["X" if a == b else ("NV4" if a // 2 == b // 2 else "SYS") for b in range(4)]
                for a in range(4)]  # fmt: skip
@@ -86,27 +76,27 @@ def test_a_second_upload_replaces_the_first(cluster, uploader):
     ],
 )
 def test_bad_text_is_refused_and_stores_nothing(cluster, uploader, body, message):
-    response = upload(client_for(uploader), body)
+    response = upload(token_client(uploader), body)
     assert response.status_code == 400
     assert message in response.json()["errors"][0]
     assert not NodeTopology.objects.exists()
 
 
 def test_bad_node_name_is_refused(cluster, uploader):
-    response = upload(client_for(uploader), real_file(DGX).read_bytes(), node="-bad-")
+    response = upload(token_client(uploader), real_file(DGX).read_bytes(), node="-bad-")
     assert response.status_code == 400
 
 
 @pytest.mark.parametrize("who", ["anonymous", "no-permission"])
 def test_uploads_need_a_token_with_the_permission(cluster, make_user, who):
     user = None if who == "anonymous" else make_user("plain")
-    response = upload(client_for(user), real_file(DGX).read_bytes())
+    response = upload(token_client(user), real_file(DGX).read_bytes())
     assert response.status_code in (401, 403)
     assert not NodeTopology.objects.exists()
 
 
 def test_unknown_cluster_is_404(cluster, uploader):
-    response = upload(client_for(uploader), real_file(DGX).read_bytes(), cluster="nope")
+    response = upload(token_client(uploader), real_file(DGX).read_bytes(), cluster="nope")
     assert response.status_code == 404
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
-from rest_framework.authtoken.models import Token
+from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
 from diagnosis.models import Cluster, SchedulerEvent
+from tests.support.world import create_machine_user, token_client
 
 pytestmark = pytest.mark.django_db
 
@@ -30,18 +30,9 @@ def cluster(make_cluster) -> Cluster:
 
 
 @pytest.fixture
-def sender(make_user) -> User:
+def sender(db: None) -> User:
     """A machine user with only the permission to record scheduler events."""
-    user = make_user("event-sender")
-    user.user_permissions.add(Permission.objects.get(codename="add_schedulerevent"))
-    return user
-
-
-def client_for(user: User, keyword: str = "Token") -> APIClient:
-    client = APIClient()
-    token, _ = Token.objects.get_or_create(user=user)
-    client.credentials(HTTP_AUTHORIZATION=f"{keyword} {token.key}")
-    return client
+    return create_machine_user("event-sender", "add_schedulerevent")
 
 
 def post(client: APIClient, events: Any, cluster: str = "lsf-1"):
@@ -50,7 +41,7 @@ def post(client: APIClient, events: Any, cluster: str = "lsf-1"):
 
 def test_a_batch_is_stored_with_its_own_times(cluster, sender) -> None:
     late = {**EVENT, "time": "2026-11-29T07:00:00Z", "kind": "submitted", "id": "sched-4700"}
-    response = post(client_for(sender), [EVENT, late])
+    response = post(token_client(sender), [EVENT, late])
     assert response.status_code == 200
     assert response.json() == {"received": 2, "stored": 2, "duplicates": 0}
     rows = list(SchedulerEvent.objects.filter(cluster=cluster).order_by("time"))
@@ -62,7 +53,7 @@ def test_a_batch_is_stored_with_its_own_times(cluster, sender) -> None:
 
 
 def test_posting_the_same_batch_again_changes_nothing(cluster, sender) -> None:
-    client = client_for(sender)
+    client = token_client(sender)
     post(client, [EVENT])
     before = list(SchedulerEvent.objects.values_list("id", "time", "kind", "dedup_key"))
     response = post(client, [EVENT])
@@ -72,7 +63,7 @@ def test_posting_the_same_batch_again_changes_nothing(cluster, sender) -> None:
 
 def test_events_without_an_id_are_deduplicated_by_content(cluster, sender) -> None:
     anonymous = {k: v for k, v in EVENT.items() if k != "id"}
-    client = client_for(sender)
+    client = token_client(sender)
     post(client, [anonymous])
     assert post(client, [anonymous]).json()["duplicates"] == 1
     assert SchedulerEvent.objects.count() == 1
@@ -84,7 +75,7 @@ def test_a_malformed_batch_names_every_bad_field_and_stores_nothing(cluster, sen
         {**EVENT, "id": "b", "time": "yesterday", "kind": "exploded"},
         {**EVENT, "id": "c", "time": "2026-11-29T08:00:00", "nodes": "gpu-1"},
     ]
-    response = post(client_for(sender), bad)
+    response = post(token_client(sender), bad)
     assert response.status_code == 400
     errors = response.json()["events"]
     assert set(errors) == {"1", "2"}
@@ -95,7 +86,7 @@ def test_a_malformed_batch_names_every_bad_field_and_stores_nothing(cluster, sen
 
 
 def test_an_empty_or_missing_batch_is_refused(cluster, sender) -> None:
-    client = client_for(sender)
+    client = token_client(sender)
     assert post(client, []).status_code == 400
     response = client.post("/api/v1/clusters/lsf-1/events", {}, format="json")
     assert response.status_code == 400
@@ -103,7 +94,7 @@ def test_an_empty_or_missing_batch_is_refused(cluster, sender) -> None:
 
 
 def test_bearer_keyword_is_accepted(cluster, sender) -> None:
-    assert post(client_for(sender, "Bearer"), [EVENT]).status_code == 200
+    assert post(token_client(sender, "Bearer"), [EVENT]).status_code == 200
 
 
 def test_anonymous_callers_get_401(cluster) -> None:
@@ -112,12 +103,12 @@ def test_anonymous_callers_get_401(cluster) -> None:
 
 
 def test_a_user_without_the_permission_gets_403(cluster, bob) -> None:
-    assert post(client_for(bob), [EVENT]).status_code == 403
+    assert post(token_client(bob), [EVENT]).status_code == 403
 
 
 def test_staff_may_post(cluster, alice) -> None:
-    assert post(client_for(alice), [EVENT]).status_code == 200
+    assert post(token_client(alice), [EVENT]).status_code == 200
 
 
 def test_an_unknown_cluster_is_404(cluster, sender) -> None:
-    assert post(client_for(sender), [EVENT], cluster="nope").status_code == 404
+    assert post(token_client(sender), [EVENT], cluster="nope").status_code == 404

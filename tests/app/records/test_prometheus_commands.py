@@ -22,25 +22,33 @@ from diagnosis.edge.collection import collect_snapshot
 from diagnosis.edge.sim import runtime as sim_runtime
 from tests.conftest import REPO_ROOT
 from tests.edge.test_prometheus import iso, scheduler_doc
-from tests.support.prometheus_fixtures import free_port, sim_cluster, start_prometheus, wait_until
+from tests.support.processes import free_port, wait_until
+from tests.support.prometheus_fixtures import sim_cluster, start_prometheus
 
 pytestmark = pytest.mark.prometheus
 
 
-def test_collect_fills_a_scheduler_snapshot_from_prometheus(prometheus, planted_history, tmp_path):
+def collect_command(prometheus, planted_history, tmp_path, cluster: str, node: str, stderr) -> Path:
+    """``manage.py collect`` of the planted ``cluster`` at t0, its scheduler part one node of 4
+    GPUs; the snapshot file it wrote."""
     scheduler = tmp_path / "scheduler.json"
-    scheduler.write_text(json.dumps(scheduler_doc([("st-0", 4)])))
+    scheduler.write_text(json.dumps(scheduler_doc([(node, 4)])))
     out = tmp_path / "snapshot.json"
-    err = StringIO()
     call_command(
         "collect",
         prometheus=prometheus.url,
         scheduler_snapshot=scheduler,
         as_of=iso(planted_history.t0),
-        match=["cluster=steady"],
+        match=[f"cluster={cluster}"],
         out=str(out),
-        stderr=err,
+        stderr=stderr,
     )
+    return out
+
+
+def test_collect_fills_a_scheduler_snapshot_from_prometheus(prometheus, planted_history, tmp_path):
+    err = StringIO()
+    out = collect_command(prometheus, planted_history, tmp_path, "steady", "st-0", err)
     document = json.loads(out.read_text())
     assert document["as_of"] == iso(planted_history.t0)
     assert [g["util"]["mean"] for g in document["gpus"]] == [0.9, 0.5, 0.0, 0.25]
@@ -49,18 +57,7 @@ def test_collect_fills_a_scheduler_snapshot_from_prometheus(prometheus, planted_
 
 
 def test_collects_snapshot_is_what_diagnose_reads(prometheus, planted_history, tmp_path):
-    scheduler = tmp_path / "scheduler.json"
-    scheduler.write_text(json.dumps(scheduler_doc([("xi-0", 4)])))
-    out = tmp_path / "snapshot.json"
-    call_command(
-        "collect",
-        prometheus=prometheus.url,
-        scheduler_snapshot=scheduler,
-        as_of=iso(planted_history.t0),
-        match=["cluster=xid"],
-        out=str(out),
-        stderr=StringIO(),
-    )
+    out = collect_command(prometheus, planted_history, tmp_path, "xid", "xi-0", StringIO())
     printed = StringIO()
     call_command("diagnose", str(out), json=True, stdout=printed)
     findings = json.loads(printed.getvalue())["findings"]

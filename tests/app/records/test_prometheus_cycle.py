@@ -3,10 +3,6 @@ cycle path (``run_cluster_cycle`` / ``record_cycle``), PostgreSQL."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -20,8 +16,8 @@ from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document
 from diagnosis.models import ClusterCycle, Finding, Snapshot
 from diagnosis.tasks import run_collect_shards
 from gpuobs import celery_app
-from tests.conftest import REPO_ROOT
 from tests.edge.test_prometheus import scheduler_doc
+from tests.support.celery_worker import celery_worker_process
 from tests.support.prometheus_fixtures import sim_cluster
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.django_db]
@@ -244,39 +240,8 @@ def shard_payloads_of_the_mixed_pools(url: str, planted) -> list[dict]:
 @pytest.fixture
 def collect_worker(redis_url, tmp_path):
     """A real Celery worker on the ``collect`` queue (shards need no database)."""
-    celery_app.control.purge()
-    log = tmp_path / "worker.log"
-    with log.open("w") as out:
-        worker = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "gpuobs",
-                "worker",
-                "-Q",
-                "collect",
-                "--pool=solo",
-                "--without-heartbeat",
-                "--without-gossip",
-                "--without-mingle",
-                "--hostname",
-                f"pytest-collect-{uuid.uuid4().hex[:8]}@%h",
-            ],
-            cwd=REPO_ROOT,
-            env={**os.environ, "REDIS_URL": redis_url},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    yield worker
-    worker.terminate()
-    try:
-        worker.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        worker.kill()
-        worker.wait()
-    print(log.read_text())  # shown when the test fails
+    with celery_worker_process("collect", redis_url, tmp_path) as worker:
+        yield worker
 
 
 @pytest.mark.celery_worker

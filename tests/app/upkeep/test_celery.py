@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
-from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection, connections
+from django.db import connections
 from django.utils import timezone
 
 from diagnosis import tasks
@@ -25,7 +17,7 @@ from diagnosis.models import Cluster
 from diagnosis.tasks import cycle_lock_key, ping, run_cycle, run_cycles
 from gpuobs import celery_app
 from gpuobs.celery import queue_for_task
-from tests.conftest import REPO_ROOT
+from tests.support.celery_worker import celery_worker_process
 
 
 @pytest.mark.parametrize(
@@ -82,12 +74,18 @@ def forget_cycle_lock(cluster: Cluster) -> None:
         redis.Redis.from_url(settings.REDIS_URL).delete(cycle_lock_key(cluster.pk))
 
 
-@pytest.mark.django_db(transaction=True)
-def test_two_concurrent_cycles_of_one_cluster_run_once(
-    lock_backend: str, make_cluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def cluster(lock_backend: str, make_cluster) -> Cluster:
+    """Cluster ``east``, no cycle lock left for it, under each lock backend."""
     cluster = make_cluster("east")
     forget_cycle_lock(cluster)
+    return cluster
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_cycles_of_one_cluster_run_once(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     first_cycle_started, finish_first_cycle = threading.Event(), threading.Event()
     cycles_run: list[str] = []
 
@@ -123,10 +121,8 @@ def test_two_concurrent_cycles_of_one_cluster_run_once(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_failing_cycle_releases_its_lock(
-    lock_backend: str, make_cluster, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cluster = make_cluster("east")
-    forget_cycle_lock(cluster)
 
     def broken_cycle(cluster: Cluster, **options) -> None:
         raise RuntimeError("scheduler unreachable")
@@ -190,59 +186,6 @@ def test_a_task_sent_on_commit_waits_for_the_commit(
     assert len(callbacks) == 1
     cluster.refresh_from_db()
     assert cluster.last_cycle_at is not None
-
-
-def database_url_of_test_database() -> str:
-    """A DATABASE_URL for the database pytest-django made (``test_<name>``)."""
-    db = connection.settings_dict
-    credentials = quote(db["USER"] or "", safe="")
-    if db["PASSWORD"]:
-        credentials += ":" + quote(db["PASSWORD"], safe="")
-    return f"postgres://{credentials}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
-@contextmanager
-def celery_worker_process(
-    queues: str, redis_url: str, tmp_path: Path
-) -> Iterator[subprocess.Popen]:
-    """A real ``celery -A gpuobs worker`` process on ``queues``, against the test database and
-    ``redis_url`` (messages an interrupted earlier run left are purged first); its log is
-    ``tmp_path/worker.log``, printed (pytest shows it when a test fails) once the process is
-    stopped (terminate, then kill) at the end of the block."""
-    celery_app.control.purge()
-    env = {**os.environ, "DATABASE_URL": database_url_of_test_database(), "REDIS_URL": redis_url}
-    command = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "gpuobs",
-        "worker",
-        "-Q",
-        queues,
-        "--pool=solo",
-        "--loglevel=INFO",
-        "--without-heartbeat",
-        "--without-gossip",
-        "--without-mingle",
-        "--hostname",
-        f"pytest-{uuid.uuid4().hex[:8]}@%h",
-    ]
-    log_path = tmp_path / "worker.log"
-    with log_path.open("w") as log:
-        worker = subprocess.Popen(
-            command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-    try:
-        yield worker
-    finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
-        print(log_path.read_text())  # shown by pytest when the test fails
 
 
 @pytest.mark.celery_worker

@@ -16,12 +16,8 @@ import yaml
 
 from diagnosis.actions.workflow.apply import perform_apply
 from diagnosis.actions.workflow.base import TransientApplyError
-from diagnosis.actions.workflow.review import (
-    approve_recommendation,
-    request_apply,
-    request_recommendation,
-)
-from diagnosis.models import AuditEntry, Cluster, Recommendation
+from diagnosis.actions.workflow.review import request_apply
+from diagnosis.models import AuditEntry, Cluster
 from tests.conftest import running_in_ci
 from tests.support import kube_server
 from tests.support.kube_server import KubeApiServer, adapter_config, load_fixture, serving
@@ -56,32 +52,6 @@ def make_kube_cluster(kube_api: KubeApiServer, make_cluster) -> Callable[..., Cl
             metrics_kind="none",
             dry_run=not writes,
         )
-
-    return build
-
-
-@pytest.fixture
-def run_tasks(celery_eager, django_capture_on_commit_callbacks):
-    def run(action, *args) -> Recommendation:
-        with django_capture_on_commit_callbacks(execute=True):
-            result = action(*args)
-        result.refresh_from_db()
-        return result
-
-    return run
-
-
-@pytest.fixture
-def approve(carol, dave, erin, run_tasks):
-    """A recommendation approved the usual way: carol asks and dave approves; a drain, erin
-    (on-call) alone. The approval sends the dry run."""
-
-    def build(cluster: Cluster, kind: str, target: str, change: dict[str, Any]):
-        rec = make_recommendation(cluster, kind, target, change)
-        if kind == "drain-node":
-            return run_tasks(approve_recommendation, rec, erin)
-        request_recommendation(rec, carol)
-        return run_tasks(approve_recommendation, rec, dave)
 
     return build
 

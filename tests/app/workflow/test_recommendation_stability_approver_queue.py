@@ -18,7 +18,7 @@ from diagnosis.actions.workflow.review import (
     request_recommendation,
 )
 from tests.support.alertmanager_server import AlertmanagerServer, started_alertmanager
-from tests.support.prometheus_fixtures import wait_until
+from tests.support.processes import wait_until
 from tests.support.records import make_recommendation
 from tests.support.world import logged_in_client
 

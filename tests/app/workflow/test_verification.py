@@ -8,11 +8,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from django.utils import timezone
 
 from diagnosis.actions.workflow.review import create_rollback
 from diagnosis.models import AuditEntry, Cluster, Finding, Recommendation
-from tests.support.records import applied_spread, run_cycles, seed_demo_cluster
+from tests.support.records import applied_spread, make_finding, run_cycles, seed_demo_cluster
 from tests.support.world import logged_in_client
 
 pytestmark = pytest.mark.django_db
@@ -48,16 +47,7 @@ def test_a_stored_finding_still_open_keeps_it_from_being_verified(demo, settings
     settings.GPUOBS_VERIFY_GOOD_CYCLES = 1
     run_cycles(demo, FIRST_FRAGMENTATION_CYCLE)
     rec = applied_spread(demo)
-    rec.motivating_findings.add(
-        Finding.objects.create(
-            cluster=demo,
-            rule_id="retired-rule",
-            subject="pool:a100",
-            state="firing",
-            first_seen=timezone.now(),
-            last_seen=timezone.now(),
-        )
-    )
+    rec.motivating_findings.add(make_finding(demo, "retired-rule", "pool:a100", "firing"))
 
     run_cycles(demo, 2)
 

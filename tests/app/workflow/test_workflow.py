@@ -58,20 +58,6 @@ def proposal(lab: Cluster) -> Callable[..., Recommendation]:
     return build
 
 
-@pytest.fixture
-def run_tasks(celery_eager, django_capture_on_commit_callbacks):
-    """Run what an action sends on commit (dry runs, applies) in-process, as the embedded mode
-    does."""
-
-    def run(action: Callable[..., Recommendation], *args, **kwargs) -> Recommendation:
-        with django_capture_on_commit_callbacks(execute=True):
-            result = action(*args, **kwargs)
-        result.refresh_from_db()
-        return result
-
-    return run
-
-
 def recorded_changes(cluster: Cluster) -> list[dict]:
     return Cluster.objects.get(pk=cluster.pk).scheduler_config.get("changes", [])
 

@@ -19,6 +19,7 @@ from diagnosis.tasks import estimate_impact
 from tests.support.records import (
     applied_spread,
     binpack_proposal,
+    make_finding,
     make_recommendation,
     run_cycles,
     seed_demo_cluster,
@@ -94,14 +95,7 @@ def test_a_rejected_change_is_not_proposed_again_at_once(demo, carol) -> None:
 
 def test_a_proposal_whose_findings_resolved_expires(lab) -> None:
     run_cycles(lab, 1)
-    gone = Finding.objects.create(
-        cluster=lab,
-        rule_id="starvation",
-        subject="job:b-0001",
-        state="resolved",
-        first_seen=timezone.now(),
-        last_seen=timezone.now(),
-    )
+    gone = make_finding(lab, "starvation", "job:b-0001", "resolved")
     rec = make_recommendation(
         lab, target="queue:nobody", change={"from": 1, "to": 2}, findings=[gone]
     )

@@ -4,10 +4,6 @@ broker redelivers after a lost ack) writes nothing twice."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import TypeVar
-
 import pytest
 
 from diagnosis.actions.workflow.review import (
@@ -17,7 +13,8 @@ from diagnosis.actions.workflow.review import (
 )
 from diagnosis.models import AuditEntry, Cluster, Recommendation
 from diagnosis.tasks import actuate_recommendation
-from tests.app.upkeep.test_celery import celery_worker_process
+from tests.support.celery_worker import celery_worker_process
+from tests.support.processes import wait_until
 from tests.support.records import make_recommendation
 
 pytestmark = [
@@ -25,18 +22,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.lab("lab-worker", dry_run=False),
 ]
-
-T = TypeVar("T")
-
-
-def wait_for(check: Callable[[], T], what: str, timeout: float = 60) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
@@ -52,12 +37,17 @@ def test_a_real_actuate_worker_applies_once_despite_a_redelivery(
     rec = make_recommendation(lab, "queue-weight", "queue:team-b", {"from": 1, "to": 3})
     request_recommendation(rec, carol)
     approve_recommendation(rec, dave)  # its dry run goes to the worker
-    wait_for(lambda: Recommendation.objects.get(pk=rec.pk).dry_run_result, "the worker's dry run")
+    wait_until(
+        lambda: Recommendation.objects.get(pk=rec.pk).dry_run_result,
+        "the worker's dry run",
+        timeout=60,
+    )
 
     rec = request_apply(rec, dave)
-    applied = wait_for(
+    applied = wait_until(
         lambda: Recommendation.objects.filter(pk=rec.pk, state="applied").first(),
         "the worker's apply",
+        timeout=60,
     )
     again = actuate_recommendation.apply_async((rec.pk, rec.apply_key)).get(timeout=60)
 

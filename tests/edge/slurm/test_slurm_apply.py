@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from diagnosis.edge.schedulers.base import SchedulerError
-from tests.support.slurm_cluster import free_port, wait_until
+from tests.support.slurm_cluster import wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -112,11 +112,7 @@ def test_an_unknown_node_is_a_permanent_error(adapter) -> None:
 
 
 def test_a_controller_that_cannot_be_reached_is_a_transient_error(slurm, adapter) -> None:
-    unreachable = slurm.base / "etc" / "unreachable.conf"
-    text = slurm.conf.read_text().replace(
-        f"SlurmctldPort={slurm.ports['slurmctld']}", f"SlurmctldPort={free_port()}"
-    )
-    unreachable.write_text(text + "MessageTimeout=2\n")
+    unreachable = slurm.unreachable_conf()
 
     with pytest.raises(SchedulerError) as caught:
         adapter(slurm_conf=str(unreachable), timeout_s=30).read_state()

@@ -16,16 +16,16 @@ from diagnosis.actions.workflow.base import TransientApplyError
 from diagnosis.actions.workflow.review import (
     approve_recommendation,
     request_apply,
-    request_recommendation,
     request_rollback,
 )
-from diagnosis.models import AuditEntry, Cluster, Recommendation
+from diagnosis.models import AuditEntry, Cluster
 from tests.support.records import make_recommendation
-from tests.support.slurm_cluster import free_port
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db]
 
 REASON = "gpuobs: Xid 79 (GPU has fallen off the bus) on n2/3"
+BINPACK = {"from": "spread", "to": "binpack"}
+DRAIN = {"from": "ready", "to": "drained", "reason": REASON}
 
 
 @pytest.fixture
@@ -39,39 +39,18 @@ def cluster(make_cluster, slurm_config) -> Cluster:
     )
 
 
-@pytest.fixture
-def run_tasks(celery_eager, django_capture_on_commit_callbacks):
-    def run(action, *args) -> Recommendation:
-        with django_capture_on_commit_callbacks(execute=True):
-            result = action(*args)
-        result.refresh_from_db()
-        return result
-
-    return run
-
-
-def approved(cluster, kind, target, change, requester, approver, run_tasks) -> Recommendation:
-    rec = make_recommendation(cluster, kind, target, change)
-    if requester is not None:
-        request_recommendation(rec, requester)
-    return run_tasks(approve_recommendation, rec, approver)
-
-
 def partition_line(slurm) -> str:
     return slurm.run("scontrol", "show", "partition", "gpu", "-o")
 
 
-def test_approving_binpack_sets_the_partitions_lln(slurm, cluster, carol, dave, run_tasks) -> None:
+def shares(slurm, account: str) -> list[str]:
+    """The account's associations as ``account|user|share`` lines."""
+    return slurm.associations(f"account={account}", "Account,User,Share").splitlines()
+
+
+def test_approving_binpack_sets_the_partitions_lln(slurm, cluster, approve, dave, run_tasks):
     slurm.run("scontrol", "update", "PartitionName=gpu", "LLN=YES")
-    rec = approved(
-        cluster,
-        "placement-policy",
-        "pool:gpu",
-        {"from": "spread", "to": "binpack"},
-        carol,
-        dave,
-        run_tasks,
-    )
+    rec = approve(cluster, "placement-policy", "pool:gpu", BINPACK)
     assert rec.dry_run_result["command"] == "scontrol update PartitionName=gpu LLN=NO"
     assert "LLN=YES" in partition_line(slurm)  # the dry run changed nothing
 
@@ -85,19 +64,11 @@ def test_approving_binpack_sets_the_partitions_lln(slurm, cluster, carol, dave, 
 
 
 def test_a_cluster_in_dry_run_only_shows_the_exact_command(
-    slurm, cluster, carol, dave, run_tasks
+    slurm, cluster, approve, dave, run_tasks
 ) -> None:
     Cluster.objects.filter(pk=cluster.pk).update(dry_run=True)
     slurm.run("scontrol", "update", "PartitionName=gpu", "LLN=YES")
-    rec = approved(
-        cluster,
-        "placement-policy",
-        "pool:gpu",
-        {"from": "spread", "to": "binpack"},
-        carol,
-        dave,
-        run_tasks,
-    )
+    rec = approve(cluster, "placement-policy", "pool:gpu", BINPACK)
 
     rec = run_tasks(request_apply, rec, dave)
 
@@ -107,16 +78,8 @@ def test_a_cluster_in_dry_run_only_shows_the_exact_command(
     assert entry.after["command"] == "scontrol update PartitionName=gpu LLN=NO"
 
 
-def test_oncall_drains_a_node_with_gpuobs_reason(slurm, cluster, erin, run_tasks) -> None:
-    rec = approved(
-        cluster,
-        "drain-node",
-        "node:n2",
-        {"from": "ready", "to": "drained", "reason": REASON},
-        None,  # an on-call drain needs no second person
-        erin,
-        run_tasks,
-    )
+def test_oncall_drains_a_node_with_gpuobs_reason(slurm, cluster, approve, erin, run_tasks):
+    rec = approve(cluster, "drain-node", "node:n2", DRAIN)  # erin (on-call) alone
 
     rec = run_tasks(request_apply, rec, erin)
 
@@ -133,16 +96,10 @@ def test_oncall_drains_a_node_with_gpuobs_reason(slurm, cluster, erin, run_tasks
     )
 
 
-def test_rolling_back_a_drain_resumes_the_node(slurm, cluster, erin, carol, run_tasks) -> None:
-    rec = approved(
-        cluster,
-        "drain-node",
-        "node:n2",
-        {"from": "ready", "to": "drained", "reason": REASON},
-        None,
-        erin,
-        run_tasks,
-    )
+def test_rolling_back_a_drain_resumes_the_node(
+    slurm, cluster, approve, erin, carol, run_tasks
+) -> None:
+    rec = approve(cluster, "drain-node", "node:n2", DRAIN)
     rec = run_tasks(request_apply, rec, erin)
 
     undo = run_tasks(request_rollback, rec, erin)
@@ -156,17 +113,9 @@ def test_rolling_back_a_drain_resumes_the_node(slurm, cluster, erin, carol, run_
     assert rec.state == "rolled-back"
 
 
-def test_a_queue_weight_sets_the_accounts_fairshare(slurm, cluster, carol, dave, run_tasks):
+def test_a_queue_weight_sets_the_accounts_fairshare(slurm, cluster, approve, dave, run_tasks):
     try:
-        rec = approved(
-            cluster,
-            "queue-weight",
-            "queue:team-b",
-            {"from": 1, "to": 2},
-            carol,
-            dave,
-            run_tasks,
-        )
+        rec = approve(cluster, "queue-weight", "queue:team-b", {"from": 1, "to": 2})
         rec = run_tasks(request_apply, rec, dave)
 
         assert rec.state == "applied", rec.status_message
@@ -174,51 +123,23 @@ def test_a_queue_weight_sets_the_accounts_fairshare(slurm, cluster, carol, dave,
             "sacctmgr -i modify account name=team-b set fairshare=2"
         )
         assert (rec.apply_result["before"], rec.apply_result["after"]) == (1, 2)
-        shares = slurm.run(
-            "sacctmgr",
-            "-P",
-            "-n",
-            "show",
-            "associations",
-            "where",
-            "account=team-b",
-            "format=Account,User,Share",
-        )
-        assert "team-b||2" in shares.splitlines()
+        assert "team-b||2" in shares(slurm, "team-b")
     finally:
         slurm.run("sacctmgr", "-i", "modify", "account", "name=team-b", "set", "fairshare=1")
 
 
-def test_a_fairshare_changed_by_hand_stops_the_apply(slurm, cluster, carol, dave, run_tasks):
-    rec = approved(
-        cluster, "queue-weight", "queue:team-b", {"from": 2, "to": 3}, carol, dave, run_tasks
-    )
+def test_a_fairshare_changed_by_hand_stops_the_apply(slurm, cluster, approve, dave, run_tasks):
+    rec = approve(cluster, "queue-weight", "queue:team-b", {"from": 2, "to": 3})
 
     rec = run_tasks(request_apply, rec, dave)
 
     assert rec.state == "proposed"
     assert "now 1" in rec.status_message
-    assert (
-        "team-b||1"
-        in slurm.run(
-            "sacctmgr",
-            "-P",
-            "-n",
-            "show",
-            "associations",
-            "where",
-            "account=team-b",
-            "format=Account,User,Share",
-        ).splitlines()
-    )
+    assert "team-b||1" in shares(slurm, "team-b")
 
 
-def test_an_unreachable_controller_is_retried_then_fails(slurm, cluster, carol, dave) -> None:
-    unreachable = slurm.base / "etc" / "unreachable-workflow.conf"
-    text = slurm.conf.read_text().replace(
-        f"SlurmctldPort={slurm.ports['slurmctld']}", f"SlurmctldPort={free_port()}"
-    )
-    unreachable.write_text(text + "MessageTimeout=2\n")
+def test_an_unreachable_controller_is_retried_then_fails(slurm, cluster) -> None:
+    unreachable = slurm.unreachable_conf("unreachable-workflow")
     Cluster.objects.filter(pk=cluster.pk).update(
         scheduler_config={**cluster.scheduler_config, "slurm_conf": str(unreachable)}
     )
@@ -226,7 +147,7 @@ def test_an_unreachable_controller_is_retried_then_fails(slurm, cluster, carol, 
         cluster,
         "placement-policy",
         "pool:gpu",
-        {"from": "spread", "to": "binpack"},
+        BINPACK,
         state="applying",
         apply_key="k1",
     )
