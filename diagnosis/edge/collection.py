@@ -20,7 +20,7 @@ from diagnosis.core.vocabulary import format_time, parse_time
 from diagnosis.edge.assemble import snapshot_document
 from diagnosis.edge.errors import CollectError, SchedulerError
 from diagnosis.edge.schedulers.base import Capabilities, JobUsage, OwnClock
-from diagnosis.edge.schedulers.registry import adapter_for
+from diagnosis.edge.schedulers.registry import adapter_for, capabilities_of
 from diagnosis.edge.sources import ClusterLike, MetricsRequest, ShardRunner
 from diagnosis.edge.sources.registry import source_spec
 
@@ -96,6 +96,20 @@ def collect_snapshot(
             "commands": list(getattr(log, "commands", []) or []),
         },
     )
+
+
+def with_declared_traits(document: Any) -> Any:
+    """A snapshot document read from a file (written by hand, by another tool or by an older
+    gpuobs) with what its scheduler kind's adapter declares filled into its ``scheduler`` block,
+    as a collection writes it (:func:`scheduler_block`). Anything that is not such a document
+    is returned as it is, for the loader to name what is wrong with it."""
+    if not isinstance(document, Mapping):
+        return document
+    scheduler = document.get("scheduler")
+    if not isinstance(scheduler, Mapping) or not isinstance(scheduler.get("kind"), str):
+        return document
+    block = scheduler_block(scheduler, capabilities_of(scheduler["kind"]))
+    return {**document, "scheduler": block}
 
 
 def scheduler_block(scheduler: Mapping[str, Any], capabilities: Capabilities) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from diagnosis.core import snapshot
-from diagnosis.edge.collection import collect_snapshot, scheduler_block
+from diagnosis.edge.collection import collect_snapshot, scheduler_block, with_declared_traits
 from diagnosis.edge.schedulers.registry import ADAPTERS, capabilities_of
 from tests.support.builders import SIM_STEP_CONFIG, fresh_simulator
 
@@ -55,3 +55,8 @@ def test_a_collected_snapshot_carries_its_schedulers_advice_to_the_core() -> Non
     assert advice is not None
     assert document["scheduler"]["gang_advice"] == {"setting": advice.setting}
     assert snapshot.load(document).gang_advice() == advice.setting
+
+
+def test_a_file_that_is_not_a_document_is_left_for_the_loader_to_refuse() -> None:
+    assert with_declared_traits(b"not json") == b"not json"
+    assert with_declared_traits({"scheduler": "volcano"}) == {"scheduler": "volcano"}

@@ -33,7 +33,7 @@ from diagnosis.core.snapshot.frame import (
     format_time,
     parse_time,
 )
-from diagnosis.core.snapshot.load import load, load_file, validate
+from diagnosis.core.snapshot.load import load, load_file, read_file, validate
 from diagnosis.core.vocabulary import SNAPSHOT_FORMAT as FORMAT
 
 __all__ = [
@@ -49,5 +49,6 @@ __all__ = [
     "load",
     "load_file",
     "parse_time",
+    "read_file",
     "validate",
 ]

@@ -59,11 +59,15 @@ def load(source: str | Path | bytes | Mapping[str, Any]) -> ClusterSnapshot:
 
 
 def load_file(path: str | Path) -> ClusterSnapshot:
+    return load(read_file(path))
+
+
+def read_file(path: str | Path) -> bytes:
+    """A snapshot file's bytes; one that cannot be read is a :class:`SnapshotError` naming it."""
     try:
-        data = Path(path).read_bytes()
+        return Path(path).read_bytes()
     except OSError as exc:
         raise SnapshotError([f"$: cannot read {path}: {exc.strerror or exc}"]) from exc
-    return load(data)
 
 
 def validate(document: Any) -> list[str]:

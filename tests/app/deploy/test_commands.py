@@ -7,8 +7,10 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.core.management.base import CommandError
+from django.core.management.base import BaseCommand, CommandError
 
+from diagnosis.edge.schedulers.registry import capabilities_of
+from diagnosis.management.snapshot_input import load_snapshot_argument
 from diagnosis.models import Cluster, Finding, Snapshot
 from tests.conftest import REPO_ROOT
 from tests.support.builders import SnapshotBuilder
@@ -181,3 +183,16 @@ def test_rules_doc_check_notices_a_stale_file(tmp_path):
     result = manage("rules_doc", "--check", "--out", str(stale))
     assert result.returncode == 1
     assert b"is stale" in result.stderr
+
+
+def test_a_snapshot_file_gets_the_advice_its_scheduler_kind_declares(tmp_path) -> None:
+    document = json.loads(EXAMPLE_DOCUMENT.read_text())
+    document["scheduler"] = {"kind": "volcano"}
+    path = tmp_path / "volcano.json"
+    path.write_text(json.dumps(document))
+
+    loaded = load_snapshot_argument(BaseCommand(), str(path))
+
+    advice = capabilities_of("volcano").gang_advice
+    assert advice is not None
+    assert loaded.gang_advice() == advice.setting
