@@ -21,6 +21,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.cache import caches
 from django.test import Client, override_settings
+from django.utils import translation
 
 from diagnosis.actions.workflow.review import approve_recommendation, request_recommendation
 from diagnosis.edge.sim import runtime as sim_runtime
@@ -88,6 +89,16 @@ def _empty_page_cache(_page_cache_in_memory: None) -> None:
     """Each test starts without rendered page fragments: a module's shared cluster (same name,
     same newest cycle) would otherwise be served from an earlier test's cache."""
     caches[page_cache.CACHE].clear()
+
+
+@pytest.fixture(autouse=True)
+def _default_language() -> Iterator[None]:
+    """Each test starts in the default language: a request served in Chinese leaves its language
+    active in the test's thread (LocaleMiddleware activates it and never deactivates it), and
+    the next test's figures and texts would be built in Chinese."""
+    translation.deactivate()
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture(autouse=True, scope="session")
