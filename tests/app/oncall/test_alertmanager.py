@@ -336,7 +336,7 @@ def post_alert(url: str, starts: datetime, ends: datetime | None = None, **label
 
 
 @pytest.mark.alertmanager
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 def test_alertmanager_delivers_an_xid_and_its_resolution(alertmanager_url, am_receiver) -> None:
     cluster = Cluster.objects.create(name="am-live")
     starts = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=5)
@@ -359,7 +359,7 @@ def test_alertmanager_delivers_an_xid_and_its_resolution(alertmanager_url, am_re
 
 
 @pytest.mark.alertmanager
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 def test_alertmanager_group_of_two_gpus_opens_two_incidents(alertmanager_url, am_receiver) -> None:
     cluster = Cluster.objects.create(name="am-live")
     starts = datetime.now(UTC).replace(microsecond=0)
