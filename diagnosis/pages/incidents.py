@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.db.models import Case, IntegerField, Value, When
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
@@ -41,6 +40,7 @@ from diagnosis.actions.workflow.base import APPLIED_STATES, WorkflowDenied, Work
 from diagnosis.choices import IncidentState, RecommendationKind
 from diagnosis.core import xid_catalog
 from diagnosis.models import Cluster, Incident, Snapshot
+from diagnosis.pages.support.pagination import paginate
 
 INCIDENTS_PER_PAGE = 25
 STATE_RANK = Case(
@@ -107,7 +107,7 @@ def incident_list(request: HttpRequest, name: str) -> HttpResponse:
     """Every incident of the cluster (the ``xid`` rule's and Alertmanager's), unresolved first."""
     cluster = get_cluster_for_user(request.user, name)
     incidents = incidents_for_user(request.user, cluster).order_by(STATE_RANK, "-opened_at", "-id")
-    page = Paginator(incidents, INCIDENTS_PER_PAGE).get_page(request.GET.get("page"))
+    page, _ = paginate(request, incidents, INCIDENTS_PER_PAGE)  # the list has no filters to keep
     tenants = _visible_tenants(request, cluster)
     rows = [
         {

@@ -309,9 +309,9 @@ def _record_applied(
         if rec.rollback_of_id is not None:
             original = lock_recommendation(rec.rollback_of_id)
             if original.state in APPLIED_STATES:
-                original.state = State.ROLLED_BACK
-                original.status_message = f"rolled back by #{rec.pk}"
-                save_fields(original, "state", "status_message")
+                update_fields(
+                    original, state=State.ROLLED_BACK, status_message=f"rolled back by #{rec.pk}"
+                )
                 audit(
                     original,
                     actor,

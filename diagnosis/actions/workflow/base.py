@@ -128,11 +128,3 @@ def update_fields(rec: Recommendation, **values: Any) -> None:
     for name, value in values.items():
         setattr(rec, name, value)
     save_fields(rec, *values)
-
-
-def mark(rec: Recommendation, actor: str, action: str, *, state: str, status_message: str) -> None:
-    """Move ``rec`` to ``state`` with ``status_message`` and audit the step (``action``) from
-    its previous state."""
-    before = rec.state
-    update_fields(rec, state=state, status_message=status_message)
-    audit(rec, actor, action, before={"state": before}, after={"state": state})

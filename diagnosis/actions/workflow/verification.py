@@ -17,8 +17,8 @@ from diagnosis.actions.workflow.base import (
     SYSTEM_CYCLE,
     WorkflowError,
     audit,
-    mark,
     save_fields,
+    update_fields,
 )
 from diagnosis.actions.workflow.review import create_rollback, request_apply
 from diagnosis.choices import FindingState, RecommendationState
@@ -142,12 +142,15 @@ def expire_unneeded_rollbacks(rec: Recommendation) -> int:
     for undo in rec.rollbacks.select_for_update().filter(
         state=State.PROPOSED, requested_by__isnull=True
     ):
-        mark(
+        update_fields(
+            undo, state=State.EXPIRED, status_message=f"not needed: #{rec.pk} was verified again"
+        )
+        audit(
             undo,
             SYSTEM_CYCLE,
             "expire",
-            state=State.EXPIRED,
-            status_message=f"not needed: #{rec.pk} was verified again",
+            before={"state": State.PROPOSED},
+            after={"state": State.EXPIRED},
         )
         expired += 1
     return expired
