@@ -12,6 +12,9 @@ DEMO_ADDRESS ?= 127.0.0.1:8000
 # so a REDIS_URL meant for a real deployment is never written to by the tests.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 GPUOBS_TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+# The suite runs on PYTEST_WORKERS processes (pytest-xdist; `auto` is one per core), each with its
+# own test database and Redis db (tests/support/parallel.py); PYTEST_WORKERS=0 runs it in one.
+PYTEST_WORKERS ?= auto
 PYTEST_ARGS ?=
 
 .PHONY: help demo demo-prepare demo-serve install install-dev test lint bench clean
@@ -62,7 +65,7 @@ demo-serve: install
 # pytest exits 5 when it collected no test: a suite that ran nothing has not passed.
 test: install-dev
 	@DATABASE_URL="$${DATABASE_URL:-$(TEST_DATABASE_URL)}" REDIS_URL="$(GPUOBS_TEST_REDIS_URL)" \
-		$(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
+		$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: FAILED, pytest collected no tests"; fi; \
 	exit $$status
 

@@ -58,6 +58,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/faults/" in str(item.fspath):
             item.add_marker(pytest.mark.faults)
+            item.add_marker(pytest.mark.xdist_group("faults"))
 
 
 def wait_until(check: Callable[[], T], what: str, timeout: float = 30.0) -> T:
