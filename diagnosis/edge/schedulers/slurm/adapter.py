@@ -63,6 +63,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 10.0
 STDERR_LIMIT = 2000
+REFUSED_SHOWN = 100  # records left out that a read names (the log has the count)
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # Failures that may pass by themselves: the controller or slurmdbd unreachable or slow.
 TRANSIENT = re.compile(
@@ -385,8 +386,8 @@ def scheduler_state(reads: SlurmReads, settings: parse.ParseSettings) -> Schedul
     }
     scheduler: dict[str, Any] = {"kind": "slurm", "placement": placement}
     if reads.jobs.refused:
-        # Records past the parsers' bounds, left out and named (never expanded).
-        scheduler["refused_records"] = reads.jobs.refused[:100]
+        # Records past the parsers' bounds or inconsistent with the nodes read, left out and
+        # named (never expanded).
         logger.warning(
             "slurm: %d job record(s) refused: %s", len(reads.jobs.refused), reads.jobs.refused[:3]
         )
@@ -402,6 +403,7 @@ def scheduler_state(reads: SlurmReads, settings: parse.ParseSettings) -> Schedul
         jobs=reads.jobs.jobs,
         scheduler=scheduler,
         gpus=gpus,
+        refused=reads.jobs.refused[:REFUSED_SHOWN],
     )
 
 
@@ -482,6 +484,8 @@ class SlurmAdapter:
             if self.settings.read_topology:
                 topology, blocks = self._read_topology(nodes_document)
         jobs = parse.parse_jobs(jobs_document, settings)
+        node_gpus = {n["name"]: n["gpus"] for n in parse.parse_nodes(nodes_document, settings)}
+        parse.refuse_inconsistent(jobs, node_gpus)
         return SlurmReads(nodes_document, jobs, partitions, queues, read_at, topology, blocks)
 
     def _read_topology(

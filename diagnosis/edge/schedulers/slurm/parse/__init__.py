@@ -27,6 +27,7 @@ from diagnosis.edge.schedulers.slurm.parse.jobs import (
     job_id,
     job_state,
     parse_jobs,
+    refuse_inconsistent,
 )
 from diagnosis.edge.schedulers.slurm.parse.nodes import (
     ASSOC_FIELDS,
@@ -101,6 +102,7 @@ __all__ = [
     "parse_partitions",
     "parse_queues",
     "placement_of",
+    "refuse_inconsistent",
     "split_top_level",
     "tres_gpus",
 ]
