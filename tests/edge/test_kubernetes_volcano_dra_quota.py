@@ -13,8 +13,11 @@ from typing import Any
 
 import pytest
 
+from diagnosis.core.recommend.base import QUEUE_WEIGHT, RecommendSettings
+from diagnosis.core.recommend.engine import recommend
 from diagnosis.edge.schedulers.base import SchedulerError
 from diagnosis.edge.schedulers.kubernetes.volcano import VolcanoAdapter
+from tests.core.test_recommend_capacity import starved_team_b
 from tests.support.kube_server import (
     KubeApiServer,
     adapter_config,
@@ -103,3 +106,26 @@ def test_a_quota_split_over_device_plugin_and_dra_gpus_is_refused(kube_api) -> N
         VolcanoAdapter(adapter_config()).apply(change("ml-team", 6), dry_run=True)
     assert caught.value.permanent
     assert "deserved" not in kube_api.get("Queue", "ml-team")["spec"]
+
+
+@pytest.mark.shared_data
+def test_a_deserved_recommendation_for_a_dra_queue_writes_its_device_class(kube_api) -> None:
+    """team-b deserves 8 GPUs of DRA's gpu.nvidia.com (Volcano's guide's key); the core's
+    capacity-plugin recommendation (tests/core/test_recommend_capacity.py) raises it, and the
+    write lands under that key, not under nvidia.com/gpu."""
+    queue = kube_api.get("Queue", "team-b")
+    queue["spec"]["deserved"] = {"deviceclass/gpu.nvidia.com": "8"}
+    kube_api.put(queue)
+    adapter = VolcanoAdapter(adapter_config())
+    assert {q["name"]: q for q in adapter.read_state().queues}["team-b"]["deserved_gpus"] == 8
+    run = recommend(starved_team_b("capacity").build(), settings=RecommendSettings(simulate=False))
+    [proposal] = [r for r in run.recommendations if r.kind == QUEUE_WEIGHT]
+
+    result = adapter.apply(
+        {"kind": proposal.kind, "target": proposal.target, **proposal.change}, dry_run=False
+    )
+
+    written = kube_api.get("Queue", "team-b")
+    assert result.before == 8
+    assert written["spec"]["deserved"] == {"deviceclass/gpu.nvidia.com": str(result.after)}
+    assert schema_errors(written, validator("Queue", "v1beta1")) == []
