@@ -387,7 +387,7 @@ def _gpu_mfu(
         achieved[held] = (
             pd.Series(holder[held]).map(snapshot.jobs["achieved_tflops_per_gpu"]).to_numpy(float)
         )
-    peak = state["node"].map(facts.peak_tflops_per_node()).to_numpy(dtype=float)
+    peak = facts.peak_tflops_per_gpu().to_numpy(dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         reported = np.where(peak > 0, achieved / peak, np.nan)
     tensor = state["tensor_active_mean"].to_numpy(dtype=float)

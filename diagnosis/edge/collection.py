@@ -94,6 +94,7 @@ def collect_snapshot(
             "event_cursor": batch.cursor,
             "events": len(batch.events),
             "commands": list(getattr(log, "commands", []) or []),
+            **({"refused": list(state.refused)} if state.refused else {}),
         },
     )
 

@@ -38,6 +38,7 @@ FIELDS: tuple[tuple[str, str, int, bool], ...] = (
     ("nodes", "gpu_model", 64, False),
     ("gpus", "node", 253, True),
     ("gpus", "uuid", 64, True),
+    ("gpus", "gpu_model", 64, False),
     ("events", "job", 255, True),
     ("events", "node", 253, True),
     ("events", "reason", 255, False),

@@ -194,7 +194,7 @@ class Job(models.Model):
     queue = optional_ref(Queue, related_name="jobs")
     pool = models.CharField(max_length=128, blank=True)
     kind = models.CharField(max_length=32, blank=True, help_text="training, inference, ...")
-    priority = models.IntegerField(default=0)
+    priority = models.BigIntegerField(default=0)  # Slurm priorities are uint32
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     submitted_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)

@@ -383,6 +383,7 @@ def gpu_detail(request: HttpRequest, name: str, node: str, index: int) -> HttpRe
         "record": record,
         "index": index,
         "gpu": gpu,
+        "gpu_model": metrics.model_of(key),
         "latest": latest,
         "jobs": where.jobs_on.get((node, index), []),
         "siblings": siblings,

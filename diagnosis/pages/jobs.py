@@ -338,9 +338,8 @@ def job_detail(request: HttpRequest, name: str, job_id: str) -> HttpResponse:
         .first()
     )
     gpu_model = None
-    if allocation.pods and life:
-        node = gpu_metrics(life[-1].id).nodes.get(allocation.nodes[0]) or {}
-        gpu_model = node.get("gpu_model")
+    if allocation.pods and life and keys:
+        gpu_model = gpu_metrics(life[-1].id).model_of(keys[0])
     report = efficiency(job, latest_as_of, series, allocation.record, gpu_model)
     labels = {k: f"{k[0]}/{k[1]}" + (f" MIG {k[2]}" if k[2] >= 0 else "") for k in keys}
     findings = list(

@@ -784,5 +784,34 @@ def test_refused_records_are_named_in_the_scheduler_section() -> None:
     )
 
     assert state.jobs == []
-    assert state.scheduler["refused_records"] == jobs.refused
-    assert "not a host list" in state.scheduler["refused_records"][0]
+    assert state.refused == jobs.refused
+    assert "not a host list" in state.refused[0]
+
+
+def _running(job_id: str, *pods: tuple[str, list[int]]) -> dict:
+    allocation = [{"node": node, "gpus": gpus} for node, gpus in pods]
+    return {"id": job_id, "state": "running", "allocation": allocation}
+
+
+def test_jobs_that_do_not_fit_the_nodes_read_are_left_out_and_named() -> None:
+    parsed = slurm_jobs.ParsedJobs(
+        jobs=[
+            _running("1", ("n1", [0, 1])),
+            _running("2", ("n1", [2]), ("gone", [0])),  # a node deleted between the reads
+            _running("3", ("n1", [8])),  # past the node's 8 GPUs
+            _running("4", ("n1", [1])),  # job 1 holds it
+            _running("5", ("n1", [3])),
+            {"id": "6", "state": "pending", "allocation": []},
+        ],
+        native={str(i): {} for i in range(1, 7)},
+    )
+
+    parse.refuse_inconsistent(parsed, {"n1": 8})
+
+    assert [j["id"] for j in parsed.jobs] == ["1", "5", "6"]
+    assert set(parsed.native) == {"1", "5", "6"}  # no events of a record left out
+    assert parsed.refused == [
+        "job 2: allocated on node 'gone', which the nodes read does not list",
+        "job 3: holds GPU 8 of node 'n1', which has 8",
+        "job 4: holds GPU n1/1, which job 1 holds too",
+    ]

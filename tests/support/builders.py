@@ -166,7 +166,7 @@ class SnapshotBuilder:
 
     def _set_metrics(self, entry: dict[str, Any], metrics: dict[str, Any]) -> None:
         for key, value in metrics.items():
-            if key in ("health", "uuid", "nvlink_clique", "index_guessed"):
+            if key in ("health", "uuid", "nvlink_clique", "index_guessed", "gpu_model"):
                 entry[key] = value
             elif key == "xid":
                 entry["xid"] = [{"code": c, "time": self.ago(t)} for c, t in value]

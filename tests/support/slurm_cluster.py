@@ -52,6 +52,11 @@ class NodeSpec:
     gpu_type: str = "h100"
     gpus: int = 8
     cpus: int = 32
+    # slurm.conf's Gres= (default gpu:<gpu_type>:<gpus>) and the node's gres.conf lines after
+    # ``NodeName=<name> Name=gpu`` ({dev} is the node's device path prefix, .../<name>_nvidia;
+    # default one line: Type=<gpu_type> File={dev}[0-<gpus-1>])
+    gres: str | None = None
+    gres_lines: tuple[str, ...] = ()
 
 
 DEFAULT_NODES = (
@@ -482,7 +487,7 @@ class SlurmCluster:
             lines.append(
                 f"NodeName={node.name} NodeHostname=localhost NodeAddr=127.0.0.1 "
                 f"Port={self.ports[node.name]} CPUs={node.cpus} RealMemory=64000 "
-                f"Gres=gpu:{node.gpu_type}:{node.gpus} State=UNKNOWN"
+                f"Gres={node.gres or f'gpu:{node.gpu_type}:{node.gpus}'} State=UNKNOWN"
             )
         for number, (partition, members) in enumerate(self.partitions.items()):
             names = ",".join(n.name for n in members)
@@ -493,9 +498,11 @@ class SlurmCluster:
             )
         self.conf.write_text("\n".join(lines) + "\n")
         gres = [
-            f"NodeName={node.name} Name=gpu Type={node.gpu_type} "
-            f"File={base / 'dev' / node.name}_nvidia[0-{node.gpus - 1}]"
+            f"NodeName={node.name} Name=gpu "
+            + line.format(dev=f"{base / 'dev' / node.name}_nvidia")
             for node in self.nodes
+            for line in node.gres_lines
+            or (f"Type={node.gpu_type} File={{dev}}[0-{node.gpus - 1}]",)
         ]
         (base / "etc" / "gres.conf").write_text("\n".join(gres) + "\n")
 

@@ -386,6 +386,9 @@ def _collection_problems(
     repaired = collection.get("repaired") or []
     if repaired:
         problems.append(f"scheduler data repaired to be stored: {'; '.join(repaired[:3])}")
+    refused = [str(r) for r in collection.get("refused") or []]
+    if refused:
+        problems.append(f"{len(refused)} scheduler record(s) left out: {'; '.join(refused[:3])}")
     return problems
 
 

@@ -215,17 +215,20 @@ class SnapshotFacts:
     @cached_property
     def power_limit_per_gpu(self) -> pd.Series:
         """Each GPU's power limit in watts (aligned with ``snapshot.gpus``): its reported
-        ``power_limit_w.max`` where present, else its node model's TDP (:data:`TDP_WATTS`);
-        NaN when neither is known."""
+        ``power_limit_w.max`` where present, else its model's TDP (:data:`TDP_WATTS`; the
+        GPU's own model, which is its node's unless the node has several); NaN when neither is
+        known."""
         snap = self.snapshot
-        models = snap.nodes["gpu_model"]
+        models = snap.gpus["gpu_model"]
         tdp = {model: tdp_watts(model) for model in models.dropna().unique()}
-        by_model = snap.gpus["node"].map(models.map(tdp)).astype("float64")
+        by_model = models.map(tdp).astype("float64")
         reported = snap.gpus["power_limit_w_max"].astype("float64")
         return reported.where(reported > 0, by_model)
 
-    def peak_tflops_per_node(self, table: dict[str, float] | None = None) -> pd.Series:
-        models = self.snapshot.nodes["gpu_model"]
+    def peak_tflops_per_gpu(self, table: dict[str, float] | None = None) -> pd.Series:
+        """Each GPU's peak dense BF16 TFLOP/s (aligned with ``snapshot.gpus``): its own model's
+        (its node's unless the node has several, docs/snapshot.md); NaN when unknown."""
+        models = self.snapshot.gpus["gpu_model"]
         peaks = {model: peak_tflops(model, table) for model in models.dropna().unique()}
         return models.map(peaks).astype("float64")
 

@@ -161,8 +161,21 @@ def _dump_gpus(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
         strict=True,
     ):
         xids.setdefault((node, int(index)), []).append({"code": int(code), "time": time})
+    node_models = snapshot.nodes["gpu_model"]
     out = []
-    for node, index, uuid, health, clique, guessed, instance, profile, parent, capacity in zip(
+    for (
+        node,
+        index,
+        uuid,
+        health,
+        clique,
+        guessed,
+        instance,
+        profile,
+        parent,
+        capacity,
+        model,
+    ) in zip(
         *_columns(
             gpus,
             "node",
@@ -175,10 +188,13 @@ def _dump_gpus(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
             "mig_profile",
             "mig_parent_uuid",
             "capacity",
+            "gpu_model",
         ),
         strict=True,
     ):
         entry: dict[str, Any] = {"node": node, "index": int(index)}
+        if _text(model) is not None and model != _text(node_models.get(node)):
+            entry["gpu_model"] = model  # its own, unlike its node's
         if _text(uuid) is not None:
             entry["uuid"] = uuid
         entry["health"] = health

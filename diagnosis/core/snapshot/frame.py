@@ -51,6 +51,7 @@ GPU_BASE_COLUMNS = [
     "mig_parent_uuid",
     "capacity",
     "index_guessed",
+    "gpu_model",
 ]
 # The key of one allocatable GPU unit: a whole GPU (``mig_instance`` -1) or one MIG instance of
 # it (``mig_instance`` = its GPU_I_ID). Joins between allocations and GPUs use all three.

@@ -103,7 +103,10 @@ class _Loader:
         scheduler = self._scheduler(document.get("scheduler"))
         nodes, node_gpus, topology = self._nodes(check.array(document.get("nodes"), "nodes"))
         gpus, xids = self._gpus(
-            check.array(document.get("gpus"), "gpus"), nodes["pool"], node_gpus, topology
+            check.array(document.get("gpus"), "gpus"),
+            nodes[["pool", "gpu_model"]],
+            node_gpus,
+            topology,
         )
         queues = self._queues(check.array(document.get("queues"), "queues"))
         jobs, allocations = self._jobs(
@@ -241,7 +244,9 @@ class _Loader:
             "capacity": fraction,
         }
 
-    def _gpus(self, items: list[Any], node_pool: pd.Series, node_gpus: dict[str, int], topology):
+    def _gpus(
+        self, items: list[Any], node_facts: pd.DataFrame, node_gpus: dict[str, int], topology
+    ):
         check = self.check
         reported: dict[tuple[str, int, int], dict[str, Any]] = {}
         mig_split: dict[tuple[str, int], bool] = {}
@@ -279,6 +284,7 @@ class _Loader:
                 "health": check.choice(gpu, "health", path, GPU_HEALTH, default="ok"),
                 "nvlink_clique": check.string(gpu, "nvlink_clique", path),
                 "index_guessed": check.boolean(gpu, "index_guessed", path, default=False),
+                "gpu_model": check.string(gpu, "gpu_model", path),
             }
             if mig is not None:
                 row.update({k: v for k, v in mig.items() if k != "mig_instance"})
@@ -352,7 +358,12 @@ class _Loader:
             if column not in frame:
                 frame[column] = np.nan
             frame[column] = frame[column].astype("float64")
-        frame["pool"] = frame["node"].map(node_pool).astype(object)
+        frame["pool"] = frame["node"].map(node_facts["pool"]).astype(object)
+        # a GPU's own model where the document gives one (a node with several), else its node's
+        node_model = frame["node"].map(node_facts["gpu_model"]).astype(object)
+        own = frame.get("gpu_model", node_model)
+        frame["gpu_model"] = own.astype(object).where(own.notna(), node_model)
+        frame["gpu_model"] = frame["gpu_model"].where(frame["gpu_model"].notna(), None)
         frame = frame[[*GPU_BASE_COLUMNS, *metric_columns]]
         frame = frame.sort_values(GPU_KEY, kind="stable") if not whole.all() else frame
         xids = pd.DataFrame(xid_rows, columns=XID_COLUMNS)
@@ -633,7 +644,7 @@ _TOP_LEVEL_KEYS = frozenset(
     }
 )
 _GPU_NON_METRIC_KEYS = frozenset(
-    {"node", "index", "uuid", "health", "xid", "mig", "nvlink_clique", "index_guessed"}
+    {"node", "index", "uuid", "health", "xid", "mig", "nvlink_clique", "index_guessed", "gpu_model"}
 )
 _PROFILE_SLICES = re.compile(r"^(\d+)g\.")
 

@@ -69,7 +69,10 @@ class SchedulerState:
     ``as_of``: the scheduler's own time of this state (RFC 3339) when it keeps a clock of its
     own (the simulator); None: the state is as of now. ``measured``: what the scheduler itself
     measures, for a metrics source that reads it (the simulator's ``gpus`` with their statistics
-    and its ``window_s``); empty for real schedulers.
+    and its ``window_s``); empty for real schedulers. ``refused``: the records the scheduler
+    reported that this read left out, each named with why (``job 17: allocated on node 'gpu2',
+    which the nodes read does not list``); the rest of the cluster is read, and the cycle
+    records them as a degraded status (docs/integrations.md, "Records left out").
     """
 
     nodes: list[dict[str, Any]]
@@ -79,6 +82,7 @@ class SchedulerState:
     gpus: list[dict[str, Any]] = field(default_factory=list)
     as_of: str | None = None
     measured: Mapping[str, Any] = field(default_factory=dict)
+    refused: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

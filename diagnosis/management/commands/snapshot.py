@@ -115,6 +115,8 @@ class Command(BaseCommand):
                 f"{kind}: the adapter's state is not a valid snapshot ({len(exc.errors)} errors)",
                 returncode=2,
             ) from exc
+        for record in document["collection"].get("refused") or []:
+            self.stderr.write(f"{kind}: left out: {record}")
         text = json.dumps(document, indent=2, sort_keys=False)
         if out:
             Path(out).write_text(text + "\n", encoding="utf-8")

@@ -164,6 +164,12 @@ class GpuMetrics:
     def of_node(self, node: str) -> list[dict[str, Any]]:
         return [gpu for key, gpu in self.gpus.items() if key[0] == node]
 
+    def model_of(self, key: GpuKey) -> str | None:
+        """A GPU's model: its own where the snapshot gives one (a node with several models,
+        docs/snapshot.md), else its node's."""
+        gpu = self.gpus.get(key) or {}
+        return gpu.get("gpu_model") or (self.nodes.get(key[0]) or {}).get("gpu_model")
+
 
 def gpu_key(entry: dict[str, Any]) -> GpuKey:
     mig = entry.get("mig") or {}
@@ -190,6 +196,7 @@ def _gpu_metrics(
             "health": entry.get("health") or "ok",
             "mig": entry.get("mig") or None,
             "xid": entry.get("xid") or [],
+            "gpu_model": entry.get("gpu_model"),
         }
         for name, (metric, stat) in SERIES_METRICS.items():  # inline: 16,384 GPUs x 6
             stats = entry.get(metric)

@@ -19,7 +19,7 @@ from diagnosis.core.rules.running_jobs import (
     min_runtime_threshold,
     running_jobs_with_stats,
 )
-from diagnosis.core.snapshot import ClusterSnapshot
+from diagnosis.core.snapshot import GPU_KEY, ClusterSnapshot
 
 REPORTED = "reported_tflops"
 PROXY = "tensor_active_proxy"
@@ -88,26 +88,30 @@ def evaluate(
 
 
 def _peak_per_job(snapshot: ClusterSnapshot, facts: SnapshotFacts, job_ids: pd.Index) -> pd.Series:
-    """Per job: the mean over its GPUs of their node's peak dense BF16 TFLOP/s; NaN when any of
+    """Per job: the mean over its GPUs of their model's peak dense BF16 TFLOP/s; NaN when any of
     its GPUs is of a model whose peak is unknown."""
-    alloc = snapshot.allocations
-    alloc = alloc[alloc["job"].isin(job_ids)]
-    peak = alloc["node"].map(facts.peak_tflops_per_node()).astype("float64")
+    gpus = snapshot.gpus[GPU_KEY].assign(peak=facts.peak_tflops_per_gpu().to_numpy())
+    alloc = _held_gpus(snapshot, job_ids, gpus)
+    peak = alloc["peak"].astype("float64")
     by_job = peak.groupby(alloc["job"].to_numpy())
     mean = by_job.mean()
     mean[peak.isna().groupby(alloc["job"].to_numpy()).any()] = np.nan
     return mean.reindex(job_ids)
 
 
-def _models_per_job(snapshot: ClusterSnapshot, job_ids: pd.Index) -> dict[str, list[str]]:
-    """The distinct GPU models each job (of ``job_ids``) runs on."""
+def _held_gpus(snapshot: ClusterSnapshot, job_ids: pd.Index, gpus: pd.DataFrame) -> pd.DataFrame:
+    """The allocations of ``job_ids`` with the columns of the GPUs they hold (``gpus``, keyed
+    by GPU_KEY)."""
     alloc = snapshot.allocations
     alloc = alloc[alloc["job"].isin(job_ids)]
+    return alloc.merge(gpus, on=GPU_KEY, how="left")
+
+
+def _models_per_job(snapshot: ClusterSnapshot, job_ids: pd.Index) -> dict[str, list[str]]:
+    """The distinct GPU models each job (of ``job_ids``) runs on."""
+    alloc = _held_gpus(snapshot, job_ids, snapshot.gpus[[*GPU_KEY, "gpu_model"]])
     pairs = pd.DataFrame(
-        {
-            "job": alloc["job"].to_numpy(),
-            "model": alloc["node"].map(snapshot.nodes["gpu_model"]).to_numpy(),
-        }
+        {"job": alloc["job"].to_numpy(), "model": alloc["gpu_model"].to_numpy()}
     ).drop_duplicates()
     models: dict[str, list[str]] = {}
     for job, model in zip(pairs["job"], pairs["model"], strict=True):

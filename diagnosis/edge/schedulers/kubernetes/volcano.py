@@ -20,13 +20,22 @@ Settings (``scheduler_config``, :data:`CONFIG`): those of
 :data:`~diagnosis.edge.schedulers.kubernetes.client.KUBE_SETTINGS` plus
 ``scheduler_configmap`` (``namespace/name``, default
 ``volcano-system/volcano-scheduler-configmap``), ``scheduler_conf_key`` (default
-``volcano-scheduler.conf``) and ``binpack_gpu_weight`` (default 10). See docs/integrations.md.
+``volcano-scheduler.conf``), ``binpack_gpu_weight`` (default 10) and ``dra_device_classes``
+(the DRA DeviceClasses whose ``deviceclass/<class>`` quota keys count GPUs, default NVIDIA's
+``gpu.nvidia.com`` and ``mig.nvidia.com``). See docs/integrations.md, "Volcano".
+
+A Queue's GPU quota (``deserved``, ``capability``, ``guarantee.resource``) is read under the
+device plugin's ``gpu_resource`` (``nvidia.com/gpu``) and, for DRA (the capacity plugin since
+Volcano 1.15), under ``deviceclass/<class>`` of each of those classes (:class:`QuotaKeys`); a
+change to ``deserved`` or ``guarantee`` writes the key the queue already uses.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -35,7 +44,7 @@ from kubernetes.client.exceptions import ApiException
 
 from diagnosis.edge.config import Setting
 from diagnosis.edge.schedulers.kubernetes import base as kube
-from diagnosis.edge.schedulers.kubernetes import gang_release, objects
+from diagnosis.edge.schedulers.kubernetes import dra, gang_release, objects
 from diagnosis.edge.schedulers.kubernetes.volcano_conf import (
     placement_of,
     queue_share_plugin,
@@ -66,6 +75,17 @@ def _at_least_one(value: int) -> int:
     return value
 
 
+# A DeviceClass name is a DNS subdomain (Kubernetes object names).
+DEVICE_CLASS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DRA_QUOTA_PREFIX = "deviceclass/"  # Volcano's DRA quota key: deviceclass/<DeviceClass>
+
+
+def _device_classes(value: list[Any]) -> tuple[str, ...]:
+    if not all(isinstance(c, str) and len(c) <= 253 and DEVICE_CLASS_NAME.match(c) for c in value):
+        raise ValueError(f"expected a list of DeviceClass names, got {value!r}")
+    return tuple(value)
+
+
 # The admission setting that keeps Volcano from holding part of a gang (the gang-release
 # advisory).
 GANG_ADVICE = (
@@ -94,7 +114,74 @@ CONFIG = kube.kube_config(
         "the binpack plugin's GPU weight that placement-policy binpack sets",
         check=_at_least_one,
     ),
+    Setting(
+        "dra_device_classes",
+        list,
+        tuple(sorted(dra.GPU_DEVICE_CLASSES)),
+        "DeviceClasses whose deviceclass/<class> queue quota keys count GPUs (DRA)",
+        check=_device_classes,
+    ),
 )
+
+
+@dataclass(frozen=True)
+class QuotaKeys:
+    """The keys of a Queue's resource lists that count GPUs: the device plugin's extended
+    resource (``nvidia.com/gpu``) and, for DRA, Volcano's ``deviceclass/<DeviceClass>`` of each
+    GPU class (a device count; ``<dim>.deviceclass/<class>`` keys are capacities, not GPUs)."""
+
+    gpu_resource: str
+    device_classes: tuple[str, ...] = tuple(sorted(dra.GPU_DEVICE_CLASSES))
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.gpu_resource, *(DRA_QUOTA_PREFIX + c for c in self.device_classes))
+
+    def present(self, resources: Mapping[str, Any] | None) -> list[str]:
+        """The GPU keys a resource list sets, in :attr:`keys` order."""
+        return [key for key in self.keys if key in (resources or {})]
+
+    def gpus(self, resources: Mapping[str, Any] | None) -> int | None:
+        """The GPUs a resource list sets (over all its GPU keys); None: it sets none."""
+        counts = [objects.gpus_in(resources, key) for key in self.present(resources)]
+        known = [count for count in counts if count is not None]
+        return sum(known) if known else None
+
+    def write_key(self, queue: Mapping[str, Any], field: str) -> str:
+        """The key a change of ``field`` (``deserved``, ``guarantee``) writes: the GPU key that
+        field already uses, else the one the queue's other quotas use, else ``gpu_resource``.
+        A quota split over several GPU keys (device-plugin and DRA GPUs) is refused: one number
+        cannot say how to split it."""
+        spec = queue.get("spec") or {}
+        own = _quota_field(spec, field)
+        used = self.present(own) or sorted(
+            {
+                key
+                for name in QUOTA_FIELDS
+                if name != field
+                for key in self.present(_quota_field(spec, name))
+            }
+        )
+        if len(used) > 1:
+            name = kube.meta(queue).get("name")
+            raise kube.SchedulerError(
+                f"queue {name}: its GPU quota is split over {', '.join(used)}; change it by hand "
+                f"(gpuobs sets one {field} number)",
+                permanent=True,
+            )
+        return used[0] if used else self.gpu_resource
+
+
+QUOTA_FIELDS = ("deserved", "capability", "guarantee")
+
+
+def _quota_field(spec: Mapping[str, Any], field: str) -> Mapping[str, Any]:
+    """A Queue's resource list of ``field``; ``guarantee`` keeps it under ``resource`` (the
+    Queue CRD)."""
+    value = spec.get(field) or {}
+    if field == "guarantee":
+        value = (value.get("resource") or {}) if isinstance(value, Mapping) else {}
+    return value if isinstance(value, Mapping) else {}
 
 
 class VolcanoAdapter(kube.PodGroupAdapter):
@@ -108,6 +195,7 @@ class VolcanoAdapter(kube.PodGroupAdapter):
         self.configmap = (namespace, name)
         self.conf_key = own["scheduler_conf_key"]
         self.binpack_gpu_weight = own["binpack_gpu_weight"]
+        self.quota = QuotaKeys(self.settings.gpu_resource, tuple(own["dra_device_classes"]))
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -117,9 +205,15 @@ class VolcanoAdapter(kube.PodGroupAdapter):
     def state_of(self, read: kube.KubeRead) -> kube.SchedulerState:
         conf = self._conf_or_none()
         if conf is None:
-            return build_state(read, self.settings, None)
+            return build_state(read, self.settings, None, quota=self.quota)
         placement = placement_of(conf, self.settings.gpu_resource)
-        return build_state(read, self.settings, placement, queue_share=queue_share_plugin(conf))
+        return build_state(
+            read,
+            self.settings,
+            placement,
+            queue_share=queue_share_plugin(conf),
+            quota=self.quota,
+        )
 
     def _conf_or_none(self) -> dict[str, Any] | None:
         """The scheduler configuration; None when it cannot be read (placement and the queue
@@ -185,7 +279,7 @@ class VolcanoAdapter(kube.PodGroupAdapter):
         key = "deserved_gpus" if field == "deserved" else "guarantee_gpus"
 
         def patch_of(queue: Mapping[str, Any]) -> dict[str, Any]:
-            row = queue_row(queue, self.settings)
+            row = queue_row(queue, self.settings, self.quota)
             capability, deserved = row.get("capability_gpus"), row.get("deserved_gpus")
             if field == "deserved" and capability is not None and to > capability:
                 raise kube.SchedulerError(
@@ -198,14 +292,14 @@ class VolcanoAdapter(kube.PodGroupAdapter):
                     f"queue {name}: guarantee {int(to)} would exceed its deserved {deserved}",
                     permanent=True,
                 )
-            return queue_gpus_patch(queue, field, int(to), self.settings.gpu_resource)
+            return queue_gpus_patch(queue, field, int(to), self.quota.write_key(queue, field))
 
         return kube.patch_cluster_object(
             self.api,
             self.settings,
             change,
             kube.ClusterObject(GROUP, VERSION, "queues", name, f"queue {name}"),
-            before_of=lambda queue: queue_row(queue, self.settings).get(key),
+            before_of=lambda queue: queue_row(queue, self.settings, self.quota).get(key),
             patch_of=patch_of,
             after=int(to),
             message=lambda before: f"queue {name}: {field} GPUs {before} → {int(to)}",
@@ -292,7 +386,12 @@ class VolcanoAdapter(kube.PodGroupAdapter):
 # -- state ---------------------------------------------------------------------------------------
 
 
-def queue_row(queue: Mapping[str, Any], settings: kube.KubeSettings) -> dict[str, Any]:
+def queue_row(
+    queue: Mapping[str, Any], settings: kube.KubeSettings, quota: QuotaKeys | None = None
+) -> dict[str, Any]:
+    """A Queue as a snapshot queue: its weight and GPU quotas over every GPU key
+    (:class:`QuotaKeys`; default: ``settings.gpu_resource`` and NVIDIA's DRA GPU classes)."""
+    quota = quota or QuotaKeys(settings.gpu_resource)
     spec = queue.get("spec") or {}
     name = kube.meta(queue).get("name")
     row: dict[str, Any] = {
@@ -300,17 +399,10 @@ def queue_row(queue: Mapping[str, Any], settings: kube.KubeSettings) -> dict[str
         "tenant": kube.labels(queue).get(settings.tenant_label) or name,
         "weight": spec.get("weight", 1),
     }
-    deserved = objects.gpus_in(spec.get("deserved"), settings.gpu_resource)
-    capability = objects.gpus_in(spec.get("capability"), settings.gpu_resource)
-    if deserved is not None:
-        row["deserved_gpus"] = deserved
-    if capability is not None:
-        row["capability_gpus"] = capability
-    guarantee = objects.gpus_in(
-        (spec.get("guarantee") or {}).get("resource"), settings.gpu_resource
-    )
-    if guarantee is not None:
-        row["guarantee_gpus"] = guarantee
+    for field in QUOTA_FIELDS:
+        gpus = quota.gpus(_quota_field(spec, field))
+        if gpus is not None:
+            row[f"{field}_gpus"] = gpus
     if spec.get("parent") and spec.get("parent") != "root":
         row["parent"] = spec["parent"]
     return row
@@ -342,6 +434,7 @@ def build_state(
     placement: str | None,
     *,
     queue_share: str | None = None,
+    quota: QuotaKeys | None = None,
 ) -> kube.SchedulerState:
     """The snapshot's nodes, queues and jobs from Volcano's objects (its PodGroups and Queues,
     :meth:`VolcanoAdapter.own_resources`) (pure); with DRA's view, the GPUs of DRA nodes too;
@@ -349,7 +442,9 @@ def build_state(
     podgroups, queues = read.own
     layout = kube.GpuLayout.of(read.nodes, read.pods, settings, read.view)
     indexes, pools = layout.indexes, layout.pools
-    rows, tenants = kube.queue_table(queues, settings, queue_row)
+    rows, tenants = kube.queue_table(
+        queues, settings, lambda queue, own: queue_row(queue, own, quota)
+    )
     by_group = layout.pods_by_group(GROUP_ANNOTATION, ungrouped=True)
 
     jobs = []
@@ -478,11 +573,11 @@ def queue_weight_patch(queue: Mapping[str, Any], weight: int) -> dict[str, Any]:
     return kube.guarded(queue, {"weight": weight})
 
 
-def queue_gpus_patch(
-    queue: Mapping[str, Any], field: str, gpus: int, gpu_resource: str
-) -> dict[str, Any]:
+def queue_gpus_patch(queue: Mapping[str, Any], field: str, gpus: int, key: str) -> dict[str, Any]:
     """The merge patch of a Queue's deserved (``spec.deserved``) or guaranteed
-    (``spec.guarantee.resource``) GPUs, guarded by its resourceVersion; other resources stay."""
-    value = {gpu_resource: str(gpus)}
+    (``spec.guarantee.resource``) GPUs under ``key`` (``nvidia.com/gpu``, or DRA's
+    ``deviceclass/gpu.nvidia.com``: :meth:`QuotaKeys.write_key`), guarded by its
+    resourceVersion; other resources stay."""
+    value = {key: str(gpus)}
     spec = {"deserved": value} if field == "deserved" else {"guarantee": {"resource": value}}
     return kube.guarded(queue, spec)

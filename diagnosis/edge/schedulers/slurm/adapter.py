@@ -63,6 +63,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 10.0
 STDERR_LIMIT = 2000
+REFUSED_SHOWN = 100  # records left out that a read names (the log has the count)
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # Failures that may pass by themselves: the controller or slurmdbd unreachable or slow.
 TRANSIENT = re.compile(
@@ -360,23 +361,37 @@ class SlurmReads:
     read_at: int
     topology: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # node -> topology
     blocks: Mapping[str, str] = field(default_factory=dict)  # node -> NVLink block
+    gpu_types: Mapping[str, list[str | None]] = field(default_factory=dict)  # gres.conf's
 
 
 def scheduler_state(reads: SlurmReads, settings: parse.ParseSettings) -> SchedulerState:
     """The snapshot's scheduler part from one cycle's reads. Tenants seen only in jobs (no
-    accounting, or an account sshare did not list) become queues of weight 1."""
+    accounting, or an account sshare did not list) become queues of weight 1. A node with
+    several GPU types gets a GPU entry per GPU with its own ``gpu_model`` (:func:`gpu_models`);
+    the node's ``gpu_model`` is the type most of its GPUs have."""
     nodes = parse.parse_nodes(reads.nodes_document, settings)
+    gres = {
+        str(r.get("name") or r.get("hostname")): r.get("gres")
+        for r in parse.node_records(reads.nodes_document)
+    }
     gpus: list[dict[str, Any]] = []
     for node in nodes:
-        found = reads.topology.get(node["name"])
+        name = node["name"]
+        found = reads.topology.get(name)
         if found and _topology_gpus(found) == node["gpus"]:  # gres.conf agrees with Slurm
             node["topology"] = found
-        block = reads.blocks.get(node["name"])
+        entries = [{"node": name, "index": i} for i in range(node["gpus"])]
+        block = reads.blocks.get(name)
         if block:
-            gpus.extend(
-                {"node": node["name"], "index": i, "nvlink_clique": f"slurm-block:{block}"}
-                for i in range(node["gpus"])
-            )
+            for entry in entries:
+                entry["nvlink_clique"] = f"slurm-block:{block}"
+        models = gpu_models(gres.get(name), reads.gpu_types.get(name), settings)
+        mixed = len(set(models)) > 1 and len(models) == node["gpus"]
+        if mixed:
+            for entry, model in zip(entries, models, strict=True):
+                entry["gpu_model"] = model
+        if block or mixed:
+            gpus.extend(entries)
     pools = {node["pool"] for node in nodes}
     placement = {
         name: parse.placement_of(values)
@@ -385,8 +400,8 @@ def scheduler_state(reads: SlurmReads, settings: parse.ParseSettings) -> Schedul
     }
     scheduler: dict[str, Any] = {"kind": "slurm", "placement": placement}
     if reads.jobs.refused:
-        # Records past the parsers' bounds, left out and named (never expanded).
-        scheduler["refused_records"] = reads.jobs.refused[:100]
+        # Records past the parsers' bounds or inconsistent with the nodes read, left out and
+        # named (never expanded).
         logger.warning(
             "slurm: %d job record(s) refused: %s", len(reads.jobs.refused), reads.jobs.refused[:3]
         )
@@ -402,7 +417,22 @@ def scheduler_state(reads: SlurmReads, settings: parse.ParseSettings) -> Schedul
         jobs=reads.jobs.jobs,
         scheduler=scheduler,
         gpus=gpus,
+        refused=reads.jobs.refused[:REFUSED_SHOWN],
     )
+
+
+def gpu_models(
+    gres: Any, conf_types: list[str | None] | None, settings: parse.ParseSettings
+) -> list[str | None]:
+    """Each GPU's model on a node, in index order: the types of its gres.conf lines in Slurm's
+    order when they are the node's types (exact, interleaved or not), else its GRES string's
+    in the order listed (``gpu:h100:2,gpu:h200:4`` → 2 × h100 then 4 × h200); through
+    ``gpu_models`` (GRES type → model name)."""
+    listed = parse.gpu_types_listed(gres, settings.gres_name)
+    types = listed
+    if conf_types is not None and sorted(map(str, conf_types)) == sorted(map(str, listed)):
+        types = conf_types
+    return [settings.gpu_models.get(t or "", t) for t in types]
 
 
 def _topology_gpus(topology: Mapping[str, Any]) -> int:
@@ -470,6 +500,7 @@ class SlurmAdapter:
         queues: list[dict[str, Any]] = []
         topology: dict[str, dict[str, Any]] = {}
         blocks: dict[str, str] = {}
+        gpu_types: dict[str, list[str | None]] = {}
         if with_queues:
             if self.rest is not None:
                 partitions = self.rest.partitions()
@@ -480,13 +511,17 @@ class SlurmAdapter:
             if self.settings.accounting:
                 queues = self._read_queues()
             if self.settings.read_topology:
-                topology, blocks = self._read_topology(nodes_document)
+                topology, blocks, gpu_types = self._read_topology(nodes_document)
         jobs = parse.parse_jobs(jobs_document, settings)
-        return SlurmReads(nodes_document, jobs, partitions, queues, read_at, topology, blocks)
+        node_gpus = {n["name"]: n["gpus"] for n in parse.parse_nodes(nodes_document, settings)}
+        parse.refuse_inconsistent(jobs, node_gpus)
+        return SlurmReads(
+            nodes_document, jobs, partitions, queues, read_at, topology, blocks, gpu_types
+        )
 
     def _read_topology(
         self, nodes_document: Mapping[str, Any]
-    ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, str], dict[str, list[str | None]]]:
         conf = self.settings.slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
         found = slurm_topology.read_beside(
             Path(conf).parent,
@@ -495,7 +530,7 @@ class SlurmAdapter:
             nvlink_blocks=self.settings.nvlink_blocks,
         )
         self.topology_problems = found.problems
-        return found.topology, found.blocks
+        return found.topology, found.blocks, found.gpu_types
 
     def _read_queues(self) -> list[dict[str, Any]]:
         sshare = self.commands.run("sshare", "-P", "-n", "-o", ",".join(parse.SSHARE_FIELDS))

@@ -11,8 +11,16 @@
   GPU's cores are on one socket and the node's cores per socket are known, for every GPU of
   the node. A socket is a NUMA node unless the BIOS splits it (AMD NPS>1, Intel SNC): say so
   in the docs, never silently.
-- **GPU order**: a node's GRES indexes follow its device files (``/dev/nvidiaN``), as Slurm
-  orders them.
+- **GPU order** (:func:`slurm_order`), as Slurm numbers a node's GPUs (its GRES indexes,
+  ``IDX:``). From gres.conf alone (no ``AutoDetect``): the types in the order of the node's
+  ``Gres=`` (as ``sinfo`` prints it), each type's GPUs by device file (``/dev/nvidiaN``);
+  ``Links=`` does not reorder them (checked on a real Slurm 22.05: ``slurmd -G`` and the
+  indexes jobs get, tests/edge/slurm/test_slurm_gpu_types.py). With ``AutoDetect`` (NVML),
+  slurmd merges the detected GPUs and sorts them by device file, then by ``Links=`` (each GPU's
+  own ``-1``; GPUs without ``Links=`` last): SchedMD's ``_merge_system_gres_conf`` in
+  ``src/plugins/gres/gpu/gres_gpu.c`` and its testsuite's test39.18 (tests 2.28, 2.42), where
+  types interleave as their files do. Each GPU's type follows the same order
+  (:attr:`FoundTopology.gpu_types`).
 - **Blocks** (opt-in, ``nvlink_blocks``): the base blocks of a block topology as cluster-wide
   NVLink domains (GB200/GB300 NVL72 racks), ``slurm-block:<name>``.
 
@@ -25,7 +33,7 @@ GPUs per node; host lists through :func:`values.expand_hostlist`. The parsers ar
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +45,7 @@ from diagnosis.edge.schedulers.slurm.parse.values import (
     ExpansionError,
     expand_hostlist,
     expand_indexes,
+    gpu_types_listed,
 )
 
 MAX_LINES = 100_000
@@ -49,6 +58,35 @@ class GpuLine:
     device: int | None  # the N of /dev/nvidiaN
     links: list[int] | None
     cores: list[int] | None
+    type: str | None = None  # Type=
+
+    @property
+    def own_link(self) -> int | None:
+        """Where its ``Links=`` puts the GPU itself (the position of its one ``-1``); None
+        without a valid ``Links=`` (Slurm ignores one without exactly one ``-1``)."""
+        if self.links is None or self.links.count(-1) != 1:
+            return None
+        return self.links.index(-1)
+
+
+def slurm_order(
+    lines: Sequence[GpuLine], type_order: Sequence[str | None] = (), *, autodetect: bool = False
+) -> list[GpuLine]:
+    """A node's GPU lines in Slurm's index order (see the module doc): by ``type_order`` (the
+    types of the node's ``Gres=`` in order; a type it lacks goes last), then device file; with
+    ``autodetect``, by device file, then ``Links=``. A node whose lines do not all name a
+    numbered device file keeps the file's order."""
+    if not all(line.device is not None for line in lines):
+        return list(lines)
+    by_file = sorted(lines, key=lambda line: line.device or 0)
+    if autodetect:
+        linked = [line for line in by_file if line.own_link is not None]
+        return [
+            *sorted(linked, key=lambda line: line.own_link or 0),
+            *(line for line in by_file if line.own_link is None),
+        ]
+    rank = {kind: i for i, kind in enumerate(type_order)}
+    return sorted(by_file, key=lambda line: rank.get(line.type, len(rank)))
 
 
 @dataclass
@@ -58,9 +96,15 @@ class GresConf:
     nodes: dict[str, list[GpuLine]] = field(default_factory=dict)
     everywhere: list[GpuLine] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # AutoDetect= per node ("" key: lines without NodeName); absent or "off": none
+    autodetect: dict[str, str] = field(default_factory=dict)
 
     def gpus_of(self, node: str) -> list[GpuLine]:
         return self.nodes.get(node, []) or self.everywhere
+
+    def autodetects(self, node: str) -> bool:
+        value = self.autodetect.get(node, self.autodetect.get("", "off"))
+        return value.lower() not in ("", "off", "none")
 
 
 def _pairs(line: str) -> dict[str, str]:
@@ -81,6 +125,14 @@ def parse_gres_conf(text: str, gres_name: str = "gpu") -> GresConf:
         if not line:
             continue
         pairs = _pairs(line)
+        if "autodetect" in pairs:  # global, or for the line's nodes
+            try:
+                names = expand_hostlist(pairs["nodename"]) if "nodename" in pairs else [""]
+            except ExpansionError as exc:
+                conf.problems.append(f"gres.conf line {number}: {exc}")
+                continue
+            for name in names:
+                conf.autodetect[name] = pairs["autodetect"]
         if pairs.get("name") != gres_name:
             continue
         try:
@@ -98,7 +150,8 @@ def parse_gres_conf(text: str, gres_name: str = "gpu") -> GresConf:
         if links is not None and len(files) > 1:
             conf.problems.append(f"gres.conf line {number}: Links= with more than one File=")
             links = None
-        entries = [GpuLine(device, links, cores) for device in files or [None]]
+        kind = pairs.get("type") or None
+        entries = [GpuLine(device, links, cores, kind) for device in files or [None]]
         for name in names if names is not None else [None]:
             target = conf.everywhere if name is None else conf.nodes.setdefault(name, [])
             if len(target) + len(entries) > INDEX_LIMIT:
@@ -119,12 +172,18 @@ def _files(text: str) -> list[int | None]:
     return devices
 
 
-def node_topology(lines: list[GpuLine], cores_per_socket: int | None) -> dict[str, Any] | None:
-    """A node's ``topology`` in the snapshot's words, or None when nothing can be judged."""
+def node_topology(
+    lines: list[GpuLine],
+    cores_per_socket: int | None,
+    type_order: Sequence[str | None] = (),
+    *,
+    autodetect: bool = False,
+) -> dict[str, Any] | None:
+    """A node's ``topology`` in the snapshot's words, its GPUs in Slurm's order
+    (:func:`slurm_order`), or None when nothing can be judged."""
     if not lines:
         return None
-    if all(line.device is not None for line in lines):
-        lines = sorted(lines, key=lambda line: line.device or 0)
+    lines = slurm_order(lines, type_order, autodetect=autodetect)
     topology: dict[str, Any] = {}
     count = len(lines)
     if all(line.links is not None and len(line.links) >= count for line in lines):
@@ -195,6 +254,7 @@ class FoundTopology:
     topology: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> topology
     blocks: dict[str, str] = field(default_factory=dict)  # node -> its NVLink block
     problems: list[str] = field(default_factory=list)
+    gpu_types: dict[str, list[str | None]] = field(default_factory=dict)  # node -> type per GPU
 
 
 def read_small(path: Path) -> str:
@@ -226,9 +286,16 @@ def read_beside(
             name = record.get("name")
             cores = record.get("cores")
             per_socket = cores if isinstance(cores, int) and cores > 0 else None
-            topology = node_topology(conf.gpus_of(str(name)), per_socket) if name else None
+            if not name:
+                continue
+            types = list(dict.fromkeys(gpu_types_listed(record.get("gres"), gres_name)))
+            autodetect = conf.autodetects(str(name))
+            lines = slurm_order(conf.gpus_of(str(name)), types, autodetect=autodetect)
+            topology = node_topology(lines, per_socket, types, autodetect=autodetect)
             if topology:
                 found.topology[str(name)] = topology
+            if lines and all(line.type for line in lines):
+                found.gpu_types[str(name)] = [line.type for line in lines]
     if nvlink_blocks:
         for file_name, yaml_format in (("topology.yaml", True), ("topology.conf", False)):
             text = read_small(folder / file_name)

@@ -27,6 +27,7 @@ from diagnosis.edge.schedulers.slurm.parse.jobs import (
     job_id,
     job_state,
     parse_jobs,
+    refuse_inconsistent,
 )
 from diagnosis.edge.schedulers.slurm.parse.nodes import (
     ASSOC_FIELDS,
@@ -56,6 +57,7 @@ from diagnosis.edge.schedulers.slurm.parse.values import (
     gpu_count,
     gpu_indexes,
     gpu_type,
+    gpu_types_listed,
     parse_gres,
     parse_json,
     split_top_level,
@@ -86,6 +88,7 @@ __all__ = [
     "gpu_count",
     "gpu_indexes",
     "gpu_type",
+    "gpu_types_listed",
     "job_id",
     "job_state",
     "node_drain",
@@ -101,6 +104,7 @@ __all__ = [
     "parse_partitions",
     "parse_queues",
     "placement_of",
+    "refuse_inconsistent",
     "split_top_level",
     "tres_gpus",
 ]

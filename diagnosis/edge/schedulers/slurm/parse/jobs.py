@@ -174,6 +174,44 @@ class ParsedJobs:
     truncated_arrays: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  # "job 12: why": records not read
 
+    def refuse(self, job_id: str, why: str) -> None:
+        """Leave job ``job_id`` out of this read (its events too), naming it and why."""
+        self.jobs = [job for job in self.jobs if job["id"] != job_id]
+        self.native.pop(job_id, None)
+        self.refused.append(f"job {job_id}: {why}")
+
+
+def refuse_inconsistent(parsed: ParsedJobs, node_gpus: Mapping[str, int]) -> None:
+    """Leave out (and name in ``parsed.refused``) each job whose allocation does not fit the
+    nodes read with it: a node the nodes read does not list (a dynamic or cloud node deleted
+    between the two reads, a node outside the configured partitions), a GPU index past the
+    node's count, a GPU another job already holds. The other jobs stay: one inconsistent record
+    never makes the whole read invalid (docs/integrations.md, "Records left out")."""
+    held: dict[tuple[str, int], str] = {}
+    for job in list(parsed.jobs):
+        why = _misfit(job, node_gpus, held)
+        if why is not None:
+            parsed.refuse(job["id"], why)
+            continue
+        for pod in job["allocation"]:
+            for index in pod["gpus"]:
+                held[(pod["node"], index)] = job["id"]
+
+
+def _misfit(
+    job: Mapping[str, Any], node_gpus: Mapping[str, int], held: Mapping[tuple[str, int], str]
+) -> str | None:
+    for pod in job["allocation"]:
+        node = pod["node"]
+        if node not in node_gpus:
+            return f"allocated on node {node!r}, which the nodes read does not list"
+        for index in pod["gpus"]:
+            if index >= node_gpus[node]:
+                return f"holds GPU {index} of node {node!r}, which has {node_gpus[node]}"
+            if (node, index) in held:
+                return f"holds GPU {node}/{index}, which job {held[(node, index)]} holds too"
+    return None
+
 
 def parse_jobs(document: Mapping[str, Any], settings: ParseSettings) -> ParsedJobs:
     """``squeue --json`` → snapshot jobs; pending array meta-records expand into their tasks

@@ -250,6 +250,17 @@ def gpu_indexes(text: Any, gres_name: str = "gpu") -> list[int]:
     return sorted(found)
 
 
+def gpu_types_listed(text: Any, gres_name: str = "gpu") -> list[str | None]:
+    """One type per GPU of a node's GRES, in the order its GRES string lists them
+    (``gpu:h100:2,gpu:h200:4`` → h100, h100, h200 × 4): Slurm's index order when the node's
+    device files follow that order (gres.conf says for sure: :mod:`..topology`)."""
+    types: list[str | None] = []
+    for item in parse_gres(text):
+        if item.name == gres_name:
+            types.extend([item.type] * min(item.count, INDEX_LIMIT - len(types)))
+    return types
+
+
 def gpu_type(text: Any, gres_name: str = "gpu") -> str | None:
     """The GPU type of a node's GRES (the one with most GPUs when it has several)."""
     counts: dict[str, int] = {}
