@@ -39,6 +39,15 @@ from diagnosis.edge.schedulers.kubernetes.client import (
 DRAIN_REASON_ANNOTATION = "gpuobs.io/drain-reason"
 CLIQUE_LABEL = "nvidia.com/gpu.clique"  # the NVLink clique (GB200/GB300 NVL72) of a node's GPUs
 HOLDING_PHASES = ("Pending", "Running")
+# GPU Feature Discovery's labels of a device-plugin node that shares its GPUs by time-slicing or
+# MPS (NVIDIA k8s-device-plugin: README, "Shared Access to GPUs" and "Catalog of Labels"; the
+# labeller in internal/lm): the physical GPUs, how many replicas each is advertised as (the
+# node's allocatable ``nvidia.com/gpu`` is their product), the strategy (``none``,
+# ``time-slicing`` or ``mps``); the product label then ends in ``-SHARED``.
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+SHARING_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
+SHARED_PRODUCT_SUFFIX = "-SHARED"
 
 
 # -- times and quantities ------------------------------------------------------------------------
@@ -77,6 +86,26 @@ def node_state(node: Mapping[str, Any], holds_gpus: bool) -> str:
     return "ready"
 
 
+def _label_count(node: Mapping[str, Any], name: str) -> int | None:
+    text = str(labels(node).get(name) or "")
+    return int(text) if text.isdigit() else None
+
+
+def node_sharing(node: Mapping[str, Any], advertised: int) -> dict[str, Any] | None:
+    """How a device-plugin node shares its GPUs, from its GPU Feature Discovery labels:
+    ``{"strategy", "replicas", "gpus"}`` (``gpus``: the physical GPUs, ``nvidia.com/gpu.count``,
+    else the advertised replicas over ``nvidia.com/gpu.replicas``); None for a node whose GPUs
+    are not shared (``replicas`` absent or 1)."""
+    replicas = _label_count(node, GPU_REPLICAS_LABEL)
+    if replicas is None or replicas <= 1:
+        return None
+    gpus = _label_count(node, GPU_COUNT_LABEL) or -(-advertised // replicas)
+    if gpus <= 0:
+        return None
+    strategy = str(labels(node).get(SHARING_STRATEGY_LABEL) or "time-slicing")
+    return {"strategy": strategy, "replicas": replicas, "gpus": gpus}
+
+
 def gpu_nodes(
     nodes: Iterable[Mapping[str, Any]],
     settings: KubeSettings,
@@ -86,7 +115,9 @@ def gpu_nodes(
     """The snapshot's ``nodes``: every node that offers GPUs, detected per node: through DRA
     (ResourceSlices of ``gpu.nvidia.com``: the GPUs the slices publish, the model from their
     ``productName``) or else through the device plugin (allocatable ``gpu_resource``, the model
-    from the GPU Feature Discovery label)."""
+    from the GPU Feature Discovery label). A device-plugin node that shares its GPUs
+    (:func:`node_sharing`) has its physical GPUs, and ``sharing`` says how (strategy and
+    replicas per GPU); its model is the product without ``-SHARED``."""
     view = view or dra.DraView.empty()
     rows = []
     for node in nodes:
@@ -94,6 +125,7 @@ def gpu_nodes(
         name = meta(node).get("name")
         published = view.nodes.get(str(name))
         model = labels(node).get(settings.model_label)
+        sharing = None
         if published is not None:
             gpus = len(published.parents)
             model = model or published.model
@@ -103,6 +135,7 @@ def gpu_nodes(
             if gpus is None:
                 gpus = gpus_in(status.get("capacity"), settings.gpu_resource)
             pool = None
+            sharing = node_sharing(node, gpus) if gpus else None
         if not gpus:
             continue
         row = {
@@ -111,6 +144,10 @@ def gpu_nodes(
             "gpus": gpus,
             "state": node_state(node, name in busy_nodes),
         }
+        if sharing is not None:
+            row["gpus"] = sharing["gpus"]
+            row["sharing"] = {"strategy": sharing["strategy"], "replicas": sharing["replicas"]}
+            model = model.removesuffix(SHARED_PRODUCT_SUFFIX) if model else model
         if model:
             row["gpu_model"] = model
         rows.append(row)
@@ -257,24 +294,32 @@ class GpuPlacements(dict[str, list[int]]):
 
 
 def assign_gpu_indexes(
-    pods: Iterable[GpuPod], node_gpus: Mapping[str, int], view: dra.DraView | None = None
+    pods: Iterable[GpuPod],
+    node_gpus: Mapping[str, int],
+    view: dra.DraView | None = None,
+    replicas: Mapping[str, int] | None = None,
 ) -> GpuPlacements:
     """The GPU indexes each bound pod holds, by pod uid.
 
     DRA pods: exactly the devices their claims hold (with the UUIDs, and the share of a shared
-    device). Device-plugin pods: the plugin's annotation wins where present and consistent; the
-    other pods of a node get its lowest free indexes, in order of binding -- a guess
-    (Kubernetes does not say which physical GPU a pod got unless a plugin annotates it), marked
-    ``gpus_guessed``. Pods on a node the snapshot does not know, or that would need more GPUs
-    than the node has left, get none.
+    device). Pods of a node that shares its GPUs (``replicas``: node -> replicas per GPU, see
+    :func:`node_sharing`): :func:`_replica_placement`. Other device-plugin pods: the plugin's
+    annotation wins where present and consistent; the other pods of a node get its lowest free
+    indexes, in order of binding -- a guess (Kubernetes does not say which physical GPU a pod
+    got unless a plugin annotates it), marked ``gpus_guessed``. Pods on a node the snapshot does
+    not know, or that would need more GPUs than the node has left, get none.
     """
     view = view or dra.DraView.empty()
+    replicas = replicas or {}
     holding = sorted(
         (p for p in pods if p.holds_gpus),
         key=lambda p: (p.node or "", p.scheduled_at or p.created or "", p.key),
     )
     taken: dict[str, set[int]] = {}
     result = GpuPlacements()
+    _replica_placement(
+        [p for p in holding if not p.devices and p.node in replicas], node_gpus, replicas, result
+    )
     for pod in holding:
         if pod.devices and pod.node in node_gpus:
             placed = _dra_placement(pod, view)
@@ -311,6 +356,37 @@ def assign_gpu_indexes(
             result.extra[pod.uid] = {"gpus_guessed": True}
             used.update(free[: pod.gpus])
     return result
+
+
+def _replica_placement(
+    pods: Iterable[GpuPod],
+    node_gpus: Mapping[str, int],
+    replicas: Mapping[str, int],
+    result: GpuPlacements,
+) -> None:
+    """Pods holding replicas of shared GPUs, in order of binding: each replica goes to the GPU
+    of the node with the fewest replicas taken (the lowest index first), as the device plugin's
+    default ``distributed`` allocation of replicated devices does (internal/rm/allocate.go). A
+    pod asking k replicas holds min(k, GPUs) GPUs, each a share of k / (replicas x those GPUs);
+    a guess (``gpus_guessed``): Kubernetes does not say which replicas a pod got. A pod asking
+    more replicas than the node has left gets none."""
+    used: dict[str, list[int]] = {}
+    for pod in pods:
+        node = pod.node or ""
+        count, per_gpu = node_gpus[node], replicas[node]
+        slots = used.setdefault(node, [0] * count)
+        if sum(slots) + pod.gpus > count * per_gpu:
+            continue
+        held: set[int] = set()
+        for _ in range(pod.gpus):
+            index = min(
+                (i for i in range(count) if slots[i] < per_gpu), key=lambda i: (slots[i], i)
+            )
+            slots[index] += 1
+            held.add(index)
+        share = round(min(1.0, pod.gpus / (per_gpu * len(held))), 6)
+        result[pod.uid] = sorted(held)
+        result.extra[pod.uid] = {"share": share, "gpus_guessed": True}
 
 
 def _dra_placement(
