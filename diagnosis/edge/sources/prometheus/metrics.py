@@ -99,7 +99,9 @@ class PrometheusSource:
         report = SourceReport()
         selection = config.selection(hosts)
         node_selection = config.node_selection(hosts)
-        queries = family_queries(selection, node_selection, window_s)
+        queries = family_queries(
+            selection, node_selection, window_s, max_series_per_gpu=config.max_series_per_gpu
+        )
         with PrometheusClient(config, report, sleep=self.sleep) as client:
             with ThreadPoolExecutor(max_workers=config.parallel_queries) as pool:
                 futures = {
@@ -122,7 +124,7 @@ class PrometheusSource:
             if matrix is not None
             else []
         )
-        frame = dcgm_stats.statistics(answers, inventory, config.nvlink_total_unit_Bps)
+        frame = dcgm_stats.statistics(answers, config.nvlink_total_unit_Bps)
         node_gpus = {n.name: n.gpus for n in nodes}
         placement = dcgm_stats.place(frame, inventory, events, node_gpus, uuids or {})
         found = dcgm_stats.hardware(answers["hardware"], node_gpus)
@@ -153,14 +155,24 @@ class PrometheusSource:
             max_data_age_s=stale_limit,
             unmatched_gpus=placement.unmatched,
             util_sources=placement.util_sources,
-            report=report.as_dict(),
+            report={
+                **report.as_dict(),
+                "crowded_gpus": len(inventory.crowded),
+                "crowded_series": sum(inventory.crowded.values()),
+            },
             topology=found.topology,
         )
 
     def _complete(self, client, answers, selection, node_selection, window_s, as_of):
         """Send the fallback queries the first answers call for (see :func:`family_queries`),
         replace those answers, and return the inventory."""
-        fallbacks = family_queries(selection, node_selection, window_s, fallback=True)
+        fallbacks = family_queries(
+            selection,
+            node_selection,
+            window_s,
+            fallback=True,
+            max_series_per_gpu=self.config.max_series_per_gpu,
+        )
         inventory = dcgm_stats.inventory(answers["inventory"])
         if not inventory.last and inventory.samples:
             vector = client.instant(fallbacks["inventory"], as_of, "inventory-window")

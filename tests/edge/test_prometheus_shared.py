@@ -1,0 +1,108 @@
+"""Shared GPUs (issue 27 item 1) against a real Prometheus, in both shapes dcgm-exporter writes
+(tests/support/dcgm_shared.py says where each comes from): one physical GPU, its util and
+framebuffer the device's, never multiplied by the pods' series; and an idle shared GPU is idle
+to the rules as an unshared one is."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core.accounting import account
+from diagnosis.core.rules.builtin.idle_held import RULE as IDLE_HELD
+from diagnosis.core.rules.facts import SnapshotFacts
+from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document
+from tests.support.dcgm_shared import (
+    COPIES,
+    COPIES_GPU,
+    IDLE,
+    PER_PROCESS,
+    PER_PROCESS_GPU,
+    T4,
+)
+
+pytestmark = pytest.mark.prometheus
+
+
+def scheduler_doc(nodes, jobs=()) -> dict[str, Any]:
+    return {
+        "format": snapshot_format.FORMAT,
+        "cluster": "test",
+        "as_of": "2026-01-01T00:00:00Z",
+        "nodes": [
+            {"name": n, "pool": "t4", "gpu_model": T4, "gpus": c, "state": "ready"}
+            for n, c in nodes
+        ],
+        "gpus": [],
+        "jobs": list(jobs),
+        "queues": [],
+        "events": [],
+    }
+
+
+def collect(prometheus, planted, cluster: str, scheduler: dict[str, Any]) -> dict[str, Any]:
+    config = PrometheusConfig.parse({"url": prometheus.url, "matchers": {"cluster": cluster}})
+    return collect_document(config, scheduler, as_of=planted.as_of)
+
+
+@pytest.mark.parametrize(
+    ("cluster", "host", "gpu"),
+    [(COPIES, "tc-0", COPIES_GPU), (PER_PROCESS, "tp-0", PER_PROCESS_GPU)],
+    ids=["copies-before-4.5.3", "per-process-4.5.3"],
+)
+def test_a_shared_gpu_reads_the_devices_util_and_framebuffer(
+    prometheus, planted_history, cluster, host, gpu
+):
+    document = collect(prometheus, planted_history, cluster, scheduler_doc([(host, 2)]))
+    profiled, plain = document["gpus"]  # GPU 1 has no profiling fields: DCGM_FI_DEV_GPU_UTIL
+    for entry in (profiled, plain):
+        assert entry["util"]["mean"] == pytest.approx(gpu.util)
+        assert entry["util"]["p90"] == pytest.approx(gpu.util)  # not above the mean
+        assert entry["fb_used_frac"]["mean"] == pytest.approx(gpu.fb_frac)
+        assert entry["power_w"]["mean"] == pytest.approx(gpu.power_w)  # a copy, not 2 x
+        assert entry["workload"] == "team-z/pod-a/main, team-z/pod-b/main"
+    assert document["collection"]["util_sources"] == {"prof": 1, "dev": 1}
+    assert document["collection"]["degraded"] == []
+
+
+def idle_job(job_id: str, node: str, share: float | None, started: str) -> dict[str, Any]:
+    allocation: dict[str, Any] = {"node": node, "gpus": [0]}
+    if share is not None:
+        allocation["share"] = share
+    return {
+        "id": job_id,
+        "name": job_id,
+        "tenant": "team-z",
+        "kind": "notebook",
+        "state": "running",
+        "submitted": started,
+        "started": started,
+        "gpus_per_pod": 1,
+        "allocation": [allocation],
+    }
+
+
+def test_an_idle_shared_gpu_is_idle_held_as_an_unshared_one_is(prometheus, planted_history):
+    started = (planted_history.as_of - timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    jobs = [
+        idle_job("copies-a", "ti-0", 0.5, started),
+        idle_job("copies-b", "ti-0", 0.5, started),
+        idle_job("process-a", "ti-1", 0.5, started),
+        idle_job("process-b", "ti-1", 0.5, started),
+        idle_job("solo", "ti-2", None, started),
+    ]
+    nodes = [("ti-0", 1), ("ti-1", 1), ("ti-2", 1)]
+    document = collect(prometheus, planted_history, IDLE, scheduler_doc(nodes, jobs))
+    assert [round(g["util"]["mean"], 6) for g in document["gpus"]] == [0.03, 0.03, 0.03]
+    snap = snapshot_format.load(document)
+    facts = SnapshotFacts(snap)
+    judgement = IDLE_HELD.evaluate(snap, IDLE_HELD.resolve(), facts)
+    assert sorted(f.subject for f in judgement.findings) == [
+        f"job:{j}" for j in ("copies-a", "copies-b", "process-a", "process-b", "solo")
+    ]
+    breakdown = account(snap, judgement.findings, facts).cluster
+    assert breakdown.gpus == 3  # each physical GPU once, whatever its holders
+    assert breakdown.buckets["allocated-idle"] == 3
