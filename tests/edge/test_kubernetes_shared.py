@@ -15,7 +15,7 @@ import pytest
 from diagnosis.core import snapshot
 from diagnosis.core.accounting import account
 from diagnosis.edge.schedulers.kubernetes.volcano import VolcanoAdapter
-from tests.support.kube_server import KubeApiServer, adapter_config, load_fixture, serving
+from tests.support.kube_server import adapter_config, load_fixture, serving
 
 pytestmark = pytest.mark.kubernetes
 

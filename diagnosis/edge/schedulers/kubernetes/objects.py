@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from diagnosis.core.vocabulary import format_time, parse_time
 from diagnosis.edge.schedulers.base import ChangeResult, EventBatch, SchedulerError
 from diagnosis.edge.schedulers.kubernetes import dra
+from diagnosis.edge.schedulers.kubernetes import sharing as gpu_sharing
 from diagnosis.edge.schedulers.kubernetes.client import (
     EVENTS,
     HTTP_CONFLICT,
@@ -39,15 +40,6 @@ from diagnosis.edge.schedulers.kubernetes.client import (
 DRAIN_REASON_ANNOTATION = "gpuobs.io/drain-reason"
 CLIQUE_LABEL = "nvidia.com/gpu.clique"  # the NVLink clique (GB200/GB300 NVL72) of a node's GPUs
 HOLDING_PHASES = ("Pending", "Running")
-# GPU Feature Discovery's labels of a device-plugin node that shares its GPUs by time-slicing or
-# MPS (NVIDIA k8s-device-plugin: README, "Shared Access to GPUs" and "Catalog of Labels"; the
-# labeller in internal/lm): the physical GPUs, how many replicas each is advertised as (the
-# node's allocatable ``nvidia.com/gpu`` is their product), the strategy (``none``,
-# ``time-slicing`` or ``mps``); the product label then ends in ``-SHARED``.
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
-GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
-SHARING_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
-SHARED_PRODUCT_SUFFIX = "-SHARED"
 
 
 # -- times and quantities ------------------------------------------------------------------------
@@ -86,26 +78,6 @@ def node_state(node: Mapping[str, Any], holds_gpus: bool) -> str:
     return "ready"
 
 
-def _label_count(node: Mapping[str, Any], name: str) -> int | None:
-    text = str(labels(node).get(name) or "")
-    return int(text) if text.isdigit() else None
-
-
-def node_sharing(node: Mapping[str, Any], advertised: int) -> dict[str, Any] | None:
-    """How a device-plugin node shares its GPUs, from its GPU Feature Discovery labels:
-    ``{"strategy", "replicas", "gpus"}`` (``gpus``: the physical GPUs, ``nvidia.com/gpu.count``,
-    else the advertised replicas over ``nvidia.com/gpu.replicas``); None for a node whose GPUs
-    are not shared (``replicas`` absent or 1)."""
-    replicas = _label_count(node, GPU_REPLICAS_LABEL)
-    if replicas is None or replicas <= 1:
-        return None
-    gpus = _label_count(node, GPU_COUNT_LABEL) or -(-advertised // replicas)
-    if gpus <= 0:
-        return None
-    strategy = str(labels(node).get(SHARING_STRATEGY_LABEL) or "time-slicing")
-    return {"strategy": strategy, "replicas": replicas, "gpus": gpus}
-
-
 def gpu_nodes(
     nodes: Iterable[Mapping[str, Any]],
     settings: KubeSettings,
@@ -116,7 +88,7 @@ def gpu_nodes(
     (ResourceSlices of ``gpu.nvidia.com``: the GPUs the slices publish, the model from their
     ``productName``) or else through the device plugin (allocatable ``gpu_resource``, the model
     from the GPU Feature Discovery label). A device-plugin node that shares its GPUs
-    (:func:`node_sharing`) has its physical GPUs, and ``sharing`` says how (strategy and
+    (:func:`gpu_sharing.node_sharing`) has its physical GPUs, and ``sharing`` says how (strategy and
     replicas per GPU); its model is the product without ``-SHARED``."""
     view = view or dra.DraView.empty()
     rows = []
@@ -135,7 +107,7 @@ def gpu_nodes(
             if gpus is None:
                 gpus = gpus_in(status.get("capacity"), settings.gpu_resource)
             pool = None
-            sharing = node_sharing(node, gpus) if gpus else None
+            sharing = gpu_sharing.node_sharing(node, gpus) if gpus else None
         if not gpus:
             continue
         row = {
@@ -147,7 +119,7 @@ def gpu_nodes(
         if sharing is not None:
             row["gpus"] = sharing["gpus"]
             row["sharing"] = {"strategy": sharing["strategy"], "replicas": sharing["replicas"]}
-            model = model.removesuffix(SHARED_PRODUCT_SUFFIX) if model else model
+            model = model.removesuffix(gpu_sharing.SHARED_PRODUCT_SUFFIX) if model else model
         if model:
             row["gpu_model"] = model
         rows.append(row)
@@ -303,11 +275,12 @@ def assign_gpu_indexes(
 
     DRA pods: exactly the devices their claims hold (with the UUIDs, and the share of a shared
     device). Pods of a node that shares its GPUs (``replicas``: node -> replicas per GPU, see
-    :func:`node_sharing`): :func:`_replica_placement`. Other device-plugin pods: the plugin's
-    annotation wins where present and consistent; the other pods of a node get its lowest free
-    indexes, in order of binding -- a guess (Kubernetes does not say which physical GPU a pod
-    got unless a plugin annotates it), marked ``gpus_guessed``. Pods on a node the snapshot does
-    not know, or that would need more GPUs than the node has left, get none.
+    :func:`gpu_sharing.node_sharing`): :func:`gpu_sharing.replica_placement`, marked
+    ``gpus_guessed``. Other device-plugin pods: the plugin's annotation wins where present and
+    consistent; the other pods of a node get its lowest free indexes, in order of binding -- a
+    guess (Kubernetes does not say which physical GPU a pod got unless a plugin annotates it),
+    marked ``gpus_guessed``. Pods on a node the snapshot does not know, or that would need more
+    GPUs than the node has left, get none.
     """
     view = view or dra.DraView.empty()
     replicas = replicas or {}
@@ -317,9 +290,13 @@ def assign_gpu_indexes(
     )
     taken: dict[str, set[int]] = {}
     result = GpuPlacements()
-    _replica_placement(
-        [p for p in holding if not p.devices and p.node in replicas], node_gpus, replicas, result
-    )
+    for uid, (indexes, share) in gpu_sharing.replica_placement(
+        [(p.uid, p.node or "", p.gpus) for p in holding if not p.devices and p.node in replicas],
+        node_gpus,
+        replicas,
+    ).items():
+        result[uid] = indexes
+        result.extra[uid] = {"share": share, "gpus_guessed": True}
     for pod in holding:
         if pod.devices and pod.node in node_gpus:
             placed = _dra_placement(pod, view)
@@ -356,37 +333,6 @@ def assign_gpu_indexes(
             result.extra[pod.uid] = {"gpus_guessed": True}
             used.update(free[: pod.gpus])
     return result
-
-
-def _replica_placement(
-    pods: Iterable[GpuPod],
-    node_gpus: Mapping[str, int],
-    replicas: Mapping[str, int],
-    result: GpuPlacements,
-) -> None:
-    """Pods holding replicas of shared GPUs, in order of binding: each replica goes to the GPU
-    of the node with the fewest replicas taken (the lowest index first), as the device plugin's
-    default ``distributed`` allocation of replicated devices does (internal/rm/allocate.go). A
-    pod asking k replicas holds min(k, GPUs) GPUs, each a share of k / (replicas x those GPUs);
-    a guess (``gpus_guessed``): Kubernetes does not say which replicas a pod got. A pod asking
-    more replicas than the node has left gets none."""
-    used: dict[str, list[int]] = {}
-    for pod in pods:
-        node = pod.node or ""
-        count, per_gpu = node_gpus[node], replicas[node]
-        slots = used.setdefault(node, [0] * count)
-        if sum(slots) + pod.gpus > count * per_gpu:
-            continue
-        held: set[int] = set()
-        for _ in range(pod.gpus):
-            index = min(
-                (i for i in range(count) if slots[i] < per_gpu), key=lambda i: (slots[i], i)
-            )
-            slots[index] += 1
-            held.add(index)
-        share = round(min(1.0, pod.gpus / (per_gpu * len(held))), 6)
-        result[pod.uid] = sorted(held)
-        result.extra[pod.uid] = {"share": share, "gpus_guessed": True}
 
 
 def _dra_placement(
