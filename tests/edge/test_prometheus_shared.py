@@ -1,7 +1,8 @@
 """Shared GPUs (issue 27 item 1) against a real Prometheus, in both shapes dcgm-exporter writes
 (tests/support/dcgm_shared.py says where each comes from): one physical GPU, its util and
-framebuffer the device's, never multiplied by the pods' series; and an idle shared GPU is idle
-to the rules as an unshared one is."""
+framebuffer the device's, never multiplied by the pods' series; an idle shared GPU is idle to
+the rules as an unshared one is; and a cardinality bomb (issue 29 item 3) is read as copies and
+reported."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from diagnosis.core.rules.builtin.idle_held import RULE as IDLE_HELD
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document
 from tests.support.dcgm_shared import (
+    BOMB,
+    BOMB_COPIES,
+    BOMB_UTIL,
     COPIES,
     COPIES_GPU,
     IDLE,
@@ -106,3 +110,18 @@ def test_an_idle_shared_gpu_is_idle_held_as_an_unshared_one_is(prometheus, plant
     breakdown = account(snap, judgement.findings, facts).cluster
     assert breakdown.gpus == 3  # each physical GPU once, whatever its holders
     assert breakdown.buckets["allocated-idle"] == 3
+
+
+def test_a_cardinality_bomb_is_read_as_copies_and_degrades_the_collection(
+    prometheus, planted_history
+):
+    document = collect(prometheus, planted_history, BOMB, scheduler_doc([("bomb-0", 4)]))
+    utils = [entry["util"]["mean"] for entry in document["gpus"]]
+    assert utils == pytest.approx(BOMB_UTIL)  # not 50 x each, clipped to 1
+    assert sum(utils) / len(utils) == pytest.approx(0.243, abs=1e-3)
+    collection = document["collection"]
+    assert (collection["crowded_gpus"], collection["crowded_series"]) == (4, 4 * BOMB_COPIES)
+    (reason,) = collection["degraded"]
+    assert reason.startswith("4 GPU(s) have more than 32 series in one scrape (200 in all")
+    assert collection["families"]["inventory"]["series"] <= 4 * 34 + 1
+    assert all("," not in entry["workload"] for entry in document["gpus"])  # pods not listed

@@ -83,6 +83,9 @@ def test_duplicated_series_are_a_degraded_collection_read_as_copies(
     unbounded = run_cluster_cycle(
         make_sim_cluster(bombed.url, "bomb-unbounded", max_series_per_gpu=10000)
     )
+    assert good.ok, good.error
+    assert hit.ok, hit.error
+    assert unbounded.ok, unbounded.error
     inventory = hit.source["families"]["inventory"]
     print(
         f"fault matrix: {COPIES} copies per GPU on {hit.gpus} GPUs: activity "
@@ -93,7 +96,6 @@ def test_duplicated_series_are_a_degraded_collection_read_as_copies(
         f"{unbounded.source['families']['inventory']['bytes']} B)"
     )
 
-    assert good.ok and hit.ok, hit.error
     assert utils(cluster) == utils(clean)  # copies of one reading: never summed
     assert hit.activity_utilization == pytest.approx(good.activity_utilization)
     cluster.refresh_from_db()

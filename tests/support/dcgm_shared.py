@@ -26,7 +26,6 @@ The series are written through the exporter's own format (``dcgm/exporter.py``: 
 from __future__ import annotations
 
 import hashlib
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
