@@ -26,6 +26,7 @@ from tests.support.dcgm_shared import (
     PER_PROCESS,
     PER_PROCESS_GPU,
     T4,
+    T4_FB_MIB,
 )
 
 pytestmark = pytest.mark.prometheus
@@ -70,6 +71,33 @@ def test_a_shared_gpu_reads_the_devices_util_and_framebuffer(
         assert entry["workload"] == "team-z/pod-a/main, team-z/pod-b/main"
     assert document["collection"]["util_sources"] == {"prof": 1, "dev": 1}
     assert document["collection"]["degraded"] == []
+
+
+def test_copies_labelled_with_pod_uid_are_still_copies(prometheus, planted_history):
+    """``--kubernetes-enable-pod-uid`` before 4.5.3: every copy has ``pod_uid``, none is the
+    device-level series; the fallback reads the copies' mean, and no pod gets them as its own."""
+    document = collect(prometheus, planted_history, COPIES, scheduler_doc([("tc-1", 1)]))
+    (entry,) = document["gpus"]
+    assert entry["util"]["mean"] == pytest.approx(COPIES_GPU.util)
+    assert entry["fb_used_frac"]["mean"] == pytest.approx(COPIES_GPU.fb_frac)
+    assert "holders" not in entry
+    assert document["collection"]["families"]["memory-fallback"]["queries"] == 1
+
+
+def test_per_process_series_say_each_pods_own_part(prometheus, planted_history):
+    document = collect(prometheus, planted_history, PER_PROCESS, scheduler_doc([("tp-0", 2)]))
+    expected = [
+        {
+            "workload": f"team-z/{pod}/main",
+            "util": {"mean": util / 100},
+            "fb_used_frac": {"mean": pytest.approx(used / T4_FB_MIB, abs=1e-6)},
+        }
+        for pod, util, used in PER_PROCESS_GPU.pods
+    ]
+    assert [entry["holders"] for entry in document["gpus"]] == [expected, expected]
+    assert document["collection"]["families"]["process"]["queries"] == 1
+    copies = collect(prometheus, planted_history, COPIES, scheduler_doc([("tc-0", 2)]))
+    assert not any("holders" in entry for entry in copies["gpus"])  # copies are no one's own
 
 
 def idle_job(job_id: str, node: str, share: float | None, started: str) -> dict[str, Any]:

@@ -101,13 +101,25 @@ def _device_fields(gpu: SharedGpu, profiling: bool) -> dict[str, float]:
     return fields
 
 
+def _pod_uid(replica: int) -> dict[str, str]:
+    return {"pod_uid": f"7f3c2a10-0000-4000-8000-0000000000{replica:02d}"}
+
+
 def plant_copies(
-    history, cluster: str, host: str, index: int, gpu: SharedGpu, profiling: bool = True
+    history,
+    cluster: str,
+    host: str,
+    index: int,
+    gpu: SharedGpu,
+    profiling: bool = True,
+    pod_uid: bool = False,
 ) -> None:
-    """Before 4.5.3: each pod's series carries a copy of every device field."""
+    """Before 4.5.3: each pod's series carries a copy of every device field (labelled
+    ``pod_uid`` too with ``--kubernetes-enable-pod-uid``)."""
     identity = _identity(host, index)
     for replica, (pod, _, _) in enumerate(gpu.pods):
-        labels = _labels(identity, cluster, pod, {"vgpu": str(replica)})
+        extra = {**(_pod_uid(replica) if pod_uid else {}), "vgpu": str(replica)}
+        labels = _labels(identity, cluster, pod, extra)
         for name, value in _device_fields(gpu, profiling).items():
             history.add(name, labels, value)
 
@@ -122,8 +134,7 @@ def plant_per_process(
     for name in (dcgm.GPU_UTIL, dcgm.FB_USED):
         history.add(name, _labels(identity, cluster, None), device[name])
     for replica, (pod, util_pct, used_mib) in enumerate(gpu.pods):
-        uid = {"pod_uid": f"7f3c2a10-0000-4000-8000-0000000000{replica:02d}"}
-        own = _labels(identity, cluster, pod, {**uid, "vgpu": str(replica)})
+        own = _labels(identity, cluster, pod, {**_pod_uid(replica), "vgpu": str(replica)})
         history.add(dcgm.GPU_UTIL, own, util_pct)
         history.add(dcgm.FB_USED, own, used_mib)
         copy = _labels(identity, cluster, pod, {"vgpu": str(replica)})
@@ -145,6 +156,7 @@ def plant_bomb(history) -> None:
 def plant_shared(history) -> None:
     plant_copies(history, COPIES, "tc-0", 0, COPIES_GPU)
     plant_copies(history, COPIES, "tc-0", 1, COPIES_GPU, profiling=False)
+    plant_copies(history, COPIES, "tc-1", 0, COPIES_GPU, profiling=False, pod_uid=True)
     plant_per_process(history, PER_PROCESS, "tp-0", 0, PER_PROCESS_GPU)
     plant_per_process(history, PER_PROCESS, "tp-0", 1, PER_PROCESS_GPU, profiling=False)
     plant_copies(history, IDLE, "ti-0", 0, IDLE_SHARED_GPU)

@@ -243,6 +243,28 @@ def statistics(answers: Mapping[str, Answer], nvlink_total_unit_Bps: float = 1e6
     return frame
 
 
+# -- the pods of a shared GPU --------------------------------------------------------------------
+
+
+def holders(answer: Answer) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Per (uuid, MIG instance), each pod's own part of a shared GPU (``prometheus.queries.
+    process_query``: dcgm-exporter's per-process series, from 4.5.3): ``[{"workload",
+    "util": {"mean"}, "fb_used_frac": {"mean"}}]`` sorted by workload, fractions of the
+    whole GPU to 6 decimals."""
+    labels, values = answer
+    parts: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for series, value in zip(labels, np.asarray(values, dtype=float).tolist(), strict=True):
+        identity = dcgm.normalize(series)
+        workload = identity.workload.as_text()
+        metric = {"util": "util", "fb": "fb_used_frac"}.get(series.get("src", ""))
+        if not identity.uuid or not workload or metric is None or math.isnan(value):
+            continue
+        value = value / 100.0 if metric == "util" else value
+        holder = parts.setdefault(identity.key, {}).setdefault(workload, {"workload": workload})
+        holder[metric] = {"mean": round(min(1.0, max(0.0, value)), 6)}
+    return {key: [by[w] for w in sorted(by)] for key, by in parts.items()}
+
+
 # -- Xids ----------------------------------------------------------------------------------------
 
 
@@ -332,12 +354,14 @@ def place(
     xids: Sequence[XidEvent],
     node_gpus: Mapping[str, int],
     uuids: Mapping[str, tuple[str, int]],
+    holders: Mapping[tuple[str, str], list[dict[str, Any]]] | None = None,
 ) -> Placement:
     """Each GPU unit's entry, placed by its GPU's UUID when the scheduler knows it, else by its
     host label (either spelling, short or full name; the scrape target's node for
-    ``localhost``) and ``gpu`` index. A MIG instance is an entry of its own with ``mig`` (profile,
-    ``GPU_I_ID``, parent UUID, compute fraction) and its own workload; its ``uuid`` is the
-    instance's (``dra_mig_device_uuid``) when the exporter names it."""
+    ``localhost``) and ``gpu`` index; a shared GPU's ``holders`` (:func:`holders`) where known.
+    A MIG instance is an entry of its own with ``mig`` (profile, ``GPU_I_ID``, parent UUID,
+    compute fraction) and its own workload; its ``uuid`` is the instance's
+    (``dra_mig_device_uuid``) when the exporter names it."""
     hosts = dcgm.host_index(list(node_gpus))
     instances: dict[str, list[str]] = {}
     last: dict[str, float] = {}
@@ -410,6 +434,8 @@ def place(
             shared = inventory_.shared.get((uuid, instance))
             if shared:
                 entry["workload"] = ", ".join(shared)
+                if holders and (uuid, instance) in holders:
+                    entry["holders"] = holders[(uuid, instance)]
             elif workload:
                 entry["workload"] = workload.as_text()
             if workload.hpc_job:

@@ -17,7 +17,11 @@ from diagnosis.edge.sources.dcgm import fields as dcgm
 from diagnosis.edge.sources.dcgm import stats as dcgm_stats
 from diagnosis.edge.sources.prometheus.client import PrometheusClient, SourceReport
 from diagnosis.edge.sources.prometheus.config import PrometheusConfig
-from diagnosis.edge.sources.prometheus.queries import family_queries, xid_range_query
+from diagnosis.edge.sources.prometheus.queries import (
+    family_queries,
+    process_query,
+    xid_range_query,
+)
 from diagnosis.edge.sources.prometheus.wire import Vector
 
 
@@ -117,6 +121,10 @@ class PrometheusSource:
                     raise
             answers = {name: vector.answer() for name, vector in vectors.items()}
             inventory = self._complete(client, answers, selection, node_selection, window_s, as_of)
+            shared = sorted({uuid for uuid, _ in inventory.shared})
+            if shared:  # each pod's own part, where the exporter writes it (usually no GPU)
+                query = process_query(selection, shared, window_s)
+                answers["process"] = client.instant(query, as_of, "process").answer()
             interval = config.scrape_interval_s or _estimate_interval(inventory.samples, window_s)
             matrix = self._xid_matrix(client, selection, vectors["xid"], as_of, window_s, interval)
         events = (
@@ -126,7 +134,14 @@ class PrometheusSource:
         )
         frame = dcgm_stats.statistics(answers, config.nvlink_total_unit_Bps)
         node_gpus = {n.name: n.gpus for n in nodes}
-        placement = dcgm_stats.place(frame, inventory, events, node_gpus, uuids or {})
+        placement = dcgm_stats.place(
+            frame,
+            inventory,
+            events,
+            node_gpus,
+            uuids or {},
+            holders=dcgm_stats.holders(answers["process"]) if "process" in answers else None,
+        )
         found = dcgm_stats.hardware(answers["hardware"], node_gpus)
         for entry in placement.gpus.values():
             parent = entry.get("mig", {}).get("parent_uuid") or entry.get("uuid")
@@ -180,8 +195,9 @@ class PrometheusSource:
             inventory = dcgm_stats.inventory(answers["inventory"])
         keys = set(inventory.last)
         redo = []
-        if keys - set(zip(*dcgm.keys_of(answers["util"][0]), strict=True)):
-            redo.append("util")
+        for name in ("util", "memory"):
+            if keys - set(zip(*dcgm.keys_of(answers[name][0]), strict=True)):
+                redo.append(name)
         if {u for u, _ in keys} - set(dcgm.keys_of(answers["nvlink"][0])[0]):
             redo.append("nvlink")
         for name in redo:

@@ -1,5 +1,6 @@
 """The PromQL of one collection: one server-side aggregated instant query per metric family
-(:func:`family_queries`), their fallbacks, and the Xid detail range query. The text is built with
+(:func:`family_queries`), their fallbacks, the Xid detail range query and the per-pod query of
+shared GPUs (:func:`process_query`). The text is built with
 :mod:`diagnosis.edge.sources.prometheus.promql` (every label value quoted, label names from the
 allowlist); nothing here talks to a server.
 """
@@ -52,10 +53,11 @@ def family_queries(
     back together (means as sum over count, so they stay exact), and each answer carries one
     value per GPU (or MIG instance) and statistic, told apart by the ``stat`` and ``src`` labels.
 
-    With ``fallback``, the ``inventory``, ``util`` and ``nvlink`` queries that are sent again
-    when the first answers leave GPUs out: latest samples older than the lookback, and the
-    fields of GPUs without profiling (``DCGM_FI_DEV_GPU_UTIL``,
-    ``DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL``) beside the profiling ones.
+    With ``fallback``, the ``inventory``, ``util``, ``memory`` and ``nvlink`` queries that are
+    sent again when the first answers leave GPUs out: latest samples older than the lookback,
+    the fields of GPUs without profiling (``DCGM_FI_DEV_GPU_UTIL``,
+    ``DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL``) beside the profiling ones, and the per-process fields
+    of GPUs without a device-level series.
 
     The inventory keeps at most ``max_series_per_gpu`` + 1 series per GPU (the newest), and
     counts the series of a GPU that has more (``stat="series"``): a cardinality bomb costs a
@@ -77,10 +79,13 @@ def family_queries(
         return f"({first}) or on ({', '.join(group)}) ({second})"
 
     def device_level(metric: str, group: Sequence[str], build: Callable[..., str]) -> str:
-        """``build(more)`` over the device's own series of a per-process field where it has
-        them, else over all of them (see :data:`DEVICE_LEVEL`)."""
+        """``build(more)`` over the device's own series of a per-process field (see
+        :data:`DEVICE_LEVEL`); in the fallback, ``or`` over all of them for GPUs that have none
+        (copies an exporter labels with ``pod_uid``)."""
         if metric not in PER_PROCESS_FIELDS:
             return build(())
+        if not fallback:
+            return build(DEVICE_LEVEL)
         return f"({either(build(DEVICE_LEVEL), build(()), group)})"
 
     def mean(metric: str, group: Sequence[str]) -> str:
@@ -241,16 +246,67 @@ def _node_over(selection: Selection, template: str) -> str:
     return fixed.over(template, "node_cpu_seconds_total", (Matcher.equal("mode", "idle"),))
 
 
-def xid_range_query(selection: Selection, uuids: Sequence[str]) -> str:
-    """The Xid gauge and the exporter's Xid counter of a few GPUs, for finding when each Xid
-    appeared."""
+def _narrowed(selection: Selection, uuids: Sequence[str]) -> Selection:
+    """``selection`` narrowed to the series of these GPUs (either UUID spelling)."""
     alternatives = tuple((Matcher.any_of(label, uuids),) for label in dcgm.UUID_LABELS)
-    narrowed = replace(
+    return replace(
         selection,
         alternatives=tuple(
             (*alt, *uuid_alt) for alt in selection.alternatives for uuid_alt in alternatives
         ),
     )
+
+
+# What tells one pod's series of a shared GPU from another's.
+POD_LABELS = tuple(name for name in dcgm.WORKLOAD_LABELS if name != "hpc_job")
+PER_PROCESS = (Matcher("pod_uid", "!=", ("",)),)
+
+
+def process_query(selection: Selection, uuids: Sequence[str], window_s: float) -> str:
+    """Each pod's own part of the shared GPUs ``uuids``, where dcgm-exporter (from 4.5.3, with
+    ``--kubernetes-virtual-gpus``) writes it: the window mean of its per-process
+    ``DCGM_FI_DEV_GPU_UTIL`` series (``src="util"``, percent) and of its ``DCGM_FI_DEV_FB_USED``
+    over the GPU's framebuffer (``src="fb"``, a fraction), by ``K`` and the pod labels; only on
+    GPUs that also have the device-level series (``pod_uid=""``), so the copies an earlier
+    exporter labels with ``pod_uid`` (``--kubernetes-enable-pod-uid``) are never taken for
+    per-process readings."""
+    narrowed = _narrowed(selection, uuids)
+    w = duration(window_s)
+    group = (*K, *POD_LABELS)
+
+    def over(template: str, metric: str, more: Sequence[Matcher] = ()) -> str:
+        return narrowed.over(template.replace("{w}", w), metric, more)
+
+    def mean(metric: str, labels: Sequence[str], more: Sequence[Matcher] = ()) -> str:
+        return (
+            f"(sum {by(labels)} ({over('sum_over_time({s}[{w}])', metric, more)}) / "
+            f"sum {by(labels)} ({over('count_over_time({s}[{w}])', metric, more)}))"
+        )
+
+    def own(metric: str) -> str:
+        device = f"count {by(K)} ({over('count_over_time({s}[{w}])', metric, DEVICE_LEVEL)})"
+        return f"{mean(metric, group, PER_PROCESS)} and on ({', '.join(K)}) {device}"
+
+    used = mean(dcgm.FB_USED, K, DEVICE_LEVEL)
+    free = mean(dcgm.FB_FREE, K)
+    reserved = f"({mean(dcgm.FB_RESERVED, K)} or {free} * 0)"
+    total = f"({used} + {free} + {reserved})"
+    return union(
+        [
+            tagged(own(dcgm.GPU_UTIL), stat="mean", src="util"),
+            tagged(
+                f"({own(dcgm.FB_USED)}) / on ({', '.join(K)}) group_left () {total}",
+                stat="mean",
+                src="fb",
+            ),
+        ]
+    )
+
+
+def xid_range_query(selection: Selection, uuids: Sequence[str]) -> str:
+    """The Xid gauge and the exporter's Xid counter of a few GPUs, for finding when each Xid
+    appeared."""
+    narrowed = _narrowed(selection, uuids)
     return union(
         [
             tagged(
