@@ -125,19 +125,21 @@ def test_an_idle_shared_gpu_is_idle_held_as_an_unshared_one_is(prometheus, plant
         idle_job("process-a", "ti-1", 0.5, started),
         idle_job("process-b", "ti-1", 0.5, started),
         idle_job("solo", "ti-2", None, started),
+        idle_job("solo-process", "ti-3", None, started),
     ]
-    nodes = [("ti-0", 1), ("ti-1", 1), ("ti-2", 1)]
+    nodes = [("ti-0", 1), ("ti-1", 1), ("ti-2", 1), ("ti-3", 1)]
     document = collect(prometheus, planted_history, IDLE, scheduler_doc(nodes, jobs))
-    assert [round(g["util"]["mean"], 6) for g in document["gpus"]] == [0.03, 0.03, 0.03]
+    assert [round(g["util"]["mean"], 6) for g in document["gpus"]] == [0.03] * 4
+    # one pod beside 4.5.3's device-level series (no pod labels): the pod is the workload
+    assert document["gpus"][3]["workload"] == "team-z/note-c/main"
     snap = snapshot_format.load(document)
     facts = SnapshotFacts(snap)
     judgement = IDLE_HELD.evaluate(snap, IDLE_HELD.resolve(), facts)
-    assert sorted(f.subject for f in judgement.findings) == [
-        f"job:{j}" for j in ("copies-a", "copies-b", "process-a", "process-b", "solo")
-    ]
+    held = ("copies-a", "copies-b", "process-a", "process-b", "solo", "solo-process")
+    assert sorted(f.subject for f in judgement.findings) == [f"job:{j}" for j in held]
     breakdown = account(snap, judgement.findings, facts).cluster
-    assert breakdown.gpus == 3  # each physical GPU once, whatever its holders
-    assert breakdown.buckets["allocated-idle"] == 3
+    assert breakdown.gpus == 4  # each physical GPU once, whatever its holders
+    assert breakdown.buckets["allocated-idle"] == 4
 
 
 def test_a_cardinality_bomb_is_read_as_copies_and_degrades_the_collection(

@@ -162,6 +162,7 @@ def plant_shared(history) -> None:
     plant_copies(history, IDLE, "ti-0", 0, IDLE_SHARED_GPU)
     plant_per_process(history, IDLE, "ti-1", 0, IDLE_SHARED_GPU)
     plant_copies(history, IDLE, "ti-2", 0, IDLE_SOLO_GPU)
+    plant_per_process(history, IDLE, "ti-3", 0, IDLE_SOLO_GPU)
     plant_bomb(history)
 
 
