@@ -16,6 +16,7 @@ from diagnosis.core.accounting import account
 from diagnosis.core.rules.builtin.idle_held import RULE as IDLE_HELD
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document
+from diagnosis.edge.sources.prometheus import metrics as prometheus_metrics
 from tests.support.dcgm_shared import (
     BOMB,
     BOMB_COPIES,
@@ -84,7 +85,8 @@ def test_copies_labelled_with_pod_uid_are_still_copies(prometheus, planted_histo
     assert document["collection"]["families"]["memory-fallback"]["queries"] == 1
 
 
-def test_per_process_series_say_each_pods_own_part(prometheus, planted_history):
+def test_per_process_series_say_each_pods_own_part(prometheus, planted_history, monkeypatch):
+    monkeypatch.setattr(prometheus_metrics, "PER_POD_BATCH", 1)  # one query per shared GPU
     document = collect(prometheus, planted_history, PER_PROCESS, scheduler_doc([("tp-0", 2)]))
     expected = [
         {
@@ -95,7 +97,7 @@ def test_per_process_series_say_each_pods_own_part(prometheus, planted_history):
         for pod, util, used in PER_PROCESS_GPU.pods
     ]
     assert [entry["holders"] for entry in document["gpus"]] == [expected, expected]
-    assert document["collection"]["families"]["process"]["queries"] == 1
+    assert document["collection"]["families"]["process"]["queries"] == 2
     copies = collect(prometheus, planted_history, COPIES, scheduler_doc([("tc-0", 2)]))
     assert not any("holders" in entry for entry in copies["gpus"])  # copies are no one's own
 

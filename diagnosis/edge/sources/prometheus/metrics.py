@@ -12,6 +12,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from diagnosis.core.gc_pause import paused_gc
 from diagnosis.edge.sources.dcgm import fields as dcgm
 from diagnosis.edge.sources.dcgm import stats as dcgm_stats
@@ -23,6 +25,8 @@ from diagnosis.edge.sources.prometheus.queries import (
     xid_range_query,
 )
 from diagnosis.edge.sources.prometheus.wire import Vector
+
+PER_POD_BATCH = 500  # shared GPUs named in one per-pod query (a regex of their UUIDs)
 
 
 @dataclass(frozen=True)
@@ -123,8 +127,7 @@ class PrometheusSource:
             inventory = self._complete(client, answers, selection, node_selection, window_s, as_of)
             shared = sorted({uuid for uuid, _ in inventory.shared})
             if shared:  # each pod's own part, where the exporter writes it (usually no GPU)
-                query = process_query(selection, shared, window_s)
-                answers["process"] = client.instant(query, as_of, "process").answer()
+                answers["process"] = self._per_pod(client, selection, shared, window_s, as_of)
             interval = config.scrape_interval_s or _estimate_interval(inventory.samples, window_s)
             matrix = self._xid_matrix(client, selection, vectors["xid"], as_of, window_s, interval)
         events = (
@@ -204,6 +207,17 @@ class PrometheusSource:
             vector = client.instant(fallbacks[name], as_of, f"{name}-fallback")
             answers[name] = vector.answer()
         return inventory
+
+    def _per_pod(self, client, selection, uuids, window_s, as_of) -> dcgm_stats.Answer:
+        """:func:`process_query` over the shared GPUs, ``PER_POD_BATCH`` UUIDs a query."""
+        labels: list[dict[str, str]] = []
+        values = []
+        for start in range(0, len(uuids), PER_POD_BATCH):
+            batch = uuids[start : start + PER_POD_BATCH]
+            vector = client.instant(process_query(selection, batch, window_s), as_of, "process")
+            labels += vector.labels
+            values.append(vector.values)
+        return labels, np.concatenate(values)
 
     def _xid_matrix(self, client, selection, vector: Vector, as_of, window_s, interval):
         candidates = sorted({dcgm.uuid_of(labels) for labels in vector.labels} - {""})

@@ -22,10 +22,6 @@ from diagnosis.edge.sources.prometheus.promql import (
 
 K = dcgm.KEY_LABELS  # a GPU or one of its MIG instances
 U = dcgm.UUID_LABELS  # a physical GPU
-# The time of a series' latest sample: the instant selector finds it within the lookback
-# (5 min); when none is that recent, the subquery finds older ones in the window (it costs as
-# much as all the other families together at 16,384 GPUs, so it is the fallback;
-# ``timestamp(last_over_time(...))`` would give the evaluation time instead).
 # dcgm-exporter from 4.5.3 with ``--kubernetes-virtual-gpus`` (its PR #594) writes
 # ``DCGM_FI_DEV_GPU_UTIL`` and ``DCGM_FI_DEV_FB_USED`` of a GPU that pods hold twice: the device's
 # own series (no pod labels) and one series per pod with its processes' part, always labelled
@@ -34,6 +30,10 @@ U = dcgm.UUID_LABELS  # a physical GPU
 # "Shared GPUs").
 DEVICE_LEVEL = (Matcher.equal("pod_uid", ""),)
 PER_PROCESS_FIELDS = frozenset({dcgm.GPU_UTIL, dcgm.FB_USED})
+# The time of a series' latest sample: the instant selector finds it within the lookback
+# (5 min); when none is that recent, the subquery finds older ones in the window (it costs as
+# much as all the other families together at 16,384 GPUs, so it is the fallback;
+# ``timestamp(last_over_time(...))`` would give the evaluation time instead).
 LAST_SAMPLE = "timestamp({s})"
 LAST_SAMPLE_IN_WINDOW = "timestamp({s}) or max_over_time(timestamp({s})[{w}:])"
 
