@@ -22,7 +22,6 @@ from tests.support.prometheus_fixtures import (
     NVL_CLIQUE_ID,
     NVL_CLUSTER,
     NVL_FABRIC_UUID,
-    SHARED_CLUSTER,
     require_dcgm_data,
 )
 
@@ -209,15 +208,3 @@ def test_tp8_over_the_two_trays_is_judged_one_nvlink_domain(nvl72):
     snap = snapshot_format.load(document)
     judgement = TOPOLOGY.evaluate(snap, TOPOLOGY.resolve(), SnapshotFacts(snap))
     assert not judgement.findings
-
-
-# -- a time-sliced GPU: per-pod copies de-duplicated, util and framebuffer summed ----------------
-
-
-def test_time_sliced_copies_are_one_gpu_with_util_and_fb_summed(prometheus, planted_history):
-    document = collect(prometheus, planted_history, SHARED_CLUSTER, scheduler_doc([("sh-0", 1)]))
-    (entry,) = document["gpus"]
-    assert entry["util"]["mean"] == pytest.approx(0.3 + 0.2)
-    assert entry["fb_used_frac"]["mean"] == pytest.approx(30000 / 81920)
-    assert entry["power_w"]["mean"] == pytest.approx(250)  # a copy, not 2 x 250
-    assert entry["workload"] == "team-z/pod-a/main, team-z/pod-b/main"

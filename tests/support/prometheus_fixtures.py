@@ -5,7 +5,8 @@ openmetrics``) with an hour of 15 s history ending at :data:`History.t0`: small 
 clusters, each told apart by its ``cluster`` label, whose every value is known (steady GPUs under
 both host label spellings, nodes with and without profiling fields, a bursty GPU, Xids appearing
 mid-window, a GPU that stops reporting, stale data, MIG instances, pod labels that change, the
-real dcgm-exporter excerpts of ``../shared/data/dcgm/`` when present), and the built-in
+real dcgm-exporter excerpts of ``../shared/data/dcgm/`` when present, shared GPUs in both of
+dcgm-exporter's shapes and a cardinality bomb: tests/support/dcgm_shared.py), and the built-in
 simulator's ``small`` scenario as dcgm-exporter would have shown it. Tests read it at ``t0``.
 
 Every process started here is stopped at the end (its process group is killed).
@@ -43,6 +44,7 @@ from diagnosis.edge.sources.dcgm.exporter import (
     write_openmetrics,
 )
 from tests.conftest import REPO_ROOT, require_binary, running_in_ci
+from tests.support.dcgm_shared import plant_shared
 from tests.support.processes import (
     free_port,
     prometheus_args,
@@ -370,9 +372,6 @@ H100_BUSY_INSTANCE = ("7", 0.30)
 ERAS_CLUSTER = "eras"
 DRA_MIG_UUID = "MIG-7d0c3a52-1f4e-5b7a-9c11-2e6f0a8b4d21"
 NVL_CLUSTER = "nvl72"
-SHARED_CLUSTER = "timesliced"
-SHARED_PODS = (("pod-a", 0.3, 10000.0), ("pod-b", 0.2, 20000.0))
-SHARED_FREE = 81920 - 30000 - 512
 NVL_FABRIC_UUID = "a1b2c3d4-0000-4000-8000-00000000f72a"
 NVL_CLIQUE_ID = 32766
 
@@ -421,20 +420,6 @@ def plant_hardware(history: History, excerpts: Mapping[str, list]) -> None:
                 {**labels, dcgm.FABRIC_CLUSTER_UUID: NVL_FABRIC_UUID},
                 NVL_CLIQUE_ID,
             )
-    # A time-sliced GPU (dcgm-exporter --kubernetes-virtual-gpus): one series per pod, util and
-    # framebuffer used per pod, every other field (free framebuffer, power...) copied to each.
-    for pod, util, used in SHARED_PODS:
-        history.gpu(
-            SHARED_CLUSTER,
-            "sh-0",
-            0,
-            util=util,
-            fb_total=SHARED_FREE + used + 512,
-            fb_used=used,
-            power=250,
-            temp=50,
-            labels={"namespace": "team-z", "pod": pod, "container": "main"},
-        )
     for index in range(4):
         history.add(
             dcgm.TOPOLOGY_TEXTFILE,
@@ -549,6 +534,7 @@ def planted_history(tmp_path_factory: pytest.TempPathFactory) -> Planted:
     plant_hardware(history, excerpts)
     plant_simulator(history)
     plant_health(history)
+    plant_shared(history)
     history.write(base / "history.om")
     return Planted(t0, history, base / "history.om", excerpts)
 

@@ -383,6 +383,7 @@ def _collection_problems(
         reason = next(iter(skipped.values()))
         problems.append(f"{reason}: {', '.join(skipped)} not judged")
     problems += [f"Prometheus warned: {w}" for w in collection.get("warnings") or []]
+    problems += [str(reason) for reason in collection.get("degraded") or []]
     repaired = collection.get("repaired") or []
     if repaired:
         problems.append(f"scheduler data repaired to be stored: {'; '.join(repaired[:3])}")

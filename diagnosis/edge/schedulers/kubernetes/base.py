@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from kubernetes import client as k8s
@@ -291,7 +291,13 @@ class GpuLayout:
         busy = {p.node for p in gpu_pods if p.holds_gpus and p.node}
         node_rows = objects.gpu_nodes(nodes, settings, busy, view)
         node_gpus = {row["name"]: row["gpus"] for row in node_rows}
-        indexes = objects.assign_gpu_indexes(gpu_pods, node_gpus, view)
+        replicas = {r["name"]: r["sharing"]["replicas"] for r in node_rows if "sharing" in r}
+        indexes = objects.assign_gpu_indexes(gpu_pods, node_gpus, view, replicas)
+        # A pod holding replicas of shared GPUs holds the physical GPUs they are on.
+        gpu_pods = [
+            replace(p, gpus=len(indexes[p.uid])) if p.node in replicas and p.uid in indexes else p
+            for p in gpu_pods
+        ]
         pools = {row["name"]: row["pool"] for row in node_rows}
         return cls(view, gpu_pods, node_rows, pools, indexes)
 

@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from diagnosis.core.vocabulary import format_time, parse_time
 from diagnosis.edge.schedulers.base import ChangeResult, EventBatch, SchedulerError
 from diagnosis.edge.schedulers.kubernetes import dra
+from diagnosis.edge.schedulers.kubernetes import sharing as gpu_sharing
 from diagnosis.edge.schedulers.kubernetes.client import (
     EVENTS,
     HTTP_CONFLICT,
@@ -86,7 +87,9 @@ def gpu_nodes(
     """The snapshot's ``nodes``: every node that offers GPUs, detected per node: through DRA
     (ResourceSlices of ``gpu.nvidia.com``: the GPUs the slices publish, the model from their
     ``productName``) or else through the device plugin (allocatable ``gpu_resource``, the model
-    from the GPU Feature Discovery label)."""
+    from the GPU Feature Discovery label). A device-plugin node that shares its GPUs
+    (:func:`gpu_sharing.node_sharing`) has its physical GPUs, and ``sharing`` says how (strategy and
+    replicas per GPU); its model is the product without ``-SHARED``."""
     view = view or dra.DraView.empty()
     rows = []
     for node in nodes:
@@ -94,6 +97,7 @@ def gpu_nodes(
         name = meta(node).get("name")
         published = view.nodes.get(str(name))
         model = labels(node).get(settings.model_label)
+        sharing = None
         if published is not None:
             gpus = len(published.parents)
             model = model or published.model
@@ -103,6 +107,7 @@ def gpu_nodes(
             if gpus is None:
                 gpus = gpus_in(status.get("capacity"), settings.gpu_resource)
             pool = None
+            sharing = gpu_sharing.node_sharing(node, gpus) if gpus else None
         if not gpus:
             continue
         row = {
@@ -111,6 +116,10 @@ def gpu_nodes(
             "gpus": gpus,
             "state": node_state(node, name in busy_nodes),
         }
+        if sharing is not None:
+            row["gpus"] = sharing["gpus"]
+            row["sharing"] = {"strategy": sharing["strategy"], "replicas": sharing["replicas"]}
+            model = model.removesuffix(gpu_sharing.SHARED_PRODUCT_SUFFIX) if model else model
         if model:
             row["gpu_model"] = model
         rows.append(row)
@@ -257,24 +266,37 @@ class GpuPlacements(dict[str, list[int]]):
 
 
 def assign_gpu_indexes(
-    pods: Iterable[GpuPod], node_gpus: Mapping[str, int], view: dra.DraView | None = None
+    pods: Iterable[GpuPod],
+    node_gpus: Mapping[str, int],
+    view: dra.DraView | None = None,
+    replicas: Mapping[str, int] | None = None,
 ) -> GpuPlacements:
     """The GPU indexes each bound pod holds, by pod uid.
 
     DRA pods: exactly the devices their claims hold (with the UUIDs, and the share of a shared
-    device). Device-plugin pods: the plugin's annotation wins where present and consistent; the
-    other pods of a node get its lowest free indexes, in order of binding -- a guess
-    (Kubernetes does not say which physical GPU a pod got unless a plugin annotates it), marked
-    ``gpus_guessed``. Pods on a node the snapshot does not know, or that would need more GPUs
-    than the node has left, get none.
+    device). Pods of a node that shares its GPUs (``replicas``: node -> replicas per GPU, see
+    :func:`gpu_sharing.node_sharing`): :func:`gpu_sharing.replica_placement`, marked
+    ``gpus_guessed``. Other device-plugin pods: the plugin's annotation wins where present and
+    consistent; the other pods of a node get its lowest free indexes, in order of binding -- a
+    guess (Kubernetes does not say which physical GPU a pod got unless a plugin annotates it),
+    marked ``gpus_guessed``. Pods on a node the snapshot does not know, or that would need more
+    GPUs than the node has left, get none.
     """
     view = view or dra.DraView.empty()
+    replicas = replicas or {}
     holding = sorted(
         (p for p in pods if p.holds_gpus),
         key=lambda p: (p.node or "", p.scheduled_at or p.created or "", p.key),
     )
     taken: dict[str, set[int]] = {}
     result = GpuPlacements()
+    for uid, (indexes, share) in gpu_sharing.replica_placement(
+        [(p.uid, p.node or "", p.gpus) for p in holding if not p.devices and p.node in replicas],
+        node_gpus,
+        replicas,
+    ).items():
+        result[uid] = indexes
+        result.extra[uid] = {"share": share, "gpus_guessed": True}
     for pod in holding:
         if pod.devices and pod.node in node_gpus:
             placed = _dra_placement(pod, view)

@@ -105,15 +105,17 @@ class Inventory:
     """Per (uuid, MIG instance): where the GPU is and who uses it, from its latest series, and
     the time of its latest sample; ``samples``: the most samples any GPU has in the window.
 
-    ``shared``: the units whose latest scrape shows several pods at once (a time-sliced GPU, or
-    dcgm-exporter's ``--kubernetes-virtual-gpus``, which copies every field but util and
-    framebuffer to each pod of the GPU): unit -> the workloads of that scrape, sorted."""
+    ``shared``: the units whose latest scrape shows several pods at once (a GPU shared by
+    time-slicing or MPS, as dcgm-exporter's ``--kubernetes-virtual-gpus`` labels it: one series
+    per pod, beside the device's own from 4.5.3; docs/integrations.md, "Shared GPUs"): unit ->
+    the workloads of that scrape, sorted. ``crowded``: the units with more series than the
+    collection's bound (``max_series_per_gpu``), with how many they have."""
 
     rows: dict[tuple[str, str], dcgm.GpuLabels] = field(default_factory=dict)
     last: dict[tuple[str, str], float] = field(default_factory=dict)
     samples: float | None = None
     shared: dict[tuple[str, str], list[str]] = field(default_factory=dict)
-    concurrent: dict[tuple[str, str], int] = field(default_factory=dict)  # series in that scrape
+    crowded: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def inventory(answer: Answer) -> Inventory:
@@ -126,22 +128,30 @@ def inventory(answer: Answer) -> Inventory:
         if stats[i] == "samples":
             result.samples = value if not math.isnan(value) else None
             continue
+        if stats[i] == "series":
+            uuid, instance = dcgm.uuid_of(labels[i]), dcgm.instance_of(labels[i])
+            if uuid and not math.isnan(value):
+                result.crowded[(uuid, instance)] = int(value)
+            continue
         identity = dcgm.normalize(labels[i])
         if not identity.uuid or math.isnan(value):
             continue
         key = identity.key
-        if key in result.last and value - result.last[key] < SAME_SCRAPE_S:
-            together = result.shared.setdefault(key, [result.rows[key].workload.as_text()])
-            together.append(identity.workload.as_text())
+        together = key in result.last and value - result.last[key] < SAME_SCRAPE_S
+        if together:
+            result.shared.setdefault(key, [result.rows[key].workload.as_text()]).append(
+                identity.workload.as_text()
+            )
+            if not identity.workload and result.rows[key].workload:
+                identity = result.rows[key]  # the device's own series names no pod
         else:
             result.shared.pop(key, None)
         result.rows[key] = identity
-        result.last[key] = value
+        result.last[key] = max(value, result.last.get(key, value)) if together else value
     for key, workloads in list(result.shared.items()):
         names = sorted(set(workloads) - {""})
-        if len(names) > 1:
+        if len(names) > 1 and key not in result.crowded:
             result.shared[key] = names
-            result.concurrent[key] = len(workloads)
         else:
             del result.shared[key]
     return result
@@ -166,13 +176,13 @@ def _dense(table: _Table, src: str | None, stat: str, index: pd.Index, by_instan
     return out, origin
 
 
-def statistics(
-    answers: Mapping[str, Answer], inventory_: Inventory, nvlink_total_unit_Bps: float = 1e6
-) -> pd.DataFrame:
+def statistics(answers: Mapping[str, Answer], nvlink_total_unit_Bps: float = 1e6) -> pd.DataFrame:
     """Per GPU unit — a whole GPU, or one MIG instance of a GPU — the snapshot's statistics
     (``<metric>_<stat>`` columns), ``util_src`` (``prof`` or ``dev``), ``uuid`` (the physical
     GPU's) and ``instance`` (the MIG ``GPU_I_ID``, "" for a whole GPU); index ``uuid\x1finstance``.
 
+    A GPU shared by several pods is one unit: Prometheus already read it from the device's own
+    series, or averaged the copies (``prometheus.queries``); nothing here multiplies by pods.
     A MIG instance keeps its own activity (util, tensor) and framebuffer; the device-wide
     quantities (power, temperature, PCIe, NVLink) are its GPU's, as Prometheus aggregated them per
     physical GPU. A GPU with MIG instances is no unit of its own (its GPU-level series only give
@@ -216,7 +226,6 @@ def statistics(
     if "util_src" not in frame:
         frame["util_src"] = ""
     frame["util_src"] = frame["util_src"].fillna("")
-    _sum_shared(frame, inventory_)
     physical = pd.Index(frame["uuid"].to_numpy())
     for column, (name, src, stat) in DEVICE.items():
         if name not in tables:
@@ -231,39 +240,29 @@ def statistics(
             positions = gpus.get_indexer(physical)
             values = np.where(positions >= 0, per_gpu[np.maximum(positions, 0)], np.nan)
         frame[column] = values
-    _sum_shared_fb(frame)
     return frame
 
 
-def _sum_shared(frame: pd.DataFrame, inventory_: Inventory) -> None:
-    """Units several pods share at once: util is per pod (each pod's own), so the GPU's is the
-    sum over its pods — Prometheus averaged the concurrent series (sum over count), so multiply by
-    their number. Every other field is one copy per pod, and averaging copies de-duplicates it.
-    The framebuffer is fixed after the memory statistics are in (see :func:`_sum_shared_fb`)."""
-    if not inventory_.shared:
-        return
-    pods = pd.Series(
-        {f"{u}\x1f{i}": n for (u, i), n in inventory_.concurrent.items()}, dtype=float
-    ).reindex(frame.index)
-    shared = pods.notna().to_numpy()
-    for column in ("util_mean",):
-        values = frame[column].to_numpy(dtype=float)
-        frame[column] = np.where(shared, np.minimum(values * pods.to_numpy(), 1.0), values)
-    frame.attrs["shared_pods"] = pods
+# -- the pods of a shared GPU --------------------------------------------------------------------
 
 
-def _sum_shared_fb(frame: pd.DataFrame) -> None:
-    """The used framebuffer of a shared unit is per pod (summed by Prometheus), the free and
-    reserved ones are copies (summed n times): with f = used / (used + n*(free + reserved)),
-    the true fraction is f*n / (f*n + 1 - f)."""
-    pods = frame.attrs.get("shared_pods")
-    if pods is None or "fb_used_frac_mean" not in frame:
-        return
-    n = pods.to_numpy(dtype=float)
-    f = frame["fb_used_frac_mean"].to_numpy(dtype=float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        fixed = np.where(f > 0, f * n / (f * n + 1.0 - f), f)
-    frame["fb_used_frac_mean"] = np.where(np.isnan(n), f, fixed)
+def holders(answer: Answer) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Per (uuid, MIG instance), each pod's own part of a shared GPU (``prometheus.queries.
+    process_query``: dcgm-exporter's per-process series, from 4.5.3): ``[{"workload",
+    "util": {"mean"}, "fb_used_frac": {"mean"}}]`` sorted by workload, fractions of the
+    whole GPU to 6 decimals."""
+    labels, values = answer
+    parts: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for series, value in zip(labels, np.asarray(values, dtype=float).tolist(), strict=True):
+        identity = dcgm.normalize(series)
+        workload = identity.workload.as_text()
+        metric = {"util": "util", "fb": "fb_used_frac"}.get(series.get("src", ""))
+        if not identity.uuid or not workload or metric is None or math.isnan(value):
+            continue
+        value = value / 100.0 if metric == "util" else value
+        holder = parts.setdefault(identity.key, {}).setdefault(workload, {"workload": workload})
+        holder[metric] = {"mean": round(min(1.0, max(0.0, value)), 6)}
+    return {key: [by[w] for w in sorted(by)] for key, by in parts.items()}
 
 
 # -- Xids ----------------------------------------------------------------------------------------
@@ -355,12 +354,14 @@ def place(
     xids: Sequence[XidEvent],
     node_gpus: Mapping[str, int],
     uuids: Mapping[str, tuple[str, int]],
+    holders: Mapping[tuple[str, str], list[dict[str, Any]]] | None = None,
 ) -> Placement:
     """Each GPU unit's entry, placed by its GPU's UUID when the scheduler knows it, else by its
     host label (either spelling, short or full name; the scrape target's node for
-    ``localhost``) and ``gpu`` index. A MIG instance is an entry of its own with ``mig`` (profile,
-    ``GPU_I_ID``, parent UUID, compute fraction) and its own workload; its ``uuid`` is the
-    instance's (``dra_mig_device_uuid``) when the exporter names it."""
+    ``localhost``) and ``gpu`` index; a shared GPU's ``holders`` (:func:`holders`) where known.
+    A MIG instance is an entry of its own with ``mig`` (profile, ``GPU_I_ID``, parent UUID,
+    compute fraction) and its own workload; its ``uuid`` is the instance's
+    (``dra_mig_device_uuid``) when the exporter names it."""
     hosts = dcgm.host_index(list(node_gpus))
     instances: dict[str, list[str]] = {}
     last: dict[str, float] = {}
@@ -433,6 +434,8 @@ def place(
             shared = inventory_.shared.get((uuid, instance))
             if shared:
                 entry["workload"] = ", ".join(shared)
+                if holders and (uuid, instance) in holders:
+                    entry["holders"] = holders[(uuid, instance)]
             elif workload:
                 entry["workload"] = workload.as_text()
             if workload.hpc_job:

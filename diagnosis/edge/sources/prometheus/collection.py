@@ -253,6 +253,15 @@ def collection_report(
             f"{metrics.unmatched_gpus} GPU(s) in Prometheus are on hosts or indexes the "
             "scheduler does not list"
         )
+    degraded = []
+    crowded = int(metrics.report.get("crowded_gpus") or 0)
+    if crowded:
+        degraded.append(
+            f"{crowded} GPU(s) have more than {config.max_series_per_gpu} series in one scrape "
+            f"({int(metrics.report.get('crowded_series') or 0)} in all: duplicated pod labels, "
+            "a cardinality bomb); each is read as copies of one reading, never summed, and "
+            "its pods are not listed"
+        )
     report = dict(metrics.report)
     return {
         "source": "prometheus",
@@ -267,6 +276,7 @@ def collection_report(
         "judgeable": not problems,
         "problems": problems,
         "notes": notes,
+        "degraded": degraded,
         "util_sources": metrics.util_sources,
         "unmatched_gpus": metrics.unmatched_gpus,
         "shards": shards,

@@ -252,6 +252,14 @@ CONFIG = _Settings(
             check=_number(1, to=int),
         ),
         Setting(
+            "max_series_per_gpu",
+            float,
+            32,
+            "series one GPU may have in one scrape (one per pod sharing it, and its own); more "
+            "is a degraded collection (a cardinality bomb), read as copies, never summed",
+            check=_number(1, 10000, to=int),
+        ),
+        Setting(
             "nvlink_total_unit_Bps",
             float,
             1e6,
@@ -287,6 +295,7 @@ class PrometheusConfig:
     parallel_queries: int
     deadline_s: float
     shard_min_gpus: int
+    max_series_per_gpu: int
     nvlink_total_unit_Bps: float
 
     @classmethod

@@ -12,13 +12,21 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from diagnosis.core.gc_pause import paused_gc
 from diagnosis.edge.sources.dcgm import fields as dcgm
 from diagnosis.edge.sources.dcgm import stats as dcgm_stats
 from diagnosis.edge.sources.prometheus.client import PrometheusClient, SourceReport
 from diagnosis.edge.sources.prometheus.config import PrometheusConfig
-from diagnosis.edge.sources.prometheus.queries import family_queries, xid_range_query
+from diagnosis.edge.sources.prometheus.queries import (
+    family_queries,
+    process_query,
+    xid_range_query,
+)
 from diagnosis.edge.sources.prometheus.wire import Vector
+
+PER_POD_BATCH = 500  # shared GPUs named in one per-pod query (a regex of their UUIDs)
 
 
 @dataclass(frozen=True)
@@ -99,7 +107,9 @@ class PrometheusSource:
         report = SourceReport()
         selection = config.selection(hosts)
         node_selection = config.node_selection(hosts)
-        queries = family_queries(selection, node_selection, window_s)
+        queries = family_queries(
+            selection, node_selection, window_s, max_series_per_gpu=config.max_series_per_gpu
+        )
         with PrometheusClient(config, report, sleep=self.sleep) as client:
             with ThreadPoolExecutor(max_workers=config.parallel_queries) as pool:
                 futures = {
@@ -115,6 +125,9 @@ class PrometheusSource:
                     raise
             answers = {name: vector.answer() for name, vector in vectors.items()}
             inventory = self._complete(client, answers, selection, node_selection, window_s, as_of)
+            shared = sorted({uuid for uuid, _ in inventory.shared})
+            if shared:  # each pod's own part, where the exporter writes it (usually no GPU)
+                answers["process"] = self._per_pod(client, selection, shared, window_s, as_of)
             interval = config.scrape_interval_s or _estimate_interval(inventory.samples, window_s)
             matrix = self._xid_matrix(client, selection, vectors["xid"], as_of, window_s, interval)
         events = (
@@ -122,9 +135,16 @@ class PrometheusSource:
             if matrix is not None
             else []
         )
-        frame = dcgm_stats.statistics(answers, inventory, config.nvlink_total_unit_Bps)
+        frame = dcgm_stats.statistics(answers, config.nvlink_total_unit_Bps)
         node_gpus = {n.name: n.gpus for n in nodes}
-        placement = dcgm_stats.place(frame, inventory, events, node_gpus, uuids or {})
+        placement = dcgm_stats.place(
+            frame,
+            inventory,
+            events,
+            node_gpus,
+            uuids or {},
+            holders=dcgm_stats.holders(answers["process"]) if "process" in answers else None,
+        )
         found = dcgm_stats.hardware(answers["hardware"], node_gpus)
         for entry in placement.gpus.values():
             parent = entry.get("mig", {}).get("parent_uuid") or entry.get("uuid")
@@ -153,14 +173,24 @@ class PrometheusSource:
             max_data_age_s=stale_limit,
             unmatched_gpus=placement.unmatched,
             util_sources=placement.util_sources,
-            report=report.as_dict(),
+            report={
+                **report.as_dict(),
+                "crowded_gpus": len(inventory.crowded),
+                "crowded_series": sum(inventory.crowded.values()),
+            },
             topology=found.topology,
         )
 
     def _complete(self, client, answers, selection, node_selection, window_s, as_of):
         """Send the fallback queries the first answers call for (see :func:`family_queries`),
         replace those answers, and return the inventory."""
-        fallbacks = family_queries(selection, node_selection, window_s, fallback=True)
+        fallbacks = family_queries(
+            selection,
+            node_selection,
+            window_s,
+            fallback=True,
+            max_series_per_gpu=self.config.max_series_per_gpu,
+        )
         inventory = dcgm_stats.inventory(answers["inventory"])
         if not inventory.last and inventory.samples:
             vector = client.instant(fallbacks["inventory"], as_of, "inventory-window")
@@ -168,14 +198,26 @@ class PrometheusSource:
             inventory = dcgm_stats.inventory(answers["inventory"])
         keys = set(inventory.last)
         redo = []
-        if keys - set(zip(*dcgm.keys_of(answers["util"][0]), strict=True)):
-            redo.append("util")
+        for name in ("util", "memory"):
+            if keys - set(zip(*dcgm.keys_of(answers[name][0]), strict=True)):
+                redo.append(name)
         if {u for u, _ in keys} - set(dcgm.keys_of(answers["nvlink"][0])[0]):
             redo.append("nvlink")
         for name in redo:
             vector = client.instant(fallbacks[name], as_of, f"{name}-fallback")
             answers[name] = vector.answer()
         return inventory
+
+    def _per_pod(self, client, selection, uuids, window_s, as_of) -> dcgm_stats.Answer:
+        """:func:`process_query` over the shared GPUs, ``PER_POD_BATCH`` UUIDs a query."""
+        labels: list[dict[str, str]] = []
+        values = []
+        for start in range(0, len(uuids), PER_POD_BATCH):
+            batch = uuids[start : start + PER_POD_BATCH]
+            vector = client.instant(process_query(selection, batch, window_s), as_of, "process")
+            labels += vector.labels
+            values.append(vector.values)
+        return labels, np.concatenate(values)
 
     def _xid_matrix(self, client, selection, vector: Vector, as_of, window_s, interval):
         candidates = sorted({dcgm.uuid_of(labels) for labels in vector.labels} - {""})

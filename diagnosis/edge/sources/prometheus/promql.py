@@ -41,6 +41,8 @@ ALLOWED_LABELS: frozenset[str] = frozenset(
         "pod",
         "namespace",
         "container",
+        "pod_uid",
+        "vgpu",
         "exported_pod",
         "exported_namespace",
         "exported_container",

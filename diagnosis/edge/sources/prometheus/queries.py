@@ -1,12 +1,13 @@
 """The PromQL of one collection: one server-side aggregated instant query per metric family
-(:func:`family_queries`), their fallbacks, and the Xid detail range query. The text is built with
+(:func:`family_queries`), their fallbacks, the Xid detail range query and the per-pod query of
+shared GPUs (:func:`process_query`). The text is built with
 :mod:`diagnosis.edge.sources.prometheus.promql` (every label value quoted, label names from the
 allowlist); nothing here talks to a server.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from diagnosis.edge.sources.dcgm import fields as dcgm
@@ -21,6 +22,14 @@ from diagnosis.edge.sources.prometheus.promql import (
 
 K = dcgm.KEY_LABELS  # a GPU or one of its MIG instances
 U = dcgm.UUID_LABELS  # a physical GPU
+# dcgm-exporter from 4.5.3 with ``--kubernetes-virtual-gpus`` (its PR #594) writes
+# ``DCGM_FI_DEV_GPU_UTIL`` and ``DCGM_FI_DEV_FB_USED`` of a GPU that pods hold twice: the device's
+# own series (no pod labels) and one series per pod with its processes' part, always labelled
+# ``pod_uid``. The device's series is the GPU's reading; where there is none (earlier exporters
+# copy the device's value to each pod's series), the copies' mean is (docs/integrations.md,
+# "Shared GPUs").
+DEVICE_LEVEL = (Matcher.equal("pod_uid", ""),)
+PER_PROCESS_FIELDS = frozenset({dcgm.GPU_UTIL, dcgm.FB_USED})
 # The time of a series' latest sample: the instant selector finds it within the lookback
 # (5 min); when none is that recent, the subquery finds older ones in the window (it costs as
 # much as all the other families together at 16,384 GPUs, so it is the fallback;
@@ -30,7 +39,12 @@ LAST_SAMPLE_IN_WINDOW = "timestamp({s}) or max_over_time(timestamp({s})[{w}:])"
 
 
 def family_queries(
-    selection: Selection, node_selection: Selection, window_s: float, *, fallback: bool = False
+    selection: Selection,
+    node_selection: Selection,
+    window_s: float,
+    *,
+    fallback: bool = False,
+    max_series_per_gpu: int = 32,
 ) -> dict[str, str]:
     """The instant queries of one collection, one per metric family
     (docs/architecture.md#one-cycle).
@@ -39,43 +53,60 @@ def family_queries(
     back together (means as sum over count, so they stay exact), and each answer carries one
     value per GPU (or MIG instance) and statistic, told apart by the ``stat`` and ``src`` labels.
 
-    With ``fallback``, the ``inventory``, ``util`` and ``nvlink`` queries that are sent again
-    when the first answers leave GPUs out: latest samples older than the lookback, and the
-    fields of GPUs without profiling (``DCGM_FI_DEV_GPU_UTIL``,
-    ``DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL``) beside the profiling ones.
+    With ``fallback``, the ``inventory``, ``util``, ``memory`` and ``nvlink`` queries that are
+    sent again when the first answers leave GPUs out: latest samples older than the lookback,
+    the fields of GPUs without profiling (``DCGM_FI_DEV_GPU_UTIL``,
+    ``DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL``) beside the profiling ones, and the per-process fields
+    of GPUs without a device-level series.
+
+    The inventory keeps at most ``max_series_per_gpu`` + 1 series per GPU (the newest), and
+    counts the series of a GPU that has more (``stat="series"``): a cardinality bomb costs a
+    bounded answer and is reported, not listed.
     """
     w = duration(window_s)
     last = LAST_SAMPLE_IN_WINDOW if fallback else LAST_SAMPLE
 
-    def over(template: str, metric: str) -> str:
-        return selection.over(template.replace("{w}", w), metric)
+    def over(template: str, metric: str, more: Sequence[Matcher] = ()) -> str:
+        return selection.over(template.replace("{w}", w), metric, more)
 
-    def total(metric: str, group: Sequence[str]) -> str:
-        return f"sum {by(group)} ({over('sum_over_time({s}[{w}])', metric)})"
+    def total(metric: str, group: Sequence[str], more: Sequence[Matcher] = ()) -> str:
+        return f"sum {by(group)} ({over('sum_over_time({s}[{w}])', metric, more)})"
 
-    def samples(metric: str, group: Sequence[str]) -> str:
-        return f"sum {by(group)} ({over('count_over_time({s}[{w}])', metric)})"
-
-    def mean(metric: str, group: Sequence[str]) -> str:
-        return f"{total(metric, group)} / {samples(metric, group)}"
+    def samples(metric: str, group: Sequence[str], more: Sequence[Matcher] = ()) -> str:
+        return f"sum {by(group)} ({over('count_over_time({s}[{w}])', metric, more)})"
 
     def either(first: str, second: str, group: Sequence[str]) -> str:
         return f"({first}) or on ({', '.join(group)}) ({second})"
 
+    def device_level(metric: str, group: Sequence[str], build: Callable[..., str]) -> str:
+        """``build(more)`` over the device's own series of a per-process field (see
+        :data:`DEVICE_LEVEL`); in the fallback, ``or`` over all of them for GPUs that have none
+        (copies an exporter labels with ``pod_uid``)."""
+        if metric not in PER_PROCESS_FIELDS:
+            return build(())
+        if not fallback:
+            return build(DEVICE_LEVEL)
+        return f"({either(build(DEVICE_LEVEL), build(()), group)})"
+
+    def mean(metric: str, group: Sequence[str]) -> str:
+        return device_level(
+            metric,
+            group,
+            lambda more: f"({total(metric, group, more)} / {samples(metric, group, more)})",
+        )
+
     def util(metric: str, src: str) -> str:
+        def quantile(aggregation: str, q: float) -> str:
+            template = f"quantile_over_time({q}, {{s}}[{{w}}])"
+            return device_level(
+                metric, K, lambda more: f"{aggregation} {by(K)} ({over(template, metric, more)})"
+            )
+
         return union(
             [
                 tagged(mean(metric, K), stat="mean", src=src),
-                tagged(
-                    f"min {by(K)} ({over('quantile_over_time(0.1, {s}[{w}])', metric)})",
-                    stat="p10",
-                    src=src,
-                ),
-                tagged(
-                    f"max {by(K)} ({over('quantile_over_time(0.9, {s}[{w}])', metric)})",
-                    stat="p90",
-                    src=src,
-                ),
+                tagged(quantile("min", 0.1), stat="p10", src=src),
+                tagged(quantile("max", 0.9), stat="p90", src=src),
             ]
         )
 
@@ -102,20 +133,24 @@ def family_queries(
     thermal = either(violation(dcgm.THERMAL_VIOLATION), reasons(dcgm.THERMAL_REASON_BITS), U)
     power = either(violation(dcgm.POWER_VIOLATION), reasons(dcgm.POWER_REASON_BITS), U)
 
-    # Framebuffer per GPU or MIG instance (in MIG mode the exporter reports it per instance).
-    used, free = total(dcgm.FB_USED, K), total(dcgm.FB_FREE, K)
-    reserved = f"({total(dcgm.FB_RESERVED, K)} or {free} * 0)"
+    # Framebuffer per GPU or MIG instance (in MIG mode the exporter reports it per instance), as
+    # window means: a shared GPU's free and reserved framebuffer are one copy per pod.
+    used, free = mean(dcgm.FB_USED, K), mean(dcgm.FB_FREE, K)
+    reserved = f"({mean(dcgm.FB_RESERVED, K)} or {free} * 0)"
     nvlink_rx = total(dcgm.NVLINK_RX_BYTES, U)
     nvlink_bytes = f"({nvlink_rx} + ({total(dcgm.NVLINK_TX_BYTES, U)} or {nvlink_rx} * 0))"
     nvlink = tagged(f"{nvlink_bytes} / {samples(dcgm.NVLINK_RX_BYTES, U)}", stat="mean", src="prof")
+    # The latest sample's time of each series (one per pod of a shared GPU) with what says
+    # where the GPU is and who uses it.
+    latest = (
+        f"max {by(dcgm.INVENTORY_LABELS)} ({over(last, dcgm.GR_ENGINE_ACTIVE)}"
+        f" or {over(last, dcgm.GPU_UTIL)})"
+    )
     return {
         "inventory": union(
             [
-                tagged(
-                    f"max {by(dcgm.INVENTORY_LABELS)} ({over(last, dcgm.GR_ENGINE_ACTIVE)}"
-                    f" or {over(last, dcgm.GPU_UTIL)})",
-                    stat="last",
-                ),
+                tagged(f"topk {by(K)} ({max_series_per_gpu + 1}, {latest})", stat="last"),
+                tagged(f"count {by(K)} ({latest}) > {max_series_per_gpu}", stat="series"),
                 tagged(
                     f"max ({over('count_over_time({s}[{w}])', dcgm.GR_ENGINE_ACTIVE)} or "
                     f"{over('count_over_time({s}[{w}])', dcgm.GPU_UTIL)})",
@@ -211,16 +246,67 @@ def _node_over(selection: Selection, template: str) -> str:
     return fixed.over(template, "node_cpu_seconds_total", (Matcher.equal("mode", "idle"),))
 
 
-def xid_range_query(selection: Selection, uuids: Sequence[str]) -> str:
-    """The Xid gauge and the exporter's Xid counter of a few GPUs, for finding when each Xid
-    appeared."""
+def _narrowed(selection: Selection, uuids: Sequence[str]) -> Selection:
+    """``selection`` narrowed to the series of these GPUs (either UUID spelling)."""
     alternatives = tuple((Matcher.any_of(label, uuids),) for label in dcgm.UUID_LABELS)
-    narrowed = replace(
+    return replace(
         selection,
         alternatives=tuple(
             (*alt, *uuid_alt) for alt in selection.alternatives for uuid_alt in alternatives
         ),
     )
+
+
+# What tells one pod's series of a shared GPU from another's.
+POD_LABELS = tuple(name for name in dcgm.WORKLOAD_LABELS if name != "hpc_job")
+PER_PROCESS = (Matcher("pod_uid", "!=", ("",)),)
+
+
+def process_query(selection: Selection, uuids: Sequence[str], window_s: float) -> str:
+    """Each pod's own part of the shared GPUs ``uuids``, where dcgm-exporter (from 4.5.3, with
+    ``--kubernetes-virtual-gpus``) writes it: the window mean of its per-process
+    ``DCGM_FI_DEV_GPU_UTIL`` series (``src="util"``, percent) and of its ``DCGM_FI_DEV_FB_USED``
+    over the GPU's framebuffer (``src="fb"``, a fraction), by ``K`` and the pod labels; only on
+    GPUs that also have the device-level series (``pod_uid=""``), so the copies an earlier
+    exporter labels with ``pod_uid`` (``--kubernetes-enable-pod-uid``) are never taken for
+    per-process readings."""
+    narrowed = _narrowed(selection, uuids)
+    w = duration(window_s)
+    group = (*K, *POD_LABELS)
+
+    def over(template: str, metric: str, more: Sequence[Matcher] = ()) -> str:
+        return narrowed.over(template.replace("{w}", w), metric, more)
+
+    def mean(metric: str, labels: Sequence[str], more: Sequence[Matcher] = ()) -> str:
+        return (
+            f"(sum {by(labels)} ({over('sum_over_time({s}[{w}])', metric, more)}) / "
+            f"sum {by(labels)} ({over('count_over_time({s}[{w}])', metric, more)}))"
+        )
+
+    def own(metric: str) -> str:
+        device = f"count {by(K)} ({over('count_over_time({s}[{w}])', metric, DEVICE_LEVEL)})"
+        return f"{mean(metric, group, PER_PROCESS)} and on ({', '.join(K)}) {device}"
+
+    used = mean(dcgm.FB_USED, K, DEVICE_LEVEL)
+    free = mean(dcgm.FB_FREE, K)
+    reserved = f"({mean(dcgm.FB_RESERVED, K)} or {free} * 0)"
+    total = f"({used} + {free} + {reserved})"
+    return union(
+        [
+            tagged(own(dcgm.GPU_UTIL), stat="mean", src="util"),
+            tagged(
+                f"({own(dcgm.FB_USED)}) / on ({', '.join(K)}) group_left () {total}",
+                stat="mean",
+                src="fb",
+            ),
+        ]
+    )
+
+
+def xid_range_query(selection: Selection, uuids: Sequence[str]) -> str:
+    """The Xid gauge and the exporter's Xid counter of a few GPUs, for finding when each Xid
+    appeared."""
+    narrowed = _narrowed(selection, uuids)
     return union(
         [
             tagged(
