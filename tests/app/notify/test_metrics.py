@@ -4,6 +4,7 @@ families and their values from stored rows, a constant number of queries, bounde
 from __future__ import annotations
 
 import base64
+import tomllib
 
 import pytest
 from django.contrib.auth.models import User
@@ -13,8 +14,10 @@ from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.authtoken.models import Token
 
+import gpuobs
 from diagnosis.actions.notify.alertmanager import deliver_to_alertmanager
 from diagnosis.models import ApiToken, Cluster, ClusterCycle, Finding, PoolRollup, Tenant
+from tests.conftest import REPO_ROOT
 from tests.support.notify_world import record_cycles, scraper
 from tests.support.world import create_user
 
@@ -107,12 +110,30 @@ def test_families_hold_what_the_database_holds(world, client) -> None:
     # the last hour's rollups (the first cycle stands for its whole 15-minute window)
     rows = PoolRollup.objects.filter(cluster=world, pool="a100")
     assert rows.count() == 3
-    idle_hours = value(
-        found, "gpuobs_gpu_hours", cluster="outbound", pool="a100", bucket="allocated-idle"
+    idle_seconds = value(
+        found,
+        "gpuobs_last_hour_gpu_seconds",
+        cluster="outbound",
+        pool="a100",
+        bucket="allocated-idle",
     )
-    assert idle_hours == pytest.approx(sum(r.idle_gpu_s for r in rows) / 3600)
-    assert idle_hours == pytest.approx(8 * (900 + 600 + 600) / 3600)
+    assert idle_seconds == pytest.approx(sum(r.idle_gpu_s for r in rows))
+    assert idle_seconds == pytest.approx(8 * (900 + 600 + 600))
     assert 0 < value(found, "gpuobs_jain_index", cluster="outbound") <= 1
+    # every stored cycle in the duration histogram; the version in gpuobs_build_info
+    cycles = ClusterCycle.objects.filter(cluster=world)
+    assert value(found, "gpuobs_cycle_duration_seconds_count", cluster="outbound") == cycles.count()
+    assert (
+        value(found, "gpuobs_cycle_duration_seconds_bucket", cluster="outbound", le="+Inf")
+        == cycles.count()
+    )
+    assert value(found, "gpuobs_build_info", version=gpuobs.__version__) == 1
+
+
+def test_the_version_is_pyproject_tomls() -> None:
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert project["version"] == gpuobs.__version__
+    assert project["license"] == "Apache-2.0"
 
 
 def test_queries_do_not_grow_with_clusters_or_findings(world, client, make_cluster) -> None:
