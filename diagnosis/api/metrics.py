@@ -4,7 +4,8 @@ Cheap to scrape: one :class:`GpuobsCollector` reads what the cycles stored -- th
 each cluster, the last hour of rollups, counts of findings, recommendations and incidents, the
 notification channels' counters -- in a fixed number of queries whatever the number of clusters,
 GPUs or jobs, and never runs a rule. Label values are the snapshot's own names (the library
-escapes them). Every family but ``gpuobs_build_info`` has a ``cluster`` label; names follow
+escapes them). Every family but ``gpuobs_build_info`` and the ``gpuobs_component_*`` heartbeat
+gauges has a ``cluster`` label; names follow
 Prometheus's conventions (base units, ``_ratio``, ``_total``), which ``promtool check metrics``
 checks (tests/app/notify/test_metrics.py). Cardinality is bounded by rules × severities
 × states, buckets × pools, tenants, recommendation kinds × states, and at most
@@ -55,6 +56,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.views import APIView
 
 from diagnosis.access import clusters_for_user
+from diagnosis.actions.upkeep.health import COMPONENTS, component_health
 from diagnosis.api.auth import AUTHENTICATION
 from diagnosis.choices import FindingState, IncidentState
 from diagnosis.core import fairness
@@ -153,6 +155,25 @@ class GpuobsCollector(Collector):
         )
         info.add_metric([__version__], 1)
         yield info
+        # the worker's and beat's heartbeats, as /healthz?deep=1 reads them (no database query:
+        # judged by this scrape's clock; embedded mode: always up)
+        up = GaugeMetricFamily(
+            "gpuobs_component_up",
+            "1 when the component's heartbeat is fresh (a worker took beat's heartbeat task, "
+            "beat sent a task), else 0 (docs/operations.md, Faults and supervision).",
+            labels=["component"],
+        )
+        age = GaugeMetricFamily(
+            "gpuobs_component_heartbeat_age_seconds",
+            "Age of the component's latest heartbeat.",
+            labels=["component"],
+        )
+        for component in COMPONENTS:
+            health = component_health(component, self.now)
+            up.add_metric([component], 1.0 if health.ok else 0.0)
+            if health.age_s is not None:
+                age.add_metric([component], health.age_s)
+        yield from (up, age)
 
     def _cycle_duration_families(self, names, ids) -> Iterator[Metric]:
         """Every stored cycle's wall time, as a histogram per cluster (one query; the counts go

@@ -4,6 +4,7 @@ families and their values from stored rows, a constant number of queries, bounde
 from __future__ import annotations
 
 import base64
+import os
 import tomllib
 
 import pytest
@@ -16,6 +17,7 @@ from rest_framework.authtoken.models import Token
 
 import gpuobs
 from diagnosis.actions.notify.alertmanager import deliver_to_alertmanager
+from diagnosis.actions.upkeep.health import HEARTBEAT_KEY, redis_client, write_heartbeat
 from diagnosis.models import ApiToken, Cluster, ClusterCycle, Finding, PoolRollup, Tenant
 from tests.conftest import REPO_ROOT
 from tests.support.notify_world import record_cycles, scraper
@@ -179,3 +181,16 @@ def test_a_hashed_api_token_scrapes_too(world, client) -> None:
     scraper()
     _, key = ApiToken.issue(User.objects.get(username="prometheus"), "scrape", days=0)
     assert scrape(client, HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 200
+
+
+def test_the_heartbeats_are_exported(world, client, settings) -> None:
+    settings.REDIS_URL = os.environ.get("REDIS_URL") or pytest.skip("needs REDIS_URL")
+    token, _ = scraper()
+    redis_client(settings.REDIS_URL).delete(HEARTBEAT_KEY.format(component="worker"))
+    write_heartbeat("beat")
+
+    found = samples(scrape(client, HTTP_AUTHORIZATION=f"Bearer {token}").content)
+
+    assert value(found, "gpuobs_component_up", component="worker") == 0
+    assert value(found, "gpuobs_component_up", component="beat") == 1
+    assert 0 <= value(found, "gpuobs_component_heartbeat_age_seconds", component="beat") < 60
