@@ -3,13 +3,17 @@ object it renders is valid for Kubernetes 1.34 (kubernetes-validate, strict: an 
 fails), prometheus-operator's objects match the fields of their CRDs, the PrometheusRule's groups
 pass ``promtool check rules`` and their unit tests, and the pods meet Pod Security "restricted"
 with the probes, the migration Job and the RBAC docs/operations.md and docs/integrations.md
-describe."""
+describe; the worker's liveness probe answers for a live worker and fails for a stopped one."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -18,6 +22,8 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT, require_binary
+from tests.support.celery_worker import database_url_of_test_database
+from tests.support.processes import start_logged, stop_group, wait_until
 
 KUBERNETES = REPO_ROOT / "deploy" / "kubernetes"
 KUSTOMIZATIONS = [
@@ -497,3 +503,40 @@ def test_the_dashboard_config_map_is_the_shipped_dashboard(rendered) -> None:
     assert config["data"]["gpuobs.json"] == shipped
     production = objects(rendered, "ConfigMap", "deploy/kubernetes/overlays/production")
     assert "gpuobs-grafana-dashboards" in production
+
+
+# -- the worker's liveness probe, against a real worker ---------------------------------------
+
+
+def probe_exits(command: list[str], env: dict[str, str]) -> int:
+    return subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, timeout=90, check=False
+    ).returncode
+
+
+@pytest.mark.celery_worker
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_probe_passes_a_live_worker_and_fails_a_hung_one(rendered, tmp_path) -> None:
+    redis_url = os.environ.get("REDIS_URL") or pytest.skip("needs REDIS_URL (a real Redis)")
+    worker = pod_specs(rendered)["gpuobs-worker"]["containers"][0]
+    # the Deployment's own command (one child), and its probe as the kubelet runs it in the pod,
+    # where $HOSTNAME is the pod's host name and celery's default node name celery@%h
+    command = [
+        *(a if a != "--concurrency=2" else "--concurrency=1" for a in worker["command"]),
+        "--without-mingle",
+    ]
+    probe = worker["livenessProbe"]["exec"]["command"]
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url_of_test_database(),
+        "REDIS_URL": redis_url,
+        "HOSTNAME": socket.gethostname(),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    process = start_logged(command, tmp_path / "worker.log", cwd=REPO_ROOT, env=env)
+    try:
+        wait_until(lambda: probe_exits(probe, env) == 0, "the probe's pong", timeout=90)
+        os.killpg(process.pid, signal.SIGSTOP)  # hung: alive, but answers nothing
+        assert probe_exits(probe, env) != 0
+    finally:
+        stop_group(process)
