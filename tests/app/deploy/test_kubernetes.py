@@ -540,3 +540,26 @@ def test_the_worker_probe_passes_a_live_worker_and_fails_a_hung_one(rendered, tm
         assert probe_exits(probe, env) != 0
     finally:
         stop_group(process)
+
+
+def test_the_readme_overlay_renders_and_is_valid(tmp_path) -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    deploy = readme[readme.index("## Deploy") : readme.index("## Configuration")]
+    (overlay,) = re.findall(r"```yaml\n(.*?)```", deploy, re.S)
+    shutil.copytree(REPO_ROOT / "deploy", tmp_path / "deploy")
+    (tmp_path / "my-gpuobs").mkdir()
+    (tmp_path / "my-gpuobs" / "kustomization.yaml").write_text(overlay)
+
+    rendered = render(tmp_path / "my-gpuobs")
+
+    for obj in rendered:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    images = {
+        c["image"]
+        for o in rendered
+        if o["kind"] in ("Deployment", "Job")
+        for c in o["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == {"registry.example.org/gpuobs:0.1.0"}
+    (settings,) = [o for o in rendered if o["kind"] == "ConfigMap"]
+    assert settings["data"]["GPUOBS_ALLOWED_HOSTS"].startswith("gpuobs.corp.example,")
