@@ -12,6 +12,7 @@ import json
 
 import jsonschema
 import pytest
+import yaml
 
 from tests.conftest import REPO_ROOT
 
@@ -184,3 +185,19 @@ def test_the_covered_topics_each_have_a_panel(dashboard) -> None:
         "gpuobs_cycle_last_success_timestamp_seconds",
     ):
         assert family in expressions, family
+
+
+def test_the_provisioning_files_point_where_the_docs_say() -> None:
+    provisioning = REPO_ROOT / "deploy" / "grafana" / "provisioning"
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "gpuobs.yaml").read_text())[
+        "providers"
+    ]
+    assert provider["type"] == "file"
+    docs = (REPO_ROOT / "docs" / "integrations.md").read_text()
+    assert provider["options"]["path"] + "/" in docs
+    (source,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yaml").read_text())[
+        "datasources"
+    ]
+    # the dashboard's datasource variable opens on the default Prometheus
+    assert source["type"] == "prometheus"
+    assert source["isDefault"] is True
