@@ -122,3 +122,12 @@ def test_metrics_over_plain_http_with_production_settings(make_cluster, tmp_path
     )
     assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
     assert check.stdout.decode().strip() == "", check.stdout.decode()
+
+
+@pytest.mark.django_db
+def test_livez_makes_no_query_and_readyz_asks_the_database(client, django_assert_num_queries):
+    with django_assert_num_queries(0):
+        assert client.get("/livez").status_code == 200
+    with django_assert_num_queries(1):
+        ready = client.get("/readyz")
+    assert ready.json()["database"] == {"status": "ok", "detail": "answers"}
