@@ -237,7 +237,9 @@ SPECTACULAR_SETTINGS = {
 # --- transport security (secure by default whenever DEBUG is off) ------------------------------
 
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", default=not DEBUG)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # container health checks speak plain HTTP
+# Plain HTTP inside the cluster: probes and health checks, and Prometheus's scrape of /metrics
+# (a token or basic auth as over HTTPS; docs/integrations.md, "/metrics"). Pages still redirect.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^livez$", r"^readyz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool(
     "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=not DEBUG

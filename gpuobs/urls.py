@@ -1,5 +1,5 @@
-"""URLs of gpuobs. Public: /accounts/login/, /healthz, /i18n/setlang/, /static/; everything else
-needs a login."""
+"""URLs of gpuobs. Public: /accounts/login/, /healthz, /livez, /readyz, /i18n/setlang/, /static/;
+/metrics needs a token or basic auth; everything else needs a login."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
@@ -9,7 +9,7 @@ from django.views.i18n import set_language
 
 from diagnosis.api import urls as api_urls
 from diagnosis.api.metrics import MetricsView
-from diagnosis.pages.health import healthz
+from diagnosis.pages.health import healthz, livez, readyz
 from diagnosis.pages.support.navigation import landing
 
 # One API (diagnosis/api/urls.py), two prefixes: the versioned /api/v1/ and the short /api/.
@@ -22,6 +22,9 @@ urlpatterns = [
     # after a login without ?next=: the page the user's role starts at (a manager: their report)
     path("accounts/landing/", landing, name="landing"),
     path("healthz", healthz, name="healthz"),
+    # Kubernetes's liveness (no database) and readiness (database and broker) probes
+    path("livez", livez, name="livez"),
+    path("readyz", readyz, name="readyz"),
     # POST language=en|zh-hans: the language switch in the page header (docs/ui.md "Language")
     path("i18n/setlang/", login_not_required(set_language), name="set_language"),
     # Prometheus exposition for a scrape job (token or basic auth; docs/integrations.md).

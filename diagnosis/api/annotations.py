@@ -6,9 +6,11 @@ one event: an applied recommendation (placement policy, queue weight; ``drain-no
 tagged ``drain``) at its ``applied_at``, and an incident from ``opened_at`` to ``resolved_at``.
 
 Query: ``from`` and ``to`` (Unix milliseconds, as Grafana's ``${__from}``/``${__to}``, or
-RFC 3339; default the last 24 hours), ``cluster`` (repeatable; default every cluster the user may
-read). At most :data:`LIMIT` items, newest first. Access: the same helpers as the pages (a
-tenant-scoped manager sees only their tenants' incidents and no recommendations).
+RFC 3339; default the last 24 hours), ``cluster`` (repeatable, or comma-separated as Grafana's
+``${cluster:csv}`` sends a multi-value selection; ``.*``, ``$__all`` or nothing: every cluster the
+user may read; :func:`cluster_selection`). At most :data:`LIMIT` items, newest first. Access:
+the same helpers as the pages (a tenant-scoped manager sees only their tenants' incidents and no
+recommendations).
 """
 
 from __future__ import annotations
@@ -99,6 +101,26 @@ def annotations_for(user: Any, names: list[str], start: datetime, end: datetime)
     return items[:LIMIT]
 
 
+# What Grafana sends for a variable's "All": the dashboard's allValue, or its own marker.
+EVERY_CLUSTER = frozenset({".*", "$__all", "All"})
+
+
+def cluster_selection(values: list[str]) -> list[str]:
+    """The cluster names of ``cluster`` parameters (empty: every cluster): each may hold several
+    names, comma-separated or in Grafana's glob braces (``{a,b}``); an "All" value wins."""
+    names: list[str] = []
+    for value in values:
+        inner = value.strip()
+        if inner.startswith("{") and inner.endswith("}"):
+            inner = inner[1:-1]
+        for name in (part.strip() for part in inner.split(",")):
+            if name in EVERY_CLUSTER:
+                return []
+            if name and name not in names:
+                names.append(name)
+    return names
+
+
 class AnnotationsView(APIView):
     """Read-only list of changes and incidents in a time range (for Grafana's Infinity)."""
 
@@ -109,5 +131,5 @@ class AnnotationsView(APIView):
         start = _moment(request.query_params.get("from"), "from") or end - DEFAULT_SPAN
         if start > end:
             raise ValidationError({"from": "must not be after 'to'"})
-        names = [n for n in request.query_params.getlist("cluster") if n]
+        names = cluster_selection(request.query_params.getlist("cluster"))
         return Response(annotations_for(request.user, names, start, end))

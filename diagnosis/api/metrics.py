@@ -4,7 +4,10 @@ Cheap to scrape: one :class:`GpuobsCollector` reads what the cycles stored -- th
 each cluster, the last hour of rollups, counts of findings, recommendations and incidents, the
 notification channels' counters -- in a fixed number of queries whatever the number of clusters,
 GPUs or jobs, and never runs a rule. Label values are the snapshot's own names (the library
-escapes them). Every family has a ``cluster`` label. Cardinality is bounded by rules × severities
+escapes them). Every family but ``gpuobs_build_info`` and the ``gpuobs_component_*`` heartbeat
+gauges has a ``cluster`` label; names follow
+Prometheus's conventions (base units, ``_ratio``, ``_total``), which ``promtool check metrics``
+checks (tests/app/notify/test_metrics.py). Cardinality is bounded by rules × severities
 × states, buckets × pools, tenants, recommendation kinds × states, and at most
 ``GPUOBS_METRICS_MAX_FINDING_SERIES`` per-finding series per cluster (docs/integrations.md,
 "/metrics").
@@ -40,7 +43,12 @@ from django.db.models.functions import RowNumber
 from django.http import HttpResponse
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 from rest_framework.authentication import BasicAuthentication, SessionAuthentication
@@ -48,6 +56,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.views import APIView
 
 from diagnosis.access import clusters_for_user
+from diagnosis.actions.upkeep.health import COMPONENTS, component_health
 from diagnosis.api.auth import AUTHENTICATION
 from diagnosis.choices import FindingState, IncidentState
 from diagnosis.core import fairness
@@ -63,8 +72,12 @@ from diagnosis.models import (
     TenantRollup,
 )
 from diagnosis.roles import can_read, is_tenant_scoped
+from gpuobs import __version__
 
 HOUR = timedelta(hours=1)
+# upper bounds of gpuobs_cycle_duration_seconds's buckets: a cycle takes seconds (the budget
+# in docs/architecture.md), a slow one minutes, the task time limit is 300 s by default
+CYCLE_SECONDS_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 OPEN_FINDING_STATES = (FindingState.PENDING, FindingState.FIRING)
 OPEN_INCIDENT_STATES = (IncidentState.OPEN, IncidentState.ACKNOWLEDGED, IncidentState.MITIGATING)
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
@@ -123,12 +136,70 @@ class GpuobsCollector(Collector):
         }
         good = {cid: cycles.get(ok_id) for cid, (ok_id, _) in latest_ids.items() if ok_id}
         last = {cid: cycles.get(any_id) for cid, (_, any_id) in latest_ids.items() if any_id}
+        yield from self._build_families()
         yield from self._cycle_families(names, good, last)
+        yield from self._cycle_duration_families(names, ids)
         yield from self._finding_families(names, ids)
         yield from self._rollup_families(names, good)
         yield from self._recommendation_families(names, ids)
         yield from self._incident_families(names, ids)
         yield from self._delivery_families(names, ids)
+
+    # -- the build, cycles ------------------------------------------------------------------------
+
+    def _build_families(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            "gpuobs_build_info",
+            "Always 1; the gpuobs version serving this scrape (pyproject.toml's).",
+            labels=["version"],
+        )
+        info.add_metric([__version__], 1)
+        yield info
+        # the worker's and beat's heartbeats, as /healthz?deep=1 reads them (no database query:
+        # judged by this scrape's clock; embedded mode: always up)
+        up = GaugeMetricFamily(
+            "gpuobs_component_up",
+            "1 when the component's heartbeat is fresh (a worker took beat's heartbeat task, "
+            "beat sent a task), else 0 (docs/operations.md, Faults and supervision).",
+            labels=["component"],
+        )
+        age = GaugeMetricFamily(
+            "gpuobs_component_heartbeat_age_seconds",
+            "Age of the component's latest heartbeat.",
+            labels=["component"],
+        )
+        for component in COMPONENTS:
+            health = component_health(component, self.now)
+            up.add_metric([component], 1.0 if health.ok else 0.0)
+            if health.age_s is not None:
+                age.add_metric([component], health.age_s)
+        yield from (up, age)
+
+    def _cycle_duration_families(self, names, ids) -> Iterator[Metric]:
+        """Every stored cycle's wall time, as a histogram per cluster (one query; the counts go
+        down when the retention prunes old cycles, which rate() reads as a counter reset)."""
+        family = HistogramMetricFamily(
+            "gpuobs_cycle_duration_seconds",
+            "Wall time of the cluster's stored cycles.",
+            labels=["cluster"],
+        )
+        bounds = {f"le_{i}": bound for i, bound in enumerate(CYCLE_SECONDS_BUCKETS)}
+        rows = (
+            ClusterCycle.objects.filter(cluster_id__in=ids)
+            .values("cluster_id")
+            .annotate(
+                n=Count("id"),
+                total=Sum("seconds"),
+                **{key: Count("id", filter=Q(seconds__lte=b)) for key, b in bounds.items()},
+            )
+            .order_by("cluster_id")
+        )
+        for row in rows:
+            buckets = [(str(b), row[key]) for key, b in bounds.items()]
+            family.add_metric(
+                [names[row["cluster_id"]]], [*buckets, ("+Inf", row["n"])], row["total"] or 0.0
+            )
+        yield family
 
     # -- cycles ---------------------------------------------------------------------------------
 
@@ -146,7 +217,7 @@ class GpuobsCollector(Collector):
             {cid: 1.0 if row["ok"] else 0.0 for cid, row in last.items() if row},
         )
         yield gauge(
-            "gpuobs_cycle_duration_seconds",
+            "gpuobs_cycle_last_duration_seconds",
             "Wall time of the cluster's latest cycle.",
             {cid: row["seconds"] for cid, row in last.items() if row},
         )
@@ -288,16 +359,16 @@ class GpuobsCollector(Collector):
             .order_by("cluster_id", "pool")
         )
         hours = GaugeMetricFamily(
-            "gpuobs_gpu_hours",
-            'GPU-hours of the last hour of snapshots by accounting bucket; pool "" is the '
-            "whole cluster.",
+            "gpuobs_last_hour_gpu_seconds",
+            "GPU-seconds of the last hour of snapshots by accounting bucket (/ 3600: GPU-hours); "
+            'pool "" is the whole cluster.',
             labels=["cluster", "pool", "bucket"],
         )
         cluster_sums: dict[int, dict[str, float]] = {}
         for row in pool_rows:
             for bucket, column in columns.items():
                 hours.add_metric(
-                    [names[row["cluster_id"]], row["pool"], bucket], (row[column] or 0.0) / 3600
+                    [names[row["cluster_id"]], row["pool"], bucket], row[column] or 0.0
                 )
             if row["pool"] == "":
                 cluster_sums[row["cluster_id"]] = row
@@ -332,12 +403,12 @@ class GpuobsCollector(Collector):
             labels=["cluster", "tenant"],
         )
         usage = GaugeMetricFamily(
-            "gpuobs_tenant_usage_share",
+            "gpuobs_tenant_usage_ratio",
             "Allocated GPU-seconds / usable GPU-seconds of the cluster, last hour.",
             labels=["cluster", "tenant"],
         )
         fair = GaugeMetricFamily(
-            "gpuobs_tenant_fair_share",
+            "gpuobs_tenant_fair_share_of_cluster_ratio",
             "Water-filled fair GPU-seconds / usable GPU-seconds of the cluster, last hour.",
             labels=["cluster", "tenant"],
         )

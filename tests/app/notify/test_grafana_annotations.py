@@ -124,3 +124,28 @@ def test_the_shipped_infinity_query_reads_the_endpoint_fields(changes) -> None:
     for column in panel["target"]["columns"]:
         assert column["selector"] in item
     assert {p["key"] for p in panel["target"]["url_options"]["params"]} == {"from", "to", "cluster"}
+
+
+@pytest.mark.parametrize(
+    ("selection", "clusters"),
+    [
+        (".*", {"anno", "other"}),  # the dashboard's allValue
+        ("$__all", {"anno", "other"}),  # Grafana's own "All"
+        ("anno,other", {"anno", "other"}),  # ${cluster:csv}
+        ("{anno,other}", {"anno", "other"}),  # a multi-value variable's default (glob) format
+        ("other", {"other"}),
+    ],
+)
+def test_all_and_multi_value_cluster_selections(changes, make_cluster, selection, clusters) -> None:
+    other = make_cluster("other")
+    record_cycles(other, ["idle"], end=NOW)
+    open_xid_incident(other)
+    token, _ = scraper()
+    items = client_for(token).get("/api/v1/annotations", {"cluster": selection}).json()
+    assert {i["cluster"] for i in items} == clusters
+
+
+def test_the_shipped_query_sends_the_cluster_selection_as_csv() -> None:
+    panel = json.loads(PANEL.read_text(encoding="utf-8"))
+    params = {p["key"]: p["value"] for p in panel["target"]["url_options"]["params"]}
+    assert params["cluster"] == "${cluster:csv}"

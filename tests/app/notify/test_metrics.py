@@ -4,6 +4,8 @@ families and their values from stored rows, a constant number of queries, bounde
 from __future__ import annotations
 
 import base64
+import os
+import tomllib
 
 import pytest
 from django.contrib.auth.models import User
@@ -13,8 +15,11 @@ from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.authtoken.models import Token
 
+import gpuobs
 from diagnosis.actions.notify.alertmanager import deliver_to_alertmanager
+from diagnosis.actions.upkeep.health import HEARTBEAT_KEY, redis_client, write_heartbeat
 from diagnosis.models import ApiToken, Cluster, ClusterCycle, Finding, PoolRollup, Tenant
+from tests.conftest import REPO_ROOT
 from tests.support.notify_world import record_cycles, scraper
 from tests.support.world import create_user
 
@@ -107,12 +112,30 @@ def test_families_hold_what_the_database_holds(world, client) -> None:
     # the last hour's rollups (the first cycle stands for its whole 15-minute window)
     rows = PoolRollup.objects.filter(cluster=world, pool="a100")
     assert rows.count() == 3
-    idle_hours = value(
-        found, "gpuobs_gpu_hours", cluster="outbound", pool="a100", bucket="allocated-idle"
+    idle_seconds = value(
+        found,
+        "gpuobs_last_hour_gpu_seconds",
+        cluster="outbound",
+        pool="a100",
+        bucket="allocated-idle",
     )
-    assert idle_hours == pytest.approx(sum(r.idle_gpu_s for r in rows) / 3600)
-    assert idle_hours == pytest.approx(8 * (900 + 600 + 600) / 3600)
+    assert idle_seconds == pytest.approx(sum(r.idle_gpu_s for r in rows))
+    assert idle_seconds == pytest.approx(8 * (900 + 600 + 600))
     assert 0 < value(found, "gpuobs_jain_index", cluster="outbound") <= 1
+    # every stored cycle in the duration histogram; the version in gpuobs_build_info
+    cycles = ClusterCycle.objects.filter(cluster=world)
+    assert value(found, "gpuobs_cycle_duration_seconds_count", cluster="outbound") == cycles.count()
+    assert (
+        value(found, "gpuobs_cycle_duration_seconds_bucket", cluster="outbound", le="+Inf")
+        == cycles.count()
+    )
+    assert value(found, "gpuobs_build_info", version=gpuobs.__version__) == 1
+
+
+def test_the_version_is_pyproject_tomls() -> None:
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert project["version"] == gpuobs.__version__
+    assert project["license"] == "Apache-2.0"
 
 
 def test_queries_do_not_grow_with_clusters_or_findings(world, client, make_cluster) -> None:
@@ -158,3 +181,16 @@ def test_a_hashed_api_token_scrapes_too(world, client) -> None:
     scraper()
     _, key = ApiToken.issue(User.objects.get(username="prometheus"), "scrape", days=0)
     assert scrape(client, HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 200
+
+
+def test_the_heartbeats_are_exported(world, client, settings) -> None:
+    settings.REDIS_URL = os.environ.get("REDIS_URL") or pytest.skip("needs REDIS_URL")
+    token, _ = scraper()
+    redis_client(settings.REDIS_URL).delete(HEARTBEAT_KEY.format(component="worker"))
+    write_heartbeat("beat")
+
+    found = samples(scrape(client, HTTP_AUTHORIZATION=f"Bearer {token}").content)
+
+    assert value(found, "gpuobs_component_up", component="worker") == 0
+    assert value(found, "gpuobs_component_up", component="beat") == 1
+    assert 0 <= value(found, "gpuobs_component_heartbeat_age_seconds", component="beat") < 60
