@@ -405,6 +405,54 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "INFO")},
 }
 
+# --- identities from the company's IdP (docs/operations.md, "Single sign-on") -------------------
+# OpenID Connect (diagnosis/identity/oidc.py, mozilla-django-oidc): on when GPUOBS_OIDC_ISSUER is
+# set; the endpoints come from its discovery document, the client secret from the GPUOBS_SECRET_*
+# variable GPUOBS_OIDC_CLIENT_SECRET_ENV names. A trusted auth proxy's header
+# (diagnosis/identity/proxy.py): on when GPUOBS_AUTH_PROXY_USER_HEADER names one, honoured only
+# from GPUOBS_AUTH_PROXY_TRUSTED. Both map the IdP's groups with GPUOBS_ROLE_MAP
+# (diagnosis/identity/role_map.py). GPUOBS_LOCAL_LOGIN=0 turns password logins off.
+GPUOBS_OIDC_ISSUER = os.environ.get("GPUOBS_OIDC_ISSUER", "").strip()
+GPUOBS_OIDC_CLIENT_SECRET_ENV = os.environ.get("GPUOBS_OIDC_CLIENT_SECRET_ENV", "").strip()
+if GPUOBS_OIDC_CLIENT_SECRET_ENV and not GPUOBS_OIDC_CLIENT_SECRET_ENV.startswith("GPUOBS_SECRET_"):
+    raise ImproperlyConfigured("GPUOBS_OIDC_CLIENT_SECRET_ENV must name a GPUOBS_SECRET_* variable")
+GPUOBS_OIDC_GROUPS_CLAIM = os.environ.get("GPUOBS_OIDC_GROUPS_CLAIM", "groups")
+GPUOBS_OIDC_USERNAME_CLAIM = os.environ.get("GPUOBS_OIDC_USERNAME_CLAIM", "preferred_username")
+GPUOBS_OIDC_PROVIDER_NAME = os.environ.get("GPUOBS_OIDC_PROVIDER_NAME", "")
+OIDC_RP_CLIENT_ID = os.environ.get("GPUOBS_OIDC_CLIENT_ID", "")
+if GPUOBS_OIDC_ISSUER and not OIDC_RP_CLIENT_ID:
+    raise ImproperlyConfigured("GPUOBS_OIDC_CLIENT_ID must be set with GPUOBS_OIDC_ISSUER")
+OIDC_RP_SCOPES = os.environ.get("GPUOBS_OIDC_SCOPES", "openid email profile groups")
+OIDC_RP_SIGN_ALGO = os.environ.get("GPUOBS_OIDC_SIGN_ALGO", "RS256")
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = env_int("GPUOBS_OIDC_TIMEOUT_SECONDS", 10)
+LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/?sso=failed"
+GPUOBS_AUTH_PROXY_USER_HEADER = os.environ.get("GPUOBS_AUTH_PROXY_USER_HEADER", "").strip()
+GPUOBS_AUTH_PROXY_GROUPS_HEADER = os.environ.get(
+    "GPUOBS_AUTH_PROXY_GROUPS_HEADER", "X-Forwarded-Groups"
+).strip()
+GPUOBS_AUTH_PROXY_TRUSTED = env_list("GPUOBS_AUTH_PROXY_TRUSTED")
+if GPUOBS_AUTH_PROXY_USER_HEADER and not GPUOBS_AUTH_PROXY_TRUSTED:
+    raise ImproperlyConfigured(
+        "GPUOBS_AUTH_PROXY_TRUSTED (the proxy's addresses or networks) must be set with "
+        "GPUOBS_AUTH_PROXY_USER_HEADER"
+    )
+GPUOBS_ROLE_MAP = os.environ.get("GPUOBS_ROLE_MAP", "")
+GPUOBS_LOCAL_LOGIN = env_bool("GPUOBS_LOCAL_LOGIN", default=True)
+AUTHENTICATION_BACKENDS = [
+    *(
+        b
+        for b in AUTHENTICATION_BACKENDS
+        if GPUOBS_LOCAL_LOGIN or b != "django.contrib.auth.backends.ModelBackend"
+    ),
+    "diagnosis.identity.oidc.OIDCBackend",
+    "diagnosis.identity.proxy.ProxyHeaderBackend",
+]
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
+    "diagnosis.identity.proxy.TrustedProxyMiddleware",
+)
+
 # --- gpuobs --------------------------------------------------------------------------------------
 
 GPUOBS_ADMIN_PASSWORD = os.environ.get("GPUOBS_ADMIN_PASSWORD") or None
