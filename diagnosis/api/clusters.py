@@ -106,13 +106,13 @@ class ClusterSpecSerializer(serializers.Serializer):
 class ClusterDocumentSerializer(serializers.Serializer):
     """A ``gpuobs.clusters/v1`` document (docs/operations.md, "Clusters as code")."""
 
-    kind = serializers.ChoiceField(choices=[KIND])
+    kind = serializers.CharField(help_text=f"always {KIND}")
     clusters = ClusterSpecSerializer(many=True)
 
 
 class ClusterChangeSerializer(serializers.Serializer):
     name = serializers.CharField()
-    outcome = serializers.ChoiceField(choices=["created", "updated", "unchanged"])
+    outcome = serializers.CharField(help_text="created, updated or unchanged")
     fields = serializers.DictField(help_text="each changed field's before and after")
 
 
