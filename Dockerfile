@@ -6,7 +6,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     DJANGO_SETTINGS_MODULE=gpuobs.settings \
-    DJANGO_DEBUG=0
+    DJANGO_DEBUG=0 \
+    GUNICORN_CMD_ARGS="-c python:gpuobs.gunicorn_conf"
 
 WORKDIR /app
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from gpuobs import logs as gpuobs_logs
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -397,13 +399,15 @@ DEFAULT_FROM_EMAIL = os.environ.get("DJANGO_DEFAULT_FROM_EMAIL", "gpuobs@localho
 
 # --- logging -------------------------------------------------------------------------------------
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "INFO")},
-}
+# One format for Django, Celery and gunicorn (GPUOBS_LOG_FORMAT=text|json) and a request id on
+# every line, carried into the Celery tasks a request sends (gpuobs/logs.py; docs/operations.md,
+# "Logs"). RequestIdMiddleware comes first so that every answer carries X-Request-ID.
+try:
+    GPUOBS_LOG_FORMAT = gpuobs_logs.log_format()
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+LOGGING = gpuobs_logs.logging_config(os.environ.get("DJANGO_LOG_LEVEL", "INFO"))
+MIDDLEWARE.insert(0, "gpuobs.logs.RequestIdMiddleware")
 
 # --- identities from the company's IdP (docs/operations.md, "Single sign-on") -------------------
 # OpenID Connect (diagnosis/identity/oidc.py, mozilla-django-oidc): on when GPUOBS_OIDC_ISSUER is
