@@ -90,6 +90,14 @@ def _groups(claims: dict[str, Any]) -> list[str]:
     return [str(group) for group in value] if isinstance(value, list) else []
 
 
+def may_sign_in_from_idp(user: AbstractUser) -> bool:
+    """An IdP (or the auth proxy) may sign in as an account it made, or one made for it without
+    a password (``users add`` without ``--password-stdin``); never as a local account with a
+    password, such as the break-glass ``admin``: an IdP user who picks that name takes nothing
+    over."""
+    return user.is_active and not user.has_usable_password()
+
+
 def sync_roles(user: AbstractUser, groups: list[str]) -> None:
     """``user``'s roles and tenants as ``GPUOBS_ROLE_MAP`` maps ``groups`` (those taken away
     there go here too)."""
@@ -152,6 +160,10 @@ class OIDCBackend(OIDCAuthenticationBackend):
         return self.update_user(user, claims)
 
     def update_user(self, user: AbstractUser, claims: dict[str, Any]) -> AbstractUser:
+        if not may_sign_in_from_idp(user):
+            raise SuspiciousOperation(
+                f"{user.get_username()} is a local account with a password (not the IdP's)"
+            )
         sync_roles(user, _groups(claims))
         return user
 

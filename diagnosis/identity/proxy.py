@@ -23,7 +23,7 @@ from django.contrib.auth.backends import RemoteUserBackend
 from django.contrib.auth.models import AbstractUser
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from diagnosis.identity.oidc import sync_roles
+from diagnosis.identity.oidc import may_sign_in_from_idp, sync_roles
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +64,18 @@ class ProxyHeaderBackend(RemoteUserBackend):
     def configure_user(
         self, request: HttpRequest, user: AbstractUser, created: bool = True
     ) -> AbstractUser:
-        sync_roles(user, _header_groups(request))
+        if created:
+            user.set_unusable_password()
+            user.save(update_fields=["password"])
+        if may_sign_in_from_idp(user):
+            sync_roles(user, _header_groups(request))
         return user
+
+    def user_can_authenticate(self, user: AbstractUser | None) -> bool:
+        if user is not None and not may_sign_in_from_idp(user):
+            logger.warning("refused %s from the proxy: a local account with a password", user)
+            return False
+        return super().user_can_authenticate(user)
 
 
 class TrustedProxyMiddleware:

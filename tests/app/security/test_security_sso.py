@@ -162,3 +162,30 @@ def test_the_proxy_groups_are_resynced_when_they_change(lab) -> None:
         )
 
     assert roles_of(User.objects.get(username="judy")) == {Role.SRE}
+
+
+def test_the_idp_never_signs_in_as_a_local_account_with_a_password(provider, alice) -> None:
+    provider.sign_in_as("alice", ["gpu-watch"])  # an IdP user who picked the admin's name
+
+    assert sso_login(Client()) == "/accounts/login/?sso=failed"
+    alice = User.objects.get(username="alice")
+    assert alice.is_superuser
+    assert alice.has_usable_password()
+    assert roles_of(alice) == {Role.ADMIN}
+
+
+def test_an_account_made_without_a_password_is_signed_in_by_the_idp(provider) -> None:
+    User.objects.create_user("kim")  # as `manage.py users add kim --role viewer` makes it
+    provider.sign_in_as("kim", ["gpu-sre"])
+
+    assert sso_login(Client()) == "/accounts/landing/"
+    assert roles_of(User.objects.get(username="kim")) == {Role.SRE}
+
+
+def test_the_proxy_header_never_signs_in_as_a_local_account_with_a_password(lab, alice) -> None:
+    with override_settings(**PROXY):
+        answer = Client().get(
+            "/api/v1/clusters/", REMOTE_ADDR="10.0.0.7", HTTP_X_FORWARDED_USER="alice"
+        )
+
+    assert answer.status_code in (401, 403)
