@@ -1,4 +1,5 @@
-"""A bad ``GPUOBS_ROLE_MAP`` stops ``manage.py check`` and start-up, naming the entry."""
+"""A bad ``GPUOBS_ROLE_MAP``, or a client secret variable that is not set, stops ``manage.py
+check`` and start-up, naming what is wrong."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from django.conf import settings
 from django.core.checks import Error, register
 
 from diagnosis.actions.people.roles import PeopleError
+from diagnosis.edge import secrets
 from diagnosis.identity.role_map import parse_role_map
 
 
@@ -17,4 +19,16 @@ def role_map_parses(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         parse_role_map(settings.GPUOBS_ROLE_MAP)
     except PeopleError as exc:
         return [Error(str(exc), id="gpuobs.E031")]
+    return []
+
+
+@register()
+def oidc_client_secret_is_set(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    name = settings.GPUOBS_OIDC_CLIENT_SECRET_ENV
+    if not settings.GPUOBS_OIDC_ISSUER or not name:
+        return []
+    try:
+        secrets.read_env(name)
+    except secrets.SecretError as exc:
+        return [Error(f"GPUOBS_OIDC_CLIENT_SECRET_ENV: {exc}", id="gpuobs.E032")]
     return []

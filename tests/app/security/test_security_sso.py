@@ -13,7 +13,7 @@ import requests
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
-from diagnosis.identity import oidc
+from diagnosis.identity import checks, oidc
 from diagnosis.models import Tenant
 from diagnosis.roles import Role, roles_of
 from tests.support.oidc_provider import CLIENT_ID, CLIENT_SECRET, OidcProvider
@@ -189,3 +189,17 @@ def test_the_proxy_header_never_signs_in_as_a_local_account_with_a_password(lab,
         )
 
     assert answer.status_code in (401, 403)
+
+
+def test_a_bad_role_map_and_a_missing_client_secret_stop_the_checks(monkeypatch) -> None:
+    monkeypatch.delenv("GPUOBS_SECRET_MISSING", raising=False)
+    with override_settings(GPUOBS_ROLE_MAP="gpu-sre=boss,x=viewer:nlp"):
+        (bad_map,) = checks.role_map_parses()
+    with override_settings(
+        GPUOBS_OIDC_ISSUER="https://idp.example.org",
+        GPUOBS_OIDC_CLIENT_SECRET_ENV="GPUOBS_SECRET_MISSING",
+    ):
+        (no_secret,) = checks.oidc_client_secret_is_set()
+
+    assert "no role 'boss'" in bad_map.msg
+    assert "GPUOBS_SECRET_MISSING is not set" in no_secret.msg
