@@ -27,7 +27,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     DJANGO_SETTINGS_MODULE=gpuobs.settings \
     DJANGO_DEBUG=0 \
-    HOME=/tmp
+    HOME=/tmp \
+    GUNICORN_CMD_ARGS="-c python:gpuobs.gunicorn_conf"
 
 WORKDIR /app
 

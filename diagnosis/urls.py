@@ -9,6 +9,7 @@ from diagnosis.pages import incidents as incident_views
 from diagnosis.pages import inventory as inventory_views
 from diagnosis.pages import jobs as job_views
 from diagnosis.pages import live as live_views
+from diagnosis.pages import people as people_views
 from diagnosis.pages import queues as queue_views
 from diagnosis.pages import recommendations as recommendation_views
 from diagnosis.pages import reports as report_views
@@ -63,6 +64,7 @@ cluster_pages = [
 
 urlpatterns = [
     path("", views.cluster_list, name="cluster_list"),
+    path("people/", people_views.people, name="people"),  # the admin role's (docs/ui.md)
     path("clusters/", RedirectView.as_view(pattern_name="diagnosis:cluster_list")),
     path("clusters/<slug:name>/", include(cluster_pages)),
 ]

@@ -12,6 +12,8 @@ from celery import Celery, signals
 from django.conf import settings
 from kombu import Queue
 
+from gpuobs.logs import configure_celery
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuobs.settings")
 
 DEFAULT_QUEUE = "celery"
@@ -49,6 +51,9 @@ app.conf.update(
     task_routes=(route_task,),
 )
 app.autodiscover_tasks()
+# The worker and beat log as the web does (gpuobs/logs.py): Django's LOGGING, not Celery's own
+# format; the request id travels in the task headers.
+signals.setup_logging.connect(configure_celery)
 
 
 @app.on_after_configure.connect

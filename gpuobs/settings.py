@@ -15,6 +15,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from gpuobs import logs as gpuobs_logs
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -399,13 +401,63 @@ DEFAULT_FROM_EMAIL = os.environ.get("DJANGO_DEFAULT_FROM_EMAIL", "gpuobs@localho
 
 # --- logging -------------------------------------------------------------------------------------
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "INFO")},
-}
+# One format for Django, Celery and gunicorn (GPUOBS_LOG_FORMAT=text|json) and a request id on
+# every line, carried into the Celery tasks a request sends (gpuobs/logs.py; docs/operations.md,
+# "Logs"). RequestIdMiddleware comes first so that every answer carries X-Request-ID.
+try:
+    GPUOBS_LOG_FORMAT = gpuobs_logs.log_format()
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+LOGGING = gpuobs_logs.logging_config(os.environ.get("DJANGO_LOG_LEVEL", "INFO"))
+MIDDLEWARE.insert(0, "gpuobs.logs.RequestIdMiddleware")
+
+# --- identities from the company's IdP (docs/operations.md, "Single sign-on") -------------------
+# OpenID Connect (diagnosis/identity/oidc.py, mozilla-django-oidc): on when GPUOBS_OIDC_ISSUER is
+# set; the endpoints come from its discovery document, the client secret from the GPUOBS_SECRET_*
+# variable GPUOBS_OIDC_CLIENT_SECRET_ENV names. A trusted auth proxy's header
+# (diagnosis/identity/proxy.py): on when GPUOBS_AUTH_PROXY_USER_HEADER names one, honoured only
+# from GPUOBS_AUTH_PROXY_TRUSTED. Both map the IdP's groups with GPUOBS_ROLE_MAP
+# (diagnosis/identity/role_map.py). GPUOBS_LOCAL_LOGIN=0 turns password logins off.
+GPUOBS_OIDC_ISSUER = os.environ.get("GPUOBS_OIDC_ISSUER", "").strip()
+GPUOBS_OIDC_CLIENT_SECRET_ENV = os.environ.get("GPUOBS_OIDC_CLIENT_SECRET_ENV", "").strip()
+if GPUOBS_OIDC_CLIENT_SECRET_ENV and not GPUOBS_OIDC_CLIENT_SECRET_ENV.startswith("GPUOBS_SECRET_"):
+    raise ImproperlyConfigured("GPUOBS_OIDC_CLIENT_SECRET_ENV must name a GPUOBS_SECRET_* variable")
+GPUOBS_OIDC_GROUPS_CLAIM = os.environ.get("GPUOBS_OIDC_GROUPS_CLAIM", "groups")
+GPUOBS_OIDC_USERNAME_CLAIM = os.environ.get("GPUOBS_OIDC_USERNAME_CLAIM", "preferred_username")
+GPUOBS_OIDC_PROVIDER_NAME = os.environ.get("GPUOBS_OIDC_PROVIDER_NAME", "")
+OIDC_RP_CLIENT_ID = os.environ.get("GPUOBS_OIDC_CLIENT_ID", "")
+if GPUOBS_OIDC_ISSUER and not OIDC_RP_CLIENT_ID:
+    raise ImproperlyConfigured("GPUOBS_OIDC_CLIENT_ID must be set with GPUOBS_OIDC_ISSUER")
+OIDC_RP_SCOPES = os.environ.get("GPUOBS_OIDC_SCOPES", "openid email profile groups")
+OIDC_RP_SIGN_ALGO = os.environ.get("GPUOBS_OIDC_SIGN_ALGO", "RS256")
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = env_int("GPUOBS_OIDC_TIMEOUT_SECONDS", 10)
+LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/?sso=failed"
+GPUOBS_AUTH_PROXY_USER_HEADER = os.environ.get("GPUOBS_AUTH_PROXY_USER_HEADER", "").strip()
+GPUOBS_AUTH_PROXY_GROUPS_HEADER = os.environ.get(
+    "GPUOBS_AUTH_PROXY_GROUPS_HEADER", "X-Forwarded-Groups"
+).strip()
+GPUOBS_AUTH_PROXY_TRUSTED = env_list("GPUOBS_AUTH_PROXY_TRUSTED")
+if GPUOBS_AUTH_PROXY_USER_HEADER and not GPUOBS_AUTH_PROXY_TRUSTED:
+    raise ImproperlyConfigured(
+        "GPUOBS_AUTH_PROXY_TRUSTED (the proxy's addresses or networks) must be set with "
+        "GPUOBS_AUTH_PROXY_USER_HEADER"
+    )
+GPUOBS_ROLE_MAP = os.environ.get("GPUOBS_ROLE_MAP", "")
+GPUOBS_LOCAL_LOGIN = env_bool("GPUOBS_LOCAL_LOGIN", default=True)
+AUTHENTICATION_BACKENDS = [
+    *(
+        b
+        for b in AUTHENTICATION_BACKENDS
+        if GPUOBS_LOCAL_LOGIN or b != "django.contrib.auth.backends.ModelBackend"
+    ),
+    "diagnosis.identity.oidc.OIDCBackend",
+    "diagnosis.identity.proxy.ProxyHeaderBackend",
+]
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
+    "diagnosis.identity.proxy.TrustedProxyMiddleware",
+)
 
 # --- gpuobs --------------------------------------------------------------------------------------
 

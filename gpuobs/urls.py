@@ -1,5 +1,5 @@
-"""URLs of gpuobs. Public: /accounts/login/, /healthz, /livez, /readyz, /i18n/setlang/, /static/;
-/metrics needs a token or basic auth; everything else needs a login."""
+"""URLs of gpuobs. Public: /accounts/login/, /oidc/, /healthz, /livez, /readyz,
+/i18n/setlang/, /static/; /metrics needs a token or basic auth; everything else needs a login."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
@@ -9,6 +9,8 @@ from django.views.i18n import set_language
 
 from diagnosis.api import urls as api_urls
 from diagnosis.api.metrics import MetricsView
+from diagnosis.identity import oidc
+from diagnosis.pages.accounts import LoginPage
 from diagnosis.pages.health import healthz, livez, readyz
 from diagnosis.pages.support.navigation import landing
 
@@ -17,7 +19,9 @@ from diagnosis.pages.support.navigation import landing
 API_MOUNTS = {"api/v1/": "api-v1", "api/": "api"}
 
 urlpatterns = [
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", LoginPage.as_view(), name="login"),
+    # single sign-on (OpenID Connect; 404 unless configured; docs/operations.md)
+    path("oidc/", include(oidc.urlpatterns)),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     # after a login without ?next=: the page the user's role starts at (a manager: their report)
     path("accounts/landing/", landing, name="landing"),

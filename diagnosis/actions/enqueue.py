@@ -9,6 +9,7 @@ Celery's own ``delay`` does there.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -21,12 +22,16 @@ APPLY = "diagnosis.tasks.actuate_recommendation"
 NOTIFY = "diagnosis.tasks.notify_cluster"
 ESTIMATE_IMPACT = "diagnosis.tasks.estimate_impact"
 
+logger = logging.getLogger(__name__)
+
 
 def send_task(name: str, args: Sequence[Any] = (), **options: Any) -> None:
     """Send the task called ``name`` now (raises when the broker refuses it)."""
     app = current_app
     if not app.conf.task_always_eager:
-        app.send_task(name, tuple(args), **options)
+        sent = app.send_task(name, tuple(args), **options)
+        # with the request id of what sent it (gpuobs/logs.py), which the task's lines carry too
+        logger.info("sent %s (task %s)", name, sent.id)
         return
     # send_task ignores task_always_eager: run the registered task here, as delay() would
     if name not in app.tasks:

@@ -1,4 +1,7 @@
-"""The clusters of the API: a read-only list and detail, scoped to what the caller may read.
+"""The clusters of the API: a list and detail, scoped to what the caller may read, and for the
+admin role the clusters as code (docs/operations.md, "Clusters as code"):
+``GET /api/v1/clusters/export/`` (the ``gpuobs.clusters/v1`` document) and
+``POST /api/v1/clusters/apply/`` (that document; ``?dry_run=1`` only says what would change).
 
 Each cluster says how fresh its data is (issue #18): ``stale`` (the last good cycle, or its
 snapshot, is older than two cycle intervals -- the overview's rule), ``data_age_s``, the last
@@ -14,14 +17,27 @@ from django.conf import settings
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
-from rest_framework import serializers, viewsets
+from rest_framework import serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
 
 from diagnosis.access import (
     clusters_for_user,
 )
+from diagnosis.actions.records.cluster_specs import (
+    KIND,
+    ClusterSpecError,
+    apply_cluster_specs,
+    export_document,
+    parse_documents,
+    plan,
+)
 from diagnosis.api.serializers import ClusterSerializer
 from diagnosis.models import Cluster, ClusterCycle
 from diagnosis.pages.clusters import Freshness
+from diagnosis.roles import can_administer
 
 SKIPPED_PREFIX = "skipped:"  # a skipped cycle's error is its reason (no host, no remote text)
 
@@ -71,6 +87,44 @@ class ClusterFreshnessSerializer(ClusterSerializer):
         return error if error.startswith(SKIPPED_PREFIX) else cluster.status_message
 
 
+class IntegrationSpecSerializer(serializers.Serializer):
+    kind = serializers.CharField(help_text="the scheduler's or metrics source's kind")
+    config = serializers.DictField(
+        required=False, help_text="its declared settings; secrets as references only"
+    )
+
+
+class ClusterSpecSerializer(serializers.Serializer):
+    name = serializers.SlugField(max_length=63)
+    scheduler = IntegrationSpecSerializer()
+    metrics = IntegrationSpecSerializer()
+    enabled = serializers.BooleanField(default=True)
+    dry_run = serializers.BooleanField(default=True)
+    auto_rollback = serializers.BooleanField(default=False)
+
+
+class ClusterDocumentSerializer(serializers.Serializer):
+    """A ``gpuobs.clusters/v1`` document (docs/operations.md, "Clusters as code")."""
+
+    kind = serializers.CharField(help_text=f"always {KIND}")
+    clusters = ClusterSpecSerializer(many=True)
+
+
+class ClusterChangeSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    outcome = serializers.CharField(help_text="created, updated or unchanged")
+    fields = serializers.DictField(help_text="each changed field's before and after")
+
+
+class ClusterApplySerializer(serializers.Serializer):
+    dry_run = serializers.BooleanField()
+    changes = ClusterChangeSerializer(many=True)
+
+
+class ClusterProblemsSerializer(serializers.Serializer):
+    problems = serializers.ListField(child=serializers.CharField())
+
+
 def with_freshness(clusters: QuerySet[Cluster]) -> QuerySet[Cluster]:
     """Each cluster with its latest attempt and latest good cycle, by when they ran (a cycle
     stamped in the future by a skewed clock is never preferred)."""
@@ -94,3 +148,31 @@ class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self) -> QuerySet[Cluster]:
         return with_freshness(clusters_for_user(self.request.user)).order_by("name")
+
+    def _require_admin(self) -> None:
+        if not can_administer(self.request.user):
+            raise PermissionDenied("clusters as code are the admin role's")
+
+    @extend_schema(responses=ClusterDocumentSerializer, summary="Every cluster, as code")
+    @action(detail=False, methods=["get"], pagination_class=None)
+    def export(self, request: Request) -> Response:
+        self._require_admin()
+        return Response(export_document())
+
+    @extend_schema(
+        request=ClusterDocumentSerializer,
+        responses={200: ClusterApplySerializer, 400: ClusterProblemsSerializer},
+        parameters=[OpenApiParameter("dry_run", bool, description="say what would change only")],
+        summary="Create or update the declared clusters",
+    )
+    @action(detail=False, methods=["post"])
+    def apply(self, request: Request) -> Response:
+        self._require_admin()
+        try:
+            specs = parse_documents([("body", request.data)])
+        except ClusterSpecError as exc:
+            return Response({"problems": exc.problems}, status=status.HTTP_400_BAD_REQUEST)
+        dry_run = request.query_params.get("dry_run", "") in {"1", "true", "yes"}
+        actor = request.user.get_username()
+        changes = plan(specs) if dry_run else apply_cluster_specs(specs, actor=actor)
+        return Response({"dry_run": dry_run, "changes": [c.as_json() for c in changes]})

@@ -5,6 +5,9 @@ requests; never the database, so a database outage does not restart every web po
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from django.contrib.auth.decorators import login_not_required
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, JsonResponse
@@ -41,6 +44,30 @@ def _database_health() -> dict[str, str]:
         return {"status": "error", "detail": "unreachable"}
     return {"status": "ok", "detail": "answers"}
 
+logger = logging.getLogger(__name__)
+
+
+def _probe_answer(report: dict[str, Any], status: int) -> JsonResponse:
+    """A probe's 503 is its answer, not a server error: logged here, once, as a warning -- or at
+    INFO while gpuobs is starting (a worker or beat that has not yet written its first
+    heartbeat) -- instead of Django's ERROR line for every 5xx (docs/operations.md, "Logs")."""
+    response = JsonResponse(report, status=status)
+    if status >= 500:
+        failing = {name: part for name, part in report.items() if isinstance(part, dict)}
+        failing = {n: p for n, p in failing.items() if p.get("status") != "ok"}
+        starting = bool(failing) and all(
+            str(part.get("detail", "")).startswith("no heartbeat") for part in failing.values()
+        )
+        logger.log(
+            logging.INFO if starting else logging.WARNING,
+            "health probe answered %s%s: %s",
+            status,
+            " (starting)" if starting else "",
+            ", ".join(f"{n}: {p.get('detail')}" for n, p in failing.items()) or "database",
+        )
+        response._has_been_logged = True  # Django's log_response skips what was logged
+    return response
+
 
 @login_not_required
 @never_cache
@@ -52,10 +79,10 @@ def healthz(request: HttpRequest) -> JsonResponse:
     heartbeats' hosts and pids only for staff."""
     if request.GET.get("deep") in ("1", "true", "yes"):
         ok, report = deep_health(show_hosts=request.user.is_staff)
-        return JsonResponse(report, status=200 if ok else 503)
+        return _probe_answer(report, 200 if ok else 503)
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
     except DatabaseError:
-        return JsonResponse({"status": "error", "database": "unreachable"}, status=503)
+        return _probe_answer({"status": "error", "database": "unreachable"}, 503)
     return JsonResponse({"status": "ok", "database": "ok"})

@@ -29,20 +29,32 @@ def database_url_of_test_database() -> str:
 
 @contextmanager
 def celery_worker_process(
-    queues: str, redis_url: str, tmp_path: Path
+    queues: str,
+    redis_url: str,
+    tmp_path: Path,
+    env: dict[str, str] | None = None,
+    *,
+    quiet: bool = False,
 ) -> Iterator[subprocess.Popen]:
     """A real ``celery -A gpuobs worker`` process on ``queues``, against the test database and
     ``redis_url`` (messages an interrupted earlier run left are purged first); its log is
     ``tmp_path/worker.log``, printed (pytest shows it when a test fails) once the process is
-    stopped (terminate, then kill) at the end of the block."""
+    stopped (terminate, then kill) at the end of the block. ``env``: more environment;
+    ``quiet``: no start-up banner (Celery's ``--quiet``)."""
     celery_app.control.purge()
-    env = {**os.environ, "DATABASE_URL": database_url_of_test_database(), "REDIS_URL": redis_url}
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url_of_test_database(),
+        "REDIS_URL": redis_url,
+        **(env or {}),
+    }
     command = [
         sys.executable,
         "-m",
         "celery",
         "-A",
         "gpuobs",
+        *(["--quiet"] if quiet else []),
         "worker",
         "-Q",
         queues,

@@ -55,6 +55,7 @@ from diagnosis.models import (
     OwnerNoticePolicy,
     Recommendation,
 )
+from gpuobs import logs as gpuobs_logs
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +99,7 @@ def alertmanager_target() -> AlertmanagerTarget:
         bearer_token=token,
         basic_auth=basic,
         timeout_s=float(settings.GPUOBS_ALERTMANAGER_TIMEOUT_SECONDS),
+        request_id=gpuobs_logs.request_id.get(),  # docs/operations.md, "Logs"
     )
 
 

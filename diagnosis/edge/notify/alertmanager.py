@@ -72,6 +72,7 @@ class AlertmanagerTarget:
     retries: int = 2
     backoff_s: float = 0.5
     verify_tls: bool = True
+    request_id: str = ""  # of the request or task that sends, as X-Request-ID (its logs' id)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ def post_alerts(
     headers = {"Content-Type": "application/json"}
     if target.bearer_token:
         headers["Authorization"] = f"Bearer {target.bearer_token}"
+    if target.request_id:
+        headers["X-Request-ID"] = target.request_id
     url = target.url.rstrip("/") + "/api/v2/alerts"
     body = [alert.as_json() for alert in alerts]
     attempt = 0

@@ -82,7 +82,13 @@ class Command(BaseCommand):
             self.stdout.write(text)
 
     def _import(self, path: str, cluster_name: str | None, diagnose: bool) -> None:
-
+        if cluster_name and not Cluster.objects.filter(name=cluster_name).exists():
+            # --cluster names where the file goes; declaring a cluster is `clusters apply`'s
+            raise CommandError(
+                f"--cluster: no cluster named {cluster_name!r}; declare it first with "
+                '`manage.py clusters apply -f FILE` (docs/operations.md, "Clusters as code")',
+                returncode=2,
+            )
         snap = self._load(path)
         try:
             result = import_snapshot(snap, cluster_name=cluster_name, diagnose=diagnose)

@@ -22,7 +22,7 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_safe
 
 from diagnosis.access import clusters_for_user
-from diagnosis.roles import can_read, is_tenant_scoped
+from diagnosis.roles import can_administer, can_read, is_tenant_scoped
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -63,16 +63,18 @@ CLUSTER_LIST_LINKS = ("findings", "incidents", "fairness")
 
 def menu(request: HttpRequest) -> dict[str, Any]:
     """Context processor: ``cluster_menu`` (the entries this user may use), ``cluster_links``
-    (those of them the cluster list shows per cluster) and ``admin_menu`` (whether the Admin
-    link shows: the admin site lets only staff in)."""
+    (those of them the cluster list shows per cluster), ``admin_menu`` (whether the Admin
+    link shows: the admin site lets only staff in) and ``people_menu`` (the admin role's People
+    page)."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
-        return {"cluster_menu": (), "cluster_links": (), "admin_menu": False}
+        return {"cluster_menu": (), "cluster_links": (), "admin_menu": False, "people_menu": False}
     items = tuple(item for item in CLUSTER_MENU if item.shown_to(user))
     return {
         "cluster_menu": items,
         "cluster_links": tuple(item for item in items if item.section in CLUSTER_LIST_LINKS),
         "admin_menu": user.is_staff,
+        "people_menu": can_administer(user),  # diagnosis/pages/people.py
     }
 
 

@@ -82,7 +82,7 @@ def test_app_commands_start_real_entry_points(services: dict[str, dict]) -> None
     assert (REPO_ROOT / "diagnosis/management/commands/ensure_admin.py").is_file()
 
     worker = command_text(services["worker"])
-    assert worker.startswith("celery -A gpuobs worker")
+    assert worker.startswith("celery -A gpuobs --quiet worker")  # no banner in the log
     queues = worker.split("-Q ")[1].split()[0].split(",")
     assert sorted(queues) == ["actuate", "celery", "collect", "diagnose", "impact"]
 

@@ -1,0 +1,28 @@
+"""Logging in (docs/ui.md, "Logging in"): the password form unless ``GPUOBS_LOCAL_LOGIN=0``,
+and a single sign-on button when OpenID Connect is configured (diagnosis/identity/oidc.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import views as auth_views
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+
+from diagnosis.identity import oidc
+
+
+class LoginPage(auth_views.LoginView):
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not settings.GPUOBS_LOCAL_LOGIN:  # password logins are off: single sign-on only
+            return HttpResponseNotAllowed(["GET"])
+        return super().post(request, *args, **kwargs)
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        return super().get_context_data(
+            local_login=settings.GPUOBS_LOCAL_LOGIN,
+            sso=oidc.enabled(),
+            sso_name=settings.GPUOBS_OIDC_PROVIDER_NAME,
+            sso_failed=self.request.GET.get("sso") == "failed",
+            **kwargs,
+        )
