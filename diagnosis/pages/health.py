@@ -44,6 +44,7 @@ def _database_health() -> dict[str, str]:
         return {"status": "error", "detail": "unreachable"}
     return {"status": "ok", "detail": "answers"}
 
+
 logger = logging.getLogger(__name__)
 
 
