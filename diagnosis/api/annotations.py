@@ -13,12 +13,16 @@ tenant-scoped manager sees only their tenants' incidents and no recommendations)
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -30,17 +34,28 @@ from diagnosis.core.vocabulary import parse_time
 
 LIMIT = 1000
 DEFAULT_SPAN = timedelta(hours=24)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+# Unix milliseconds are ASCII digits (``str.isdigit`` also takes "²"); a number beyond what
+# ``datetime`` holds is refused like any other nonsense, with a 400.
+_MILLISECONDS = re.compile(r"[0-9]+")
+
+
+def _from_milliseconds(raw: str) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(int(raw) / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def _moment(raw: str | None, name: str) -> datetime | None:
     if not raw:
         return None
-    if raw.isdigit():
-        return datetime.fromtimestamp(int(raw) / 1000, tz=UTC)
-    moment = parse_time(raw)
-    if moment is None:
+    moment = _from_milliseconds(raw) if _MILLISECONDS.fullmatch(raw) else parse_time(raw)
+    if moment is None or moment < EPOCH:  # before 1970 nothing happened, and "to - 24 h" holds
         raise ValidationError(
-            {name: f"expected Unix milliseconds or an RFC 3339 time, got {raw!r}"}
+            {name: f"expected Unix milliseconds or an RFC 3339 time, got {raw[:40]!r}"}
         )
     return moment
 
@@ -99,11 +114,36 @@ def annotations_for(user: Any, names: list[str], start: datetime, end: datetime)
     return items[:LIMIT]
 
 
+# What each item carries (deploy/grafana/annotations-infinity.json picks these columns).
+ANNOTATIONS = inline_serializer(
+    "Annotation",
+    {
+        "time": serializers.IntegerField(),
+        "timeEnd": serializers.IntegerField(allow_null=True),
+        "cluster": serializers.CharField(),
+        "kind": serializers.ChoiceField(["change", "drain", "incident"]),
+        "title": serializers.CharField(),
+        "text": serializers.CharField(),
+        "tags": serializers.ListField(child=serializers.CharField()),
+        "url": serializers.URLField(),
+    },
+    many=True,
+)
+
+
 class AnnotationsView(APIView):
     """Read-only list of changes and incidents in a time range (for Grafana's Infinity)."""
 
     authentication_classes = AUTHENTICATION  # Infinity sends "Authorization: Bearer <token>"
 
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("from", str, description="Unix milliseconds or RFC 3339"),
+            OpenApiParameter("to", str, description="Unix milliseconds or RFC 3339"),
+            OpenApiParameter("cluster", str, many=True, description="a cluster's name"),
+        ],
+        responses={200: ANNOTATIONS, 400: OpenApiTypes.OBJECT},
+    )
     def get(self, request: Any) -> Response:
         end = _moment(request.query_params.get("to"), "to") or timezone.now()
         start = _moment(request.query_params.get("from"), "from") or end - DEFAULT_SPAN

@@ -124,3 +124,13 @@ def test_the_shipped_infinity_query_reads_the_endpoint_fields(changes) -> None:
     for column in panel["target"]["columns"]:
         assert column["selector"] in item
     assert {p["key"] for p in panel["target"]["url_options"]["params"]} == {"from", "to", "cluster"}
+
+
+@pytest.mark.parametrize(
+    "moment", ["99999999999999999999", "²", "-1", "1e3", "0001-01-01T00:00:00Z"]
+)
+def test_a_time_out_of_range_or_not_ascii_digits_is_a_400(changes, moment) -> None:
+    token, _ = scraper()
+    refused = client_for(token).get("/api/v1/annotations", {"from": moment})
+    assert refused.status_code == 400
+    assert "from" in refused.json()
