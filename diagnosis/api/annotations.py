@@ -27,7 +27,12 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from diagnosis.access import clusters_for_user, incidents_for_user, recommendations_for_user
+from diagnosis.access import (
+    clusters_for_user,
+    incidents_for_user,
+    recommendations_for_user,
+    text_for_user,
+)
 from diagnosis.api.auth import AUTHENTICATION
 from diagnosis.choices import RecommendationKind
 from diagnosis.core.vocabulary import parse_time
@@ -105,7 +110,7 @@ def annotations_for(user: Any, names: list[str], start: datetime, end: datetime)
                     "kind": "incident",
                     "title": f"{xid}incident on {incident.node}"
                     + (f"/{incident.gpu_index}" if incident.gpu_index is not None else ""),
-                    "text": incident.summary,
+                    "text": text_for_user(user, cluster.pk, incident.summary),
                     "tags": ["gpuobs", "incident", incident.state],
                     "url": _link("incidents", name=cluster.name),
                 }
