@@ -119,6 +119,9 @@ def annotations_for(user: Any, names: list[str], start: datetime, end: datetime)
     return items[:LIMIT]
 
 
+# An item's kind (its enum in the schema: SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]).
+ANNOTATION_KINDS = ("change", "drain", "incident")
+
 # What each item carries (deploy/grafana/annotations-infinity.json picks these columns).
 ANNOTATIONS = inline_serializer(
     "Annotation",
@@ -126,7 +129,7 @@ ANNOTATIONS = inline_serializer(
         "time": serializers.IntegerField(),
         "timeEnd": serializers.IntegerField(allow_null=True),
         "cluster": serializers.CharField(),
-        "kind": serializers.ChoiceField(["change", "drain", "incident"]),
+        "kind": serializers.ChoiceField(ANNOTATION_KINDS),
         "title": serializers.CharField(),
         "text": serializers.CharField(),
         "tags": serializers.ListField(child=serializers.CharField()),
