@@ -21,7 +21,7 @@ docs/fairness.md):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -249,10 +249,14 @@ class TextScope:
     def value(self, value: object) -> object:
         """A stored value (evidence, details) in any shape: strings as :meth:`text`; a record of
         another tenant's job (its ``tenant``, ``id`` or ``job`` hidden) is the placeholder."""
+        self.learn(_strings(value))  # every word of it looked up at once
+        return self._value(value)
+
+    def _value(self, value: object) -> object:
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, list):
-            return [self.value(item) for item in value]
+            return [self._value(item) for item in value]
         if isinstance(value, dict):
             if any(
                 isinstance(value.get(key), str) and self.text(value[key]) != value[key]
@@ -260,10 +264,23 @@ class TextScope:
             ):
                 return {"id": HIDDEN_JOB}
             return {
-                self.text(key) if isinstance(key, str) else key: self.value(item)
+                self.text(key) if isinstance(key, str) else key: self._value(item)
                 for key, item in value.items()
             }
         return value
+
+
+def _strings(value: object) -> Iterator[str]:
+    """Every string in a stored value, dictionary keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
 
 
 def scope_for_user(user: User, cluster_id: int) -> TextScope | None:

@@ -17,7 +17,7 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 from pypdf import PdfReader
 
-from diagnosis.access import text_for_user
+from diagnosis.access import evidence_for_user, scope_for_user, text_for_user
 from diagnosis.actions.oncall.drain import drain_for_incident
 from diagnosis.actions.oncall.incidents import add_incident_note
 from diagnosis.actions.records.cycles import record_cycle
@@ -204,3 +204,11 @@ def test_a_plain_word_or_number_that_is_another_tenants_job_is_hidden(after_a_dr
 
 def test_a_reading_role_reads_every_text_whole(bob):
     assert text_for_user(bob, 1, "job latecomer of vision") == "job latecomer of vision"
+
+
+def test_an_evidence_is_looked_up_in_one_query(after_a_drain, mallory, django_assert_num_queries):
+    evidence = {"jobs": [{"id": f"job-{n}", "tenant": "hpo"} for n in range(20)], "by": "latecomer"}
+    scope_for_user(mallory, after_a_drain.pk)  # the allowlist, read once a request
+    with django_assert_num_queries(1):
+        shown = evidence_for_user(mallory, after_a_drain.pk, evidence)
+    assert shown["by"] == "(another tenant's job)"
