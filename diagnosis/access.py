@@ -21,12 +21,13 @@ docs/fairness.md):
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied
-from django.db.models import Model, QuerySet
+from django.db.models import Model, Q, QuerySet
 from django.http import Http404
 
 from diagnosis.models import (
@@ -39,6 +40,7 @@ from diagnosis.models import (
     Tenant,
 )
 from diagnosis.roles import can_read, is_tenant_scoped
+from diagnosis.rule_catalog import RULE_TEXT
 
 User = AbstractBaseUser | AnonymousUser
 M = TypeVar("M", bound=Model)
@@ -160,43 +162,153 @@ def get_finding_for_user(user: User, cluster: Cluster, finding_id: int) -> Findi
 HIDDEN_JOB = "(another tenant's job)"
 HIDDEN_TENANT = "(another tenant)"
 
+# A name in free text: a run of word characters, dots, dashes, colons and slashes
+# ("research/research-tp", "gpu-100/3", "2026-11-29T08:00:00Z").
+_NAME = re.compile(r"\w[\w.\-:/]*\w|\w")
+# Free text's words that name nothing: a number with a fraction (a share), a date or a time.
+_NO_NAME = re.compile(
+    r"\d+\.\d+|\d{4}-\d\d-\d\d(T\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:\d\d)?)?|\d\d:\d\d(:\d\d)?Z?"
+)
 
-def _evidence_scope(user: User, cluster_id: int) -> tuple[frozenset[str], frozenset[str]]:
-    """The job ids and tenant names of ``cluster`` a tenant-scoped user may not see (cached on
-    the user object for the request)."""
-    cache = getattr(user, "_gpuobs_evidence_scope", None)
-    if cache is None:
-        cache = user._gpuobs_evidence_scope = {}
-    if cluster_id not in cache:
-        tenants = Tenant.objects.filter(cluster_id=cluster_id).exclude(managers=user)
-        jobs = Job.objects.filter(cluster_id=cluster_id).exclude(tenant__managers=user)
-        cache[cluster_id] = (
-            frozenset(jobs.values_list("external_id", flat=True)),
-            frozenset(tenants.values_list("name", flat=True)),
+
+class TextScope:
+    """What a tenant-scoped manager may read by name in one cluster's texts (timelines, event
+    reasons and messages, notes, summaries, subjects, evidence).
+
+    First an allowlist, read once: their tenants' names, their jobs' ids and names, gpuobs's
+    own rule ids. Every other word of a text is shown unless it is the name of another tenant
+    of the cluster (:data:`HIDDEN_TENANT`) or the id or name of a job of the cluster's
+    (:data:`HIDDEN_JOB`): looked up for the words the texts hold (one query for each text with
+    words not seen before), never by reading every other tenant's jobs. Node names, states,
+    numbers and plain words stay readable."""
+
+    def __init__(self, cluster_id: int, shown: frozenset[str], tenants: frozenset[str]) -> None:
+        self.cluster_id = cluster_id
+        self.shown = shown
+        self.tenants = tenants  # the cluster's other tenants (few): a plain word may be one
+        self._known: dict[str, str] = {}  # word -> itself or its placeholder
+
+    @classmethod
+    def read(cls, user: User, cluster_id: int) -> TextScope:
+        mine = Tenant.objects.filter(cluster_id=cluster_id, managers=user)
+        shown: set[str] = set(RULE_TEXT)  # gpuobs's own rule ids
+        shown.update(mine.values_list("name", flat=True))
+        jobs = Job.objects.filter(cluster_id=cluster_id, tenant__in=mine)
+        for external_id, name in jobs.values_list("external_id", "name"):
+            shown.update((external_id, name))
+        shown.discard("")
+        every = Tenant.objects.filter(cluster_id=cluster_id).values_list("name", flat=True)
+        return cls(cluster_id, frozenset(shown), frozenset(every) - shown)
+
+    def _learn(self, words: set[str]) -> None:
+        """Look the words not seen yet up among the cluster's jobs (ids and names)."""
+        new = {w for w in words if w not in self._known}
+        if not new:
+            return
+        jobs = Job.objects.filter(cluster_id=self.cluster_id)
+        named = Q(external_id__in=new) | Q(name__in=new)
+        for external_id, name in jobs.filter(named).values_list("external_id", "name"):
+            for word in (external_id, name):
+                if word in new:
+                    self._known[word] = HIDDEN_JOB
+        for word in new:
+            self._known.setdefault(word, word)
+
+    def _words(self, token: str) -> list[str]:
+        """The words of one name that need a look-up: the name itself and, for "a/b", each
+        part."""
+        if token in self.shown or token in self.tenants or _NO_NAME.fullmatch(token):
+            return []
+        parts = [p for p in token.split("/") if p] if "/" in token else []
+        return [token, *(w for p in parts for w in self._words(p))]
+
+    def name(self, token: str) -> str:
+        """One name as the manager may read it."""
+        if token in self.shown:
+            return token
+        if token in self.tenants:
+            return HIDDEN_TENANT
+        if _NO_NAME.fullmatch(token):
+            return token
+        self._learn(set(self._words(token)))
+        if self._known[token] != token or "/" not in token:
+            return self._known[token]
+        return "/".join(self.name(part) if part else part for part in token.split("/"))
+
+    def learn(self, texts: Iterable[str]) -> None:
+        """Look up every word of ``texts`` at once (one query for a page of them)."""
+        self._learn(
+            {w for text in texts if text for m in _NAME.finditer(text) for w in self._words(m[0])}
         )
+
+    def text(self, text: str) -> str:
+        """Free text with every name the manager may not read replaced."""
+        self.learn([text])
+        return _NAME.sub(lambda m: self.name(m.group(0)), text)
+
+    def value(self, value: object) -> object:
+        """A stored value (evidence, details) in any shape: strings as :meth:`text`; a record of
+        another tenant's job (its ``tenant``, ``id`` or ``job`` hidden) is the placeholder."""
+        self.learn(_strings(value))  # every word of it looked up at once
+        return self._value(value)
+
+    def _value(self, value: object) -> object:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, list):
+            return [self._value(item) for item in value]
+        if isinstance(value, dict):
+            if any(
+                isinstance(value.get(key), str) and self.text(value[key]) != value[key]
+                for key in ("tenant", "id", "job")
+            ):
+                return {"id": HIDDEN_JOB}
+            return {
+                self.text(key) if isinstance(key, str) else key: self._value(item)
+                for key, item in value.items()
+            }
+        return value
+
+
+def _strings(value: object) -> Iterator[str]:
+    """Every string in a stored value, dictionary keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+
+
+def scope_for_user(user: User, cluster_id: int) -> TextScope | None:
+    """The :class:`TextScope` of a tenant-scoped manager in a cluster (read once per request:
+    cached on the user object); None for everyone else, who reads every text whole."""
+    if not is_tenant_scoped(user):
+        return None
+    cache = getattr(user, "_gpuobs_text_scope", None)
+    if cache is None:
+        cache = user._gpuobs_text_scope = {}
+    if cluster_id not in cache:
+        cache[cluster_id] = TextScope.read(user, cluster_id)
     return cache[cluster_id]
 
 
-def _redact(value: object, jobs: frozenset[str], tenants: frozenset[str]) -> object:
-    if isinstance(value, str):
-        return HIDDEN_JOB if value in jobs else HIDDEN_TENANT if value in tenants else value
-    if isinstance(value, list):
-        return [_redact(item, jobs, tenants) for item in value]
-    if isinstance(value, dict):
-        if value.get("tenant") in tenants or value.get("id") in jobs or value.get("job") in jobs:
-            return {"id": HIDDEN_JOB}
-        return {key: _redact(item, jobs, tenants) for key, item in value.items()}
-    return value
+def prime_texts_for_user(user: User, cluster_id: int, texts: Iterable[str]) -> None:
+    """Before a page shows many texts (a list's summaries, a timeline) through
+    :func:`text_for_user`: their words looked up at once, not one query per text."""
+    scope = scope_for_user(user, cluster_id)
+    if scope is not None:
+        scope.learn(texts)
 
 
 def evidence_for_user(user: User, cluster_id: int, evidence: object) -> object:
-    """A finding's evidence as ``user`` may read it: whole for a reading role; for a
-    tenant-scoped manager, every job and tenant of someone else replaced by a placeholder,
-    in any shape the rules give it (a job's record, an id in a list, a tenant's name)."""
-    if not is_tenant_scoped(user):
-        return evidence
-    jobs, tenants = _evidence_scope(user, cluster_id)
-    return _redact(evidence, jobs, tenants)
+    """A finding's evidence (or any stored record about jobs) as ``user`` may read it: whole for
+    a reading role; for a tenant-scoped manager, through :class:`TextScope`."""
+    scope = scope_for_user(user, cluster_id)
+    return evidence if scope is None else scope.value(evidence)
 
 
 def subject_for_user(user: User, cluster_id: int, subject: str) -> str:
@@ -204,24 +316,21 @@ def subject_for_user(user: User, cluster_id: int, subject: str) -> str:
     a tenant-scoped manager, another tenant's job or tenant in it is the placeholder (which
     pages show as text, never as a link)."""
     prefix, sep, name = str(subject).partition(":")
-    if not sep or not is_tenant_scoped(user):
+    scope = scope_for_user(user, cluster_id)
+    if not sep or scope is None:
         return subject
-    jobs, tenants = _evidence_scope(user, cluster_id)
     parts = name.split("+") if prefix == "jobs" else [name]
-    return f"{prefix}:" + "+".join(str(_redact(part, jobs, tenants)) for part in parts)
-
-
-_NAME = re.compile(r"\w[\w.\-/]*\w|\w")
+    return f"{prefix}:" + "+".join(scope.name(part) for part in parts)
 
 
 def text_for_user(user: User, cluster_id: int, text: str) -> str:
-    """Free text a rule or the cycle wrote about jobs (a finding's or an incident's summary) as
-    ``user`` may read it: for a tenant-scoped manager, each name in it that is another tenant's
-    job or tenant becomes the placeholder."""
-    if not text or not is_tenant_scoped(user):
+    """Free text about jobs (a finding's or an incident's summary, a timeline entry, a note, a
+    scheduler event's reason or message) as ``user`` may read it: for a tenant-scoped manager,
+    through :class:`TextScope`. The one filter of pages, API, CSV and PDF."""
+    scope = scope_for_user(user, cluster_id)
+    if not text or scope is None:
         return text
-    jobs, tenants = _evidence_scope(user, cluster_id)
-    return _NAME.sub(lambda m: str(_redact(m.group(0), jobs, tenants)), str(text))
+    return scope.text(str(text))
 
 
 def incidents_for_user(user: User, cluster: Cluster) -> QuerySet[Incident]:

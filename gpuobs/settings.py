@@ -9,6 +9,7 @@ Two modes follow from the environment:
   ``DATABASE_URL`` points at PostgreSQL and ``REDIS_URL`` at Redis (broker, results, cycle locks).
 """
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -133,6 +134,18 @@ AUTHENTICATION_BACKENDS = [
 AXES_FAILURE_LIMIT = env_int("GPUOBS_LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = env_int("GPUOBS_LOGIN_COOLOFF_MINUTES", 15) / 60  # hours
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# The client's address behind the reverse proxies named here (addresses or networks,
+# comma-separated; unset: none is trusted and X-Forwarded-For is ignored). Used by the lockout
+# and the API throttles alike (diagnosis/throttling.py, client_address).
+try:
+    GPUOBS_TRUSTED_PROXIES = [
+        str(ipaddress.ip_network(item.strip(), strict=False))
+        for item in os.environ.get("GPUOBS_TRUSTED_PROXIES", "").split(",")
+        if item.strip()
+    ]
+except ValueError as error:
+    raise ImproperlyConfigured(f"GPUOBS_TRUSTED_PROXIES: {error}") from None
+AXES_CLIENT_IP_CALLABLE = "diagnosis.throttling.client_address"
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False  # no start-up banner on stdout; failures and lockouts are still logged
 AXES_SENSITIVE_PARAMETERS: list[str] = []  # the log names the user and address of a failure
@@ -203,6 +216,7 @@ LOGOUT_REDIRECT_URL = "/accounts/login/"
 REST_FRAMEWORK = {
     # Token first: an anonymous caller gets 401 with `WWW-Authenticate: Token`.
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "diagnosis.throttling.ThrottleBeforeAuthentication",  # authenticates nobody: throttles
         "diagnosis.api.auth.HashedTokenAuthentication",  # hashed, expiring (models/tokens.py)
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
@@ -211,15 +225,16 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    # diagnosis/throttling.py: a 429 with Retry-After beyond these rates
-    "DEFAULT_THROTTLE_CLASSES": [
-        "rest_framework.throttling.AnonRateThrottle",
-        "rest_framework.throttling.UserRateThrottle",
-    ],
+    # diagnosis/throttling.py: a 429 with Retry-After beyond these rates, counted in
+    # CACHES["throttle"]; callers without credentials and failed credentials are counted before
+    # authentication (ThrottleBeforeAuthentication)
+    "DEFAULT_THROTTLE_CLASSES": ["diagnosis.throttling.UserThrottle"],
     "DEFAULT_THROTTLE_RATES": {
         "anon": os.environ.get("GPUOBS_API_RATE_ANON", "60/min"),
         "user": os.environ.get("GPUOBS_API_RATE_USER", "1200/min"),
+        "failed_credentials": os.environ.get("GPUOBS_API_RATE_FAILED", "20/min"),
     },
+    "EXCEPTION_HANDLER": "diagnosis.api.errors.api_exception_handler",
 }
 
 SPECTACULAR_SETTINGS = {
@@ -227,12 +242,21 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "PREPROCESSING_HOOKS": ["diagnosis.api.schema.versioned_only"],
+    # the credentials a client may send (ThrottleBeforeAuthentication checks none)
+    "AUTHENTICATION_WHITELIST": [
+        "diagnosis.api.auth.HashedTokenAuthentication",
+        "diagnosis.api.auth.BearerTokenAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "diagnosis.choices.JobState",
         "FindingStateEnum": "diagnosis.choices.FindingState",
         "RecommendationStateEnum": "diagnosis.choices.RecommendationState",
         "IncidentStateEnum": "diagnosis.choices.IncidentState",
         "NodeStateEnum": "diagnosis.choices.NodeState",
+        "AnnotationKindEnum": "diagnosis.api.annotations.ANNOTATION_KINDS",
+        "RecommendationKindEnum": "diagnosis.choices.RecommendationKind",
     },
 }
 
@@ -296,18 +320,32 @@ WHITENOISE_AUTOREFRESH = DEBUG
 
 REDIS_URL = os.environ.get("REDIS_URL") or None
 
-# Django's default cache stays each process's own memory (DRF's throttles count there, as
-# before). The pages' cache of rendered fragments (diagnosis/pages/support/page_cache.py) is shared
-# in
-# Redis when there is one, else each process's own memory too. Short timeouts: a slow Redis costs
-# a page a fraction of a second, and then the process renders without it for a while.
+# Django's default cache stays each process's own memory. The pages' cache of rendered fragments
+# (diagnosis/pages/support/page_cache.py) is shared in Redis when there is one, else each
+# process's own memory too. Short timeouts: a slow Redis costs a page a fraction of a second,
+# and then the process renders without it for a while.
 _PAGES_IN_MEMORY = {
     "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
     "LOCATION": "gpuobs-pages",
     "OPTIONS": {"MAX_ENTRIES": 300},  # a fairness fragment is ~200 KB: ~60 MB at most
 }
+# The API throttles and their counts (diagnosis/throttling.py): shared by every process in Redis,
+# so the documented rate is the rate whatever the number of gunicorn workers; the process's own
+# memory in the embedded mode (one process).
+_THROTTLE_IN_MEMORY = {
+    "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+    "LOCATION": "gpuobs-throttle",
+}
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "throttle": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "gpuobs-throttle",
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+    }
+    if REDIS_URL
+    else _THROTTLE_IN_MEMORY,
     "pages": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,

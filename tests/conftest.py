@@ -92,6 +92,16 @@ def _empty_page_cache(_page_cache_in_memory: None) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _own_throttle_counts(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test counts its API calls under its own key prefix of the throttles' cache (the real
+    Redis under ``make test``, diagnosis/throttling.py): one test's anonymous or failed calls from
+    127.0.0.1 never throttle the next one's."""
+    throttle = {**settings.CACHES["throttle"], "KEY_PREFIX": f"test-throttle-{os.urandom(6).hex()}"}
+    with override_settings(CACHES={**settings.CACHES, "throttle": throttle}):
+        yield
+
+
+@pytest.fixture(autouse=True)
 def _default_language() -> Iterator[None]:
     """Each test starts in the default language: a request served in Chinese leaves its language
     active in the test's thread (LocaleMiddleware activates it and never deactivates it), and

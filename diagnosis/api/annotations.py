@@ -15,34 +15,54 @@ recommendations).
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from diagnosis.access import clusters_for_user, incidents_for_user, recommendations_for_user
+from diagnosis.access import (
+    clusters_for_user,
+    incidents_for_user,
+    recommendations_for_user,
+    text_for_user,
+)
 from diagnosis.api.auth import AUTHENTICATION
 from diagnosis.choices import RecommendationKind
 from diagnosis.core.vocabulary import parse_time
 
 LIMIT = 1000
 DEFAULT_SPAN = timedelta(hours=24)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+# Unix milliseconds are ASCII digits (``str.isdigit`` also takes "²"); a number beyond what
+# ``datetime`` holds is refused like any other nonsense, with a 400.
+_MILLISECONDS = re.compile(r"[0-9]+")
+
+
+def _from_milliseconds(raw: str) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(int(raw) / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def _moment(raw: str | None, name: str) -> datetime | None:
     if not raw:
         return None
-    if raw.isdigit():
-        return datetime.fromtimestamp(int(raw) / 1000, tz=UTC)
-    moment = parse_time(raw)
-    if moment is None:
+    moment = _from_milliseconds(raw) if _MILLISECONDS.fullmatch(raw) else parse_time(raw)
+    if moment is None or moment < EPOCH:  # before 1970 nothing happened, and "to - 24 h" holds
         raise ValidationError(
-            {name: f"expected Unix milliseconds or an RFC 3339 time, got {raw!r}"}
+            {name: f"expected Unix milliseconds or an RFC 3339 time, got {raw[:40]!r}"}
         )
     return moment
 
@@ -92,7 +112,7 @@ def annotations_for(user: Any, names: list[str], start: datetime, end: datetime)
                     "kind": "incident",
                     "title": f"{xid}incident on {incident.node}"
                     + (f"/{incident.gpu_index}" if incident.gpu_index is not None else ""),
-                    "text": incident.summary,
+                    "text": text_for_user(user, cluster.pk, incident.summary),
                     "tags": ["gpuobs", "incident", incident.state],
                     "url": _link("incidents", name=cluster.name),
                 }
@@ -121,11 +141,39 @@ def cluster_selection(values: list[str]) -> list[str]:
     return names
 
 
+# An item's kind (its enum in the schema: SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]).
+ANNOTATION_KINDS = ("change", "drain", "incident")
+
+# What each item carries (deploy/grafana/annotations-infinity.json picks these columns).
+ANNOTATIONS = inline_serializer(
+    "Annotation",
+    {
+        "time": serializers.IntegerField(),
+        "timeEnd": serializers.IntegerField(allow_null=True),
+        "cluster": serializers.CharField(),
+        "kind": serializers.ChoiceField(ANNOTATION_KINDS),
+        "title": serializers.CharField(),
+        "text": serializers.CharField(),
+        "tags": serializers.ListField(child=serializers.CharField()),
+        "url": serializers.URLField(),
+    },
+    many=True,
+)
+
+
 class AnnotationsView(APIView):
     """Read-only list of changes and incidents in a time range (for Grafana's Infinity)."""
 
     authentication_classes = AUTHENTICATION  # Infinity sends "Authorization: Bearer <token>"
 
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("from", str, description="Unix milliseconds or RFC 3339"),
+            OpenApiParameter("to", str, description="Unix milliseconds or RFC 3339"),
+            OpenApiParameter("cluster", str, many=True, description="a cluster's name"),
+        ],
+        responses={200: ANNOTATIONS, 400: OpenApiTypes.OBJECT},
+    )
     def get(self, request: Any) -> Response:
         end = _moment(request.query_params.get("to"), "to") or timezone.now()
         start = _moment(request.query_params.get("from"), "from") or end - DEFAULT_SPAN

@@ -20,6 +20,7 @@ from rest_framework.permissions import BasePermission
 
 from diagnosis.models import ApiToken
 from diagnosis.models.tokens import token_digest
+from diagnosis.throttling import ThrottleBeforeAuthentication
 
 
 class BearerTokenAuthentication(TokenAuthentication):
@@ -53,6 +54,7 @@ class HashedTokenAuthentication(TokenAuthentication):
 LAST_USED_GRANULARITY = timedelta(minutes=1)  # at most one write a minute per token
 
 AUTHENTICATION = [
+    ThrottleBeforeAuthentication,  # authenticates nobody: throttles before any credential
     HashedTokenAuthentication,
     TokenAuthentication,
     BearerTokenAuthentication,

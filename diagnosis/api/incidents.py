@@ -29,6 +29,7 @@ from diagnosis.access import (
     get_cluster_for_user,
     get_incident_for_user,
     incidents_for_user,
+    prime_texts_for_user,
     tenants_for_user,
 )
 from diagnosis.actions.oncall.drain import DrainChanged, drain_for_incident
@@ -55,7 +56,7 @@ def _context(request: Request, cluster: Cluster, **extra: Any) -> dict[str, Any]
     tenants = None
     if roles.is_tenant_scoped(request.user):
         tenants = set(tenants_for_user(request.user, cluster).values_list("name", flat=True))
-    return {"tenants": tenants, **extra}
+    return {"tenants": tenants, "user": request.user, **extra}
 
 
 class IncidentListView(APIView):
@@ -75,7 +76,8 @@ class IncidentListView(APIView):
                 choices = ", ".join(IncidentState.values)
                 return Response({"errors": {"state": f"one of {choices}"}}, status=400)
             incidents = incidents.filter(state=wanted)
-        rows = incidents.order_by("-opened_at", "-id")[:LIMIT]
+        rows = list(incidents.order_by("-opened_at", "-id")[:LIMIT])
+        prime_texts_for_user(request.user, target.pk, [i.summary for i in rows])
         data = IncidentSerializer(rows, many=True, context=_context(request, target)).data
         return Response({"count": len(data), "results": data})
 

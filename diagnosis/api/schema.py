@@ -9,17 +9,10 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.permissions import IsAuthenticated
 
-# Grafana's JSON data source answers (diagnosis/api/annotations.py) declare no schema yet.
-UNDESCRIBED = ("/api/v1/annotations",)
-
 
 def versioned_only(endpoints: list[tuple[Any, ...]], **kwargs: Any) -> list[tuple[Any, ...]]:
     """One API, two mounts (gpuobs/urls.py): the schema describes the versioned one."""
-    return [
-        endpoint
-        for endpoint in endpoints
-        if endpoint[0].startswith("/api/v1/") and endpoint[0] not in UNDESCRIBED
-    ]
+    return [endpoint for endpoint in endpoints if endpoint[0].startswith("/api/v1/")]
 
 
 class SchemaView(SpectacularAPIView):

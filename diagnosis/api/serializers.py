@@ -343,6 +343,17 @@ class IncidentSerializer(serializers.ModelSerializer):
             "jobs": jobs,
         }
 
+    def _text(self, incident: Incident, text: str) -> str:
+        user = self.context.get("user")
+        return text if user is None else text_for_user(user, incident.cluster_id, text)
+
+    def to_representation(self, instance: Incident) -> dict[str, Any]:
+        """The summary as the caller may read it (``context["user"]``, a manager: no other
+        tenant's job or tenant in it), like every timeline entry."""
+        data = super().to_representation(instance)
+        data["summary"] = self._text(instance, data["summary"])
+        return data
+
     def get_history(self, incident: Incident) -> list[dict[str, Any]] | None:
         if not self.context.get("history"):
             return None
@@ -353,7 +364,7 @@ class IncidentSerializer(serializers.ModelSerializer):
                 "kind": e.kind,
                 "state_before": e.state_before,
                 "state_after": e.state_after,
-                "text": e.text,
+                "text": self._text(incident, e.text),
             }
             for e in incident.history.all()
         ]

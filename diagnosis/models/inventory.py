@@ -223,6 +223,8 @@ class Job(models.Model):
             models.Index(fields=["cluster", "started_at"], name="job_cluster_started"),
             # the job list, newest first, paged (diagnosis/pages/jobs.py; issue 19)
             models.Index(fields=["cluster", "-submitted_at", "-id"], name="job_cluster_submitted"),
+            # a name in a text a manager reads, looked up (diagnosis/access.py, TextScope)
+            models.Index(fields=["cluster", "name"], name="job_cluster_name"),
         ]
 
     def __str__(self) -> str:

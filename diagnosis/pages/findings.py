@@ -29,6 +29,7 @@ from diagnosis.access import (
     get_cluster_for_user,
     get_finding_for_user,
     incidents_for_user,
+    prime_texts_for_user,
     recommendations_for_user,
     subject_for_user,
 )
@@ -130,6 +131,11 @@ def _finding_list_body(request: HttpRequest, cluster: Cluster) -> SafeString:
     )
     page, query = paginate(request, findings, FINDINGS_PER_PAGE)
     page.object_list = list(page.object_list)
+    prime_texts_for_user(
+        request.user,
+        cluster.pk,
+        [t for f in page.object_list for t in (f.subject.partition(":")[2], f.summary)],
+    )
     for finding in page.object_list:  # names linked to their pages (links.subject_link)
         finding.subject_shown = subject_for_user(request.user, cluster.pk, finding.subject)
     pools = (

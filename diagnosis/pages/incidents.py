@@ -23,6 +23,7 @@ from diagnosis.access import (
     get_cluster_for_user,
     get_incident_for_user,
     incidents_for_user,
+    prime_texts_for_user,
     tenants_for_user,
 )
 from diagnosis.actions.oncall.drain import (
@@ -109,6 +110,7 @@ def incident_list(request: HttpRequest, name: str) -> HttpResponse:
     incidents = incidents_for_user(request.user, cluster).order_by(STATE_RANK, "-opened_at", "-id")
     page, _ = paginate(request, incidents, INCIDENTS_PER_PAGE)  # the list has no filters to keep
     tenants = _visible_tenants(request, cluster)
+    prime_texts_for_user(request.user, cluster.pk, [i.summary for i in page.object_list])
     rows = [
         {
             "incident": i,
@@ -168,6 +170,8 @@ def incident_detail(request: HttpRequest, name: str, incident_id: int) -> HttpRe
     tenants = _visible_tenants(request, cluster)
     details = incident.details or {}
     drain = incident.drain
+    history = list(incident.history.all())
+    prime_texts_for_user(request.user, cluster.pk, [incident.summary, *(e.text for e in history)])
     context = {
         "cluster": cluster,
         "section": "incidents",
@@ -176,7 +180,7 @@ def incident_detail(request: HttpRequest, name: str, incident_id: int) -> HttpRe
         "jobs": _scoped(details.get("jobs"), tenants),
         "tenants": details.get("tenants") or [],
         "gpus": _other_gpus(cluster, incident, tenants),
-        "history": list(incident.history.all()),
+        "history": history,
         "drain": drain,
         "drain_applied": drain is not None and drain.state in APPLIED_STATES,
         "drain_jobs": _scoped((details.get("drain") or {}).get("jobs"), tenants),

@@ -27,6 +27,7 @@ from diagnosis.access import (
     get_job_for_user,
     incidents_for_user,
     jobs_for_user,
+    prime_texts_for_user,
     tenants_for_user,
 )
 from diagnosis.charts.figures import embed, gpus_util_series
@@ -361,6 +362,11 @@ def job_detail(request: HttpRequest, name: str, job_id: str) -> HttpResponse:
         SchedulerEvent.objects.filter(
             cluster=cluster, job_external_id=job.external_id, kind__in=PREEMPTION_EVENTS
         ).order_by("-time", "-id")[:50]
+    )
+    prime_texts_for_user(  # the texts below, a manager's words looked up at once
+        request.user,
+        cluster.pk,
+        [f.summary for f in findings] + [t for e in preemptions for t in (e.reason, e.message)],
     )
     context: dict[str, Any] = {
         "cluster": cluster,

@@ -331,8 +331,21 @@ def markdown_inline(text: Any) -> SafeString:
 def summary_of(context: template.Context, finding: Any) -> str:
     """A finding's summary as the page's reader may read it (a manager: another tenant's job
     or tenant named in it is the placeholder); escaped like any variable."""
+    return _for_reader(context, getattr(finding, "summary", ""), finding.cluster_id)
+
+
+@register.simple_tag(takes_context=True)
+def reader_text(context: template.Context, text: Any, cluster: Any = None) -> str:
+    """Free text about jobs (an incident's summary or timeline entry, a note, a scheduler
+    event's reason or message) as the page's reader may read it, for the page's ``cluster``
+    (or the one given): :func:`diagnosis.access.text_for_user`, escaped like any variable."""
+    cluster = cluster if cluster is not None else context.get("cluster")
+    return _for_reader(context, text, getattr(cluster, "pk", None))
+
+
+def _for_reader(context: template.Context, text: Any, cluster_id: int | None) -> str:
     request = context.get("request")
-    summary = str(getattr(finding, "summary", "") or "")
-    if request is None:
-        return summary
-    return text_for_user(request.user, finding.cluster_id, summary)
+    text = "" if text is None else str(text)
+    if request is None or cluster_id is None:
+        return text
+    return text_for_user(request.user, cluster_id, text)

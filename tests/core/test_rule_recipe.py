@@ -26,6 +26,8 @@ from tests.support.commands import embedded_env
 DOC = REPO_ROOT / "docs" / "adding-a-rule.md"
 RULE_ID = "straggler-rank"  # the page's example
 PO = Path("locale/zh_Hans/LC_MESSAGES/django.po")
+# one worker takes both tests: they share the module's copy and its test database
+pytestmark = pytest.mark.xdist_group("rule-recipe")
 
 RULE_MODULE = '''"""``straggler-rank``: the recipe test's rule (tests/core/test_rule_recipe.py)."""
 
@@ -175,7 +177,7 @@ def run_the_checks(copy: Path) -> subprocess.CompletedProcess:
     (command,) = fenced_block("recipe-checks")
     words = command.split()
     assert words[0] == "pytest"
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     if env.get("DATABASE_URL"):
         url = urlsplit(env["DATABASE_URL"])
         env["DATABASE_URL"] = urlunsplit(url._replace(path=url.path.rstrip("/") + "_recipe"))

@@ -149,3 +149,13 @@ def test_the_shipped_query_sends_the_cluster_selection_as_csv() -> None:
     panel = json.loads(PANEL.read_text(encoding="utf-8"))
     params = {p["key"]: p["value"] for p in panel["target"]["url_options"]["params"]}
     assert params["cluster"] == "${cluster:csv}"
+
+
+@pytest.mark.parametrize(
+    "moment", ["99999999999999999999", "²", "-1", "1e3", "0001-01-01T00:00:00Z"]
+)
+def test_a_time_out_of_range_or_not_ascii_digits_is_a_400(changes, moment) -> None:
+    token, _ = scraper()
+    refused = client_for(token).get("/api/v1/annotations", {"from": moment})
+    assert refused.status_code == 400
+    assert "from" in refused.json()
