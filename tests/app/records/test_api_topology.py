@@ -142,3 +142,49 @@ def test_stored_topology_of_another_gpu_count_is_not_used(cluster):
 def test_nothing_stored_leaves_the_document_alone(cluster):
     document = tp8_document()
     assert merge_stored_topology(cluster, document) == document
+
+
+# -- hostile bodies and names (issue #28, item 1) -------------------------------------------------
+
+
+def eight_gpus(numa: list[str]) -> str:
+    return matrix([["X" if a == b else "NV12" for b in range(8)] for a in range(8)], numa=numa)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (eight_gpus(["0"] * 7 + ["9" * 4000]), "row GPU7: NUMA node '999999999999' is above 4095"),
+        (eight_gpus(["0"] * 8).replace("Legend:", "# a comment \x00\nLegend:"), "control char"),
+        (matrix([["X", "NV9999"], ["NV9999", "X"]]), "more than 64 links"),
+    ],
+    ids=["numa-4000-nines", "nul-in-a-comment", "nvlink-count"],
+)
+def test_hostile_text_is_a_400_and_stores_nothing(cluster, uploader, body, message):
+    response = upload(token_client(uploader), body)
+    assert response.status_code == 400
+    assert message in response.json()["errors"][0]
+    assert not NodeTopology.objects.exists()
+
+
+def test_a_numa_cell_of_superscript_two_is_unknown_not_a_500(cluster, uploader):
+    response = upload(token_client(uploader), eight_gpus(["0"] * 7 + ["²"]))
+    assert response.status_code == 201
+    assert response.json()["numa"] == [0] * 7 + [None]
+
+
+def test_a_node_name_ending_in_a_line_feed_is_refused(cluster, uploader):
+    response = upload(token_client(uploader), real_file(DGX).read_bytes(), node="gpu-121%0A")
+    assert response.status_code == 400
+    assert not NodeTopology.objects.exists()
+
+
+def test_one_node_more_than_the_clusters_bound_is_refused(cluster, uploader, settings):
+    settings.GPUOBS_TOPOLOGY_MAX_NODES = 1
+    client = token_client(uploader)
+    assert upload(client, real_file(DGX).read_bytes(), node="dgx-01").status_code == 201
+    assert upload(client, real_file(DGX).read_bytes(), node="dgx-01").status_code == 200
+    response = upload(client, real_file(DGX).read_bytes(), node="dgx-02")
+    assert response.status_code == 400
+    assert "GPUOBS_TOPOLOGY_MAX_NODES" in response.json()["errors"][0]
+    assert list(NodeTopology.objects.values_list("node", flat=True)) == ["dgx-01"]
