@@ -12,12 +12,18 @@ import jsonschema
 import pytest
 
 from diagnosis.core import snapshot as snapshot_format
-from diagnosis.edge.schedulers.base import SchedulerError
+from diagnosis.edge.schedulers.base import ChangeError, SchedulerError
 from diagnosis.edge.schedulers.slurm import parse
 from diagnosis.edge.schedulers.slurm import topology as slurm_topology
-from diagnosis.edge.schedulers.slurm.adapter import SlurmReads, SlurmSettings, scheduler_state
+from diagnosis.edge.schedulers.slurm.adapter import (
+    SAFE_NAME,
+    SlurmReads,
+    SlurmSettings,
+    scheduler_state,
+)
 from diagnosis.edge.schedulers.slurm.parse import jobs as slurm_jobs
 from diagnosis.edge.schedulers.slurm.parse import values as slurm_values
+from diagnosis.edge.schedulers.targets import target_name
 from tests.conftest import REPO_ROOT
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "slurm"
@@ -786,3 +792,10 @@ def test_refused_records_are_named_in_the_scheduler_section() -> None:
     assert state.jobs == []
     assert state.scheduler["refused_records"] == jobs.refused
     assert "not a host list" in state.scheduler["refused_records"][0]
+
+
+@pytest.mark.parametrize("target", ["job:1234\n", "job:1234\n--all", "job:gpu-1\r"])
+def test_a_target_with_a_line_end_never_reaches_a_slurm_command(target) -> None:
+    """Issue #28: ``SAFE_NAME`` ends in ``\\Z``, so ``job:1234\\n`` is refused, not requeued."""
+    with pytest.raises(ChangeError, match="target must look like job:NAME"):
+        target_name({"kind": "gang-release", "target": target}, pattern=SAFE_NAME)

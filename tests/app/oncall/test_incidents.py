@@ -164,6 +164,19 @@ def test_an_empty_note_is_refused_with_a_message(oncall, erin):
     assert not the_incident(oncall).history.filter(kind="note").exists()
 
 
+@pytest.mark.parametrize(("action", "field"), [("note", "text"), ("resolve", "note")])
+def test_a_nul_in_a_note_or_resolution_is_refused_with_a_message(oncall, erin, action, field):
+    response = logged_in_client(erin).post(
+        f"/clusters/oncall/incidents/{the_incident(oncall).pk}/{action}/",
+        {field: "reseated\x00"},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert "may not hold a NUL character" in response.content.decode()
+    assert the_incident(oncall).state == "open"
+    assert not the_incident(oncall).history.filter(kind__in=["note", "resolved"]).exists()
+
+
 # -- the page ------------------------------------------------------------------------------------
 
 
