@@ -58,6 +58,8 @@ def load(source: str | Path | bytes | Mapping[str, Any]) -> ClusterSnapshot:
             document = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise SnapshotError([f"$: not valid JSON ({exc})"]) from exc
+        except RecursionError as exc:  # 100,000 nested brackets: refused, never a traceback
+            raise SnapshotError(["$: the JSON is nested too deeply"]) from exc
     return _Loader(document).build()
 
 
