@@ -73,17 +73,13 @@ def resolve_file(name: str) -> Path:
 
 
 def read_env(name: str) -> str:
-    """The value of secret environment variable ``name`` (refused unless prefixed; must be set)."""
+    """The value of secret environment variable ``name`` (refused unless prefixed; must be set).
+    A deployment's ``*_ENV`` setting (``GPUOBS_ALERTMANAGER_TOKEN_ENV``) is read through this
+    too: it names a ``GPUOBS_SECRET_*`` variable, never ``DJANGO_SECRET_KEY``."""
     check_env_reference(name)
-    return read_deployment_env(name)
-
-
-def read_deployment_env(name: str) -> str:
-    """The value of the environment variable a *deployment* setting names (Django settings, not
-    a database row: any name is allowed); it must be set."""
-    value = os.environ.get(name, "") if name else ""
+    value = os.environ.get(name, "")
     if not value:
-        raise SecretError(f"environment variable {name or '(none)'} is not set")
+        raise SecretError(f"environment variable {name} is not set")
     return value
 
 
