@@ -31,6 +31,12 @@ def routes(version: str) -> dict:
 
 
 @pytest.fixture(autouse=True)
+def bound_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deployment binds the JWT to the slurm integration (docs/integrations.md)."""
+    monkeypatch.setenv("GPUOBS_SECRET_BINDINGS", f"{TOKEN_ENV}=slurm")
+
+
+@pytest.fixture(autouse=True)
 def conf_dir(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The test's folder is the deployment's Slurm conf folder (its slurm.conf lives there)."""
     monkeypatch.setenv(CONF_DIR_ENV, str(tmp_path))
