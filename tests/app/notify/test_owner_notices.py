@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from diagnosis.actions.notify import owner_notices
 from diagnosis.actions.notify.alertmanager import deliver_to_alertmanager
 from diagnosis.actions.notify.owner_notices import preview_notice, send_owner_notices
 from diagnosis.models import (
@@ -155,3 +156,26 @@ def test_a_mapped_address_with_a_comment_is_refused(cluster, mailoutbox) -> None
     record_cycles(cluster, ["idle"] * 9, end=NOW)
     assert send_owner_notices(cluster, now=NOW) == 0
     assert mailoutbox == []
+
+
+def test_one_notice_that_fails_never_stops_the_others(cluster, mailoutbox, monkeypatch) -> None:
+    turn_on(cluster)
+    record_cycles(cluster, ["idle"] * 9, end=NOW)
+    second = idle_finding(cluster)
+    second.pk, second.subject = None, "job:idle-9"
+    second.save()
+    real_send = owner_notices._send
+    calls: list[str] = []
+
+    def first_fails(policy, preview, finding):
+        calls.append(finding.subject)
+        if len(calls) == 1:
+            raise ValueError("Invalid address; only a@b could be parsed from 'a,b'")
+        real_send(policy, preview, finding)
+
+    monkeypatch.setattr(owner_notices, "_send", first_fails)
+
+    assert send_owner_notices(cluster, now=NOW) == 1
+    assert len(calls) == 2
+    assert len(mailoutbox) == 1
+    assert OwnerNotice.objects.count() == 1  # the failed one rolled back, tried next cycle
