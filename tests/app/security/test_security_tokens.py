@@ -103,7 +103,22 @@ def test_revoke_by_a_short_prefix_revokes_nobody(bob, carol):
 def test_revoke_of_a_prefix_two_users_share_needs_the_user(bob, carol):
     ApiToken.issue(bob, "script", key="abcd1111" + "0" * 32)
     ApiToken.issue(carol, "script", key="abcd1111" + "1" * 32)
-    with pytest.raises(CommandError, match="matches 2 tokens"):
+    with pytest.raises(CommandError, match="matches several tokens"):
         call_command("api_token", "revoke", "--prefix", "abcd1111", stdout=StringIO())
     call_command("api_token", "revoke", "--prefix", "abcd1111", "--user", "bob", stdout=StringIO())
     assert list(ApiToken.objects.values_list("user__username", flat=True)) == ["carol"]
+
+
+def test_scope_gives_a_migrated_token_its_cluster_and_kind(make_cluster, make_user):
+    make_cluster("prod")
+    sender = make_user("alertmanager")
+    legacy = Token.objects.create(user=sender)
+    call_command("api_token", "migrate-legacy", stdout=StringIO())
+    prefix = legacy.key[:8]
+    call_command(
+        "api_token", "scope", "--prefix", prefix, "--cluster", "prod", "--kind", "alerts",
+        stdout=StringIO(),
+    )  # fmt: skip
+    row = ApiToken.objects.get(prefix=prefix)
+    assert row.may_send("alerts")
+    assert [c.name for c in row.clusters.all()] == ["prod"]
