@@ -31,6 +31,7 @@ from django.db.models import Model, Q, QuerySet
 from django.http import Http404
 
 from diagnosis.models import (
+    ApiToken,
     Cluster,
     ClusterCycle,
     Finding,
@@ -44,13 +45,6 @@ from diagnosis.rule_catalog import RULE_TEXT
 
 User = AbstractBaseUser | AnonymousUser
 M = TypeVar("M", bound=Model)
-
-# Permissions that let a machine user post to any cluster's endpoints (diagnosis/api/auth.py).
-SENDER_PERMISSIONS = (
-    "diagnosis.add_schedulerevent",
-    "diagnosis.add_incident",
-    "diagnosis.add_nodetopology",  # topology uploads (diagnosis/api/topology.py)
-)
 
 
 def _require_login(user: User) -> None:
@@ -89,19 +83,20 @@ def get_cluster_for_user(user: User, name: str) -> Cluster:
     return _one_or_404(clusters_for_user(user), "cluster", name=name)
 
 
-def clusters_for_sender(user: User) -> QuerySet[Cluster]:
-    """The clusters a machine user may post events or alerts to: every cluster for staff and for
-    a user holding one of :data:`SENDER_PERMISSIONS` (the endpoint's permission class decides
-    which); otherwise those it may read."""
-    _require_login(user)
-    if user.is_staff or any(user.has_perm(p) for p in SENDER_PERMISSIONS):
-        return Cluster.objects.all()
-    return clusters_for_user(user)
+def clusters_for_sender(credential: object, kind: str) -> QuerySet[Cluster]:
+    """The clusters a machine credential may write ``kind`` to (a
+    :class:`~diagnosis.choices.SenderKind`: topology, events, alerts): those its hashed API
+    token names, when the token names the kind (``manage.py api_token create --cluster C --kind
+    K``). Any other credential (a session, a plain DRF token, a staff or superuser account, a
+    model permission) writes nowhere (docs/integrations.md#senders-are-scoped)."""
+    if not isinstance(credential, ApiToken) or not credential.may_send(kind):
+        return Cluster.objects.none()
+    return credential.clusters.all()
 
 
-def get_cluster_for_sender(user: User, name: str) -> Cluster:
-    """The cluster called ``name`` for a machine sender, or 404."""
-    return _one_or_404(clusters_for_sender(user), "cluster", name=name)
+def get_cluster_for_sender(credential: object, name: str, kind: str) -> Cluster:
+    """The cluster called ``name`` if the credential may write ``kind`` to it, else 404."""
+    return _one_or_404(clusters_for_sender(credential, kind), "cluster", name=name)
 
 
 def cycles_for_user(user: User, cluster: Cluster | None = None) -> QuerySet[ClusterCycle]:

@@ -34,6 +34,14 @@ class DataSourceStatus(models.TextChoices):
     ERROR = "error", "Error"
 
 
+class SenderKind(models.TextChoices):
+    """What a machine token may write to the clusters it names (docs/integrations.md)."""
+
+    TOPOLOGY = "topology", "Topology uploads"
+    EVENTS = "events", "Scheduler events"
+    ALERTS = "alerts", "Alertmanager alerts"
+
+
 class NodeState(models.TextChoices):
     READY = "ready", "Ready"
     CORDONED = "cordoned", "Cordoned"

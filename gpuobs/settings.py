@@ -265,7 +265,7 @@ SPECTACULAR_SETTINGS = {
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", default=not DEBUG)
 # Plain HTTP inside the cluster: probes and health checks, and Prometheus's scrape of /metrics
 # (a token or basic auth as over HTTPS; docs/integrations.md, "/metrics"). Pages still redirect.
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^livez$", r"^readyz$", r"^metrics$"]
+SECURE_REDIRECT_EXEMPT = [r"^healthz\Z", r"^livez\Z", r"^readyz\Z", r"^metrics\Z"]
 SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool(
     "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=not DEBUG
@@ -534,6 +534,11 @@ GPUOBS_VERIFY_TOLERANCE_PCT = env_int("GPUOBS_VERIFY_TOLERANCE_PCT", 10)
 # kept (one id) for GPUOBS_RECOMMENDATION_HOLD_OFF_SECONDS of snapshot time before it expires.
 GPUOBS_VERIFY_GOOD_CYCLES = env_int("GPUOBS_VERIFY_GOOD_CYCLES", 3)
 GPUOBS_RECOMMENDATION_HOLD_OFF_SECONDS = env_int("GPUOBS_RECOMMENDATION_HOLD_OFF_SECONDS", 2 * 3600)
+
+# --- topology uploads (diagnosis/actions/records/topology.py, docs/integrations.md) ---------------
+# A cluster stores the topology of at most this many nodes: an upload for one more node is refused
+# (a node already stored may always replace its own).
+GPUOBS_TOPOLOGY_MAX_NODES = env_int("GPUOBS_TOPOLOGY_MAX_NODES", 16384)
 
 # --- impact estimates apart from the cycle (diagnosis/actions/workflow/impact.py,
 # docs/operations.md) ---

@@ -3,9 +3,11 @@
 Tokens are DRF's (``rest_framework.authtoken``). Alertmanager and most webhook senders can only
 send ``Authorization: Bearer <token>``, so the same tokens are accepted with either keyword.
 
-Roles stay minimal: a sender needs the one model permission its endpoint writes with (events:
-``diagnosis.add_schedulerevent``; Alertmanager: ``diagnosis.add_incident``), or staff. Give a
-machine its own user with just that permission and a token.
+Senders are scoped: the machine endpoints (topology uploads, scheduler events, Alertmanager)
+accept a hashed API token that names the clusters and the kind it may write
+(:class:`~diagnosis.choices.SenderKind`; ``manage.py api_token create --user U --cluster C --kind
+K``); the staff flag and the model permissions grant nothing there. Give each machine its own user
+and a token per cluster (docs/integrations.md#senders-are-scoped).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from rest_framework import exceptions
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import BasePermission
 
+from diagnosis.choices import SenderKind
 from diagnosis.models import ApiToken
 from diagnosis.models.tokens import token_digest
 from diagnosis.throttling import ThrottleBeforeAuthentication
@@ -62,21 +65,29 @@ AUTHENTICATION = [
 ]
 
 
-def permission_or_staff(permission: str) -> type[BasePermission]:
-    """A permission class: an authenticated user with ``permission``, or staff."""
+def sender_permission(kind: str) -> type[BasePermission]:
+    """A permission class: a hashed API token naming ``kind`` (which clusters it names, the view
+    asks :func:`diagnosis.access.get_cluster_for_sender`)."""
 
-    class PermissionOrStaff(BasePermission):
-        message = f"needs the {permission} permission (or staff)"
+    class SenderPermission(BasePermission):
+        message = (
+            f"needs an API token scoped to {kind} (manage.py api_token create --cluster C "
+            f"--kind {kind})"
+        )
 
         def has_permission(self, request: Any, view: Any) -> bool:
-            user = request.user
+            token = request.auth
             return bool(
-                user and user.is_authenticated and (user.is_staff or user.has_perm(permission))
+                request.user
+                and request.user.is_authenticated
+                and isinstance(token, ApiToken)
+                and token.may_send(kind)
             )
 
-    PermissionOrStaff.__name__ = f"Has_{permission.replace('.', '_')}_OrStaff"
-    return PermissionOrStaff
+    SenderPermission.__name__ = f"Sends{kind.title()}"
+    return SenderPermission
 
 
-CanRecordSchedulerEvents = permission_or_staff("diagnosis.add_schedulerevent")
-CanReportIncidents = permission_or_staff("diagnosis.add_incident")
+CanUploadTopology = sender_permission(SenderKind.TOPOLOGY)
+CanRecordSchedulerEvents = sender_permission(SenderKind.EVENTS)
+CanReportIncidents = sender_permission(SenderKind.ALERTS)

@@ -23,6 +23,7 @@ from diagnosis.actions.oncall.alerts import (
 from diagnosis.actions.records.events import record_scheduler_events
 from diagnosis.api.auth import AUTHENTICATION, CanRecordSchedulerEvents, CanReportIncidents
 from diagnosis.api.serializers import EventBatchSerializer
+from diagnosis.choices import SenderKind
 from diagnosis.edge.schedulers.base import EventBatch
 from diagnosis.edge.sources import alertmanager
 from diagnosis.models import Snapshot
@@ -40,7 +41,7 @@ class SchedulerEventsView(APIView):
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, cluster: str) -> Response:
-        target = get_cluster_for_sender(request.user, cluster)
+        target = get_cluster_for_sender(request.auth, cluster, SenderKind.EVENTS)
         batch = EventBatchSerializer(data=request.data)
         batch.is_valid(raise_exception=True)
         events = batch.normalized()
@@ -78,7 +79,7 @@ class AlertmanagerWebhookView(APIView):
             return Response({"errors": exc.errors}, status=status.HTTP_400_BAD_REQUEST)
         rules = alert_rules()
         default_cluster = request.query_params.get("cluster") or None
-        clusters = clusters_for_sender(request.user)
+        clusters = clusters_for_sender(request.auth, SenderKind.ALERTS)
         documents: dict[int, dict[str, Any] | None] = {}
         results = []
         for alert in message.alerts:

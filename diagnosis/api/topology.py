@@ -1,12 +1,10 @@
 """``POST /api/v1/clusters/<cluster>/nodes/<node>/topology``: a node's ``nvidia-smi topo -m``
 output as the raw request body (what deploy/topology/gpuobs-topology-upload sends from a
-DaemonSet or a Slurm prolog). Token authentication; the sender needs
-``diagnosis.add_nodetopology`` (or staff). Answers what was stored, or 400 naming why the text
+DaemonSet or a Slurm prolog). Token authentication; the token must name the cluster and the
+kind ``topology`` (diagnosis/api/auth.py). Answers what was stored, or 400 naming why the text
 is no topology matrix (nothing stored)."""
 
 from __future__ import annotations
-
-import re
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
@@ -18,11 +16,9 @@ from rest_framework.views import APIView
 
 from diagnosis.access import get_cluster_for_sender
 from diagnosis.actions.records.topology import record_node_topology
-from diagnosis.api.auth import AUTHENTICATION, permission_or_staff
+from diagnosis.api.auth import AUTHENTICATION, CanUploadTopology
+from diagnosis.choices import SenderKind
 from diagnosis.edge.topology import MAX_TEXT_BYTES, TopologyError
-
-NODE_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
-CanUploadTopology = permission_or_staff("diagnosis.add_nodetopology")
 
 
 class RawTextParser(BaseParser):
@@ -41,12 +37,7 @@ class NodeTopologyView(APIView):
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, cluster: str, node: str) -> Response:
-        target = get_cluster_for_sender(request.user, cluster)
-        if not NODE_NAME.match(node):
-            return Response(
-                {"errors": [f"node: {node[:64]!r} is not a node name"]},
-                status=status.HTTP_400_BAD_REQUEST,
-            )
+        target = get_cluster_for_sender(request.auth, cluster, SenderKind.TOPOLOGY)
         body = request.data if isinstance(request.data, bytes) else b""  # empty: DRF gives {}
         try:
             row, created = record_node_topology(target, node, body, user=request.user)

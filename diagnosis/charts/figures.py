@@ -248,8 +248,10 @@ def recommendation_impact(impact: Mapping[str, Any]) -> go.Figure | None:
         return None
     titles = []  # two short lines: the metric and, unless cluster-wide, what it is of
     for row in rows:
-        subject = "" if row.get("subject") == "cluster" else f"<br>{row.get('subject')}"
-        titles.append(f"{row.get('label', row.get('metric'))}{subject}")
+        subject = (
+            "" if row.get("subject") == "cluster" else f"<br>{plotly_text(row.get('subject'))}"
+        )
+        titles.append(f"{plotly_text(row.get('label', row.get('metric')))}{subject}")
     columns = min(IMPACT_COLUMNS, len(rows))
     lines = -(-len(rows) // columns)
     figure = make_subplots(
@@ -263,6 +265,7 @@ def recommendation_impact(impact: Mapping[str, Any]) -> go.Figure | None:
         at = {"row": number // columns + 1, "col": number % columns + 1}
         scale, unit = IMPACT_UNITS.get(str(row.get("unit")), (1.0, ""))
         colour = {"improves": ACTIVITY, "harms": HARM}.get(str(row.get("verdict")), ACCENT)
+        verdict = plotly_text(row.get("verdict"))
         for name, key, bar_colour in (
             ("current", "current", MUTED),
             ("proposed", "proposed", colour),
@@ -283,7 +286,7 @@ def recommendation_impact(impact: Mapping[str, Any]) -> go.Figure | None:
                         "color": INK,
                         "thickness": 1,
                     },
-                    hovertemplate=f"{name}: %{{y:.3g}} {unit}<extra>{row.get('verdict')}</extra>",
+                    hovertemplate=f"{name}: %{{y:.3g}} {unit}<extra>{verdict}</extra>",
                     showlegend=False,
                 ),
                 **at,

@@ -9,15 +9,27 @@ from django.core.management.base import BaseCommand, CommandError
 
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.edge.collection import with_declared_traits
+from diagnosis.edge.sanitize import clean_document
 
 
-def load_snapshot_argument(command: BaseCommand, path: str) -> snapshot_format.ClusterSnapshot:
+def load_snapshot_argument(
+    command: BaseCommand, path: str, *, storable: bool = False
+) -> snapshot_format.ClusterSnapshot:
     """The snapshot at ``path`` (``-`` = stdin), its scheduler block completed with what its
     scheduler kind's adapter declares (``gang_advice``), as a collection would have written it.
-    A bad one: every error on stderr, then a CommandError that exits 2 (nothing reaches
-    stdout)."""
+    With ``storable`` (a snapshot the database will hold), every string made storable first, as
+    a cycle does (:func:`diagnosis.edge.sanitize.clean_document`: a 300-character job id
+    clipped, a NUL replaced), what was changed kept as the collection's ``repaired``. A bad
+    one: every error on stderr, then a CommandError that exits 2 (nothing reaches stdout)."""
     try:
-        return snapshot_format.load(with_declared_traits(_decoded(path)))
+        document = with_declared_traits(_decoded(path))
+        if storable and isinstance(document, dict):
+            document, repaired = clean_document(document)
+            if repaired:
+                collection = document.get("collection")
+                collection = dict(collection) if isinstance(collection, dict) else {}
+                document["collection"] = {**collection, "repaired": repaired}
+        return snapshot_format.load(document)
     except snapshot_format.SnapshotError as exc:
         for line in exc.errors:
             command.stderr.write(line)
@@ -31,3 +43,5 @@ def _decoded(path: str) -> object:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return raw
+    except RecursionError as exc:  # 100,000 nested brackets: an error line, not a traceback
+        raise snapshot_format.SnapshotError(["$: the JSON is nested too deeply"]) from exc

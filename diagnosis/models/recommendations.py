@@ -105,6 +105,16 @@ class AuditEntryQuerySet(models.QuerySet):
     def delete(self) -> tuple[int, dict[str, int]]:
         raise AuditEntryImmutableError("audit entries are append-only")
 
+    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[Any]:
+        """Inserts only: ``update_conflicts`` (an upsert that rewrites existing rows) is refused,
+        and so is ``ignore_conflicts`` (it would hide an attempt to reuse a row's id)."""
+        if kwargs.get("update_conflicts") or kwargs.get("ignore_conflicts"):
+            raise AuditEntryImmutableError("audit entries are append-only")
+        return super().bulk_create(objs, *args, **kwargs)
+
+    def bulk_update(self, objs: Any, fields: Any, batch_size: int | None = None) -> int:
+        raise AuditEntryImmutableError("audit entries are append-only")
+
 
 class AuditEntry(models.Model):
     """Append-only record of a change made by a person or by gpuobs (before and after)."""

@@ -5,6 +5,12 @@ keeps its SHA-256 only, so a copy of the database lets nobody call the API. DRF'
 ``authtoken`` tokens of existing clients still work until ``manage.py api_token
 migrate-legacy`` moves each into a hashed row (same secret: clients change nothing) and deletes
 the plain one.
+
+A token also names what its machine may write: ``clusters`` and ``kinds``
+(:class:`~diagnosis.choices.SenderKind`: topology uploads, scheduler events, Alertmanager alerts).
+The sender endpoints accept only such a token, and only for those clusters and kinds; neither a
+model permission nor the staff flag grants anything there
+(``diagnosis.access.clusters_for_sender``).
 """
 
 from __future__ import annotations
@@ -32,6 +38,15 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires.")
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    clusters = models.ManyToManyField(
+        "diagnosis.Cluster",
+        blank=True,
+        related_name="sender_tokens",
+        help_text="The clusters this token may write to (with one of its kinds).",
+    )
+    kinds = models.JSONField(
+        default=list, blank=True, help_text="What it may write there: topology, events, alerts."
+    )
 
     class Meta:
         ordering = ["user", "name"]
@@ -50,6 +65,10 @@ class ApiToken(models.Model):
             user=user, name=name, digest=token_digest(key), prefix=key[:8], expires_at=expires
         )
         return row, key
+
+    def may_send(self, kind: str) -> bool:
+        """Whether the token names ``kind`` (a :class:`~diagnosis.choices.SenderKind`)."""
+        return isinstance(self.kinds, list) and kind in self.kinds
 
     @property
     def expired(self) -> bool:

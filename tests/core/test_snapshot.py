@@ -289,3 +289,43 @@ def test_every_error_is_reported_at_once():
     document["jobs"][0]["state"] = "sleeping"
     document["events"][0]["time"] = "later"
     assert len(errors_of(document)) == 3
+
+
+# -- numbers out of range are refused per value, with the path (issue #28) ------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("priority", 1e20, "jobs[0].priority: must lie within ±9007199254740992, got 1e+20"),
+        ("priority", -(10**30), "jobs[0].priority: must lie within ±9007199254740992"),
+        ("preemptions", int("9" * 4000), "jobs[0].preemptions: must lie within"),
+    ],
+    ids=["1e20", "-1e30", "4000-nines"],
+)
+def test_an_integer_out_of_range_is_refused_with_its_path(field, value, error):
+    document = design_document()
+    document["jobs"][0][field] = value
+    errors = errors_of(document)
+    assert len(errors) == 1
+    assert errors[0].startswith(error)
+
+
+def test_a_huge_integer_where_a_number_goes_is_refused():
+    document = design_document()
+    document["gpus"][0]["power_w"]["mean"] = int("9" * 4000)
+    assert errors_of(document) == ["gpus[0].power_w.mean: expected a number, got a huge integer"]
+
+
+def test_a_numa_node_of_4000_nines_is_refused_with_its_path():
+    document = SnapshotBuilder().node("n1", gpus=2, numa=[0, 0]).document()
+    document["nodes"][0]["topology"]["numa"][1] = int("9" * 4000)
+    assert errors_of(document) == [
+        "nodes[0].topology.numa[1]: must lie within ±4095, got a huge integer"
+    ]
+
+
+def test_a_node_of_10_to_the_15_gpus_is_refused():
+    document = SnapshotBuilder().node("n1", gpus=2).document()
+    document["nodes"][0]["gpus"] = 10**15
+    assert errors_of(document) == ["nodes[0].gpus: must lie within ±1024, got 1000000000000000"]

@@ -124,12 +124,14 @@ def test_secrets_come_from_the_environment(monkeypatch):
         {"url": "https://p", "bearer_token_env": "GPUOBS_SECRET_TEST_TOKEN"}
     )
     monkeypatch.setenv("GPUOBS_SECRET_TEST_TOKEN", "s3cret")
+    monkeypatch.setenv("GPUOBS_SECRET_BINDINGS", "GPUOBS_SECRET_TEST_TOKEN=prometheus@p")
     assert config.auth() == ({"Authorization": "Bearer s3cret"}, None)
     assert "s3cret" not in json.dumps(config.as_dict())
 
 
 def test_a_missing_secret_names_its_variable(monkeypatch):
     monkeypatch.delenv("GPUOBS_SECRET_TEST_TOKEN", raising=False)
+    monkeypatch.setenv("GPUOBS_SECRET_BINDINGS", "GPUOBS_SECRET_TEST_TOKEN=prometheus")
     config = PrometheusConfig.parse(
         {"url": "https://p", "bearer_token_env": "GPUOBS_SECRET_TEST_TOKEN"}
     )

@@ -43,3 +43,15 @@ class Raw(io.BytesIO):
 def test_an_answer_over_the_wire_cap_is_refused_while_read():
     with pytest.raises(PrometheusError, match="on the wire"):
         client._read_capped(Raw(b"x" * 3000), 2048)
+
+
+def test_parallel_answers_share_one_decoded_budget():
+    """Issue #28: four parallel bombs no longer cost four times the cap: the answers of one
+    collection held at once share one budget, given back as each is parsed."""
+    budget = client.DecodeBudget(limit=8 * 1024 * 1024)
+    first = client._decode(gzip_bomb(5), "gzip", budget=budget)
+    assert len(first) == 5 * 1024 * 1024
+    with pytest.raises(PrometheusError, match="with the collection's other answers"):
+        client._decode(gzip_bomb(5), "gzip", budget=budget)
+    budget.give(len(first))
+    assert len(client._decode(gzip_bomb(5), "gzip", budget=budget)) == 5 * 1024 * 1024

@@ -32,6 +32,7 @@ def test_a_secret_reference_outside_the_allowed_places_is_refused(raw):
 def test_a_token_file_under_the_secrets_directory_is_read(tmp_path, monkeypatch):
     (tmp_path / "prom-token").write_text("t0ken\n")
     monkeypatch.setenv(secrets.DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(secrets.BINDINGS_ENV, "file:prom-token=prometheus@p:80")
     config = PrometheusConfig.parse({"url": "http://p", "bearer_token_file": "prom-token"})
     assert config.auth() == ({"Authorization": "Bearer t0ken"}, None)
 
@@ -64,3 +65,46 @@ def test_the_slurm_commands_folder_comes_from_the_deployment(monkeypatch):
     monkeypatch.setenv("GPUOBS_SLURM_BIN_DIR", "/opt/slurm/bin")
     commands = SlurmCommands(SlurmSettings.from_config({}))
     assert commands.argv(["sinfo", "--json"]) == ["/opt/slurm/bin/sinfo", "--json"]
+
+
+# -- issue #28, item 6: a secret is bound to the integration (and host) that may receive it ------
+
+
+@pytest.mark.parametrize(
+    ("bindings", "url", "error"),
+    [
+        ("", "http://prom.example:9090", "is bound to no integration"),
+        (
+            "GPUOBS_SECRET_PROM=slurm",
+            "http://prom.example:9090",
+            "is bound to slurm, not prometheus",
+        ),
+        (
+            "GPUOBS_SECRET_PROM=prometheus@prom.example:9090",
+            "http://evil.example:9090",
+            "may be sent to prom.example:9090 only",
+        ),
+        (
+            "GPUOBS_SECRET_PROM=prometheus@prom.example:9090",
+            "http://prom.example:8080",
+            "may be sent to prom.example:9090 only",
+        ),
+    ],
+    ids=["unbound", "other-integration", "other-host", "other-port"],
+)
+def test_a_secret_goes_only_where_it_is_bound(monkeypatch, bindings, url, error):
+    monkeypatch.setenv("GPUOBS_SECRET_PROM", "t0ken")
+    monkeypatch.setenv(secrets.BINDINGS_ENV, bindings)
+    config = PrometheusConfig.parse({"url": url, "bearer_token_env": "GPUOBS_SECRET_PROM"})
+    with pytest.raises(ConfigError, match=error) as raised:
+        config.auth()
+    assert "t0ken" not in str(raised.value)
+
+
+def test_a_secret_bound_to_its_integration_and_host_is_sent(monkeypatch):
+    monkeypatch.setenv("GPUOBS_SECRET_PROM", "t0ken")
+    monkeypatch.setenv(secrets.BINDINGS_ENV, "GPUOBS_SECRET_PROM=prometheus@Prom.Example:9090")
+    config = PrometheusConfig.parse(
+        {"url": "http://prom.example:9090", "bearer_token_env": "GPUOBS_SECRET_PROM"}
+    )
+    assert config.auth() == ({"Authorization": "Bearer t0ken"}, None)

@@ -12,12 +12,18 @@ import jsonschema
 import pytest
 
 from diagnosis.core import snapshot as snapshot_format
-from diagnosis.edge.schedulers.base import SchedulerError
+from diagnosis.edge.schedulers.base import ChangeError, SchedulerError
 from diagnosis.edge.schedulers.slurm import parse
 from diagnosis.edge.schedulers.slurm import topology as slurm_topology
-from diagnosis.edge.schedulers.slurm.adapter import SlurmReads, SlurmSettings, scheduler_state
+from diagnosis.edge.schedulers.slurm.adapter import (
+    SAFE_NAME,
+    SlurmReads,
+    SlurmSettings,
+    scheduler_state,
+)
 from diagnosis.edge.schedulers.slurm.parse import jobs as slurm_jobs
 from diagnosis.edge.schedulers.slurm.parse import values as slurm_values
+from diagnosis.edge.schedulers.targets import target_name
 from tests.conftest import REPO_ROOT
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "slurm"
@@ -815,3 +821,10 @@ def test_jobs_that_do_not_fit_the_nodes_read_are_left_out_and_named() -> None:
         "job 3: holds GPU 8 of node 'n1', which has 8",
         "job 4: holds GPU n1/1, which job 1 holds too",
     ]
+
+
+@pytest.mark.parametrize("target", ["job:1234\n", "job:1234\n--all", "job:gpu-1\r"])
+def test_a_target_with_a_line_end_never_reaches_a_slurm_command(target) -> None:
+    """Issue #28: ``SAFE_NAME`` ends in ``\\Z``, so ``job:1234\\n`` is refused, not requeued."""
+    with pytest.raises(ChangeError, match="target must look like job:NAME"):
+        target_name({"kind": "gang-release", "target": target}, pattern=SAFE_NAME)

@@ -31,6 +31,12 @@ def routes(version: str) -> dict:
 
 
 @pytest.fixture(autouse=True)
+def bound_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deployment binds the JWT to the slurm integration (docs/integrations.md)."""
+    monkeypatch.setenv("GPUOBS_SECRET_BINDINGS", f"{TOKEN_ENV}=slurm")
+
+
+@pytest.fixture(autouse=True)
 def conf_dir(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The test's folder is the deployment's Slurm conf folder (its slurm.conf lives there)."""
     monkeypatch.setenv(CONF_DIR_ENV, str(tmp_path))
@@ -159,3 +165,13 @@ def test_bad_transport_config_names_the_field(config, field) -> None:
     with pytest.raises(SchedulerError, match=field) as caught:
         adapter_for("slurm", config)
     assert caught.value.permanent
+
+
+def test_the_token_is_never_forwarded_across_a_redirect(monkeypatch, tmp_path) -> None:
+    """Issue #28: slurmrestd redirecting to another port gets an error, not the token."""
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    with serving(routes("v0.0.43")) as elsewhere:
+        moved = {path: (302, elsewhere.url + path) for path in routes("v0.0.43")}
+        with serving(moved) as server, pytest.raises(SchedulerError, match="redirect"):
+            adapter(server.url, "v0.0.43", tmp_path).read_state()
+    assert elsewhere.requests == []

@@ -13,7 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-# A route answers (status, body): body a JSON-able object, or bytes sent as they are.
+# A route answers (status, body): body a JSON-able object, or bytes sent as they are; for a 3xx
+# status, a str body is the redirect's Location.
 Answer = tuple[int, Any]
 Route = Answer | Callable[[Mapping[str, list[str]], Mapping[str, str]], Answer]
 
@@ -49,8 +50,13 @@ def serving(routes: Mapping[str, Route]) -> Iterator[RestServer]:
             status, body = server.answer(
                 parts.path, parse_qs(parts.query), {k.lower(): v for k, v in self.headers.items()}
             )
-            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            redirect = 300 <= status < 400 and isinstance(body, str)
+            data = (
+                b"" if redirect else body if isinstance(body, bytes) else json.dumps(body).encode()
+            )
             self.send_response(status)
+            if redirect:
+                self.send_header("Location", body)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()

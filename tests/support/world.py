@@ -15,6 +15,8 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from diagnosis.models import ApiToken, Cluster
+
 DEFAULT_PASSWORD = "correct horse battery staple"
 
 
@@ -74,11 +76,27 @@ def logged_in_client(user: AbstractBaseUser) -> Client:
     return client
 
 
-def create_machine_user(username: str, permission: str) -> User:
-    """A user for a machine (a scheduler, an uploader) with only ``permission`` (a codename)."""
+def create_machine_user(username: str, permission: str | None = None) -> User:
+    """A user for a machine (a scheduler, an uploader), with no role; with ``permission`` (a
+    codename), that model permission, which grants a sender nothing by itself
+    (:func:`sender_client` gives the scoped token that does)."""
     user = create_user(username)
-    user.user_permissions.add(Permission.objects.get(codename=permission))
+    if permission is not None:
+        user.user_permissions.add(Permission.objects.get(codename=permission))
     return user
+
+
+def sender_client(user: User, kind: str, *clusters: Cluster, keyword: str = "Token") -> APIClient:
+    """An API client sending a new hashed token of ``user`` that may write ``kind``
+    (``topology``, ``events``, ``alerts``) to ``clusters``, as ``Authorization: <keyword>
+    <key>``."""
+    row, key = ApiToken.issue(user, f"{kind} sender", days=None)
+    row.kinds = [kind]
+    row.save(update_fields=["kinds"])
+    row.clusters.set(clusters)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"{keyword} {key}")
+    return client
 
 
 def token_client(user: User | None, keyword: str = "Token") -> APIClient:

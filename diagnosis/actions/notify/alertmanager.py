@@ -79,9 +79,10 @@ def alertmanager_configured() -> bool:
 
 
 def _secret(setting: str) -> str:
-    """The value of the environment variable a setting names (the setting holds its name)."""
+    """The value of the ``GPUOBS_SECRET_*`` environment variable a setting names (the setting
+    holds its name; any other name, ``DJANGO_SECRET_KEY`` included, is refused)."""
     try:
-        return secrets.read_deployment_env(getattr(settings, setting))
+        return secrets.read_env(getattr(settings, setting))
     except secrets.SecretError as exc:
         raise NotifyConfigError(f"{setting}: {exc}") from None
 

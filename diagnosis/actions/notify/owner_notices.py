@@ -13,6 +13,7 @@ sent, to whom, or why nothing would.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -32,13 +33,27 @@ from diagnosis.actions.notify.alertmanager import (
 )
 from diagnosis.choices import FindingState
 from diagnosis.core.rules.registry import all_rules
-from diagnosis.edge.notify.alertmanager import NotifyError, PostableAlert, post_alerts
-from diagnosis.models import Cluster, Finding, Job, NotifyChannel, OwnerNotice, OwnerNoticePolicy
+from diagnosis.edge.notify.alertmanager import PostableAlert, post_alerts
+from diagnosis.models import (
+    Cluster,
+    ClusterCycle,
+    Finding,
+    Job,
+    NotifyChannel,
+    OwnerNotice,
+    OwnerNoticePolicy,
+)
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_RULES = ("idle-allocation", "idle-held", "low-mfu", "data-starvation", "hung-collective")
 EVIDENCE_LINES = 8
+# One plain address, nothing an SMTP or header parser reads as more: no comment "(...)", no list
+# ",", no display name, quotes, angle brackets, spaces or line ends.
+PLAIN_ADDRESS = re.compile(
+    r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+\Z"
+)
 
 
 @dataclass(frozen=True)
@@ -53,6 +68,7 @@ class NoticePreview:
     subject: str = ""
     body: str = ""
     job_id: str = ""
+    refused: bool = False  # the owner's address is no plain address: named in the cycle's notes
 
 
 def policy_of(cluster: Cluster) -> OwnerNoticePolicy:
@@ -63,12 +79,20 @@ def policy_of(cluster: Cluster) -> OwnerNoticePolicy:
 
 
 def recipient_of(policy: OwnerNoticePolicy, owner: str) -> str:
+    """The owner's address: the policy's mapping, else ``owner@email_domain``; empty when there
+    is none. Whether it is one plain address, :func:`plain_address` says."""
     mapped = (policy.owners or {}).get(owner)
     if mapped:
         return str(mapped)
     if policy.email_domain and owner:
         return f"{owner}@{policy.email_domain}"
     return ""
+
+
+def plain_address(recipient: str) -> bool:
+    """Whether ``recipient`` is exactly one plain email address (``attacker@evil.example(`` made
+    from a scheduler's owner name, or ``a,b@corp.example``, is not)."""
+    return bool(PLAIN_ADDRESS.match(recipient)) and ".." not in recipient
 
 
 def _evidence_lines(evidence: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -129,6 +153,8 @@ def _judge(
         return False, "the job has no known owner", owner, recipient
     if policy.channel == NotifyChannel.OWNER_EMAIL and not recipient:
         return False, f"no email address for owner {owner}", owner, recipient
+    if policy.channel == NotifyChannel.OWNER_EMAIL and not plain_address(recipient):
+        return False, refused_reason(owner, recipient), owner, recipient
     if policy.channel == NotifyChannel.OWNER_ALERTMANAGER and not alertmanager_configured():
         return False, "GPUOBS_ALERTMANAGER_URL is not set", owner, recipient
     already = OwnerNotice.objects.filter(
@@ -140,6 +166,13 @@ def _judge(
     if already:
         return False, "already notified today", owner, recipient
     return True, "", owner, recipient
+
+
+REFUSED = "is not one plain email address: refused"
+
+
+def refused_reason(owner: str, recipient: str) -> str:
+    return f"the address of owner {owner[:80]!r}, {recipient[:120]!r}, {REFUSED}"
 
 
 def _job(finding: Finding) -> Job | None:
@@ -169,6 +202,7 @@ def preview_notice(finding: Finding, *, now: datetime | None = None) -> NoticePr
         subject=subject,
         body=body,
         job_id=finding.subject.removeprefix("job:"),
+        refused=reason.endswith(REFUSED),
     )
 
 
@@ -217,9 +251,12 @@ def send_owner_notices(cluster: Cluster, *, now: datetime | None = None) -> int 
     )
     sent = failed = 0
     error = ""
+    refused: list[str] = []
     for finding in findings:
         preview = preview_notice(finding, now=now)
         if not preview.would_send:
+            if preview.refused:
+                refused.append(f"owner notice for job {preview.job_id}: {preview.reason}")
             continue
         try:
             with transaction.atomic():
@@ -239,12 +276,14 @@ def send_owner_notices(cluster: Cluster, *, now: datetime | None = None) -> int 
                 _send(policy, preview, finding)
         except IntegrityError:
             continue  # another worker sent it
-        except (NotifyError, OSError) as exc:
+        except Exception as exc:  # one notice that fails never stops the others
             failed += 1
             error = f"{type(exc).__name__}: {exc}"
             logger.warning("owner notice for %s not sent: %s", finding, error)
             continue
         sent += 1
+    if refused:
+        _note_on_latest_cycle(cluster, refused)
     if sent or failed:
         record_delivery(
             cluster,
@@ -256,3 +295,16 @@ def send_owner_notices(cluster: Cluster, *, now: datetime | None = None) -> int 
             pending=failed,
         )
     return sent
+
+
+def _note_on_latest_cycle(cluster: Cluster, notes: list[str]) -> None:
+    """Name the refused owners in the collection notes of the cluster's latest cycle (once)."""
+    cycle = ClusterCycle.objects.filter(cluster=cluster).order_by("-as_of", "-id").first()
+    if cycle is None:
+        return
+    source = dict(cycle.source or {})
+    known = list(source.get("notes") or [])
+    new = [note for note in notes if note not in known]
+    if new:
+        cycle.source = {**source, "notes": [*known, *new]}
+        cycle.save(update_fields=["source"])

@@ -152,7 +152,7 @@ def acknowledge_incident(incident: Incident, user: AbstractBaseUser) -> Incident
 def resolve_incident_by(incident: Incident, user: AbstractBaseUser, note: str = "") -> Incident:
     """A person resolves the incident (from any state but resolved)."""
     _require_handler(user)
-    note = note.strip()[:2000]
+    note = _person_text(note, "a resolution note")[:2000]
     with transaction.atomic():
         incident = lock_incident(incident)
         if incident.state == State.RESOLVED:
@@ -175,7 +175,7 @@ def resolve_incident_by(incident: Incident, user: AbstractBaseUser, note: str = 
 def add_incident_note(incident: Incident, user: AbstractBaseUser, text: str) -> IncidentEvent:
     """A note on the incident's timeline."""
     _require_handler(user)
-    text = text.strip()
+    text = _person_text(text, "a note")
     if not text:
         raise WorkflowError("a note needs some text")
     if len(text) > 4000:
@@ -185,6 +185,14 @@ def add_incident_note(incident: Incident, user: AbstractBaseUser, text: str) -> 
         event = record_event(incident, actor_name(user), "note", text=text)
         record_audit(incident, user, "incident-note", after={"text": text})
     return event
+
+
+def _person_text(text: str, what: str) -> str:
+    """A person's text for the timeline, stripped; a NUL (which no database text column holds)
+    is refused as a :class:`WorkflowError` naming ``what``, never a 500."""
+    if "\x00" in text:
+        raise WorkflowError(f"{what} may not hold a NUL character")
+    return text.strip()
 
 
 def _resolve(incident: Incident, *, at: datetime, by: AbstractBaseUser | None, note: str) -> None:

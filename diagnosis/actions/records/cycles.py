@@ -62,6 +62,7 @@ def run_cluster_cycle(cluster: Cluster, *, shard_runner: ShardRunner | None = No
     (``diagnosis.tasks.run_cycle``) holds the cluster's cycle lock. Bad settings or a source
     that fails leave a failed ClusterCycle row and the cluster's status saying why; the last
     good snapshot, findings and rollups stay as they were (nothing is resolved for lack of data).
+    So does any other exception while loading or recording: a cycle always ends in a row.
     """
 
     started = time.perf_counter()
@@ -85,6 +86,12 @@ def run_cluster_cycle(cluster: Cluster, *, shard_runner: ShardRunner | None = No
         detail = f"{type(exc).__name__}: {exc}"
         return _record_failed_cycle(
             cluster, failure_summary(cluster, exc), time.perf_counter() - started, detail=detail
+        )
+    except Exception as exc:  # whatever the input, a cycle ends in a row (no silent stall)
+        logger.exception("cycle of cluster %s failed while loading", cluster.name)
+        message = f"loading the snapshot failed: {type(exc).__name__}"
+        return _record_failed_cycle(
+            cluster, message, time.perf_counter() - started, detail=f"{message}: {exc}"[:2000]
         )
     try:
         return record_cycle(cluster, snap, started=started, collection=collection)

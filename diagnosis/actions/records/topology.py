@@ -4,20 +4,27 @@
 Precedence, most direct first: a node's own upload, then the node-exporter textfile metric (the
 Prometheus source puts it in the document), then what the scheduler adapter read (Slurm
 ``gres.conf``, Kubernetes labels). A stored topology whose GPU count differs from the node's is
-not used (the hardware changed or the upload is stale); the collection notes say so.
+not used (the hardware changed or the upload is stale), nor is one the snapshot loader would
+refuse (a row written before the upload checks, or by hand): the collection notes name the node,
+and the cluster's cycle goes on without it (docs/architecture.md#one-cycle).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from diagnosis.edge.topology import parse_topo_matrix
+from diagnosis.core.snapshot import topology_errors
+from diagnosis.edge.topology import TopologyError, parse_topo_matrix
 from diagnosis.models import Cluster, NodeTopology
+
+NODE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?\Z")
 
 
 @transaction.atomic
@@ -26,8 +33,22 @@ def record_node_topology(
 ) -> tuple[NodeTopology, bool]:
     """Parse and store one node's ``nvidia-smi topo -m`` output (replacing its previous one).
     Returns the row and whether it was created; raises
-    :class:`~diagnosis.edge.topology.TopologyError` for text that is no matrix (nothing stored)."""
+    :class:`~diagnosis.edge.topology.TopologyError` (nothing stored) for text that is no matrix,
+    a node name that is none (``gpu-121\\n``), or one node more than the cluster's bound
+    (``GPUOBS_TOPOLOGY_MAX_NODES``)."""
+    if not NODE_NAME.match(node):
+        raise TopologyError(f"node: {node[:64]!r} is not a node name")
     topology = parse_topo_matrix(text)
+    Cluster.objects.select_for_update().filter(pk=cluster.pk).first()  # one upload at a time
+    stored = NodeTopology.objects.filter(cluster=cluster)
+    if (
+        not stored.filter(node=node).exists()
+        and stored.count() >= settings.GPUOBS_TOPOLOGY_MAX_NODES
+    ):
+        raise TopologyError(
+            f"cluster {cluster.name} already stores the topology of "
+            f"{settings.GPUOBS_TOPOLOGY_MAX_NODES} nodes (GPUOBS_TOPOLOGY_MAX_NODES)"
+        )
     raw = text.decode("utf-8") if isinstance(text, bytes) else text
     row, created = NodeTopology.objects.update_or_create(
         cluster=cluster,
@@ -64,6 +85,11 @@ def merge_stored_topology(cluster: Cluster, document: Mapping[str, Any]) -> dict
             )
             nodes.append(node)
             continue
+        problem = _unusable(row)
+        if problem is not None:
+            notes.append(f"uploaded topology of {row.node} is invalid ({problem}): not used")
+            nodes.append(node)
+            continue
         nodes.append({**node, "topology": row.snapshot_topology()})
     merged["nodes"] = nodes
     if notes:
@@ -71,3 +97,13 @@ def merge_stored_topology(cluster: Cluster, document: Mapping[str, Any]) -> dict
         collection["notes"] = [*(collection.get("notes") or []), *notes]
         merged["collection"] = collection
     return merged
+
+
+def _unusable(row: NodeTopology) -> str | None:
+    """Why a stored topology cannot join a snapshot (its first problem), or None."""
+    try:
+        topology = row.snapshot_topology()
+    except (TypeError, ValueError) as exc:  # a stored value that is no list of lists
+        return f"{type(exc).__name__}: {str(exc)[:100]}"
+    errors = topology_errors(topology, row.gpus)
+    return errors[0][:200] if errors else None

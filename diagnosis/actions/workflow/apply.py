@@ -33,6 +33,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import models, transaction
 from django.utils import timezone
 
+from diagnosis import roles
 from diagnosis.actions.enqueue import send_apply
 from diagnosis.actions.upkeep.health import database_now
 from diagnosis.actions.workflow.base import (
@@ -42,6 +43,7 @@ from diagnosis.actions.workflow.base import (
     SYSTEM_SWEEP,
     ApplyNotSent,
     TransientApplyError,
+    WorkflowDenied,
     WorkflowError,
     actor_name,
     audit,
@@ -513,7 +515,10 @@ def stuck_applies(now: datetime | None = None) -> list[Recommendation]:
 def recheck_apply(rec: Recommendation, user: AbstractBaseUser | None) -> Recommendation:
     """Send a stuck apply again (the page's "Re-check"; the sweeper with ``user`` None). The
     claim is released and the same key sent: the task's dry run re-reads the target first, so
-    a change the dead worker wrote is recorded as applied, never written twice."""
+    a change the dead worker wrote is recorded as applied, never written twice. A person needs
+    the role that may apply the change (a viewer may not re-drive it)."""
+    if user is not None and not roles.can_apply(user, rec.kind):
+        raise WorkflowDenied("re-checking an apply needs the sre role (or oncall, for a drain)")
     with transaction.atomic():
         rec = lock_recommendation(rec)
         require_state(rec, State.APPLYING, doing="re-check")

@@ -33,7 +33,7 @@ from diagnosis.core.snapshot.frame import (
     format_time,
     parse_time,
 )
-from diagnosis.core.snapshot.load import load, load_file, read_file, validate
+from diagnosis.core.snapshot.load import load, load_file, read_file, topology_errors, validate
 from diagnosis.core.vocabulary import SNAPSHOT_FORMAT as FORMAT
 
 __all__ = [
@@ -50,5 +50,6 @@ __all__ = [
     "load_file",
     "parse_time",
     "read_file",
+    "topology_errors",
     "validate",
 ]

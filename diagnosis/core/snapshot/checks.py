@@ -11,6 +11,11 @@ import pandas as pd
 
 from diagnosis.core.snapshot.frame import parse_time
 
+INTEGER_LIMIT = 2**53
+"""The largest magnitude an integer of a document may have: every integer the loader reads
+fits a frame's int64 column and a JSON reader's double exactly (``priority 1e20`` is refused with
+its path, never an ``OverflowError`` later)."""
+
 
 class SnapshotError(ValueError):
     """A snapshot document that cannot be loaded. ``errors`` holds one line per problem."""
@@ -81,24 +86,47 @@ class Checker:
         *,
         required: bool = False,
         minimum: int | None = None,
+        maximum: int = INTEGER_LIMIT,
         default: int | None = None,
     ) -> int | None:
         value = obj.get(key)
-        if type(value) is int and (minimum is None or value >= minimum):  # fast path
+        if (  # fast path for the common case (an int in range), same result
+            type(value) is int
+            and (minimum is None or minimum <= value)
+            and -maximum <= value <= maximum
+        ):
             return value
         value = self.required(obj, key, path) if required else value
         if value is None:
             return default
+        return self.whole(value, join(path, key), minimum=minimum, maximum=maximum, default=default)
+
+    def whole(
+        self,
+        value: Any,
+        path: str,
+        *,
+        minimum: int | None = None,
+        maximum: int = INTEGER_LIMIT,
+        default: int | None = None,
+    ) -> int | None:
+        """``value`` (at ``path``) as an int within ±``maximum`` (at most :data:`INTEGER_LIMIT`)
+        and at least ``minimum``; else an error and ``default``."""
         if (
             isinstance(value, bool)
             or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or value != int(value)
+            or (isinstance(value, float) and not math.isfinite(value))
         ):
-            self.error(join(path, key), f"expected an integer, got {value!r}")
+            self.error(path, f"expected an integer, got {short(value)}")
+            return default
+        if not in_range(value, maximum):
+            self.error(path, f"must lie within ±{maximum}, got {short(value)}")
+            return default
+        if value != int(value):
+            self.error(path, f"expected an integer, got {value!r}")
             return default
         if minimum is not None and value < minimum:
-            self.error(join(path, key), f"must be >= {minimum}, got {value!r}")
+            self.error(path, f"must be >= {minimum}, got {value!r}")
             return default
         return int(value)
 
@@ -120,12 +148,8 @@ class Checker:
             return value
         if value is None:
             return math.nan
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            self.error(join(path, key), f"expected a number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not finite(value):
+            self.error(join(path, key), f"expected a number, got {short(value)}")
             return math.nan
         if fraction and not 0.0 <= value <= 1.0:
             self.error(join(path, key), f"a fraction must lie in 0..1, got {value!r}")
@@ -178,6 +202,29 @@ class Checker:
             )
             return pd.NaT
         return parsed
+
+
+def in_range(value: int | float, limit: int = INTEGER_LIMIT) -> bool:
+    """Whether a number is finite and within ±``limit`` (an int of any size is compared as an
+    int, never converted to a float that overflows)."""
+    limit = min(limit, INTEGER_LIMIT)
+    if isinstance(value, int):
+        return -limit <= value <= limit
+    return math.isfinite(value) and -limit <= value <= limit
+
+
+def finite(value: int | float) -> bool:
+    """Whether a number is finite as a float (an int too large for one is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def short(value: Any) -> str:
+    """``repr(value)`` cut to 40 characters (a 4,000-digit number is named, not echoed)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**40 else "a huge integer"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def join(path: str, key: str) -> str:

@@ -38,6 +38,9 @@ from diagnosis.core.vocabulary import (
     SNAPSHOT_FORMAT,
 )
 
+MAX_NODE_GPUS = 1024  # GPUs of one node: the GPU frame holds a row for each
+MAX_NUMA_NODE = 4095  # Linux's largest NUMA node number (CONFIG_NODES_SHIFT 12)
+
 
 def load(source: str | Path | bytes | Mapping[str, Any]) -> ClusterSnapshot:
     """Parse and validate a snapshot from a path, JSON text/bytes or an already decoded dict.
@@ -55,6 +58,8 @@ def load(source: str | Path | bytes | Mapping[str, Any]) -> ClusterSnapshot:
             document = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise SnapshotError([f"$: not valid JSON ({exc})"]) from exc
+        except RecursionError as exc:  # 100,000 nested brackets: refused, never a traceback
+            raise SnapshotError(["$: the JSON is nested too deeply"]) from exc
     return _Loader(document).build()
 
 
@@ -77,6 +82,15 @@ def validate(document: Any) -> list[str]:
     except SnapshotError as exc:
         return exc.errors
     return []
+
+
+def topology_errors(value: Any, gpus: int) -> list[str]:
+    """Every problem of one node's ``topology`` object for a node of ``gpus`` GPUs, as lines
+    prefixed ``topology`` (empty when the loader would take it): what lets a stored upload be
+    checked, and skipped by name, before it joins a cluster's document."""
+    loader = _Loader(None)
+    loader._topology(value, "topology", gpus)
+    return loader.check.errors
 
 
 class _Loader:
@@ -157,7 +171,9 @@ class _Loader:
         topology: dict[str, tuple[list[int], list[int]]] = {}
         for path, node in check.objects(items, "nodes"):
             name = check.string(node, "name", path, required=True)
-            gpus = check.integer(node, "gpus", path, required=True, minimum=0)
+            gpus = check.integer(
+                node, "gpus", path, required=True, minimum=0, maximum=MAX_NODE_GPUS
+            )
             row = {
                 "name": name,
                 "pool": check.string(node, "pool", path, required=True),
@@ -210,12 +226,11 @@ class _Loader:
             for g, numa_node in enumerate(numa_list):
                 if numa_node is None:
                     continue  # unknown for this GPU (nvidia-smi prints N/A)
-                if isinstance(numa_node, bool) or not isinstance(numa_node, int) or numa_node < 0:
-                    self.check.error(
-                        f"{path}.numa[{g}]", f"expected a NUMA node number, got {numa_node!r}"
-                    )
-                else:
-                    numa[g] = numa_node
+                number = self.check.whole(
+                    numa_node, f"{path}.numa[{g}]", minimum=0, maximum=MAX_NUMA_NODE
+                )
+                if number is not None:
+                    numa[g] = number
         return domains, numa
 
     def _mig(self, gpu: dict[str, Any], path: str) -> dict[str, Any] | None:

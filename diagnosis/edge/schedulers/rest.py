@@ -30,10 +30,19 @@ def get_json(
     params: Mapping[str, str] | None = None,
     max_bytes: int = MAX_BYTES,
 ) -> dict[str, Any]:
-    """The JSON object at ``url``; ``what`` names the service in errors (never the headers)."""
+    """The JSON object at ``url``; ``what`` names the service in errors (never the headers).
+    A request carrying ``headers`` (credentials: slurmrestd's ``X-SLURM-USER-TOKEN``) follows no
+    redirect: requests would forward such a header to wherever the redirect points (another
+    port, another host), so a 3xx is an error naming where it pointed, and nothing is sent
+    there. Without headers (YARN's standby ResourceManager) redirects are followed."""
     try:
         response = session.get(
-            url, headers=dict(headers or {}), params=params, timeout=timeout_s, stream=True
+            url,
+            headers=dict(headers or {}),
+            params=params,
+            timeout=timeout_s,
+            stream=True,
+            allow_redirects=not headers,
         )
     except requests.Timeout:
         raise SchedulerError(
@@ -55,6 +64,12 @@ def get_json(
             raise SchedulerError(f"{what} broke off its answer", permanent=False) from None
     finally:
         response.close()
+    if response.is_redirect:
+        raise SchedulerError(
+            f"{what} answered a redirect (HTTP {response.status_code}), not followed: "
+            "credentials are never sent on across a redirect",
+            permanent=True,
+        )
     if response.status_code != 200:
         snippet = bytes(body[:300]).decode("utf-8", errors="replace").strip()
         raise SchedulerError(

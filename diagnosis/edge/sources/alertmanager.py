@@ -40,6 +40,10 @@ MAX_NODE = 253  # a DNS name
 MAX_GPU_INDEX = 32767
 MAX_XID = 2**31 - 1
 MAX_TEXT = 64 * 1024
+# Alert times gpuobs can compute with (windows around them, ages): a year-9999 startsAt is
+# rejected by name, never an OverflowError in the receiver.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2200, 1, 1, tzinfo=UTC)
 
 
 class AlertmanagerPayloadError(ValueError):
@@ -292,6 +296,9 @@ def alert_problems(alert: Alert, gpu_alert: GpuAlert | None) -> list[str]:
         problems.append(f"fingerprint: longer than {MAX_FINGERPRINT} characters")
     if sum(map(len, texts)) > MAX_TEXT:
         problems.append(f"labels and annotations: more than {MAX_TEXT} characters")
+    for key, moment in (("startsAt", alert.starts_at), ("endsAt", alert.ends_at)):
+        if moment is not None and not EARLIEST <= moment < LATEST:
+            problems.append(f"{key}: {moment:%Y-%m-%d} is not between 1970 and 2200")
     if gpu_alert is not None:
         if gpu_alert.node is not None and len(gpu_alert.node) > MAX_NODE:
             problems.append(f"node: longer than {MAX_NODE} characters")

@@ -20,7 +20,10 @@ no GPU's is known. ``GPU NUMA ID`` (the GPU's own memory as a NUMA node on Grace
 apart as ``gpu_numa_id``.
 
 Cells are separated by tabs or runs of spaces. The work is bounded whatever the input: at most
-:data:`MAX_TEXT_BYTES` of text, :data:`MAX_GPUS` GPU columns, one pass over the lines.
+:data:`MAX_TEXT_BYTES` of text, :data:`MAX_GPUS` GPU columns, one pass over the lines. Every
+number is bounded too (a NUMA node at most :data:`MAX_NUMA_NODE`, at most :data:`MAX_NVLINKS`
+links per pair of GPUs, ASCII digits only), and a control character other than a tab or a line
+end (a NUL, which no database text column holds) refuses the whole text.
 """
 
 from __future__ import annotations
@@ -31,10 +34,14 @@ from dataclasses import dataclass
 MAX_TEXT_BYTES = 256 * 1024
 MAX_GPUS = 64
 MAX_LINE = 4096
+MAX_NUMA_NODE = 4095  # Linux's largest NUMA node number, as the snapshot loader bounds it
+MAX_NVLINKS = 64  # NVLinks between two GPUs (NV18 on H100 today)
 
-_GPU = re.compile(r"^GPU(\d+)$")
-_NVLINK = re.compile(r"^NV(\d+)$")
+_GPU = re.compile(r"^GPU([0-9]{1,4})\Z")
+_NVLINK = re.compile(r"^NV([0-9]{1,4})\Z")
 _PCIE = frozenset({"SYS", "NODE", "PHB", "PXB", "PIX", "SOC"})
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_NUMBER = re.compile(r"[0-9]{1,6}\Z")
 _MULTI_WORD = (("GPU", "NUMA", "ID"), ("CPU", "Affinity"), ("NUMA", "Affinity"))
 
 
@@ -108,6 +115,10 @@ def parse_topo_tables(text: str | bytes) -> list[Topology]:
         raise TopologyError(f"expected topology text, got {type(text).__name__}")
     if len(text) > MAX_TEXT_BYTES:
         raise TopologyError(f"topology text is {len(text)} characters (at most {MAX_TEXT_BYTES})")
+    control = _CONTROL.search(text)
+    if control is not None:
+        line = text.count("\n", 0, control.start()) + 1
+        raise TopologyError(f"line {line}: control character {control.group(0)!r} in the text")
     tables: list[Topology] = []
     header: list[str] | None = None
     rows: dict[int, list[str]] = {}
@@ -211,16 +222,21 @@ def _build(header: list[str], rows: dict[int, list[str]]) -> Topology:
             nvlink = _NVLINK.match(cell)
             if nvlink:
                 seen[peer] = True
+                count = int(nvlink.group(1))
+                if count > MAX_NVLINKS:
+                    raise TopologyError(
+                        f"row GPU{index}, column GPU{peer}: {cell} is more than {MAX_NVLINKS} links"
+                    )
                 key = (min(index, peer), max(index, peer))
-                links[key] = max(links.get(key, 0), int(nvlink.group(1)))
+                links[key] = max(links.get(key, 0), count)
                 parent[find(index)] = find(peer)
             elif cell not in _PCIE:
                 raise TopologyError(
                     f"row GPU{index}, column GPU{peer}: unknown link {cell!r} "
                     "(expected X, NV#, SYS, NODE, PHB, PXB or PIX)"
                 )
-        numa[index] = _number(cells, numa_column)
-        gpu_numa[index] = _number(cells, gpu_numa_column)
+        numa[index] = _number(cells, numa_column, index)
+        gpu_numa[index] = _number(cells, gpu_numa_column, index)
     groups: dict[int, list[int]] = {}
     for g in range(gpus):
         if seen[g]:
@@ -235,12 +251,19 @@ def _build(header: list[str], rows: dict[int, list[str]]) -> Topology:
     )
 
 
-def _number(cells: list[str], column: int | None) -> int | None:
-    """The cell of a named column as a NUMA node number; None for N/A, a range or absence.
+def _number(cells: list[str], column: int | None, index: int) -> int | None:
+    """The cell of a named column as a NUMA node number; None for N/A, a range, anything but
+    ASCII digits (``²``) or absence; :class:`TopologyError` above :data:`MAX_NUMA_NODE`.
 
     Data rows hold one cell per column after the row label, so column ``c`` of the header is
     ``cells[c]``; a row may end early (then unknown)."""
     if column is None or column >= len(cells):
         return None
     value = cells[column]
-    return int(value) if value.isdigit() else None
+    if value.isascii() and value.isdigit():
+        if not _NUMBER.match(value) or int(value) > MAX_NUMA_NODE:
+            raise TopologyError(
+                f"row GPU{index}: NUMA node {value[:12]!r} is above {MAX_NUMA_NODE}"
+            )
+        return int(value)
+    return None

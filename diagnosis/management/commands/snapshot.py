@@ -63,8 +63,8 @@ class Command(BaseCommand):
         else:
             self._import(options["file"], options.get("cluster"), options["diagnose"])
 
-    def _load(self, path: str) -> snapshot_format.ClusterSnapshot:
-        return load_snapshot_argument(self, path)
+    def _load(self, path: str, *, storable: bool = False) -> snapshot_format.ClusterSnapshot:
+        return load_snapshot_argument(self, path, storable=storable)
 
     def _export(self, cluster_name: str, out: str | None) -> None:
 
@@ -89,7 +89,7 @@ class Command(BaseCommand):
                 '`manage.py clusters apply -f FILE` (docs/operations.md, "Clusters as code")',
                 returncode=2,
             )
-        snap = self._load(path)
+        snap = self._load(path, storable=True)
         try:
             result = import_snapshot(snap, cluster_name=cluster_name, diagnose=diagnose)
         except snapshot_format.SnapshotError as exc:

@@ -196,3 +196,42 @@ def test_a_snapshot_file_gets_the_advice_its_scheduler_kind_declares(tmp_path) -
     advice = capabilities_of("volcano").gang_advice
     assert advice is not None
     assert loaded.gang_advice() == advice.setting
+
+
+# -- hostile files (issue #28, item 7) ------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "$: the JSON is nested too deeply"),
+        (None, "jobs[0].priority: must lie within"),
+    ],
+    ids=["100000-deep", "priority-1e20"],
+)
+def test_a_hostile_file_is_an_error_line_and_exit_2_never_a_traceback(tmp_path, text, error):
+    if text is None:
+        document = json.loads(EXAMPLE_DOCUMENT.read_text())
+        document["jobs"][0]["priority"] = 1e20
+        text = json.dumps(document)
+    path = tmp_path / "hostile.json"
+    path.write_text(text)
+    stderr = StringIO()
+    with pytest.raises(CommandError) as raised:
+        call_command("snapshot", "import", str(path), stdout=StringIO(), stderr=stderr)
+    assert raised.value.returncode == 2
+    assert error in stderr.getvalue()
+    assert not Snapshot.objects.exists()
+
+
+@pytest.mark.django_db
+def test_import_diagnose_clips_a_300_character_job_id_as_a_cycle_does(tmp_path):
+    builder = SnapshotBuilder(cluster="lab").pool("a100", nodes=1)
+    builder.job("j" * 300, node="a100-000")
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(builder.document()))
+    call_command("snapshot", "import", str(path), "--diagnose", stdout=StringIO())
+    stored = Snapshot.objects.get().load_document()
+    assert [len(j["id"]) for j in stored["jobs"]] == [255]
+    assert any("clipped to 255" in r for r in stored["collection"]["repaired"])

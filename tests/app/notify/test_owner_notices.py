@@ -8,9 +8,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from diagnosis.actions.notify import owner_notices
 from diagnosis.actions.notify.alertmanager import deliver_to_alertmanager
 from diagnosis.actions.notify.owner_notices import preview_notice, send_owner_notices
-from diagnosis.models import Cluster, DeliveryState, Finding, OwnerNotice, OwnerNoticePolicy
+from diagnosis.models import (
+    Cluster,
+    DeliveryState,
+    Finding,
+    OwnerNotice,
+    OwnerNoticePolicy,
+    Tenant,
+)
 from tests.support.notify_world import record_cycles
 
 pytestmark = pytest.mark.django_db
@@ -117,3 +125,57 @@ def test_the_cluster_page_shows_failing_notifications(cluster, bob_client, setti
     assert 'id="notifications"' in text
     assert "failing" in text
     assert "127.0.0.1:9" not in text  # the URL is for admins
+
+
+# -- addresses that are no plain address (issue #28, item 4) ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "owner", ["attacker@evil.example(", "a,b", "x\nBcc: y", "ana (admin)"], ids=repr
+)
+def test_an_owner_whose_address_is_no_plain_address_is_refused_and_named(
+    cluster, mailoutbox, owner
+) -> None:
+    turn_on(cluster, owners={}, email_domain="corp.example")
+    cycle = record_cycles(cluster, ["idle"] * 9, end=NOW)
+    Tenant.objects.filter(cluster=cluster, name="team-a").update(name=owner)
+
+    assert send_owner_notices(cluster, now=NOW) == 0
+
+    assert mailoutbox == []
+    assert not OwnerNotice.objects.exists()
+    assert preview_notice(idle_finding(cluster), now=NOW).reason.endswith(
+        "is not one plain email address: refused"
+    )
+    cycle.refresh_from_db()
+    assert any(repr(owner[:80]) in note for note in cycle.source["notes"])
+
+
+def test_a_mapped_address_with_a_comment_is_refused(cluster, mailoutbox) -> None:
+    turn_on(cluster, owners={"team-a": "ana@example.org(x)"})
+    record_cycles(cluster, ["idle"] * 9, end=NOW)
+    assert send_owner_notices(cluster, now=NOW) == 0
+    assert mailoutbox == []
+
+
+def test_one_notice_that_fails_never_stops_the_others(cluster, mailoutbox, monkeypatch) -> None:
+    turn_on(cluster)
+    record_cycles(cluster, ["idle"] * 9, end=NOW)
+    second = idle_finding(cluster)
+    second.pk, second.subject = None, "job:idle-9"
+    second.save()
+    real_send = owner_notices._send
+    calls: list[str] = []
+
+    def first_fails(policy, preview, finding):
+        calls.append(finding.subject)
+        if len(calls) == 1:
+            raise ValueError("Invalid address; only a@b could be parsed from 'a,b'")
+        real_send(policy, preview, finding)
+
+    monkeypatch.setattr(owner_notices, "_send", first_fails)
+
+    assert send_owner_notices(cluster, now=NOW) == 1
+    assert len(calls) == 2
+    assert len(mailoutbox) == 1
+    assert OwnerNotice.objects.count() == 1  # the failed one rolled back, tried next cycle

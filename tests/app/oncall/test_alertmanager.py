@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 import requests
-from django.contrib.auth.models import Permission, User
-from rest_framework.authtoken.models import Token
+from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
 from diagnosis.actions.records.snapshots import import_snapshot
 from diagnosis.choices import IncidentState
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.edge.sources import alertmanager as am
-from diagnosis.models import Cluster, Incident
+from diagnosis.models import ApiToken, Cluster, Incident
 from tests.support.alertmanager_server import AlertmanagerServer
 from tests.support.processes import wait_until
+from tests.support.world import sender_client, token_client
 
 STARTS = "2026-11-29T07:51:12.123456789Z"
 XID_LABELS = {
@@ -167,16 +167,13 @@ def prod(make_cluster) -> Cluster:
 
 @pytest.fixture
 def reporter(make_user) -> User:
-    """Alertmanager's user: only the permission to report incidents."""
-    user = make_user("alertmanager")
-    user.user_permissions.add(Permission.objects.get(codename="add_incident"))
-    return user
+    """Alertmanager's user: no role; its token (:func:`bearer`) may write alerts."""
+    return make_user("alertmanager")
 
 
 def bearer(user: User) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {Token.objects.get_or_create(user=user)[0].key}")
-    return client
+    """``user``'s token scoped to the alerts of every cluster there is now."""
+    return sender_client(user, "alerts", *Cluster.objects.all(), keyword="Bearer")
 
 
 def deliver(client: APIClient, body: dict[str, Any], query: str = ""):
@@ -280,7 +277,7 @@ def test_a_malformed_payload_is_400_with_the_fields(prod, reporter) -> None:
 @pytest.mark.django_db
 def test_anonymous_is_401_and_a_viewer_403(prod, bob) -> None:
     assert deliver(APIClient(), payload(alert())).status_code == 401
-    assert deliver(bearer(bob), payload(alert())).status_code == 403
+    assert deliver(token_client(bob, "Bearer"), payload(alert())).status_code == 403
     assert not Incident.objects.exists()
 
 
@@ -318,8 +315,9 @@ def alertmanager_url(live_server, tmp_path_factory: pytest.TempPathFactory) -> I
 @pytest.fixture
 def am_receiver(make_user) -> User:
     user = make_user("alertmanager")
-    user.user_permissions.add(Permission.objects.get(codename="add_incident"))
-    Token.objects.create(user=user, key=TOKEN_KEY)
+    token, _ = ApiToken.issue(user, "alertmanager", days=None, key=TOKEN_KEY)
+    token.kinds = ["alerts"]
+    token.save(update_fields=["kinds"])
     return user
 
 
@@ -339,6 +337,7 @@ def post_alert(url: str, starts: datetime, ends: datetime | None = None, **label
 @pytest.mark.django_db(transaction=True)
 def test_alertmanager_delivers_an_xid_and_its_resolution(alertmanager_url, am_receiver) -> None:
     cluster = Cluster.objects.create(name="am-live")
+    ApiToken.objects.get(user=am_receiver).clusters.add(cluster)
     starts = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=5)
     post_alert(alertmanager_url, starts, gpu="5", err_code="48")
 
@@ -362,6 +361,7 @@ def test_alertmanager_delivers_an_xid_and_its_resolution(alertmanager_url, am_re
 @pytest.mark.django_db(transaction=True)
 def test_alertmanager_group_of_two_gpus_opens_two_incidents(alertmanager_url, am_receiver) -> None:
     cluster = Cluster.objects.create(name="am-live")
+    ApiToken.objects.get(user=am_receiver).clusters.add(cluster)
     starts = datetime.now(UTC).replace(microsecond=0)
     post_alert(alertmanager_url, starts, gpu="1", err_code="79", Hostname="gpu-b-1")
     post_alert(alertmanager_url, starts, gpu="2", err_code="79", Hostname="gpu-b-1")

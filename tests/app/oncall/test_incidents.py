@@ -8,8 +8,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from diagnosis.actions.oncall.drain import drain_for_incident
@@ -24,7 +22,7 @@ from diagnosis.models import (
     Tenant,
 )
 from tests.support.builders import AS_OF, SnapshotBuilder
-from tests.support.world import logged_in_client
+from tests.support.world import logged_in_client, sender_client
 
 pytestmark = pytest.mark.django_db
 
@@ -166,6 +164,19 @@ def test_an_empty_note_is_refused_with_a_message(oncall, erin):
     assert not the_incident(oncall).history.filter(kind="note").exists()
 
 
+@pytest.mark.parametrize(("action", "field"), [("note", "text"), ("resolve", "note")])
+def test_a_nul_in_a_note_or_resolution_is_refused_with_a_message(oncall, erin, action, field):
+    response = logged_in_client(erin).post(
+        f"/clusters/oncall/incidents/{the_incident(oncall).pk}/{action}/",
+        {field: "reseated\x00"},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert "may not hold a NUL character" in response.content.decode()
+    assert the_incident(oncall).state == "open"
+    assert not the_incident(oncall).history.filter(kind__in=["note", "resolved"]).exists()
+
+
 # -- the page ------------------------------------------------------------------------------------
 
 
@@ -224,10 +235,7 @@ def alert_body():
 
 @pytest.fixture
 def alerted(oncall, make_user):
-    sender = make_user("alertmanager")
-    sender.user_permissions.add(Permission.objects.get(codename="add_incident"))
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {Token.objects.create(user=sender).key}")
+    client = sender_client(make_user("alertmanager"), "alerts", oncall)
     assert client.post("/api/v1/alertmanager", alert_body(), format="json").status_code == 200
     return Incident.objects.get(cluster=oncall, source="alertmanager")
 
@@ -249,10 +257,7 @@ def test_an_alertmanager_incident_names_the_jobs_at_the_alerts_time(oncall, make
     body["alerts"][0]["startsAt"] = (
         (AS_OF - timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
     )
-    sender = make_user("alertmanager")
-    sender.user_permissions.add(Permission.objects.get(codename="add_incident"))
-    client = APIClient()
-    client.force_authenticate(sender)
+    client = sender_client(make_user("alertmanager"), "alerts", oncall)
     assert client.post("/api/v1/alertmanager", body, format="json").status_code == 200
     incident = Incident.objects.get(cluster=oncall, source="alertmanager")
     assert [j["id"] for j in incident.details["jobs"]] == ["victim"]  # not latecomer
@@ -395,10 +400,7 @@ def test_an_alert_for_a_gpu_the_rule_already_opened_joins_that_incident(oncall, 
     opened = the_incident(oncall)
     body = alert_body()
     body["alerts"][0]["labels"].update(Hostname="n1", gpu="3")
-    sender = make_user("alertmanager")
-    sender.user_permissions.add(Permission.objects.get(codename="add_incident"))
-    client = APIClient()
-    client.force_authenticate(sender)
+    client = sender_client(make_user("alertmanager"), "alerts", oncall)
     assert client.post("/api/v1/alertmanager", body, format="json").status_code == 200
     incident = Incident.objects.get(cluster=oncall, node="n1", gpu_index=3)  # one, not two
     assert incident.pk == opened.pk

@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
 from diagnosis.models import Cluster, SchedulerEvent
-from tests.support.world import create_machine_user, token_client
+from tests.support.world import create_machine_user, sender_client, token_client
 
 pytestmark = pytest.mark.django_db
 
@@ -31,8 +31,8 @@ def cluster(make_cluster) -> Cluster:
 
 @pytest.fixture
 def sender(db: None) -> User:
-    """A machine user with only the permission to record scheduler events."""
-    return create_machine_user("event-sender", "add_schedulerevent")
+    """A machine user (its token, from :func:`sender_client`, may write events to the cluster)."""
+    return create_machine_user("event-sender")
 
 
 def post(client: APIClient, events: Any, cluster: str = "lsf-1"):
@@ -41,7 +41,7 @@ def post(client: APIClient, events: Any, cluster: str = "lsf-1"):
 
 def test_a_batch_is_stored_with_its_own_times(cluster, sender) -> None:
     late = {**EVENT, "time": "2026-11-29T07:00:00Z", "kind": "submitted", "id": "sched-4700"}
-    response = post(token_client(sender), [EVENT, late])
+    response = post(sender_client(sender, "events", cluster), [EVENT, late])
     assert response.status_code == 200
     assert response.json() == {"received": 2, "stored": 2, "duplicates": 0}
     rows = list(SchedulerEvent.objects.filter(cluster=cluster).order_by("time"))
@@ -53,7 +53,7 @@ def test_a_batch_is_stored_with_its_own_times(cluster, sender) -> None:
 
 
 def test_posting_the_same_batch_again_changes_nothing(cluster, sender) -> None:
-    client = token_client(sender)
+    client = sender_client(sender, "events", cluster)
     post(client, [EVENT])
     before = list(SchedulerEvent.objects.values_list("id", "time", "kind", "dedup_key"))
     response = post(client, [EVENT])
@@ -63,7 +63,7 @@ def test_posting_the_same_batch_again_changes_nothing(cluster, sender) -> None:
 
 def test_events_without_an_id_are_deduplicated_by_content(cluster, sender) -> None:
     anonymous = {k: v for k, v in EVENT.items() if k != "id"}
-    client = token_client(sender)
+    client = sender_client(sender, "events", cluster)
     post(client, [anonymous])
     assert post(client, [anonymous]).json()["duplicates"] == 1
     assert SchedulerEvent.objects.count() == 1
@@ -75,7 +75,7 @@ def test_a_malformed_batch_names_every_bad_field_and_stores_nothing(cluster, sen
         {**EVENT, "id": "b", "time": "yesterday", "kind": "exploded"},
         {**EVENT, "id": "c", "time": "2026-11-29T08:00:00", "nodes": "gpu-1"},
     ]
-    response = post(token_client(sender), bad)
+    response = post(sender_client(sender, "events", cluster), bad)
     assert response.status_code == 400
     errors = response.json()["events"]
     assert set(errors) == {"1", "2"}
@@ -86,7 +86,7 @@ def test_a_malformed_batch_names_every_bad_field_and_stores_nothing(cluster, sen
 
 
 def test_an_empty_or_missing_batch_is_refused(cluster, sender) -> None:
-    client = token_client(sender)
+    client = sender_client(sender, "events", cluster)
     assert post(client, []).status_code == 400
     response = client.post("/api/v1/clusters/lsf-1/events", {}, format="json")
     assert response.status_code == 400
@@ -94,7 +94,9 @@ def test_an_empty_or_missing_batch_is_refused(cluster, sender) -> None:
 
 
 def test_bearer_keyword_is_accepted(cluster, sender) -> None:
-    assert post(token_client(sender, "Bearer"), [EVENT]).status_code == 200
+    assert (
+        post(sender_client(sender, "events", cluster, keyword="Bearer"), [EVENT]).status_code == 200
+    )
 
 
 def test_anonymous_callers_get_401(cluster) -> None:
@@ -106,9 +108,27 @@ def test_a_user_without_the_permission_gets_403(cluster, bob) -> None:
     assert post(token_client(bob), [EVENT]).status_code == 403
 
 
-def test_staff_may_post(cluster, alice) -> None:
-    assert post(token_client(alice), [EVENT]).status_code == 200
+def test_staff_and_superusers_may_not_post(cluster, alice) -> None:
+    assert post(token_client(alice), [EVENT]).status_code == 403
+    assert SchedulerEvent.objects.count() == 0
+
+
+def test_the_model_permission_alone_grants_nothing(cluster) -> None:
+    holder = create_machine_user("old-sender", "add_schedulerevent")
+    assert post(token_client(holder), [EVENT]).status_code == 403
+
+
+def test_a_token_for_another_cluster_gets_404(cluster, make_cluster, sender) -> None:
+    other = make_cluster("other", scheduler_kind="slurm")
+    assert post(sender_client(sender, "events", other), [EVENT]).status_code == 404
+    assert SchedulerEvent.objects.count() == 0
+
+
+def test_a_token_of_another_kind_gets_403(cluster, sender) -> None:
+    assert post(sender_client(sender, "topology", cluster), [EVENT]).status_code == 403
 
 
 def test_an_unknown_cluster_is_404(cluster, sender) -> None:
-    assert post(token_client(sender), [EVENT], cluster="nope").status_code == 404
+    assert (
+        post(sender_client(sender, "events", cluster), [EVENT], cluster="nope").status_code == 404
+    )

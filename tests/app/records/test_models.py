@@ -51,6 +51,19 @@ def test_audit_entry_refuses_to_change(make_cluster) -> None:
     assert AuditEntry.objects.get(pk=entry.pk).action == "approve"
 
 
+def test_audit_entry_refuses_an_upsert_over_a_row(make_cluster) -> None:
+    entry = AuditEntry.objects.create(actor="alice", action="approve", cluster=make_cluster())
+    forged = AuditEntry(pk=entry.pk, actor="mallory", action="approve", time=entry.time)
+
+    with pytest.raises(AuditEntryImmutableError):
+        AuditEntry.objects.bulk_create(
+            [forged], update_conflicts=True, unique_fields=["id"], update_fields=["actor"]
+        )
+    with pytest.raises(AuditEntryImmutableError):
+        AuditEntry.objects.bulk_update([forged], ["actor"])
+    assert AuditEntry.objects.get(pk=entry.pk).actor == "alice"
+
+
 def test_audit_entry_refuses_to_be_deleted() -> None:
     entry = AuditEntry.objects.create(actor="system:cycle", action="apply")
 

@@ -45,6 +45,16 @@ def test_a_hostile_alert_is_rejected_and_the_rest_of_its_batch_stored(prod, repo
     assert Incident.objects.filter(cluster=prod, gpu_index=4).count() == 1
 
 
+@pytest.mark.parametrize("key", ["startsAt", "endsAt"])
+def test_an_alert_of_year_9999_is_rejected_not_a_500(prod, reporter, key):
+    bad = alert()
+    bad[key] = "9999-12-31T23:59:59Z"
+    response = deliver(bearer(reporter), payload(bad))
+    assert response.status_code == 200
+    assert response.json()["alerts"][0]["outcome"] == "rejected"
+    assert not Incident.objects.filter(cluster=prod).exists()
+
+
 def test_an_overlong_fingerprint_is_rejected(prod, reporter):
     bad = alert()
     bad["fingerprint"] = "f" * 200

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from diagnosis.charts.figures import plotly_text
+from diagnosis.charts.figures import plotly_text, recommendation_impact
 from diagnosis.middleware import json_depth
 from diagnosis.models import AuditEntry, AuditEntryImmutableError, Cluster
 from diagnosis.reports.csv_export import safe_cell
@@ -62,6 +62,26 @@ def test_a_tenant_name_is_no_link_in_a_chart():
     assert plotly_text('<a href="https://evil.example">hpo</a>') == (
         '&lt;a href="https://evil.example"&gt;hpo&lt;/a&gt;'
     )
+
+
+def test_a_queue_name_is_no_link_in_the_impact_charts_subplot_titles():
+    figure = recommendation_impact(
+        {
+            "metrics": [
+                {
+                    "metric": "wait_p50",
+                    "label": "Median wait",
+                    "subject": 'queue:<a href="https://evil.example">q</a>',
+                    "unit": "s",
+                    "current": {"mean": 60.0, "min": 50.0, "max": 70.0},
+                    "proposed": {"mean": 30.0, "min": 20.0, "max": 40.0},
+                    "verdict": "improves",
+                }
+            ]
+        }
+    )
+    titles = [a.text for a in figure.layout.annotations]
+    assert titles == ['Median wait<br>queue:&lt;a href="https://evil.example"&gt;q&lt;/a&gt;']
 
 
 @pytest.mark.parametrize("cell", ['=HYPERLINK("http://evil","x")', "+1", "-1+2", "@SUM(A1)"])

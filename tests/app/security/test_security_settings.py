@@ -9,6 +9,7 @@ import socket
 import pytest
 from django.contrib.auth.models import Permission
 
+from diagnosis.actions.notify.alertmanager import NotifyConfigError, alertmanager_target
 from diagnosis.actions.records.cycles import run_cluster_cycle
 from diagnosis.models import ClusterCycle
 from tests.support.world import create_user, logged_in_client
@@ -100,3 +101,31 @@ def test_a_failed_collection_tells_viewers_what_failed_not_where(make_cluster, b
         assert str(port) not in text
         assert "refused" not in text.lower()
         assert "unreachable" not in text.lower()
+
+
+# -- issue #28, item 6: every *_ENV setting names a GPUOBS_SECRET_* variable ----------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "extra"),
+    [
+        ("GPUOBS_ALERTMANAGER_TOKEN_ENV", {}),
+        ("GPUOBS_ALERTMANAGER_PASSWORD_ENV", {"GPUOBS_ALERTMANAGER_USERNAME": "gpuobs"}),
+    ],
+)
+def test_an_env_setting_naming_the_django_secret_key_is_refused(
+    settings, monkeypatch, setting, extra
+):
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "the-key-itself")
+    settings.GPUOBS_ALERTMANAGER_URL = "http://127.0.0.1:9/"
+    for name, value in {setting: "DJANGO_SECRET_KEY", **extra}.items():
+        setattr(settings, name, value)
+    with pytest.raises(NotifyConfigError, match=f"{setting}: must name an environment variable"):
+        alertmanager_target()
+
+
+def test_an_env_setting_naming_a_gpuobs_secret_is_read(settings, monkeypatch):
+    monkeypatch.setenv("GPUOBS_SECRET_AM_TOKEN", "t0ken")
+    settings.GPUOBS_ALERTMANAGER_URL = "http://127.0.0.1:9/"
+    settings.GPUOBS_ALERTMANAGER_TOKEN_ENV = "GPUOBS_SECRET_AM_TOKEN"
+    assert alertmanager_target().bearer_token == "t0ken"

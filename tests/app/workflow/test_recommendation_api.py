@@ -216,3 +216,10 @@ def test_the_switch_needs_a_boolean(make_cluster, alice, post) -> None:
 
     assert response.status_code == 400
     assert "enabled" in response.json()
+
+
+def test_a_viewer_may_not_re_check_an_apply(lab, bob, post) -> None:
+    applying = make_recommendation(lab, state="applying", apply_key="k1")
+    response = post(bob, url(applying, "re-check"))
+    assert response.status_code == 403
+    assert not AuditEntry.objects.filter(recommendation=applying).exists()

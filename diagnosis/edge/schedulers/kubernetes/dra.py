@@ -49,7 +49,7 @@ TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 _MINOR = re.compile(r"^gpu-(\d+)")
 _SLICES = re.compile(r"^(\d+)g\.")
 # gpu-<minor>-mig-<profile>-<profile id>-<placement start> (the driver's canonical MIG name)
-_MIG_PLACEMENT = re.compile(r"^gpu-\d+-mig-.+-\d+-(\d+)$")
+_MIG_PLACEMENT = re.compile(r"^gpu-\d+-mig-.+-\d+-(\d+)\Z")
 
 
 def count(value: Any, default: int = 0) -> int:

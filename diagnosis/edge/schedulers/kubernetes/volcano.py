@@ -76,7 +76,9 @@ def _at_least_one(value: int) -> int:
 
 
 # A DeviceClass name is a DNS subdomain (Kubernetes object names).
-DEVICE_CLASS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DEVICE_CLASS_NAME = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z"
+)
 DRA_QUOTA_PREFIX = "deviceclass/"  # Volcano's DRA quota key: deviceclass/<DeviceClass>
 
 

@@ -64,7 +64,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 10.0
 STDERR_LIMIT = 2000
 REFUSED_SHOWN = 100  # records left out that a read names (the log has the count)
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 # Failures that may pass by themselves: the controller or slurmdbd unreachable or slow.
 TRANSIENT = re.compile(
     r"unable to contact slurm controller|connection refused|connection timed out|"

@@ -53,7 +53,7 @@ class SlurmRest:
 
     def headers(self) -> dict[str, str]:
         try:
-            token = secrets.read_env(self.token_env)
+            token = secrets.read_env(self.token_env, secrets.Use("slurm", self.url))
         except secrets.SecretError as exc:
             raise SchedulerError(f"slurmrestd token: {exc}", permanent=True) from None
         headers = {"X-SLURM-USER-TOKEN": token, "Accept": "application/json"}

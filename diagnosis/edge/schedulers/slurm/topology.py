@@ -50,7 +50,7 @@ from diagnosis.edge.schedulers.slurm.parse.values import (
 
 MAX_LINES = 100_000
 MAX_BYTES = 16 * 2**20
-_DEVICE = re.compile(r"(\d+)$")
+_DEVICE = re.compile(r"(\d+)\Z")
 
 
 @dataclass

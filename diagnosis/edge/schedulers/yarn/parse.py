@@ -123,7 +123,7 @@ def parse_nodes(document: Mapping[str, Any], settings: YarnSettings) -> list[dic
     return nodes
 
 
-_ADDRESS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}:\d{1,5}$")
+_ADDRESS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}:\d{1,5}\Z")
 
 
 def gpu_node_addresses(document: Mapping[str, Any], settings: YarnSettings) -> dict[str, str]:
@@ -292,7 +292,7 @@ def parse_apps(documents: list[Mapping[str, Any]], settings: YarnSettings) -> Pa
 
 # -- GPUs per container (NodeManagers) ----------------------------------------------------------
 
-_CONTAINER = re.compile(r"^container_(?:e\d+_)?(\d+)_(\d+)_\d+_\d+$")
+_CONTAINER = re.compile(r"^container_(?:e\d+_)?(\d+)_(\d+)_\d+_\d+\Z")
 
 
 def container_app(container_id: str) -> str | None:

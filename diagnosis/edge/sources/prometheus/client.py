@@ -33,10 +33,36 @@ MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses query_range beyond this man
 MAX_SAMPLES = 25_000_000  # never ask one query for more (estimated) samples than this
 USER_AGENT = "gpuobs-prometheus-source"
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-# One answer may be at most this large, on the wire and decoded (a gzip bomb stops here).
+# One answer may be at most this large on the wire; the decoded answers of one collection held
+# at once (whatever the number of parallel queries) at most MAX_BODY_BYTES together: a gzip bomb,
+# or four of them in parallel, stops there.
 MAX_WIRE_BYTES = 64 * 1024 * 1024
 MAX_BODY_BYTES = 256 * 1024 * 1024
 READ_CHUNK = 1024 * 1024
+
+
+class DecodeBudget:
+    """The decoded bytes the answers of one collection may hold at once, shared by its parallel
+    queries: an answer takes its size when decoded and gives it back once parsed."""
+
+    def __init__(self, limit: int = MAX_BODY_BYTES) -> None:
+        self.limit = limit
+        self.held = 0
+        self.lock = threading.Lock()
+
+    def room(self) -> int:
+        with self.lock:
+            return max(0, self.limit - self.held)
+
+    def take(self, size: int) -> None:
+        with self.lock:
+            if self.held + size > self.limit:
+                raise _too_large(self.limit, "decoded, with the collection's other answers")
+            self.held += size
+
+    def give(self, size: int) -> None:
+        with self.lock:
+            self.held = max(0, self.held - size)
 
 
 # -- what one collection cost --------------------------------------------------------------------
@@ -168,6 +194,7 @@ class PrometheusClient:
         self.auth = auth
         self.deadline = time.monotonic() + config.deadline_s
         self.aborted = threading.Event()
+        self.budget = DecodeBudget()
 
     def close(self) -> None:
         self.connection.close()
@@ -184,7 +211,10 @@ class PrometheusClient:
         body, wire, attempts = self._post(
             "/api/v1/query", {"query": expression, "time": _ts(at)}, family
         )
-        vector, warnings = parse_vector(body)
+        try:
+            vector, warnings = parse_vector(body)
+        finally:
+            self.budget.give(len(body))
         self.report.add(
             QueryRecord(
                 family,
@@ -235,7 +265,10 @@ class PrometheusClient:
         end = start + (points - 1) * step
         params = {"query": text, "start": _ts(start), "end": _ts(end), "step": _ts(step)}
         body, wire, attempts = self._post("/api/v1/query_range", params, family)
-        matrix, warnings = parse_matrix(body, start, step, points)
+        try:
+            matrix, warnings = parse_matrix(body, start, step, points)
+        finally:
+            self.budget.give(len(body))
         self.report.add(
             QueryRecord(
                 family,
@@ -289,9 +322,11 @@ class PrometheusClient:
             except (requests.ConnectionError, urllib3_exceptions.HTTPError) as exc:
                 problem = f"Prometheus at {self.config.url} is unreachable: {_reason(exc)}"
             else:
-                body = _decode(wire, response.headers.get("Content-Encoding", ""))
+                encoding = response.headers.get("Content-Encoding", "")
+                body = _decode(wire, encoding, budget=self.budget)
                 if response.status_code == 200:
-                    return body, len(wire), attempt
+                    return body, len(wire), attempt  # the caller gives its size back
+                self.budget.give(len(body))
                 error_type, error = envelope_error(body)
                 problem = (
                     f"Prometheus answered HTTP {response.status_code} to the {family} query"
@@ -341,8 +376,27 @@ def _read_capped(raw: Any, limit: int) -> bytes:
         chunks.append(chunk)
 
 
-def _decode(wire: bytes, encoding: str, limit: int = MAX_BODY_BYTES) -> bytes:
-    """The decoded body, refusing one that inflates beyond ``limit`` (without inflating it)."""
+def _decode(
+    wire: bytes, encoding: str, limit: int = MAX_BODY_BYTES, *, budget: DecodeBudget | None = None
+) -> bytes:
+    """The decoded body, refusing one that inflates beyond ``limit`` or beyond what is left of
+    the collection's ``budget`` (without inflating it); with a budget, the body's size is taken
+    from it (the caller gives it back)."""
+    shared = budget is not None and budget.room() < limit
+    if budget is not None:
+        limit = min(limit, budget.room())
+    body = _inflate(wire, encoding, limit)
+    if len(body) > limit:
+        if shared:
+            raise _too_large(budget.limit, "decoded, with the collection's other answers")
+        raise _too_large(limit, "decoded")
+    if budget is not None:
+        budget.take(len(body))
+    return body
+
+
+def _inflate(wire: bytes, encoding: str, limit: int) -> bytes:
+    """The body as sent, or inflated to at most ``limit + 1`` bytes (more: too large)."""
     if "gzip" in encoding:
         wbits = 16 + zlib.MAX_WBITS
     elif "deflate" in encoding:
@@ -354,6 +408,4 @@ def _decode(wire: bytes, encoding: str, limit: int = MAX_BODY_BYTES) -> bytes:
         body = inflater.decompress(wire, limit + 1)
     except zlib.error as exc:
         raise PrometheusError(f"Prometheus's answer is not valid {encoding}: {exc}") from None
-    if len(body) > limit or inflater.unconsumed_tail:
-        raise _too_large(limit, "decoded")
-    return body
+    return body  # limit + 1 bytes when more was left (decompress stops there)

@@ -331,16 +331,17 @@ class PrometheusConfig:
         """Headers and basic-auth pair, read from the environment or the token file now."""
         headers: dict[str, str] = {}
         token = None
+        use = secrets.Use("prometheus", self.url)  # bound to this integration and host only
         try:
             if self.bearer_token_env:
-                token = secrets.read_env(self.bearer_token_env)
+                token = secrets.read_env(self.bearer_token_env, use)
             elif self.bearer_token_file:
-                token = secrets.read_file(self.bearer_token_file)
+                token = secrets.read_file(self.bearer_token_file, use)
             if token:
                 headers["Authorization"] = f"Bearer {token}"
                 return headers, None
             if self.username:
-                password = secrets.read_env(self.password_env) if self.password_env else ""
+                password = secrets.read_env(self.password_env, use) if self.password_env else ""
                 return headers, (self.username, password)
         except secrets.SecretError as exc:
             key = (

@@ -10,7 +10,7 @@ from diagnosis.edge.schedulers.slurm.parse import values as slurm_values
 
 SSTAT_FIELDS = ("JobID", "NTasks", "TRESUsageInAve", "TRESUsageInMax")
 UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
-_AMOUNT = re.compile(r"^(\d+(?:\.\d+)?)([KMGTP]?)$")
+_AMOUNT = re.compile(r"^(\d+(?:\.\d+)?)([KMGTP]?)\Z")
 
 
 def tres_amounts(text: str) -> dict[str, float]:

@@ -208,7 +208,7 @@ class Gres:
     indexes: tuple[int, ...] = ()
 
 
-_GRES = re.compile(r"^(?P<body>[^()]*)(?:\((?P<extra>.*)\))?$")
+_GRES = re.compile(r"^(?P<body>[^()]*)(?:\((?P<extra>.*)\))?\Z")
 
 
 def parse_gres(text: Any) -> list[Gres]:
