@@ -35,6 +35,7 @@ MIXED = "gpu:h100:2(S:0),gpu:h200:4(S:1)"
 def read_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gres: str) -> Any:
     monkeypatch.setenv(CONF_DIR_ENV, str(tmp_path))
     monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    monkeypatch.setenv("GPUOBS_SECRET_BINDINGS", f"{TOKEN_ENV}=slurm")
     nodes = fixture(VERSION, "scontrol_show_nodes.json")
     for node in nodes["nodes"]:
         if node["name"] == "n1":

@@ -31,6 +31,7 @@ VERSION = "v0.0.42"
 def slurmrestd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv(CONF_DIR_ENV, str(tmp_path))
     monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    monkeypatch.setenv("GPUOBS_SECRET_BINDINGS", f"{TOKEN_ENV}=slurm")
     nodes = fixture(VERSION, "scontrol_show_nodes.json")
     nodes["nodes"] = [n for n in nodes["nodes"] if n["name"] != "n2"]
     with serving({**routes(VERSION), f"/slurm/{VERSION}/nodes": (200, nodes)}) as server:
