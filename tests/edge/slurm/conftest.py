@@ -27,6 +27,13 @@ from tests.support.slurm_cluster import (
 GPU_MODELS = {"h100": "H100-SXM5-80GB", "a100": "A100-SXM4-80GB"}
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """One parallel worker takes every test here: they share one session's Slurm cluster."""
+    for item in items:
+        if "tests/edge/slurm/" in str(item.fspath):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     for name in (*BINARIES, *ACCOUNTING_BINARIES):
