@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db.models import QuerySet
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status, viewsets
@@ -36,6 +37,7 @@ from diagnosis.access import (
 from diagnosis.actions.workflow import review
 from diagnosis.actions.workflow.apply import recheck_apply
 from diagnosis.actions.workflow.base import ApplyNotSent, WorkflowError
+from diagnosis.actions.workflow.outcome import outcome_of
 from diagnosis.api.serializers import (
     RecommendationDetailSerializer,
     RecommendationFilter,
@@ -79,6 +81,12 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
             .order_by("-created_at", "-id")
         )
 
+    def action_name(self) -> str:
+        """The workflow step of this request, as the pages name it (``dry-run``, ``re-check``)."""
+        return {"request_change": "request", "dry_run": "dry-run", "recheck": "re-check"}.get(
+            self.action, self.action
+        )
+
     def get_object(self) -> Recommendation:
         return get_recommendation_for_user(self.request.user, None, int(self.kwargs["pk"]))
 
@@ -90,9 +98,12 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
         *args: Any,
         created: bool = False,
     ) -> Response:
-        """``do(recommendation, request.user, *args)``: the workflow's answer as the detail, or
-        409 (the state does not allow it) or 503 (the broker refused the task)."""
+        """``do(recommendation, request.user, *args)``: the workflow's answer as the detail with
+        its ``outcome`` (``{"kind": sent|accepted|refused|applied|failed|not-applied|done,
+        "message"}``: what happened, :mod:`diagnosis.actions.workflow.outcome`), or 409 (the
+        state does not allow it) or 503 (the broker refused the task)."""
         rec = get_recommendation_for_user(request.user, None, int(pk))
+        since = timezone.now()
         try:
             result = do(rec, request.user, *args)
         except WorkflowError as exc:
@@ -101,7 +112,10 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
             return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
         result.refresh_from_db()
         return Response(
-            RecommendationDetailSerializer(result).data,
+            {
+                **RecommendationDetailSerializer(result).data,
+                "outcome": outcome_of(self.action_name(), result, since).as_dict(),
+            },
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
         )
 

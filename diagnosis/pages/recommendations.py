@@ -20,6 +20,7 @@ from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _lazy
 from django.views.decorators.http import require_POST, require_safe
@@ -34,6 +35,7 @@ from diagnosis.access import (
 from diagnosis.actions.upkeep.health import database_now
 from diagnosis.actions.workflow.apply import apply_stuck_since, recheck_apply
 from diagnosis.actions.workflow.base import APPLIED_STATES, OPEN_STATES, ApplyNotSent, WorkflowError
+from diagnosis.actions.workflow.outcome import outcome_of
 from diagnosis.actions.workflow.review import (
     approve_recommendation,
     awaiting_approval_by,
@@ -234,14 +236,11 @@ def recommendation_detail(request: HttpRequest, name: str, recommendation_id: in
 
 
 ACTIONS = {
-    "request": (request_recommendation, _lazy("Requested: someone else approves it next.")),
-    "approve": (approve_recommendation, _lazy("Approved; a dry run was sent to the scheduler.")),
-    "dry-run": (request_dry_run, _lazy("Dry run sent to the scheduler.")),
-    "apply": (request_apply, _lazy("Apply sent to the scheduler.")),
-    "re-check": (
-        recheck_apply,
-        _lazy("Re-check sent: the scheduler is read again before any write."),
-    ),
+    "request": request_recommendation,
+    "approve": approve_recommendation,
+    "dry-run": request_dry_run,
+    "apply": request_apply,
+    "re-check": recheck_apply,
 }
 
 
@@ -249,41 +248,37 @@ ACTIONS = {
 def recommendation_action(
     request: HttpRequest, name: str, recommendation_id: int, action: str
 ) -> HttpResponse:
-    """A workflow button: request, approve, reject, dry-run, apply or rollback."""
+    """A workflow button: request, approve, reject, dry-run, apply or rollback. The message says
+    what happened (:mod:`diagnosis.actions.workflow.outcome`): sent, refused with the
+    scheduler's reason, applied or failed."""
     cluster = get_cluster_for_user(request.user, name)
     rec = get_recommendation_for_user(request.user, cluster, recommendation_id)
     target = rec
+    since = timezone.now()
     try:
         if action in ACTIONS:
-            do, done = ACTIONS[action]
-            do(rec, request.user)
+            ACTIONS[action](rec, request.user)
         elif action == "reject":
             reason = (request.POST.get("reason") or "").strip()
             reject_recommendation(rec, request.user, reason)
-            done = gettext("Rejected.")
         elif action == "rollback":
             target = request_rollback(rec, request.user)
-            done = gettext(
-                "Rollback #%(id)s requested: someone else approves it, then it is applied."
-            ) % {"id": target.pk}
         else:
             raise Http404("no such action")
     except (WorkflowError, ApplyNotSent) as exc:
         messages.error(request, str(exc))
+        return HttpResponseRedirect(_detail_url(target))
+    target.refresh_from_db()
+    if action == "rollback":
+        messages.success(
+            request,
+            gettext("Rollback #%(id)s requested: someone else approves it, then it is applied.")
+            % {"id": target.pk},
+        )
     else:
-        target.refresh_from_db()
-        messages.success(request, f"{done}{_outcome(target)}")
+        outcome = outcome_of(action, target, since)
+        (messages.success if outcome.ok else messages.error)(request, outcome.message)
     return HttpResponseRedirect(_detail_url(target))
-
-
-def _outcome(rec: Recommendation) -> str:
-    """What already happened, when the task ran in the request (the embedded mode)."""
-    if rec.status_message:
-        return " " + gettext("Now %(state)s: %(message)s") % {
-            "state": rec.state,
-            "message": rec.status_message,
-        }
-    return " " + gettext("Now %(state)s.") % {"state": rec.state}
 
 
 @require_POST
