@@ -37,6 +37,7 @@ from diagnosis.actions.oncall.incidents import (
     resolve_incident_by,
 )
 from diagnosis.actions.workflow.base import APPLIED_STATES, WorkflowDenied, WorkflowError
+from diagnosis.actions.workflow.outcome import apply_outcome
 from diagnosis.choices import IncidentState, RecommendationKind
 from diagnosis.core import xid_catalog
 from diagnosis.models import Cluster, Incident, Snapshot
@@ -234,11 +235,11 @@ def incident_drain(request: HttpRequest, name: str, incident_id: int) -> HttpRes
             messages.error(request, str(exc))
             return HttpResponseRedirect(_detail_url(cluster, incident))
         else:
-            outcome = rec.status_message or rec.state
-            messages.success(
+            outcome = apply_outcome(rec)
+            (messages.success if outcome.ok else messages.error)(
                 request,
-                gettext("Drain of %(node)s: %(outcome)s.")
-                % {"node": incident.node, "outcome": outcome},
+                gettext("Drain of %(node)s: %(outcome)s")
+                % {"node": incident.node, "outcome": outcome.message},
             )
             return HttpResponseRedirect(_detail_url(cluster, incident))
     else:
