@@ -5,8 +5,9 @@
   ``GET /api/recommendations/{id}/`` (the detail adds the audit trail); ``awaiting=me``: the
   requested changes the caller may approve (the approver queue);
 - ``POST /api/recommendations/{id}/request|approve|reject|dry-run|apply|rollback/``
-  (``reject`` takes ``{"reason": "..."}``; ``rollback`` answers 201 with the new
-  recommendation that undoes the change);
+  (``reject`` takes ``{"reason": "..."}``; ``approve`` of a change predicted to harm takes
+  ``{"confirm_harm": true}``, else 409 naming the ``harm``; ``rollback`` answers 201 with the
+  new recommendation that undoes the change); every answer carries the step's ``outcome``;
 - ``GET|POST /api/v1/clusters/{cluster}/writes`` (``{"enabled": true}``: admins only).
 
 A request the person's role does not allow answers 403; one the recommendation's state does not
@@ -17,6 +18,7 @@ Session (with CSRF) or token authentication, as for every endpoint.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from django.db.models import QuerySet
@@ -36,9 +38,10 @@ from diagnosis.access import (
 )
 from diagnosis.actions.workflow import review
 from diagnosis.actions.workflow.apply import recheck_apply
-from diagnosis.actions.workflow.base import ApplyNotSent, WorkflowError
+from diagnosis.actions.workflow.base import ApplyNotSent, HarmNotConfirmed, WorkflowError
 from diagnosis.actions.workflow.outcome import outcome_of
 from diagnosis.api.serializers import (
+    ApproveSerializer,
     RecommendationDetailSerializer,
     RecommendationFilter,
     RecommendationSerializer,
@@ -106,6 +109,11 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
         since = timezone.now()
         try:
             result = do(rec, request.user, *args)
+        except HarmNotConfirmed as exc:
+            return Response(
+                {"detail": str(exc), "harm": exc.harm, "confirm": "confirm_harm"},
+                status=status.HTTP_409_CONFLICT,
+            )
         except WorkflowError as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         except ApplyNotSent as exc:  # the broker refused the task: nothing is left applying
@@ -125,7 +133,12 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
 
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
-        return self._act(request, pk, review.approve_recommendation)
+        """Approve; a change predicted to harm needs ``{"confirm_harm": true}`` (else 409 with
+        the ``harm`` named)."""
+        body = ApproveSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        confirm = body.validated_data.get("confirm_harm", False)
+        return self._act(request, pk, partial(review.approve_recommendation, confirm_harm=confirm))
 
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:

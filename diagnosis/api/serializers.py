@@ -197,6 +197,14 @@ class RejectSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=2000, required=False, allow_blank=True)
 
 
+class ApproveSerializer(serializers.Serializer):
+    confirm_harm = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Approve although the impact estimate predicts harm (the harm is audited).",
+    )
+
+
 class RecommendationFilter(serializers.Serializer):
     """The list's query string, parsed at the boundary (a bad value names its parameter)."""
 

@@ -34,11 +34,18 @@ from diagnosis.access import (
 )
 from diagnosis.actions.upkeep.health import database_now
 from diagnosis.actions.workflow.apply import apply_stuck_since, recheck_apply
-from diagnosis.actions.workflow.base import APPLIED_STATES, OPEN_STATES, ApplyNotSent, WorkflowError
+from diagnosis.actions.workflow.base import (
+    APPLIED_STATES,
+    OPEN_STATES,
+    ApplyNotSent,
+    HarmNotConfirmed,
+    WorkflowError,
+)
 from diagnosis.actions.workflow.outcome import outcome_of
 from diagnosis.actions.workflow.review import (
     approve_recommendation,
     awaiting_approval_by,
+    predicted_harm,
     reject_recommendation,
     request_apply,
     request_dry_run,
@@ -195,6 +202,8 @@ def recommendation_detail(request: HttpRequest, name: str, recommendation_id: in
     figure = recommendation_impact(impact)
     dry = rec.dry_run_result or {}
     applied = rec.apply_result or {}
+    buttons = available_actions(rec, request.user)
+    harm = predicted_harm(rec) if any(b.action == "approve" for b in buttons) else []
     context = {
         "cluster": cluster,
         "section": "recommendations",
@@ -230,7 +239,8 @@ def recommendation_detail(request: HttpRequest, name: str, recommendation_id: in
             for e in AuditEntry.objects.filter(recommendation=rec).order_by("time", "id")
         ],
         "rollbacks": list(rec.rollbacks.order_by("-created_at")),
-        "buttons": available_actions(rec, request.user),
+        "buttons": buttons,
+        "confirm_harm": harm if request.GET.get("confirm") == "harm" else [],
     }
     return render(request, "diagnosis/recommendation_detail.html", context)
 
@@ -256,7 +266,10 @@ def recommendation_action(
     target = rec
     since = timezone.now()
     try:
-        if action in ACTIONS:
+        if action == "approve":
+            confirm = request.POST.get("confirm_harm") == "on"
+            approve_recommendation(rec, request.user, confirm_harm=confirm)
+        elif action in ACTIONS:
             ACTIONS[action](rec, request.user)
         elif action == "reject":
             reason = (request.POST.get("reason") or "").strip()
@@ -265,6 +278,8 @@ def recommendation_action(
             target = request_rollback(rec, request.user)
         else:
             raise Http404("no such action")
+    except HarmNotConfirmed:  # the confirm step: the page shows the harm and asks again
+        return HttpResponseRedirect(_detail_url(target) + "?confirm=harm#confirm-harm")
     except (WorkflowError, ApplyNotSent) as exc:
         messages.error(request, str(exc))
         return HttpResponseRedirect(_detail_url(target))
