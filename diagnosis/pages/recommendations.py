@@ -185,6 +185,11 @@ def _impact_rows(impact: Mapping[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
+def _minute(iso: Any) -> str:
+    """An RFC 3339 time to the minute, as the page writes times (``2026-11-29 08:15``)."""
+    return str(iso)[:16].replace("T", " ") if iso else ""
+
+
 def compact(value: Any, limit: int = 400) -> str:
     """A JSON value as one short line of text (audit rows)."""
     if value is None:
@@ -234,6 +239,8 @@ def recommendation_detail(request: HttpRequest, name: str, recommendation_id: in
             .distinct()
         ),
         "impact_rows": _impact_rows(impact),
+        "impact_as_of": _minute((impact.get("estimate") or {}).get("snapshot_as_of")),
+        "reestimating_as_of": _minute((impact.get("reestimating") or {}).get("snapshot_as_of")),
         "audit": [
             {"entry": e, "before": compact(e.before), "after": compact(e.after)}
             for e in AuditEntry.objects.filter(recommendation=rec).order_by("time", "id")

@@ -48,6 +48,7 @@ SYSTEM_CYCLE = "system:cycle"
 SYSTEM_ACTUATE = "system:actuate"
 
 
+SYSTEM_IMPACT = "system:impact"  # the impact re-estimated at approve and apply (impact.py)
 SYSTEM_SWEEP = "system:sweeper"  # re-drives applies stuck in applying (actions/workflow/apply.py)
 
 

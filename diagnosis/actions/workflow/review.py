@@ -32,6 +32,7 @@ from diagnosis.actions.workflow.base import (
     require_state,
     save_fields,
 )
+from diagnosis.actions.workflow.impact import request_reestimate
 from diagnosis.choices import RecommendationKind, RecommendationState
 from diagnosis.edge.schedulers.base import observed_value
 from diagnosis.models import (
@@ -174,6 +175,7 @@ def approve_recommendation(
             },
         )
         dry_run_on_commit(rec.pk)
+        request_reestimate(rec)  # today's figures: a material change asks the approver again
     return rec
 
 
@@ -260,6 +262,7 @@ def request_apply(rec: Recommendation, user: AbstractBaseUser | None) -> Recomme
                 after={"state": State.APPLYING, "key": rec.apply_key},
             )
             publish_apply_on_commit(rec.pk, rec.apply_key)
+            request_reestimate(rec)
     if lapsed:
         raise WorkflowError(rec.status_message)
     return rec
