@@ -21,6 +21,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _lazy
 from django.views.decorators.http import require_POST, require_safe
@@ -39,6 +40,7 @@ from diagnosis.actions.workflow.base import (
     OPEN_STATES,
     ApplyNotSent,
     HarmNotConfirmed,
+    WorkflowDenied,
     WorkflowError,
 )
 from diagnosis.actions.workflow.outcome import outcome_of
@@ -248,6 +250,7 @@ def recommendation_detail(request: HttpRequest, name: str, recommendation_id: in
         "rollbacks": list(rec.rollbacks.order_by("-created_at")),
         "buttons": buttons,
         "confirm_harm": harm if request.GET.get("confirm") == "harm" else [],
+        "can_administer": roles.can_administer(request.user),
     }
     return render(request, "diagnosis/recommendation_detail.html", context)
 
@@ -305,9 +308,26 @@ def recommendation_action(
 
 @require_POST
 def cluster_writes(request: HttpRequest, name: str) -> HttpResponse:
-    """The cluster's write switch (admins only): ``enabled=on`` writes approved changes."""
+    """The cluster's write switch (admins only). Turning writes on is a confirm step first
+    (``confirm=yes`` absent): the page names the scheduler that becomes writable and the
+    approved changes the next Apply would write. ``next``: the page to land back on (this
+    site's, e.g. the change the admin came from; else the list)."""
     cluster = get_cluster_for_user(request.user, name)
     enabled = request.POST.get("enabled") == "on"
+    back = request.POST.get("next") or ""
+    if not url_has_allowed_host_and_scheme(back, {request.get_host()}, request.is_secure()):
+        back = reverse("diagnosis:recommendations", kwargs={"name": cluster.name})
+    if enabled and cluster.dry_run and request.POST.get("confirm") != "yes":
+        if not roles.can_administer(request.user):
+            raise WorkflowDenied("only an admin may turn a cluster's writes on or off")
+        waiting = recommendations_for_user(request.user, cluster).filter(state=State.APPROVED)
+        context = {
+            "cluster": cluster,
+            "section": "recommendations",
+            "approved": list(waiting.order_by("-approved_at", "-id")[:PER_PAGE]),
+            "next": back,
+        }
+        return render(request, "diagnosis/cluster_writes_confirm.html", context)
     set_cluster_writes(cluster, request.user, enabled=enabled)
     messages.success(
         request,
@@ -318,4 +338,4 @@ def cluster_writes(request: HttpRequest, name: str) -> HttpResponse:
         )
         % {"cluster": cluster.name},
     )
-    return HttpResponseRedirect(reverse("diagnosis:recommendations", kwargs={"name": cluster.name}))
+    return HttpResponseRedirect(back)
