@@ -60,6 +60,7 @@ from diagnosis.choices import RecommendationKind, RecommendationState
 from diagnosis.core.recommend.impact import format_delta, format_value
 from diagnosis.models import AuditEntry, Recommendation
 from diagnosis.pages.support.pagination import paginate
+from diagnosis.pages.support.recommendation_rows import list_rows
 
 State = RecommendationState
 PER_PAGE = 50
@@ -129,7 +130,9 @@ def _detail_url(rec: Recommendation) -> str:
 
 @require_safe
 def recommendation_list(request: HttpRequest, name: str) -> HttpResponse:
-    """A cluster's recommendations, open ones first by default, with the write switch."""
+    """A cluster's recommendations, open ones first by default, with the write switch: open
+    ones ranked by what is at stake, one-pod advice grouped (``support.recommendation_rows``);
+    the others newest first, a page read at a time."""
     cluster = get_cluster_for_user(request.user, name)
     state = request.GET.get("state") or "open"
     if state not in STATE_FILTERS and state != AWAITING:
@@ -140,7 +143,11 @@ def recommendation_list(request: HttpRequest, name: str) -> HttpResponse:
     recommendations = chosen.select_related("requested_by", "approved_by").order_by(
         "-created_at", "-id"
     )
-    page, query = paginate(request, recommendations, PER_PAGE)
+    if state in ("open", AWAITING):  # few: ranked and grouped as a whole
+        page, query = paginate(request, list_rows(recommendations, rank=True), PER_PAGE)
+    else:
+        page, query = paginate(request, recommendations, PER_PAGE)
+        page.object_list = list_rows(page.object_list, rank=False)
     context = {
         "cluster": cluster,
         "section": "recommendations",
