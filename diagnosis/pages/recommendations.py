@@ -173,8 +173,12 @@ def _diff_rows(before: Any, after: Any) -> list[tuple[str, Any, Any]]:
     return [("value", before, after)]
 
 
-def _impact_rows(impact: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The simulated metrics as the table under the chart shows them (means over the seeds)."""
+def _impact_rows(
+    impact: Mapping[str, Any], effect: Mapping[str, Any] | None = None
+) -> list[dict[str, str]]:
+    """The simulated metrics as the table under the chart shows them (means over the seeds),
+    each with what the cycles since the apply measured of it (``effect``; empty: not measured)."""
+    effect = effect or {}
     rows = []
     for row in impact.get("metrics") or ():
         unit = str(row.get("unit"))
@@ -187,11 +191,21 @@ def _impact_rows(impact: Mapping[str, Any]) -> list[dict[str, str]]:
                     "proposed": format_value(row["proposed"]["mean"], unit),
                     "delta": format_delta(row["delta"]["mean"], unit),
                     "verdict": str(row.get("verdict")),
+                    "measured": _measured(
+                        effect.get(f"{row.get('metric')} {row.get('subject')}"), unit
+                    ),
                 }
             )
         except (KeyError, TypeError, ValueError):
             continue
     return rows
+
+
+def _measured(seen: Mapping[str, Any] | None, unit: str) -> str:
+    """A measured mean over the cycles since the apply, with their count (empty: none)."""
+    if not seen or not seen.get("cycles"):
+        return ""
+    return f"{format_value(float(seen['mean']), unit)} ({int(seen['cycles'])})"
 
 
 def _minute(iso: Any) -> str:
@@ -247,7 +261,7 @@ def recommendation_detail(request: HttpRequest, name: str, recommendation_id: in
             .filter(Q(drain=rec) | Q(finding__recommendations=rec))
             .distinct()
         ),
-        "impact_rows": _impact_rows(impact),
+        "impact_rows": _impact_rows(impact, (rec.verification or {}).get("effect")),
         "impact_as_of": _minute((impact.get("estimate") or {}).get("snapshot_as_of")),
         "reestimating_as_of": _minute((impact.get("reestimating") or {}).get("snapshot_as_of")),
         "audit": [

@@ -98,6 +98,11 @@ def verify_applied(
             )
             judgement = step.judgement
             before = rec.state
+            measured = verify.measure_effect(
+                (rec.impact or {}).get("metrics") or (), snap, accounting, facts
+            )
+            if measured:  # the predicted effect, next to the prediction on the page
+                step.data["effect"] = verify.add_effect(step.data.get("effect") or {}, measured)
             rec.verification = step.data
             rec.state = step.state
             outcome = {"observation": observation.as_dict(), "reason": judgement.reason}

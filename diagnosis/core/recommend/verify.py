@@ -521,3 +521,53 @@ def advance(
     elif judgement.status == WORSE:
         event = "verify-worse"
     return Step(new, out, judgement, event)
+
+
+# -- the predicted effect, measured after apply (issue #26.6) ------------------------------------
+
+
+def measure_effect(
+    metrics: Iterable[Mapping[str, Any]],
+    snapshot: ClusterSnapshot,
+    accounting: Mapping[str, Any] | None,
+    facts: SnapshotFacts | None = None,
+) -> dict[str, float]:
+    """What one cycle shows of the impact estimate's metrics (its ``metrics`` rows), keyed
+    ``"<metric> <subject>"``: a queue's ``queue_share`` (its share of the GPUs allocated now; the
+    cycles' mean approximates the share of GPU-hours) and the cluster's ``fragmentation_gpus``
+    (free GPUs stranded by fragmentation in the cycle's accounting). A metric a snapshot cannot
+    show (a replay's waits of jobs that are gone) is left out."""
+    out: dict[str, float] = {}
+    shares = None
+    for row in metrics:
+        name, subject = str(row.get("metric")), str(row.get("subject") or "")
+        key = f"{name} {subject}"
+        if name == "queue_share" and subject.startswith("queue:"):
+            shares = shares or queue_shares(snapshot, facts)
+            total = sum(q.held_gpus for q in shares.queues.values())
+            queue = shares.queues.get(subject.removeprefix("queue:"))
+            if queue is not None and total > 0:
+                out[key] = queue.held_gpus / total
+        elif name == "fragmentation_gpus" and subject == "cluster" and accounting:
+            pools = accounting.get("pools") or ()
+            out[key] = float(
+                sum(
+                    finite_number(
+                        ((p.get("buckets") or {}).get("free-fragmented") or {}).get("gpus")
+                    )
+                    or 0.0
+                    for p in pools
+                )
+            )
+    return out
+
+
+def add_effect(effect: Mapping[str, Any], measured: Mapping[str, float]) -> dict[str, Any]:
+    """The running means of the measured effect (``{key: {"mean", "cycles"}}``) with one more
+    cycle's measurement."""
+    out = {k: dict(v) for k, v in effect.items()}
+    for key, value in measured.items():
+        seen = out.get(key) or {"mean": 0.0, "cycles": 0}
+        cycles = int(seen["cycles"]) + 1
+        out[key] = {"mean": seen["mean"] + (value - seen["mean"]) / cycles, "cycles": cycles}
+    return out

@@ -16,7 +16,9 @@ from diagnosis.actions.workflow.review import (
     set_cluster_writes,
 )
 from diagnosis.models import AuditEntry, Cluster
+from diagnosis.tasks import estimate_impact
 from tests.support.records import binpack_proposal, run_cycles, seed_demo_cluster
+from tests.support.world import logged_in_client
 
 pytestmark = pytest.mark.django_db
 
@@ -59,3 +61,25 @@ def test_the_applied_binpack_changes_state_at_most_once_in_12_cycles(
     assert moves == ["verify"], (moves, states)
     assert "regressed" not in states
     assert rec.verification["signals"] == ["finding returned (1 open)"]
+
+
+def test_the_predicted_share_is_measured_after_apply_and_shown_next_to_it(
+    demo, alice, carol, dave, run_tasks
+) -> None:
+    run_cycles(demo, FIRST_FRAGMENTATION_CYCLE)
+    set_cluster_writes(demo, alice, enabled=True)
+    rec = binpack_proposal(demo)
+    estimate_impact(rec.pk)  # the impact queue's task: the prediction to measure against
+    request_recommendation(rec, carol)
+    run_tasks(approve_recommendation, rec, dave, confirm_harm=True)
+    run_tasks(request_apply, rec, dave)
+    run_cycles(demo, 3)
+
+    rec.refresh_from_db()
+    effect = rec.verification["effect"]
+    share = effect["queue_share queue:hpo"]
+    page = logged_in_client(dave).get(f"/clusters/{demo.name}/recommendations/{rec.pk}/")
+
+    assert share["cycles"] == 3
+    assert 0 < share["mean"] < 1
+    assert f"{100 * share['mean']:.1f}% (3)" in page.content.decode()
