@@ -27,6 +27,7 @@ from diagnosis.access import (
 )
 from diagnosis.actions.oncall.drain import (
     DrainChanged,
+    drain_command,
     drain_for_incident,
     drain_impact,
     drains_of_job,
@@ -245,11 +246,13 @@ def incident_drain(request: HttpRequest, name: str, incident_id: int) -> HttpRes
     else:
         impact = drain_impact(cluster, incident)
     tenants = _visible_tenants(request, cluster)
+    command, _ = drain_command(cluster, incident)  # the error text may name hosts: not shown
     context = {
         "cluster": cluster,
         "section": "incidents",
         "incident": incident,
         "impact": impact,
+        "command": command,
         "jobs": _scoped(impact["jobs_to_evict"], tenants),
         "hidden_jobs": len(impact["jobs_to_evict"])
         - len(_scoped(impact["jobs_to_evict"], tenants)),

@@ -21,6 +21,7 @@ from diagnosis.actions.oncall.incidents import (
     record_audit,
     record_event,
 )
+from diagnosis.actions.workflow.apply import ask_scheduler
 from diagnosis.actions.workflow.base import (
     APPLIED_STATES,
     OPEN_STATES,
@@ -37,6 +38,7 @@ from diagnosis.actions.workflow.review import (
 )
 from diagnosis.choices import RecommendationKind, RecommendationState
 from diagnosis.core.incident_hits import holds
+from diagnosis.edge.schedulers.base import SchedulerError
 from diagnosis.models import Cluster, Incident, Recommendation, Snapshot
 
 
@@ -91,6 +93,30 @@ def drain_impact(cluster: Cluster, incident: Incident) -> dict[str, Any]:
     }
 
 
+def drain_reason(incident: Incident) -> str:
+    """The reason the drain of an incident's node gives the scheduler."""
+    where = incident.node + ("" if incident.gpu_index is None else f"/{incident.gpu_index}")
+    return f"gpuobs: incident {incident.pk}: " + (
+        f"Xid {incident.xid_code} on {where}" if incident.xid_code else f"fault on {where}"
+    )
+
+
+def drain_command(cluster: Cluster, incident: Incident) -> tuple[str, str]:
+    """The exact command the drain will run, from the scheduler's dry run (Slurm's
+    ``scontrol``, the Kubernetes patch, the simulator's change), for the confirmation; or, when
+    the scheduler cannot be asked, why (``("", reason)``). Writes nothing."""
+    change = {
+        "kind": RecommendationKind.DRAIN_NODE,
+        "target": f"node:{incident.node}",
+        "to": "drained",
+        "reason": drain_reason(incident)[:200],
+    }
+    try:
+        return ask_scheduler(cluster, change, dry_run=True).command, ""
+    except SchedulerError as exc:
+        return "", str(exc)
+
+
 def drain_for_incident(
     incident: Incident, user: AbstractBaseUser, *, expected_job_ids: Sequence[str] | None = None
 ) -> Recommendation:
@@ -119,10 +145,7 @@ def drain_for_incident(
         target = f"node:{incident.node}"
         rec, superseded = _drain_to_reuse(cluster, incident, user)
         ids = superseded
-        where = incident.node + ("" if incident.gpu_index is None else f"/{incident.gpu_index}")
-        reason = f"gpuobs: incident {incident.pk}: " + (
-            f"Xid {incident.xid_code} on {where}" if incident.xid_code else f"fault on {where}"
-        )
+        reason = drain_reason(incident)
         if rec is None:
             rec = Recommendation.objects.create(
                 cluster=cluster,

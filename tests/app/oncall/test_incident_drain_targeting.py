@@ -91,3 +91,13 @@ def test_the_incident_page_drain_with_an_open_resume_is_not_refused(
     assert incident.drain.change["to"] == "drained"
     assert f"Drain of {incident.node}: Apply sent to the scheduler" in answer.content.decode()
     assert '"kind": "drain-node"' in incident.drain.apply_result["command"]
+
+
+def test_the_drain_confirmation_shows_the_exact_command(lab, incident, erin) -> None:
+    page = logged_in_client(erin).get(f"/clusters/{lab.name}/incidents/{incident.pk}/drain/")
+
+    html = page.content.decode()
+    assert 'id="drain-command"' in html
+    assert "sim apply" in html
+    assert "drain-node" in html
+    assert f"node:{incident.node}" in html
