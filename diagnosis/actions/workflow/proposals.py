@@ -82,8 +82,7 @@ def record_recommendations(
 
     def keep_impact(draft: Any) -> str | None:
         change = plain_change(draft.change)
-        held = open_changes.get((draft.kind, draft.target))
-        if held is not None and change_key(held) == change_key(change):
+        if open_changes.get((draft.kind, draft.target)) == change:
             return "kept from the open recommendation with the same change"
         if (draft.kind, draft.target, change_key(change)) in rejected:
             return "rejected recently: not proposed again"
@@ -122,13 +121,19 @@ def record_recommendations(
             if old is not None and (old.state == State.APPLYING or old.rollback_of_id):
                 stats["kept"] += 1
                 continue
+            if old is not None and old.change == change:
+                old.last_proposed_as_of = as_of
+                kept.append(old)
+                stats["kept"] += 1
+                continue
             if old is not None and change_key(old.change) == change_key(change):
-                if old.change != change:  # the same write for another reason: one identity
-                    update_fields(old, change=change, last_proposed_as_of=as_of)
-                    findings.link(old, proposal.finding_keys())
-                else:
-                    old.last_proposed_as_of = as_of
-                    kept.append(old)
+                # the same write for another cause: one identity, the latest cause's text and
+                # estimate (docs/recommendations.md, "The cycle's recommend step")
+                fields = proposal.stored_fields()
+                update_fields(
+                    old, change=fields["change"], impact=fields["impact"], last_proposed_as_of=as_of
+                )
+                findings.link(old, proposal.finding_keys())
                 stats["kept"] += 1
                 continue
             fields = proposal.stored_fields()
