@@ -46,7 +46,10 @@ from diagnosis.actions.upkeep.health import (
 from diagnosis.actions.upkeep.retention import prune
 from diagnosis.actions.workflow.apply import perform_apply, run_dry_run, sweep_stuck_applies
 from diagnosis.actions.workflow.base import TransientApplyError
-from diagnosis.actions.workflow.impact import estimate_recommendation_impact
+from diagnosis.actions.workflow.impact import (
+    estimate_recommendation_impact,
+    reestimate_recommendation_impact,
+)
 from diagnosis.edge.sources.registry import run_shard
 from diagnosis.models import Cluster
 
@@ -362,9 +365,12 @@ def notify_cluster(cluster_id: int) -> dict[str, str]:
 
 
 @shared_task(name="diagnosis.tasks.estimate_impact")
-def estimate_impact(recommendation_id: int) -> dict:
+def estimate_impact(recommendation_id: int, latest: bool = False) -> dict:
     """The impact estimate of one recommendation, on the ``impact`` queue: the cycle stores it
-    pending and sends this after it commits (``diagnosis.actions.workflow.impact``)."""
+    pending and sends this after it commits; ``latest``: again on the cluster's latest snapshot
+    (at approve and apply) (``diagnosis.actions.workflow.impact``)."""
+    if latest:
+        return reestimate_recommendation_impact(recommendation_id)
     return estimate_recommendation_impact(recommendation_id)
 
 

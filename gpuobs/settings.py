@@ -522,9 +522,10 @@ GPUOBS_EXTERNAL_URL = os.environ.get("GPUOBS_EXTERNAL_URL", "http://127.0.0.1:80
 # /metrics: at most this many per-finding series (gpuobs_finding_info) per cluster.
 GPUOBS_METRICS_MAX_FINDING_SERIES = env_int("GPUOBS_METRICS_MAX_FINDING_SERIES", 500)
 # Recommendation workflow (docs/recommendations.md, "Workflow"): an approval lapses after
-# GPUOBS_APPROVAL_TTL_SECONDS unless applied; an applied change is judged over the next
-# GPUOBS_VERIFY_CYCLES cycles (worse by more than GPUOBS_VERIFY_TOLERANCE_PCT percent of its
-# baseline, at least one unit: a rollback is due) and watched for at most GPUOBS_VERIFY_MAX_CYCLES.
+# GPUOBS_APPROVAL_TTL_SECONDS unless applied; an applied change is worse (a verified one,
+# regressed) after GPUOBS_VERIFY_CYCLES judged cycles in a row each worse by more than
+# GPUOBS_VERIFY_TOLERANCE_PCT percent of its baseline, at least one unit (a rollback is due), and
+# watched for at most GPUOBS_VERIFY_MAX_CYCLES.
 GPUOBS_APPROVAL_TTL_SECONDS = env_int("GPUOBS_APPROVAL_TTL_SECONDS", 4 * 3600)
 GPUOBS_VERIFY_CYCLES = env_int("GPUOBS_VERIFY_CYCLES", 3)
 GPUOBS_VERIFY_MAX_CYCLES = env_int("GPUOBS_VERIFY_MAX_CYCLES", 24)

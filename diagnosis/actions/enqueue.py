@@ -82,3 +82,13 @@ def impact_on_commit(recommendation_id: int) -> None:
     A send that fails (the broker down) is logged, never raised into the cycle: the impact
     stays pending and a later cycle sends it again."""
     transaction.on_commit(partial(send_task, ESTIMATE_IMPACT, (recommendation_id,)), robust=True)
+
+
+def reestimate_on_commit(recommendation_id: int) -> None:
+    """Estimate a recommendation's impact again, on the cluster's latest snapshot, on the
+    ``impact`` queue (at approve and at apply); a failed send is logged: the figures stay those
+    of the earlier snapshot, and say so."""
+    transaction.on_commit(
+        partial(send_task, ESTIMATE_IMPACT, (recommendation_id,), kwargs={"latest": True}),
+        robust=True,
+    )

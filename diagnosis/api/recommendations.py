@@ -5,8 +5,9 @@
   ``GET /api/recommendations/{id}/`` (the detail adds the audit trail); ``awaiting=me``: the
   requested changes the caller may approve (the approver queue);
 - ``POST /api/recommendations/{id}/request|approve|reject|dry-run|apply|rollback/``
-  (``reject`` takes ``{"reason": "..."}``; ``rollback`` answers 201 with the new
-  recommendation that undoes the change);
+  (``reject`` takes ``{"reason": "..."}``; ``approve`` of a change predicted to harm takes
+  ``{"confirm_harm": true}``, else 409 naming the ``harm``; ``rollback`` answers 201 with the
+  new recommendation that undoes the change); every answer carries the step's ``outcome``;
 - ``GET|POST /api/v1/clusters/{cluster}/writes`` (``{"enabled": true}``: admins only).
 
 A request the person's role does not allow answers 403; one the recommendation's state does not
@@ -17,9 +18,11 @@ Session (with CSRF) or token authentication, as for every endpoint.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from django.db.models import QuerySet
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status, viewsets
@@ -35,8 +38,10 @@ from diagnosis.access import (
 )
 from diagnosis.actions.workflow import review
 from diagnosis.actions.workflow.apply import recheck_apply
-from diagnosis.actions.workflow.base import ApplyNotSent, WorkflowError
+from diagnosis.actions.workflow.base import ApplyNotSent, HarmNotConfirmed, WorkflowError
+from diagnosis.actions.workflow.outcome import outcome_of
 from diagnosis.api.serializers import (
+    ApproveSerializer,
     RecommendationDetailSerializer,
     RecommendationFilter,
     RecommendationSerializer,
@@ -79,6 +84,12 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
             .order_by("-created_at", "-id")
         )
 
+    def action_name(self) -> str:
+        """The workflow step of this request, as the pages name it (``dry-run``, ``re-check``)."""
+        return {"request_change": "request", "dry_run": "dry-run", "recheck": "re-check"}.get(
+            self.action, self.action
+        )
+
     def get_object(self) -> Recommendation:
         return get_recommendation_for_user(self.request.user, None, int(self.kwargs["pk"]))
 
@@ -90,18 +101,29 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
         *args: Any,
         created: bool = False,
     ) -> Response:
-        """``do(recommendation, request.user, *args)``: the workflow's answer as the detail, or
-        409 (the state does not allow it) or 503 (the broker refused the task)."""
+        """``do(recommendation, request.user, *args)``: the workflow's answer as the detail with
+        its ``outcome`` (``{"kind": sent|accepted|refused|applied|failed|not-applied|done,
+        "message"}``: what happened, :mod:`diagnosis.actions.workflow.outcome`), or 409 (the
+        state does not allow it) or 503 (the broker refused the task)."""
         rec = get_recommendation_for_user(request.user, None, int(pk))
+        since = timezone.now()
         try:
             result = do(rec, request.user, *args)
+        except HarmNotConfirmed as exc:
+            return Response(
+                {"detail": str(exc), "harm": exc.harm, "confirm": "confirm_harm"},
+                status=status.HTTP_409_CONFLICT,
+            )
         except WorkflowError as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         except ApplyNotSent as exc:  # the broker refused the task: nothing is left applying
             return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
         result.refresh_from_db()
         return Response(
-            RecommendationDetailSerializer(result).data,
+            {
+                **RecommendationDetailSerializer(result).data,
+                "outcome": outcome_of(self.action_name(), result, since).as_dict(),
+            },
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
         )
 
@@ -111,7 +133,12 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
 
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
-        return self._act(request, pk, review.approve_recommendation)
+        """Approve; a change predicted to harm needs ``{"confirm_harm": true}`` (else 409 with
+        the ``harm`` named)."""
+        body = ApproveSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        confirm = body.validated_data.get("confirm_harm", False)
+        return self._act(request, pk, partial(review.approve_recommendation, confirm_harm=confirm))
 
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:

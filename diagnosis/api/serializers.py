@@ -116,6 +116,9 @@ class RecommendationSerializer(serializers.ModelSerializer):
     approved_by = serializers.SerializerMethodField()
     applied_by = serializers.SerializerMethodField()
     motivating_findings = serializers.SerializerMethodField()
+    stage = serializers.CharField(
+        read_only=True, help_text="The state as the badge shows it: `requested` when asked for."
+    )
 
     class Meta:
         model = Recommendation
@@ -126,6 +129,7 @@ class RecommendationSerializer(serializers.ModelSerializer):
             "target",
             "change",
             "state",
+            "stage",
             "status_message",
             "summary",
             "verdict",
@@ -191,6 +195,14 @@ class RecommendationDetailSerializer(RecommendationSerializer):
 
 class RejectSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+
+
+class ApproveSerializer(serializers.Serializer):
+    confirm_harm = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Approve although the impact estimate predicts harm (the harm is audited).",
+    )
 
 
 class RecommendationFilter(serializers.Serializer):

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from diagnosis.choices import (
     RecommendationKind,
@@ -92,6 +93,19 @@ class Recommendation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.target} ({self.state})"
+
+    @property
+    def stage(self) -> str:
+        """The state as its badge shows it: a proposed change someone asked for is
+        ``requested`` (awaiting approval), so the badge moves with the Request button."""
+        if self.state == RecommendationState.PROPOSED and self.requested_by_id is not None:
+            return "requested"
+        return str(self.state)
+
+    def get_stage_display(self) -> str:
+        if self.stage == "requested":
+            return gettext("Requested")
+        return str(self.get_state_display())
 
 
 class AuditEntryImmutableError(Exception):

@@ -28,6 +28,7 @@ from diagnosis.access import (
 )
 from diagnosis.actions.oncall.drain import (
     DrainChanged,
+    drain_command,
     drain_for_incident,
     drain_impact,
     drains_of_job,
@@ -38,6 +39,7 @@ from diagnosis.actions.oncall.incidents import (
     resolve_incident_by,
 )
 from diagnosis.actions.workflow.base import APPLIED_STATES, WorkflowDenied, WorkflowError
+from diagnosis.actions.workflow.outcome import apply_outcome
 from diagnosis.choices import IncidentState, RecommendationKind
 from diagnosis.core import xid_catalog
 from diagnosis.models import Cluster, Incident, Snapshot
@@ -238,21 +240,23 @@ def incident_drain(request: HttpRequest, name: str, incident_id: int) -> HttpRes
             messages.error(request, str(exc))
             return HttpResponseRedirect(_detail_url(cluster, incident))
         else:
-            outcome = rec.status_message or rec.state
-            messages.success(
+            outcome = apply_outcome(rec)
+            (messages.success if outcome.ok else messages.error)(
                 request,
-                gettext("Drain of %(node)s: %(outcome)s.")
-                % {"node": incident.node, "outcome": outcome},
+                gettext("Drain of %(node)s: %(outcome)s")
+                % {"node": incident.node, "outcome": outcome.message},
             )
             return HttpResponseRedirect(_detail_url(cluster, incident))
     else:
         impact = drain_impact(cluster, incident)
     tenants = _visible_tenants(request, cluster)
+    command, _ = drain_command(cluster, incident)  # the error text may name hosts: not shown
     context = {
         "cluster": cluster,
         "section": "incidents",
         "incident": incident,
         "impact": impact,
+        "command": command,
         "jobs": _scoped(impact["jobs_to_evict"], tenants),
         "hidden_jobs": len(impact["jobs_to_evict"])
         - len(_scoped(impact["jobs_to_evict"], tenants)),

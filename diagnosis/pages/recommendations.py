@@ -20,6 +20,8 @@ from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _lazy
 from django.views.decorators.http import require_POST, require_safe
@@ -33,10 +35,19 @@ from diagnosis.access import (
 )
 from diagnosis.actions.upkeep.health import database_now
 from diagnosis.actions.workflow.apply import apply_stuck_since, recheck_apply
-from diagnosis.actions.workflow.base import APPLIED_STATES, OPEN_STATES, ApplyNotSent, WorkflowError
+from diagnosis.actions.workflow.base import (
+    APPLIED_STATES,
+    OPEN_STATES,
+    ApplyNotSent,
+    HarmNotConfirmed,
+    WorkflowDenied,
+    WorkflowError,
+)
+from diagnosis.actions.workflow.outcome import outcome_of
 from diagnosis.actions.workflow.review import (
     approve_recommendation,
     awaiting_approval_by,
+    predicted_harm,
     reject_recommendation,
     request_apply,
     request_dry_run,
@@ -49,6 +60,7 @@ from diagnosis.choices import RecommendationKind, RecommendationState
 from diagnosis.core.recommend.impact import format_delta, format_value
 from diagnosis.models import AuditEntry, Recommendation
 from diagnosis.pages.support.pagination import paginate
+from diagnosis.pages.support.recommendation_rows import list_rows
 
 State = RecommendationState
 PER_PAGE = 50
@@ -118,7 +130,9 @@ def _detail_url(rec: Recommendation) -> str:
 
 @require_safe
 def recommendation_list(request: HttpRequest, name: str) -> HttpResponse:
-    """A cluster's recommendations, open ones first by default, with the write switch."""
+    """A cluster's recommendations, open ones first by default, with the write switch: open
+    ones ranked by what is at stake, one-pod advice grouped (``support.recommendation_rows``);
+    the others newest first, a page read at a time."""
     cluster = get_cluster_for_user(request.user, name)
     state = request.GET.get("state") or "open"
     if state not in STATE_FILTERS and state != AWAITING:
@@ -129,7 +143,11 @@ def recommendation_list(request: HttpRequest, name: str) -> HttpResponse:
     recommendations = chosen.select_related("requested_by", "approved_by").order_by(
         "-created_at", "-id"
     )
-    page, query = paginate(request, recommendations, PER_PAGE)
+    if state in ("open", AWAITING):  # few: ranked and grouped as a whole
+        page, query = paginate(request, list_rows(recommendations, rank=True), PER_PAGE)
+    else:
+        page, query = paginate(request, recommendations, PER_PAGE)
+        page.object_list = list_rows(page.object_list, rank=False)
     context = {
         "cluster": cluster,
         "section": "recommendations",
@@ -155,8 +173,12 @@ def _diff_rows(before: Any, after: Any) -> list[tuple[str, Any, Any]]:
     return [("value", before, after)]
 
 
-def _impact_rows(impact: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The simulated metrics as the table under the chart shows them (means over the seeds)."""
+def _impact_rows(
+    impact: Mapping[str, Any], effect: Mapping[str, Any] | None = None
+) -> list[dict[str, str]]:
+    """The simulated metrics as the table under the chart shows them (means over the seeds),
+    each with what the cycles since the apply measured of it (``effect``; empty: not measured)."""
+    effect = effect or {}
     rows = []
     for row in impact.get("metrics") or ():
         unit = str(row.get("unit"))
@@ -169,11 +191,26 @@ def _impact_rows(impact: Mapping[str, Any]) -> list[dict[str, str]]:
                     "proposed": format_value(row["proposed"]["mean"], unit),
                     "delta": format_delta(row["delta"]["mean"], unit),
                     "verdict": str(row.get("verdict")),
+                    "measured": _measured(
+                        effect.get(f"{row.get('metric')} {row.get('subject')}"), unit
+                    ),
                 }
             )
         except (KeyError, TypeError, ValueError):
             continue
     return rows
+
+
+def _measured(seen: Mapping[str, Any] | None, unit: str) -> str:
+    """A measured mean over the cycles since the apply, with their count (empty: none)."""
+    if not seen or not seen.get("cycles"):
+        return ""
+    return f"{format_value(float(seen['mean']), unit)} ({int(seen['cycles'])})"
+
+
+def _minute(iso: Any) -> str:
+    """An RFC 3339 time to the minute, as the page writes times (``2026-11-29 08:15``)."""
+    return str(iso)[:16].replace("T", " ") if iso else ""
 
 
 def compact(value: Any, limit: int = 400) -> str:
@@ -193,6 +230,8 @@ def recommendation_detail(request: HttpRequest, name: str, recommendation_id: in
     figure = recommendation_impact(impact)
     dry = rec.dry_run_result or {}
     applied = rec.apply_result or {}
+    buttons = available_actions(rec, request.user)
+    harm = predicted_harm(rec) if any(b.action == "approve" for b in buttons) else []
     context = {
         "cluster": cluster,
         "section": "recommendations",
@@ -222,26 +261,27 @@ def recommendation_detail(request: HttpRequest, name: str, recommendation_id: in
             .filter(Q(drain=rec) | Q(finding__recommendations=rec))
             .distinct()
         ),
-        "impact_rows": _impact_rows(impact),
+        "impact_rows": _impact_rows(impact, (rec.verification or {}).get("effect")),
+        "impact_as_of": _minute((impact.get("estimate") or {}).get("snapshot_as_of")),
+        "reestimating_as_of": _minute((impact.get("reestimating") or {}).get("snapshot_as_of")),
         "audit": [
             {"entry": e, "before": compact(e.before), "after": compact(e.after)}
             for e in AuditEntry.objects.filter(recommendation=rec).order_by("time", "id")
         ],
         "rollbacks": list(rec.rollbacks.order_by("-created_at")),
-        "buttons": available_actions(rec, request.user),
+        "buttons": buttons,
+        "confirm_harm": harm if request.GET.get("confirm") == "harm" else [],
+        "can_administer": roles.can_administer(request.user),
     }
     return render(request, "diagnosis/recommendation_detail.html", context)
 
 
 ACTIONS = {
-    "request": (request_recommendation, _lazy("Requested: someone else approves it next.")),
-    "approve": (approve_recommendation, _lazy("Approved; a dry run was sent to the scheduler.")),
-    "dry-run": (request_dry_run, _lazy("Dry run sent to the scheduler.")),
-    "apply": (request_apply, _lazy("Apply sent to the scheduler.")),
-    "re-check": (
-        recheck_apply,
-        _lazy("Re-check sent: the scheduler is read again before any write."),
-    ),
+    "request": request_recommendation,
+    "approve": approve_recommendation,
+    "dry-run": request_dry_run,
+    "apply": request_apply,
+    "re-check": recheck_apply,
 }
 
 
@@ -249,48 +289,66 @@ ACTIONS = {
 def recommendation_action(
     request: HttpRequest, name: str, recommendation_id: int, action: str
 ) -> HttpResponse:
-    """A workflow button: request, approve, reject, dry-run, apply or rollback."""
+    """A workflow button: request, approve, reject, dry-run, apply or rollback. The message says
+    what happened (:mod:`diagnosis.actions.workflow.outcome`): sent, refused with the
+    scheduler's reason, applied or failed."""
     cluster = get_cluster_for_user(request.user, name)
     rec = get_recommendation_for_user(request.user, cluster, recommendation_id)
     target = rec
+    since = timezone.now()
     try:
-        if action in ACTIONS:
-            do, done = ACTIONS[action]
-            do(rec, request.user)
+        if action == "approve":
+            confirm = request.POST.get("confirm_harm") == "on"
+            approve_recommendation(rec, request.user, confirm_harm=confirm)
+        elif action in ACTIONS:
+            ACTIONS[action](rec, request.user)
         elif action == "reject":
             reason = (request.POST.get("reason") or "").strip()
             reject_recommendation(rec, request.user, reason)
-            done = gettext("Rejected.")
         elif action == "rollback":
             target = request_rollback(rec, request.user)
-            done = gettext(
-                "Rollback #%(id)s requested: someone else approves it, then it is applied."
-            ) % {"id": target.pk}
         else:
             raise Http404("no such action")
+    except HarmNotConfirmed:  # the confirm step: the page shows the harm and asks again
+        return HttpResponseRedirect(_detail_url(target) + "?confirm=harm#confirm-harm")
     except (WorkflowError, ApplyNotSent) as exc:
         messages.error(request, str(exc))
+        return HttpResponseRedirect(_detail_url(target))
+    target.refresh_from_db()
+    if action == "rollback":
+        messages.success(
+            request,
+            gettext("Rollback #%(id)s requested: someone else approves it, then it is applied.")
+            % {"id": target.pk},
+        )
     else:
-        target.refresh_from_db()
-        messages.success(request, f"{done}{_outcome(target)}")
+        outcome = outcome_of(action, target, since)
+        (messages.success if outcome.ok else messages.error)(request, outcome.message)
     return HttpResponseRedirect(_detail_url(target))
-
-
-def _outcome(rec: Recommendation) -> str:
-    """What already happened, when the task ran in the request (the embedded mode)."""
-    if rec.status_message:
-        return " " + gettext("Now %(state)s: %(message)s") % {
-            "state": rec.state,
-            "message": rec.status_message,
-        }
-    return " " + gettext("Now %(state)s.") % {"state": rec.state}
 
 
 @require_POST
 def cluster_writes(request: HttpRequest, name: str) -> HttpResponse:
-    """The cluster's write switch (admins only): ``enabled=on`` writes approved changes."""
+    """The cluster's write switch (admins only). Turning writes on is a confirm step first
+    (``confirm=yes`` absent): the page names the scheduler that becomes writable and the
+    approved changes the next Apply would write. ``next``: the page to land back on (this
+    site's, e.g. the change the admin came from; else the list)."""
     cluster = get_cluster_for_user(request.user, name)
     enabled = request.POST.get("enabled") == "on"
+    back = request.POST.get("next") or ""
+    if not url_has_allowed_host_and_scheme(back, {request.get_host()}, request.is_secure()):
+        back = reverse("diagnosis:recommendations", kwargs={"name": cluster.name})
+    if enabled and cluster.dry_run and request.POST.get("confirm") != "yes":
+        if not roles.can_administer(request.user):
+            raise WorkflowDenied("only an admin may turn a cluster's writes on or off")
+        waiting = recommendations_for_user(request.user, cluster).filter(state=State.APPROVED)
+        context = {
+            "cluster": cluster,
+            "section": "recommendations",
+            "approved": list(waiting.order_by("-approved_at", "-id")[:PER_PAGE]),
+            "next": back,
+        }
+        return render(request, "diagnosis/cluster_writes_confirm.html", context)
     set_cluster_writes(cluster, request.user, enabled=enabled)
     messages.success(
         request,
@@ -301,4 +359,4 @@ def cluster_writes(request: HttpRequest, name: str) -> HttpResponse:
         )
         % {"cluster": cluster.name},
     )
-    return HttpResponseRedirect(reverse("diagnosis:recommendations", kwargs={"name": cluster.name}))
+    return HttpResponseRedirect(back)

@@ -169,22 +169,32 @@ def test_an_unjudged_metric_neither_counts_nor_breaks_the_run() -> None:
     assert judgement.good_cycles == 3
 
 
-def test_a_verified_change_whose_finding_opens_again_regressed() -> None:
+def test_a_verified_change_whose_finding_returns_stays_verified_with_the_signal() -> None:
     observations = [*[good()] * 3, seen(0, open_findings=1)]
 
     judgement = verify.judge("placement-policy", 40.0, observations, SETTINGS, verified=True)
 
-    assert judgement.status == verify.REGRESSED
-    assert "motivating findings resolved: 1 open" in judgement.reason
+    assert judgement.status == verify.VERIFIED
+    assert judgement.signals == ("finding returned (1 open)",)
+    assert "finding returned" in judgement.reason
 
 
-def test_a_verified_change_whose_metric_got_worse_regressed() -> None:
+def test_a_verified_change_whose_metric_got_worse_cycles_in_a_row_regressed() -> None:
     observations = [*[good(2)] * 3, *[good(30)] * 3]
 
     judgement = verify.judge("placement-policy", 10.0, observations, SETTINGS, verified=True)
 
     assert judgement.status == verify.REGRESSED
-    assert "10 before, mean 30" in judgement.reason
+    assert judgement.rollback
+    assert "10 before, 30, 30, 30" in judgement.reason
+
+
+def test_a_verified_change_worse_but_not_cycles_in_a_row_stays_verified() -> None:
+    observations = [*[good(2)] * 3, good(30), good(30), good(8), good(30)]
+
+    judgement = verify.judge("placement-policy", 10.0, observations, SETTINGS, verified=True)
+
+    assert judgement.status == verify.VERIFIED
 
 
 def test_a_verified_change_that_holds_stays_verified() -> None:
@@ -220,8 +230,10 @@ def test_the_verdict_and_its_why_never_contradict(kind, baseline, observations, 
     judgement = verify.judge(kind, baseline, observations, SETTINGS, verified=verified)
 
     assert (judgement.status == verify.VERIFIED) == all(c.ok for c in judgement.why)
-    if judgement.status == verify.VERIFIED:
+    if judgement.status == verify.VERIFIED and not verified:
         assert observations[-1].motivating_open == 0
+    if judgement.status == verify.REGRESSED:  # never while a check says it is better
+        assert not any(c.ok for c in judgement.why if "metric" in c.label)
 
 
 def test_findings_still_reported_keep_watching() -> None:
@@ -230,12 +242,18 @@ def test_findings_still_reported_keep_watching() -> None:
     assert judgement.status == verify.WATCHING
 
 
-def test_a_mean_worse_than_the_baseline_beyond_the_tolerance_is_worse() -> None:
-    # baseline 10, tolerance max(1, 10%) = 1: a mean of 14 is worse (lower is better)
+def test_cycles_in_a_row_worse_than_the_baseline_beyond_the_tolerance_are_worse() -> None:
+    # baseline 10, tolerance max(1, 10%) = 1: 12, 14, 16 are each worse (lower is better)
     judgement = verify.judge("placement-policy", 10.0, [seen(12), seen(14), seen(16)], SETTINGS)
 
     assert judgement.status == verify.WORSE
-    assert "10 before, mean 14" in judgement.reason
+    assert "10 before, 12, 14, 16" in judgement.reason
+
+
+def test_one_cycle_not_worse_breaks_the_run_of_worse_cycles() -> None:
+    judgement = verify.judge("placement-policy", 10.0, [seen(30), seen(9), seen(30)], SETTINGS)
+
+    assert judgement.status == verify.WATCHING
 
 
 def test_worse_within_the_tolerance_is_not_worse() -> None:

@@ -21,6 +21,7 @@ from diagnosis.actions.oncall.incidents import (
     record_audit,
     record_event,
 )
+from diagnosis.actions.workflow.apply import ask_scheduler
 from diagnosis.actions.workflow.base import (
     APPLIED_STATES,
     OPEN_STATES,
@@ -28,14 +29,16 @@ from diagnosis.actions.workflow.base import (
     WorkflowError,
     actor_name,
     audit,
+    update_fields,
 )
 from diagnosis.actions.workflow.review import (
     approve_recommendation,
     request_apply,
     request_recommendation,
 )
-from diagnosis.choices import RecommendationKind
+from diagnosis.choices import RecommendationKind, RecommendationState
 from diagnosis.core.incident_hits import holds
+from diagnosis.edge.schedulers.base import SchedulerError
 from diagnosis.models import Cluster, Incident, Recommendation, Snapshot
 
 
@@ -90,6 +93,30 @@ def drain_impact(cluster: Cluster, incident: Incident) -> dict[str, Any]:
     }
 
 
+def drain_reason(incident: Incident) -> str:
+    """The reason the drain of an incident's node gives the scheduler."""
+    where = incident.node + ("" if incident.gpu_index is None else f"/{incident.gpu_index}")
+    return f"gpuobs: incident {incident.pk}: " + (
+        f"Xid {incident.xid_code} on {where}" if incident.xid_code else f"fault on {where}"
+    )
+
+
+def drain_command(cluster: Cluster, incident: Incident) -> tuple[str, str]:
+    """The exact command the drain will run, from the scheduler's dry run (Slurm's
+    ``scontrol``, the Kubernetes patch, the simulator's change), for the confirmation; or, when
+    the scheduler cannot be asked, why (``("", reason)``). Writes nothing."""
+    change = {
+        "kind": RecommendationKind.DRAIN_NODE,
+        "target": f"node:{incident.node}",
+        "to": "drained",
+        "reason": drain_reason(incident)[:200],
+    }
+    try:
+        return ask_scheduler(cluster, change, dry_run=True).command, ""
+    except SchedulerError as exc:
+        return "", str(exc)
+
+
 def drain_for_incident(
     incident: Incident, user: AbstractBaseUser, *, expected_job_ids: Sequence[str] | None = None
 ) -> Recommendation:
@@ -116,21 +143,9 @@ def drain_for_incident(
         if expected_job_ids is not None and sorted(expected_job_ids) != impact["job_ids"]:
             raise DrainChanged(impact)
         target = f"node:{incident.node}"
-        rec = (
-            Recommendation.objects.select_for_update()
-            .filter(
-                cluster=cluster,
-                kind=RecommendationKind.DRAIN_NODE,
-                target=target,
-                state__in=OPEN_STATES,
-            )
-            .order_by("-id")
-            .first()
-        )
-        where = incident.node + ("" if incident.gpu_index is None else f"/{incident.gpu_index}")
-        reason = f"gpuobs: incident {incident.pk}: " + (
-            f"Xid {incident.xid_code} on {where}" if incident.xid_code else f"fault on {where}"
-        )
+        rec, superseded = _drain_to_reuse(cluster, incident, user)
+        ids = superseded
+        reason = drain_reason(incident)
         if rec is None:
             rec = Recommendation.objects.create(
                 cluster=cluster,
@@ -153,7 +168,7 @@ def drain_for_incident(
                 rec,
                 actor_name(user),
                 "propose",
-                after={"change": rec.change, "incident": incident.pk},
+                after={"change": rec.change, "incident": incident.pk, "supersedes": superseded},
             )
         else:
             before = (rec.impact or {}).get("jobs_to_evict")
@@ -195,7 +210,8 @@ def drain_for_incident(
             "mitigating",
             before=before_state,
             after=State.MITIGATING,
-            text=f"drain of {incident.node} requested ({impact['headline']})",
+            text=f"drain of {incident.node} requested ({impact['headline']})"
+            + "".join(f"; it supersedes #{pk}, a request to put the node back" for pk in ids),
             details={"recommendation": rec.pk, "job_ids": impact["job_ids"]},
         )
         record_audit(
@@ -209,7 +225,9 @@ def drain_for_incident(
                 "jobs_to_evict": impact["job_ids"],
             },
         )
-        own_ok, _ = roles.can_approve(user, rec.kind, requested_by=user)
+        own_ok, _ = roles.can_approve(
+            user, rec.kind, requested_by=user, rollback=rec.rollback_of_id is not None
+        )
         if rec.state == "proposed" and own_ok:
             rec = approve_recommendation(rec, user)
         elif rec.state == "proposed" and rec.requested_by_id is None:
@@ -218,6 +236,51 @@ def drain_for_incident(
             rec = request_apply(rec, user)
     rec.refresh_from_db()
     return rec
+
+
+def _drain_to_reuse(
+    cluster: Cluster, incident: Incident, user: AbstractBaseUser
+) -> tuple[Recommendation | None, list[int]]:
+    """The node's open drain, to press on with (None: a new one is made), and the ids of the
+    open changes putting the node back in service (a drain's rollback, ``to: ready``) that a
+    drain for a new fault supersedes, each audited and its status saying why: a drain is never
+    the change that undoes one (docs/recommendations.md#workflow). One being applied right now
+    is not overtaken: the drain is refused until it ends."""
+    drain, superseded = None, []
+    open_changes = (
+        Recommendation.objects.select_for_update()
+        .filter(
+            cluster=cluster,
+            kind=RecommendationKind.DRAIN_NODE,
+            target=f"node:{incident.node}",
+            state__in=OPEN_STATES,
+        )
+        .order_by("-id")
+    )
+    for other in open_changes:
+        if other.rollback_of_id is None and other.change.get("to") == "drained":
+            drain = drain or other
+            continue
+        if other.state == RecommendationState.APPLYING:
+            raise WorkflowError(
+                f"recommendation #{other.pk} is putting {incident.node} back in service right "
+                "now: drain it again once that has finished"
+            )
+        before = other.state
+        update_fields(
+            other,
+            state=RecommendationState.SUPERSEDED,
+            status_message=f"superseded by a drain of {incident.node} for incident {incident.pk}",
+        )
+        audit(
+            other,
+            actor_name(user),
+            "superseded-by-drain",
+            before={"state": before, "change": other.change},
+            after={"state": RecommendationState.SUPERSEDED, "incident": incident.pk},
+        )
+        superseded.append(other.pk)
+    return drain, superseded
 
 
 def drains_of_job(cluster: Cluster, job_id: str) -> list[Incident]:

@@ -58,6 +58,7 @@ from diagnosis.core.recommend import verify
 from diagnosis.core.recommend.base import plain
 from diagnosis.edge.schedulers.base import (
     ChangeResult,
+    OwnClock,
     SchedulerAdapter,
     SchedulerError,
     observed_value,
@@ -97,10 +98,21 @@ def result_dict(result: ChangeResult) -> dict[str, Any]:
 
 def scheduler_for(cluster: Cluster) -> SchedulerAdapter:
     """The adapter that applies changes to a cluster (its ``scheduler_kind``), built from the
-    cluster's ``scheduler_config``."""
-    return adapter_spec(cluster.scheduler_kind).build(
+    cluster's ``scheduler_config``. A scheduler with a clock of its own (the simulator) is told
+    the time of the cluster's latest good snapshot, so it checks and applies a change against
+    the cluster's current state in any process, not at the time of this process's copy."""
+    adapter = adapter_spec(cluster.scheduler_kind).build(
         cluster.scheduler_config, cluster=cluster.name
     )
+    if isinstance(adapter, OwnClock):
+        latest = (
+            ClusterCycle.objects.filter(cluster_id=cluster.pk, ok=True)
+            .order_by("-as_of")
+            .values_list("as_of", flat=True)
+            .first()
+        )
+        adapter.follow(now=None, previous_as_of=latest)
+    return adapter
 
 
 def record_scheduler_change(cluster: Cluster, record: Mapping[str, Any]) -> None:

@@ -48,6 +48,7 @@ SYSTEM_CYCLE = "system:cycle"
 SYSTEM_ACTUATE = "system:actuate"
 
 
+SYSTEM_IMPACT = "system:impact"  # the impact re-estimated at approve and apply (impact.py)
 SYSTEM_SWEEP = "system:sweeper"  # re-drives applies stuck in applying (actions/workflow/apply.py)
 
 
@@ -60,6 +61,18 @@ REJECTION_QUIET = timedelta(hours=24)
 
 class WorkflowError(Exception):
     """A request the recommendation's state does not allow (the API answers 409)."""
+
+
+class HarmNotConfirmed(WorkflowError):
+    """An approval of a change whose impact estimate predicts harm, without the approver
+    confirming that harm (the API answers 409 naming it; the page asks again)."""
+
+    def __init__(self, harm: list[str]) -> None:
+        super().__init__(
+            "the impact estimate predicts harm: " + "; ".join(harm) + ". Approve again confirming "
+            "the harm (API: confirm_harm true) to go ahead"
+        )
+        self.harm = harm
 
 
 class WorkflowDenied(PermissionDenied):

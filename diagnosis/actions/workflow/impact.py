@@ -25,8 +25,15 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from diagnosis.actions.enqueue import impact_on_commit
-from diagnosis.actions.workflow.base import OPEN_STATES, save_fields
+from diagnosis.actions.enqueue import impact_on_commit, reestimate_on_commit
+from diagnosis.actions.workflow.base import (
+    NO_APPROVAL,
+    OPEN_STATES,
+    SYSTEM_IMPACT,
+    audit,
+    save_fields,
+)
+from diagnosis.choices import RecommendationState
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.recommend.base import RecommendSettings
 from diagnosis.core.recommend.impact import (
@@ -76,18 +83,11 @@ def enqueue_impact_estimates(cluster: Cluster) -> int:
     return len(chosen)
 
 
-def estimate_recommendation_impact(recommendation_id: int) -> dict[str, Any]:
-    """Replay a pending recommendation's plan and store its impact; says what it did
-    (``estimated``, or ``skipped`` with why). Its row is locked only to store the result: a
-    recommendation that left the open states or got another change meanwhile keeps what it
-    has."""
-
-    rec = Recommendation.objects.filter(pk=recommendation_id).select_related("cluster").first()
-    if rec is None or rec.state not in OPEN_STATES or not is_pending(rec):
-        return {"outcome": "skipped", "why": "not an open recommendation with a pending impact"}
-    row = proposal_snapshot(rec)
-    if row is None:
-        return {"outcome": "skipped", "why": "no stored snapshot of the cluster"}
+def _replay(
+    rec: Recommendation, row: Snapshot, plan_dict: dict[str, Any]
+) -> tuple[dict[str, Any] | None, Any, str, str, dict[str, Any]]:
+    """Replay ``plan_dict`` on the snapshot ``row``: the impact and assessment (None and the
+    failure when the replay failed), the model, and the estimate's own figures."""
     started = time.process_time()
     snap = snapshot_format.load(row.load_document())
     digest = hashlib.sha256(bytes(row.document)).hexdigest()
@@ -96,7 +96,7 @@ def estimate_recommendation_impact(recommendation_id: int) -> dict[str, Any]:
         RecommendSettings(),
         reduced_from_gpus=settings.GPUOBS_IMPACT_REDUCED_FROM_GPUS,
     )
-    plan = plan_from_dict(rec.impact["plan"])
+    plan = plan_from_dict(plan_dict)
     replays = {"run": 0, "cached": 0}
 
     def outcomes(policy: Policy, changes: Sequence[Change]) -> list[SeedOutcome]:
@@ -110,7 +110,29 @@ def estimate_recommendation_impact(recommendation_id: int) -> dict[str, Any]:
     except Exception as exc:  # the recommendation stands; its impact is unknown
         logger.exception("impact estimate of recommendation %s failed", rec.pk)
         failure = f"the replay failed: {type(exc).__name__}: {exc}"
-    cpu_s = round(time.process_time() - started, 3)
+    estimate = {
+        "cpu_s": round(time.process_time() - started, 3),
+        "replays_run": replays["run"],
+        "replays_cached": replays["cached"],
+        "snapshot_as_of": row.as_of.isoformat(),
+        "gpus": int(snap.nodes["gpus"].sum()),
+    }
+    return impact, assessment, failure, model, estimate
+
+
+def estimate_recommendation_impact(recommendation_id: int) -> dict[str, Any]:
+    """Replay a pending recommendation's plan and store its impact; says what it did
+    (``estimated``, or ``skipped`` with why). Its row is locked only to store the result: a
+    recommendation that left the open states or got another change meanwhile keeps what it
+    has."""
+
+    rec = Recommendation.objects.filter(pk=recommendation_id).select_related("cluster").first()
+    if rec is None or rec.state not in OPEN_STATES or not is_pending(rec):
+        return {"outcome": "skipped", "why": "not an open recommendation with a pending impact"}
+    row = proposal_snapshot(rec)
+    if row is None:
+        return {"outcome": "skipped", "why": "no stored snapshot of the cluster"}
+    impact, assessment, failure, model, estimate = _replay(rec, row, rec.impact["plan"])
     with transaction.atomic():
         current = Recommendation.objects.select_for_update().filter(pk=rec.pk).first()
         if current is None or current.state not in OPEN_STATES or not is_pending(current):
@@ -127,15 +149,112 @@ def estimate_recommendation_impact(recommendation_id: int) -> dict[str, Any]:
             }
         else:
             current.impact = landed_impact(current.impact, impact, assessment, model)
-            current.impact["estimate"] = {
-                "cpu_s": cpu_s,
-                "replays_run": replays["run"],
-                "replays_cached": replays["cached"],
-                "snapshot_as_of": row.as_of.isoformat(),
-                "gpus": int(snap.nodes["gpus"].sum()),
-            }
+            current.impact["estimate"] = estimate
         save_fields(current, "impact")
-    return {"outcome": "estimated", "verdict": current.impact["verdict"], "cpu_s": cpu_s}
+    return {
+        "outcome": "estimated",
+        "verdict": current.impact["verdict"],
+        "cpu_s": estimate["cpu_s"],
+    }
+
+
+# -- again on the latest snapshot, at approve and at apply (issue #26.4) --------------------------
+
+REESTIMATED_STATES = (RecommendationState.APPROVED, RecommendationState.APPLYING)
+
+
+def request_reestimate(rec: Recommendation) -> bool:
+    """Mark the recommendation's impact ``reestimating`` and send its estimate on the cluster's
+    latest snapshot once the caller's transaction commits -- when it was estimated on an older
+    one and no re-estimate was sent within ``GPUOBS_IMPACT_REQUEUE_SECONDS`` (bounded: one in
+    flight per recommendation). The caller holds the row's lock. Whether it was sent."""
+    impact = rec.impact or {}
+    if "replay_plan" not in impact:
+        return False
+    latest = (
+        Snapshot.objects.filter(cluster_id=rec.cluster_id)
+        .order_by("-as_of")
+        .values_list("as_of", flat=True)
+        .first()
+    )
+    estimated = (impact.get("estimate") or {}).get("snapshot_as_of")
+    if latest is None or (estimated and latest.isoformat() <= estimated):
+        return False
+    now = timezone.now()
+    queued = (impact.get("reestimating") or {}).get("queued_at") or ""
+    fresh_since = (now - timedelta(seconds=settings.GPUOBS_IMPACT_REQUEUE_SECONDS)).isoformat()
+    if queued and queued >= fresh_since:
+        return False
+    rec.impact = {
+        **impact,
+        "reestimating": {"queued_at": now.isoformat(), "snapshot_as_of": latest.isoformat()},
+    }
+    save_fields(rec, "impact")
+    reestimate_on_commit(rec.pk)
+    return True
+
+
+def materially_different(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """Why the estimate ``after`` asks the approver again (empty: it does not): another
+    verdict, or a harm the approver did not see."""
+    was, now = before.get("verdict"), after.get("verdict")
+    if was != now:
+        return f"the verdict is now {now!r} (it was {was!r} when approved)"
+    new_harm = [h for h in after.get("harm") or () if h not in (before.get("harm") or ())]
+    if new_harm:
+        return "it now predicts harm: " + "; ".join(new_harm)
+    return ""
+
+
+def reestimate_recommendation_impact(recommendation_id: int) -> dict[str, Any]:
+    """The task's body for ``latest``: replay the recommendation's plan on the cluster's latest
+    snapshot and store the new estimate (its snapshot time in ``estimate.snapshot_as_of``). When
+    it differs materially from the estimate the change was approved on, an approved change goes
+    back to ``proposed`` (its request kept, the approval withdrawn, audited) with the reason:
+    the approver is asked again; one already being applied keeps going, the difference in its
+    status."""
+    rec = Recommendation.objects.filter(pk=recommendation_id).select_related("cluster").first()
+    if rec is None or rec.state not in REESTIMATED_STATES or "replay_plan" not in rec.impact:
+        return {"outcome": "skipped", "why": "not an approved recommendation with a plan"}
+    row = Snapshot.objects.filter(cluster_id=rec.cluster_id).order_by("-as_of", "-pk").first()
+    if row is None:
+        return {"outcome": "skipped", "why": "no stored snapshot of the cluster"}
+    impact, assessment, failure, model, estimate = _replay(rec, row, rec.impact["replay_plan"])
+    with transaction.atomic():
+        current = Recommendation.objects.select_for_update().filter(pk=rec.pk).first()
+        if current is None or current.change != rec.change:
+            return {"outcome": "skipped", "why": "changed while it was estimated"}
+        before = {k: v for k, v in current.impact.items() if k != "reestimating"}
+        if impact is None or assessment is None:
+            current.impact = {**before, "reestimate_failed": failure}
+            save_fields(current, "impact")
+            return {"outcome": "failed", "why": failure}
+        pending = {**before, "plan": before["replay_plan"]}
+        current.impact = landed_impact(pending, impact, assessment, model)
+        current.impact["estimate"] = {**estimate, "reestimated_at": timezone.now().isoformat()}
+        why = materially_different(before, current.impact)
+        fields = ["impact"]
+        if why and current.state == RecommendationState.APPROVED:
+            current.state = RecommendationState.PROPOSED
+            for name, value in NO_APPROVAL.items():
+                setattr(current, name, value)
+            current.status_message = (
+                f"approval withdrawn: re-estimated on the snapshot of {row.as_of:%Y-%m-%d %H:%M} "
+                f"UTC, {why}; approve again to go ahead"
+            )
+            fields += ["state", *NO_APPROVAL, "status_message"]
+            audit(
+                current,
+                SYSTEM_IMPACT,
+                "approval-withdrawn-estimate-changed",
+                before={"verdict": before.get("verdict"), "harm": before.get("harm")},
+                after={"verdict": current.impact["verdict"], "harm": current.impact["harm"]},
+            )
+        elif why:
+            current.status_message = f"re-estimated while applying: {why}"
+            fields.append("status_message")
+        save_fields(current, *fields)
+    return {"outcome": "reestimated", "verdict": current.impact["verdict"], "changed": why}
 
 
 def proposal_snapshot(rec: Recommendation) -> Snapshot | None:

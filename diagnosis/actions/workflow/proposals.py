@@ -126,6 +126,16 @@ def record_recommendations(
                 kept.append(old)
                 stats["kept"] += 1
                 continue
+            if old is not None and change_key(old.change) == change_key(change):
+                # the same write for another cause: one identity, the latest cause's text and
+                # estimate (docs/recommendations.md, "The cycle's recommend step")
+                fields = proposal.stored_fields()
+                update_fields(
+                    old, change=fields["change"], impact=fields["impact"], last_proposed_as_of=as_of
+                )
+                findings.link(old, proposal.finding_keys())
+                stats["kept"] += 1
+                continue
             fields = proposal.stored_fields()
             if old is not None and is_held(old, recent):
                 stats["held"] += 1  # a person asked for it: a wobble does not replace it

@@ -22,6 +22,7 @@ from diagnosis.actions.workflow.base import (
     APPLIED_STATES,
     OPEN_STATES,
     SYSTEM_CYCLE,
+    HarmNotConfirmed,
     WorkflowDenied,
     WorkflowError,
     actor_name,
@@ -31,6 +32,7 @@ from diagnosis.actions.workflow.base import (
     require_state,
     save_fields,
 )
+from diagnosis.actions.workflow.impact import request_reestimate
 from diagnosis.choices import RecommendationKind, RecommendationState
 from diagnosis.edge.schedulers.base import observed_value
 from diagnosis.models import (
@@ -102,11 +104,24 @@ def eligible_approvers(rec: Recommendation) -> list[AbstractBaseUser]:
     )
 
 
-def approve_recommendation(rec: Recommendation, user: AbstractBaseUser) -> Recommendation:
+def predicted_harm(rec: Recommendation) -> list[str]:
+    """The harms the recommendation's current impact estimate predicts (empty: none)."""
+    impact = rec.impact or {}
+    harm = [str(h) for h in impact.get("harm") or ()]
+    if not harm and impact.get("verdict") == "harms":
+        harm = [str(impact.get("headline") or "the simulated impact says it harms")]
+    return harm
+
+
+def approve_recommendation(
+    rec: Recommendation, user: AbstractBaseUser, *, confirm_harm: bool = False
+) -> Recommendation:
     """Approve a requested change: the ``sre`` role (``oncall`` for a drain) and, except for an
     on-call drain, someone other than the requester. On-call may approve a drain nobody
-    requested (it then counts as their own request). The approval lapses after
-    ``GPUOBS_APPROVAL_TTL_SECONDS``; a dry run is sent on commit so the diff is shown."""
+    requested (it then counts as their own request). A change whose impact estimate predicts
+    harm needs ``confirm_harm`` (else :class:`HarmNotConfirmed`, nothing written); the harm
+    confirmed is in the audit row. The approval lapses after ``GPUOBS_APPROVAL_TTL_SECONDS``;
+    a dry run is sent on commit so the diff is shown."""
 
     with transaction.atomic():
         rec = lock_recommendation(rec)
@@ -127,6 +142,9 @@ def approve_recommendation(rec: Recommendation, user: AbstractBaseUser) -> Recom
         allowed, why = roles.can_approve(user, rec.kind, requested_by=requester, rollback=rollback)
         if not allowed:
             raise WorkflowDenied(why)
+        harm = predicted_harm(rec)
+        if harm and not confirm_harm:
+            raise HarmNotConfirmed(harm)
         now = timezone.now()
         rec.requested_by = requester
         rec.requested_at = rec.requested_at or now
@@ -150,9 +168,14 @@ def approve_recommendation(rec: Recommendation, user: AbstractBaseUser) -> Recom
             actor_name(user),
             "approve",
             before={"state": State.PROPOSED},
-            after={"state": State.APPROVED, "expires_at": rec.expires_at.isoformat()},
+            after={
+                "state": State.APPROVED,
+                "expires_at": rec.expires_at.isoformat(),
+                **({"harm_confirmed": harm} if harm else {}),
+            },
         )
         dry_run_on_commit(rec.pk)
+        request_reestimate(rec)  # today's figures: a material change asks the approver again
     return rec
 
 
@@ -239,6 +262,7 @@ def request_apply(rec: Recommendation, user: AbstractBaseUser | None) -> Recomme
                 after={"state": State.APPLYING, "key": rec.apply_key},
             )
             publish_apply_on_commit(rec.pk, rec.apply_key)
+            request_reestimate(rec)
     if lapsed:
         raise WorkflowError(rec.status_message)
     return rec

@@ -49,9 +49,10 @@ def verify_applied(
     accounting: Mapping[str, Any],
 ) -> dict[str, int]:
     """Observe every applied change, and every verified one still watched for a regression, in
-    this cycle and act on the verdict (:func:`verify.judge`): ``applied → verified`` after the
-    good cycles in a row; ``verified → regressed`` (and its rollback proposed) when a motivating
-    finding opens again or the metric got worse; a rollback proposed for a change made worse.
+    this cycle and act on the verdict (:func:`verify.advance`): ``applied → verified`` after the
+    good cycles in a row; ``verified → regressed`` (and its rollback proposed) when the metric
+    was worse than before for the bad cycles in a row; a rollback proposed for a change made
+    worse. A motivating finding back after verification is a signal, shown, not a verdict.
 
     A motivating finding is open when this cycle reports it or its stored row is not resolved
     (the page lists the stored rows: the verdict never disagrees with them)."""
@@ -67,7 +68,7 @@ def verify_applied(
         )
         for rec in watched.prefetch_related("motivating_findings"):
             data = dict(rec.verification or {})
-            if data.get("status") in (verify.INCONCLUSIVE, verify.WORSE) or data.get("watch_ended"):
+            if not verify.watching(data):
                 continue
             since = data.get("since_as_of")
             if since and as_of <= datetime.fromisoformat(since):
@@ -86,46 +87,37 @@ def verify_applied(
                 accounting,
                 facts,
             )
-            observations = [*data.get("observations", []), observation.as_dict()]
-            observations = observations[-MAX_OBSERVATIONS:]
-            cycles = int(data.get("cycles") or 0) + 1
-            judged, observed = observations, cycles
-            if rec.state == State.REGRESSED:  # watched again from the regression on
-                observed = max(1, cycles - int(data.get("regressed_at_cycle") or 0))
-                judged = observations[-observed:]
-            judgement = verify.judge(
+            step = verify.advance(
                 rec.kind,
-                data.get("baseline"),
-                [verify.Observation.of(o) for o in judged],
+                rec.state,
+                data,
+                observation,
                 config,
                 rollback=rec.rollback_of_id is not None,
-                verified=rec.state == State.VERIFIED,
-                observed=observed,
+                keep=MAX_OBSERVATIONS,
             )
-            data.update(observations=observations, cycles=cycles, **judgement.as_dict())
-            rec.verification = data
-            outcome = {"observation": observation.as_dict(), "reason": judgement.reason}
+            judgement = step.judgement
             before = rec.state
-            if judgement.status == verify.VERIFIED and before != State.VERIFIED:
-                rec.state = State.VERIFIED
+            measured = verify.measure_effect(
+                (rec.impact or {}).get("metrics") or (), snap, accounting, facts
+            )
+            if measured:  # the predicted effect, next to the prediction on the page
+                step.data["effect"] = verify.add_effect(step.data.get("effect") or {}, measured)
+            rec.verification = step.data
+            rec.state = step.state
+            outcome = {"observation": observation.as_dict(), "reason": judgement.reason}
+            if step.event:
+                audit(rec, SYSTEM_CYCLE, step.event, before={"state": before}, after=outcome)
+            if step.event == "verify":
                 rec.status_message = judgement.reason
-                data["verified_at_cycle"] = cycles
-                audit(rec, SYSTEM_CYCLE, "verify", before={"state": before}, after=outcome)
                 counts["verified"] += 1
                 if before == State.REGRESSED:
                     expire_unneeded_rollbacks(rec)
-            elif judgement.status == verify.VERIFIED:
-                if cycles - int(data.get("verified_at_cycle") or 0) >= config.max_cycles:
-                    data["watch_ended"] = True  # watched long enough for a regression
-            elif judgement.status == verify.REGRESSED:
-                rec.state = State.REGRESSED
+            elif step.event == "regress":
                 rec.status_message = judgement.reason
-                data["regressed_at_cycle"] = cycles
-                audit(rec, SYSTEM_CYCLE, "regress", before={"state": before}, after=outcome)
                 counts["regressed"] += 1
-            elif judgement.status == verify.WORSE:
+            elif step.event == "verify-worse":
                 rec.status_message = f"worse since applied: {judgement.reason}"
-                audit(rec, SYSTEM_CYCLE, "verify-worse", before={"state": before}, after=outcome)
                 counts["worse"] += 1
             save_fields(rec, "verification", "state", "status_message")
             if judgement.rollback:

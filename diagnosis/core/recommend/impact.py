@@ -518,8 +518,11 @@ def landed_impact(
 ) -> dict[str, Any]:
     """The stored impact once its estimate lands: what the recommendation kept beside its
     pending impact (summary, advice, basis, findings...), the estimate, and the verdict,
-    preselection, harm and trade-offs (the draft's and the replay's) that follow from it."""
+    preselection, harm and trade-offs (the draft's and the replay's) that follow from it; the
+    plan replayed, as ``replay_plan``."""
     out = {k: v for k, v in pending.items() if k not in ("plan", "queued_at")}
+    if "plan" in pending:  # kept to estimate it again on a later snapshot (at approve, apply)
+        out["replay_plan"] = pending["plan"]
     out.update(impact)
     out["model"] = model
     out["verdict"] = assessment.verdict

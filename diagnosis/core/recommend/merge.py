@@ -24,8 +24,12 @@ from diagnosis.core.recommend.base import FindingRef, Recommendation
 
 
 def change_key(change: Mapping[str, Any]) -> str:
-    """A change as a stable string (the identity of "the same change")."""
-    return json.dumps(dict(change), sort_keys=True, default=str)
+    """A change as a stable string (the identity of "the same change"): what it writes, not its
+    ``reason`` (a gang release motivated by a partial hold one cycle and a deadlock the next is
+    one change, issue #26.7)."""
+    return json.dumps(
+        {k: v for k, v in change.items() if k != "reason"}, sort_keys=True, default=str
+    )
 
 
 def one_per_target(recommendations: Iterable[Recommendation]) -> tuple[Recommendation, ...]:

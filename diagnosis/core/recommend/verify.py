@@ -11,19 +11,24 @@ snapshot (``in_effect``) and how many of the motivating findings the cycle still
   (a cycle whose metric cannot be judged, e.g. a queue with no pending demand, neither counts
   nor breaks the run; one with a motivating finding open breaks it). Never while a motivating
   finding is open;
-- ``worse``: the mean of the last ``settings.cycles`` judged observations is worse than the
+- ``worse``: the last ``settings.cycles`` judged observations in a row were each worse than the
   baseline by more than the tolerance (``max(floor, tolerance × |baseline|)``): a rollback is
   due;
-- ``regressed``: it was verified, and then a motivating finding opened again, the setting
-  stopped showing or the metric got worse as above. A rollback is due (``rollback``) only when
-  the metric is no longer better than the baseline; otherwise it is watched again and verified
-  again after the good cycles in a row;
+- ``regressed``: it was verified, and then its target metric was worse than the baseline as
+  above for ``settings.cycles`` judged cycles in a row -- never while the metric is better than
+  before (issue #26.6: a verdict is decided over a window, so noise does not flip it). A
+  rollback is due; it is watched again and verified again after the good cycles in a row;
 - ``inconclusive``: neither after ``settings.max_cycles`` observations (the change stays
   applied; nobody is asked to do anything);
 - ``watching``: not yet decided.
 
+A motivating finding that comes back after verification, or a setting that stops showing, is a
+*signal* (``Judgement.signals``: "finding returned"), shown beside the verdict, not a verdict.
+
 The :class:`Judgement` carries the verdict and the checks behind it (``why``), made by the one
 function :func:`judge`: a page showing both can never show them contradicting each other.
+:func:`advance` is one cycle of an applied change's verification: the observation added to its
+record, the verdict, and the state it moves to (what the cycle stores and audits).
 
 Target metrics, per kind:
 
@@ -62,7 +67,8 @@ INCONCLUSIVE = "inconclusive"
 
 @dataclass(frozen=True)
 class VerifySettings:
-    """``cycles``: observations averaged before a change is judged worse; ``good_cycles``:
+    """``cycles``: judged cycles in a row worse than the baseline before a change is judged
+    worse (or, once verified, regressed); ``good_cycles``:
     consecutive good cycles before it is verified; ``max_cycles``: after this many observations
     without a verdict, stop watching (and, once verified, how many more cycles it is watched for
     a regression); ``tolerance`` (relative) and ``floor`` (absolute, in the metric's unit): how
@@ -155,7 +161,8 @@ class Judgement:
     reason: str
     why: tuple[Check, ...] = ()
     good_cycles: int = 0
-    rollback: bool = False  # a rollback is due (worse, or regressed to no better than before)
+    rollback: bool = False  # a rollback is due (worse, or regressed)
+    signals: tuple[str, ...] = ()  # shown beside the verdict: "finding returned", ...
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -164,6 +171,7 @@ class Judgement:
             "why": [c.as_dict() for c in self.why],
             "good_cycles": self.good_cycles,
             "rollback_due": self.rollback,
+            "signals": list(self.signals),
         }
 
 
@@ -275,7 +283,7 @@ def judge(
     if metric is None:
         return _judge_effect(observations, settings, count)
 
-    worse = _worse_mean(metric, baseline, observations, settings)
+    worse = _worse_run(metric, baseline, observations, settings)
     findings = Check(
         "motivating findings resolved",
         last.motivating_open == 0,
@@ -283,23 +291,21 @@ def judge(
     )
     effect = Check("setting in effect", last.in_effect is not False, _effect(last.in_effect))
     latest = next((o.metric for o in reversed(observations) if o.metric is not None), None)
-    if verified:  # watched for a regression: the findings back, the setting gone, the metric worse
+    if verified:  # watched for a regression: the metric worse than before, cycles in a row
+        signals = _signals(last)
         why = (
-            findings,
-            effect,
-            Check("target metric not worse than before", worse is None, worse or "not worse"),
+            Check(
+                f"target metric not worse than before {settings.cycles} cycles in a row",
+                worse is None,
+                worse or _metric_now(metric, baseline, latest),
+            ),
         )
-        if all(c.ok for c in why):
-            return Judgement(VERIFIED, "verified; no regression since", why)
-        helps = worse is None and latest is not None and _better(metric, baseline, latest)
-        then = (
-            f"; {metric.label} is still better than before ({_fmt(latest)}): watched again"
-            if helps and latest is not None
-            else ""
-        )
-        return Judgement(
-            REGRESSED, f"regressed after verification: {_failed(why)}{then}", why, 0, not helps
-        )
+        if worse is not None:
+            return Judgement(
+                REGRESSED, f"regressed after verification: {worse}", why, 0, True, signals
+            )
+        also = f"; {', '.join(signals)} (a signal, not a verdict)" if signals else ""
+        return Judgement(VERIFIED, f"verified; no regression since{also}", why, signals=signals)
     streak = _good_streak(metric, baseline, observations, settings)
     why = (
         findings,
@@ -352,25 +358,43 @@ def _effect(in_effect: bool | None) -> str:
     )
 
 
-def _worse_mean(
+def _worse_run(
     metric: TargetMetric,
     baseline: float | None,
     observations: Sequence[Observation],
     settings: VerifySettings,
 ) -> str | None:
-    """Why the metric is worse than the baseline (mean of the last judged cycles), or None."""
+    """Why the metric is worse than the baseline: each of the last ``settings.cycles`` judged
+    cycles worse by more than the tolerance (a judged cycle not worse breaks the run; an
+    unjudged one neither counts nor breaks it), or None."""
     judged = [o.metric for o in observations if o.metric is not None]
     if baseline is None or len(judged) < settings.cycles:
         return None
     recent = judged[-settings.cycles :]
-    mean = sum(recent) / len(recent)
-    if not _worse(metric, baseline, mean, settings):
+    if not all(_worse(metric, baseline, value, settings) for value in recent):
         return None
     return (
-        f"{metric.label}: {_fmt(baseline)} before, mean {_fmt(mean)} over the last "
-        f"{len(recent)} cycles ({metric.better} is better; tolerance "
+        f"{metric.label}: {_fmt(baseline)} before, {', '.join(_fmt(v) for v in recent)} in the "
+        f"last {len(recent)} cycles ({metric.better} is better; tolerance "
         f"{_fmt(settings.margin(baseline))})"
     )
+
+
+def _signals(last: Observation) -> tuple[str, ...]:
+    """What a verified change's latest cycle shows that is no verdict."""
+    out = []
+    if last.motivating_open:
+        out.append(f"finding returned ({last.motivating_open} open)")
+    if last.in_effect is False:
+        out.append("setting no longer shows in the snapshot")
+    return tuple(out)
+
+
+def _metric_now(metric: TargetMetric, baseline: float | None, latest: float | None) -> str:
+    if latest is None:
+        return f"{metric.label}: not judged"
+    was = "unknown" if baseline is None else _fmt(baseline)
+    return f"{metric.label}: {was} before, {_fmt(latest)} now ({metric.better} is better)"
 
 
 def _better(metric: TargetMetric, baseline: float | None, value: float) -> bool:
@@ -409,11 +433,10 @@ def _metric_check(
         return Check("target metric better than before", False, worse)
     if latest is None:
         return Check("target metric better than before", False, f"{metric.label}: not judged yet")
-    was = "unknown" if baseline is None else _fmt(baseline)
     return Check(
         "target metric better than before",
         _better(metric, baseline, latest),
-        f"{metric.label}: {was} before, {_fmt(latest)} now ({metric.better} is better)",
+        _metric_now(metric, baseline, latest),
     )
 
 
@@ -430,3 +453,121 @@ def _worse(metric: TargetMetric, baseline: float, value: float, settings: Verify
 
 def _fmt(value: float) -> str:
     return f"{value:g}" if float(value).is_integer() else f"{value:.1f}"
+
+
+# The states of an applied change that verification moves between (docs/recommendations.md).
+APPLIED_STATE, VERIFIED_STATE, REGRESSED_STATE = "applied", "verified", "regressed"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One cycle of a change's verification: its state after the cycle, its verification record
+    (``data``), the verdict, and the audit action of a state change (``verify``, ``regress``,
+    ``verify-worse``; empty: none)."""
+
+    state: str
+    data: dict[str, Any]
+    judgement: Judgement
+    event: str = ""
+
+
+def watching(data: Mapping[str, Any]) -> bool:
+    """Whether a change's verification still observes cycles (not worse, inconclusive, or
+    watched long enough after it was verified)."""
+    return data.get("status") not in (INCONCLUSIVE, WORSE) and not data.get("watch_ended")
+
+
+def advance(
+    kind: str,
+    state: str,
+    data: Mapping[str, Any],
+    observation: Observation,
+    settings: VerifySettings,
+    *,
+    rollback: bool = False,
+    keep: int = 24,
+) -> Step:
+    """The verification of an applied change (``state``: applied, verified or regressed; its
+    record ``data``: baseline, observations, counters) after one more cycle's ``observation``;
+    ``keep``: how many observations the record keeps. A regressed change is judged again from its
+    regression on, as one not yet verified."""
+    out = dict(data)
+    observations = [*out.get("observations", []), observation.as_dict()][-keep:]
+    cycles = int(out.get("cycles") or 0) + 1
+    judged, observed = observations, cycles
+    if state == REGRESSED_STATE:
+        observed = max(1, cycles - int(out.get("regressed_at_cycle") or 0))
+        judged = observations[-observed:]
+    judgement = judge(
+        kind,
+        out.get("baseline"),
+        [Observation.of(o) for o in judged],
+        settings,
+        rollback=rollback,
+        verified=state == VERIFIED_STATE,
+        observed=observed,
+    )
+    out.update(observations=observations, cycles=cycles, **judgement.as_dict())
+    event, new = "", state
+    if judgement.status == VERIFIED and state != VERIFIED_STATE:
+        new, event = VERIFIED_STATE, "verify"
+        out["verified_at_cycle"] = cycles
+    elif judgement.status == VERIFIED:
+        if cycles - int(out.get("verified_at_cycle") or 0) >= settings.max_cycles:
+            out["watch_ended"] = True  # watched long enough for a regression
+    elif judgement.status == REGRESSED:
+        new, event = REGRESSED_STATE, "regress"
+        out["regressed_at_cycle"] = cycles
+    elif judgement.status == WORSE:
+        event = "verify-worse"
+    return Step(new, out, judgement, event)
+
+
+# -- the predicted effect, measured after apply (issue #26.6) ------------------------------------
+
+
+def measure_effect(
+    metrics: Iterable[Mapping[str, Any]],
+    snapshot: ClusterSnapshot,
+    accounting: Mapping[str, Any] | None,
+    facts: SnapshotFacts | None = None,
+) -> dict[str, float]:
+    """What one cycle shows of the impact estimate's metrics (its ``metrics`` rows), keyed
+    ``"<metric> <subject>"``: a queue's ``queue_share`` (its share of the GPUs allocated now; the
+    cycles' mean approximates the share of GPU-hours) and the cluster's ``fragmentation_gpus``
+    (free GPUs stranded by fragmentation in the cycle's accounting). A metric a snapshot cannot
+    show (a replay's waits of jobs that are gone) is left out."""
+    out: dict[str, float] = {}
+    shares = None
+    for row in metrics:
+        name, subject = str(row.get("metric")), str(row.get("subject") or "")
+        key = f"{name} {subject}"
+        if name == "queue_share" and subject.startswith("queue:"):
+            shares = shares or queue_shares(snapshot, facts)
+            total = sum(q.held_gpus for q in shares.queues.values())
+            queue = shares.queues.get(subject.removeprefix("queue:"))
+            if queue is not None and total > 0:
+                out[key] = queue.held_gpus / total
+        elif name == "fragmentation_gpus" and subject == "cluster" and accounting:
+            pools = accounting.get("pools") or ()
+            out[key] = float(
+                sum(
+                    finite_number(
+                        ((p.get("buckets") or {}).get("free-fragmented") or {}).get("gpus")
+                    )
+                    or 0.0
+                    for p in pools
+                )
+            )
+    return out
+
+
+def add_effect(effect: Mapping[str, Any], measured: Mapping[str, float]) -> dict[str, Any]:
+    """The running means of the measured effect (``{key: {"mean", "cycles"}}``) with one more
+    cycle's measurement."""
+    out = {k: dict(v) for k, v in effect.items()}
+    for key, value in measured.items():
+        seen = out.get(key) or {"mean": 0.0, "cycles": 0}
+        cycles = int(seen["cycles"]) + 1
+        out[key] = {"mean": seen["mean"] + (value - seen["mean"]) / cycles, "cycles": cycles}
+    return out

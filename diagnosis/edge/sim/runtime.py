@@ -184,6 +184,25 @@ def target_time(
     return max(runtime.simulator.now, elapsed * float(config["speed"]))
 
 
+def cluster_time(
+    cluster: SimClusterLike,
+    runtime: SimRuntime,
+    now: datetime | None = None,
+    previous_as_of: datetime | None = None,
+) -> float:
+    """The simulated second the cluster is at now, without stepping it: a ``wall`` clock's
+    position at ``now`` (the wall time unless told); a ``step`` clock's latest snapshot
+    (``previous_as_of``, the stored state). Never before the simulator's own position. A change
+    is validated and applied there, whichever process runs it (one that just started included)."""
+    position = runtime.simulator.now
+    if previous_as_of is not None:
+        position = max(position, (previous_as_of - runtime.started_at).total_seconds())
+    if settings_of(cluster)["clock"] == "step":
+        return position
+    elapsed = max(0.0, ((now or datetime.now(UTC)) - runtime.started_at).total_seconds())
+    return max(position, elapsed * float(settings_of(cluster)["speed"]))
+
+
 def catch_up_changes(cluster: SimClusterLike, runtime: SimRuntime, until: float) -> None:
     """Apply recorded changes not yet applied in this process, each at its simulated time. A
     record that cannot be replayed is a permanent :class:`CollectError`."""

@@ -50,6 +50,7 @@ from diagnosis.edge.sim.runtime import (
     SimRuntime,
     catch_up_changes,
     change_from_dict,
+    cluster_time,
     runtime_for,
     snapshot_document,
 )
@@ -81,7 +82,8 @@ class SimScheduler:
 
     def follow(self, *, now: datetime | None, previous_as_of: datetime | None) -> None:
         """Read at the simulated time of ``now`` (a wall clock) or one step past
-        ``previous_as_of`` (a step clock whose simulator this process rebuilds)."""
+        ``previous_as_of`` (a step clock whose simulator this process rebuilds); a change is
+        checked and applied at the cluster's clock (``previous_as_of`` for a step clock)."""
         self._now, self._previous_as_of = now, previous_as_of
 
     def wall_time_problem(self) -> str | None:
@@ -168,10 +170,12 @@ class SimScheduler:
         )
 
     def _current_value(self, runtime: SimRuntime, parsed: Any, change: Mapping[str, Any]) -> Any:
-        """What the change's target is set to now, once the changes recorded by other processes
-        have taken effect (a scheduling pass at the current simulated second)."""
+        """What the change's target is set to now: the simulator brought to the cluster's clock
+        (:func:`~diagnosis.edge.sim.runtime.cluster_time`; a process that just built it is at
+        second 0), the changes recorded by other processes taking effect on the way, and a
+        scheduling pass there."""
         simulator = runtime.simulator
-        now = simulator.now
+        now = cluster_time(self.cluster, runtime, self._now, self._previous_as_of)
         catch_up_changes(self.cluster, runtime, now)
         simulator.run_until(now)
         try:

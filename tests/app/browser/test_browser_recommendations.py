@@ -1,7 +1,10 @@
 """The recommendation loop in a real browser (Debian's headless Chromium via Playwright): the
 demo's seed scenario runs until binpack is proposed for its fragmented pool and carol asks for
-it; dave logs in, opens the recommendation (its impact drawn by plotly), approves it, sees the
-scheduler's dry run, applies it and sees the audit row. Saves a screenshot of the page to
+it; dave logs in, opens the recommendation (its impact drawn by plotly, the badge "Requested"),
+approves it -- confirming first the harm its estimate predicts (hpo's share above its fair
+share, issue #26.5) --,
+sees the scheduler's dry run and the figures' snapshot time, applies it and sees what happened
+and the audit row. Saves a screenshot of the page to
 ``var/screenshots/recommendation.png``."""
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ def test_dave_approves_and_applies_binpack_in_a_browser(
     from playwright.sync_api import expect  # noqa: PLC0415 -- optional: `chromium` skips without it
 
     base = live_server.url
+    harm = list(requested.impact.get("harm") or ())  # read before the browser's thread
+    assert harm, "the seed scenario's binpack raises hpo's share above its fair share"
     with browser_page(chromium) as (page, errors):
         page.goto(f"{base}/accounts/login/")
         log_in(page, "dave", then=f"{base}/")
@@ -54,15 +59,24 @@ def test_dave_approves_and_applies_binpack_in_a_browser(
         page.click("table.recommendations a.subject >> text=pool:a100")
         page.wait_for_url(f"{base}/clusters/{CLUSTER}/recommendations/{requested.pk}/")
         page.wait_for_selector("#impact-chart .main-svg")  # plotly drew the impact
-        expect(page.locator("#rec-state")).to_have_text("Proposed")
+        expect(page.locator("#rec-state")).to_have_text("Requested")
 
         page.click("#action-approve")
+        # issue #26.5: the predicted harm is shown and confirmed first
+        expect(page.locator("#confirm-harm")).to_contain_text(harm[0])
+        expect(page.locator("#rec-state")).to_have_text("Requested")
+        page.click("#action-approve-despite-harm")
         expect(page.locator("#rec-state")).to_have_text("Approved")
+        expect(page.locator("ul.messages")).to_contain_text(
+            "Dry run: the scheduler takes this change"
+        )
+        expect(page.locator("#impact-as-of")).to_contain_text("Figures from the snapshot of")
         expect(page.locator("#dry-run-command")).to_contain_text('"to": "binpack"')
         expect(page.locator("#dry-run-diff")).to_contain_text("spread")
 
         page.click("#action-apply")
         expect(page.locator("#rec-state")).to_have_text("Applied")
+        expect(page.locator("ul.messages")).to_contain_text("Applied: sim apply")
         audit = page.locator("#audit tbody tr").last
         expect(audit).to_contain_text("dave")
         expect(audit).to_contain_text("apply")
@@ -77,3 +91,5 @@ def test_dave_approves_and_applies_binpack_in_a_browser(
         dave,
         dave,
     )
+    approval = requested.audit_entries.get(action="approve")
+    assert approval.after["harm_confirmed"] == harm

@@ -252,12 +252,48 @@ def test_an_admin_turns_writes_on_from_the_list(make_cluster, alice, carol) -> N
     assert 'id="enable-writes"' in html
 
     refused = logged_in_client(carol).post("/clusters/east/writes/", {"enabled": "on"})
-    allowed = logged_in_client(alice).post("/clusters/east/writes/", {"enabled": "on"})
+    confirm = {"enabled": "on", "confirm": "yes"}
+    allowed = logged_in_client(alice).post("/clusters/east/writes/", confirm)
 
     assert refused.status_code == 403
     assert allowed.status_code == 302
     cluster.refresh_from_db()
     assert cluster.dry_run is False
+
+
+def test_turning_writes_on_asks_first_naming_what_becomes_writable(make_cluster, alice) -> None:
+    cluster = make_cluster("east", scheduler_kind="sim")
+    approved = make_recommendation(cluster, state="approved")
+
+    asked = logged_in_client(alice).post("/clusters/east/writes/", {"enabled": "on"})
+
+    html = asked.content.decode()
+    assert 'id="writes-confirm"' in html
+    assert f"#{approved.pk} queue-weight queue:team-b" in html
+    cluster.refresh_from_db()
+    assert cluster.dry_run is True
+
+
+def test_after_turning_writes_on_the_admin_lands_back_on_the_change(make_cluster, alice) -> None:
+    cluster = make_cluster("east")
+    rec = make_recommendation(cluster, state="approved")
+    page = f"/clusters/east/recommendations/{rec.pk}/"
+    assert 'id="enable-writes-here"' in logged_in_client(alice).get(page).content.decode()
+
+    landed = logged_in_client(alice).post(
+        "/clusters/east/writes/", {"enabled": "on", "confirm": "yes", "next": page}
+    )
+
+    assert landed["Location"] == page
+
+
+def test_a_foreign_next_lands_on_the_list(make_cluster, alice) -> None:
+    make_cluster("east")
+    body = {"enabled": "on", "confirm": "yes", "next": "https://evil.example/"}
+
+    landed = logged_in_client(alice).post("/clusters/east/writes/", body)
+
+    assert landed["Location"] == "/clusters/east/recommendations/"
 
 
 def test_the_admin_site_keeps_the_switch_for_admins(make_cluster, make_user, alice) -> None:

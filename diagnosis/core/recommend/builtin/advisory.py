@@ -106,12 +106,17 @@ JOB_ADVICE: dict[str, Callable[[Mapping[str, Any]], str]] = {
 }
 
 
-def _impact(gpus: int) -> dict[str, Any]:
+def _impact(rule: str, evidence: Mapping[str, Any]) -> dict[str, Any]:
+    """Nothing simulated; the GPUs, pods and pool involved (the list groups one-pod advice of a
+    rule per pool)."""
     return {
         "method": "none",
         "verdict": NOT_SIMULATED,
         "headline": "advisory: nothing for gpuobs to apply; the effect depends on what is done",
-        "gpus_involved": gpus,
+        "gpus_involved": int(evidence.get("gpus") or 0),
+        "pods": int(evidence.get("pods") or 0) or None,
+        "pool": optional_text(evidence.get("pool")),
+        "rule": rule,
     }
 
 
@@ -127,7 +132,7 @@ def generate(context: RecommendContext) -> list[Draft]:
                     findings=(FindingRef.of(finding),),
                     summary=finding.summary,
                     advisory=advise(finding.evidence),
-                    static_impact=_impact(int(finding.evidence.get("gpus") or 0)),
+                    static_impact=_impact(rule, finding.evidence),
                     basis={"rule": rule},
                 )
             )
