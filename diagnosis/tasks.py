@@ -29,6 +29,8 @@ from redis.exceptions import LockError
 from diagnosis.actions.notify.alertmanager import alertmanager_configured, deliver_to_alertmanager
 from diagnosis.actions.notify.owner_notices import send_owner_notices
 from diagnosis.actions.notify.subscriptions import send_due_report_subscriptions
+from diagnosis.actions.oncall.inbound import record_alert_batch as read_alert_batch
+from diagnosis.actions.oncall.inbound import record_pending_alert_batches
 from diagnosis.actions.records.cycles import (
     record_cycle_lost,
     record_missed_intervals,
@@ -328,6 +330,20 @@ def sweep_applies() -> list[int]:
     """Beat, every cycle period: re-drive applies stuck in ``applying`` (a killed worker, a
     message lost with Redis) through the re-read / dry-run path; returns their ids."""
     return sweep_stuck_applies()
+
+
+@shared_task(name="diagnosis.tasks.record_alert_batch")
+def record_alert_batch(batch_id: int) -> dict:
+    """Read one stored Alertmanager batch into incidents (the receiver sends this after it
+    stores the batch; ``diagnosis.actions.oncall.inbound``)."""
+    return read_alert_batch(batch_id)
+
+
+@shared_task(name="diagnosis.tasks.sweep_alert_batches")
+def sweep_alert_batches() -> list[int]:
+    """Beat, every cycle period: read the stored alert batches no task took (a send lost with
+    Redis, a killed worker); returns their ids."""
+    return record_pending_alert_batches()
 
 
 @shared_task(name="diagnosis.tasks.actuate_dry_run")

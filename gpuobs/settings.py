@@ -168,6 +168,15 @@ if os.environ.get("DATABASE_URL"):
             conn_health_checks=True,
         )
     }
+    # A web request's statement is cancelled after this many seconds (0: never), less than
+    # gunicorn's own 30 s worker timeout (docs/operations.md, "Inbound webhooks"), so a request
+    # stuck in the database ends in an answer, not in a killed worker. Web processes only
+    # (gpuobs/wsgi.py): cycles and migrations keep their own limits.
+    GPUOBS_WEB_STATEMENT_TIMEOUT_S = env_int("GPUOBS_WEB_STATEMENT_TIMEOUT_S", 20)
+    if os.environ.get("GPUOBS_WEB_PROCESS") == "1" and GPUOBS_WEB_STATEMENT_TIMEOUT_S > 0:
+        DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
+            f"-c statement_timeout={GPUOBS_WEB_STATEMENT_TIMEOUT_S * 1000}"
+        )
 else:
     EMBEDDED_SQLITE_PATH.parent.mkdir(exist_ok=True)
     DATABASES = {
@@ -217,6 +226,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "anon": os.environ.get("GPUOBS_API_RATE_ANON", "60/min"),
         "user": os.environ.get("GPUOBS_API_RATE_USER", "1200/min"),
+        "sender": os.environ.get("GPUOBS_API_RATE_SENDER", "600/min"),
     },
 }
 

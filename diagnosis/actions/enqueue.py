@@ -20,6 +20,7 @@ DRY_RUN = "diagnosis.tasks.actuate_dry_run"
 APPLY = "diagnosis.tasks.actuate_recommendation"
 NOTIFY = "diagnosis.tasks.notify_cluster"
 ESTIMATE_IMPACT = "diagnosis.tasks.estimate_impact"
+RECORD_ALERT_BATCH = "diagnosis.tasks.record_alert_batch"
 
 
 def send_task(name: str, args: Sequence[Any] = (), **options: Any) -> None:

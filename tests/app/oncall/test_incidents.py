@@ -23,6 +23,7 @@ from diagnosis.models import (
     Snapshot,
     Tenant,
 )
+from tests.support.alert_delivery import deliver_alerts
 from tests.support.builders import AS_OF, SnapshotBuilder
 from tests.support.world import logged_in_client
 
@@ -228,7 +229,7 @@ def alerted(oncall, make_user):
     sender.user_permissions.add(Permission.objects.get(codename="add_incident"))
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {Token.objects.create(user=sender).key}")
-    assert client.post("/api/v1/alertmanager", alert_body(), format="json").status_code == 200
+    assert deliver_alerts(client, alert_body()).status_code == 202
     return Incident.objects.get(cluster=oncall, source="alertmanager")
 
 
@@ -253,7 +254,7 @@ def test_an_alertmanager_incident_names_the_jobs_at_the_alerts_time(oncall, make
     sender.user_permissions.add(Permission.objects.get(codename="add_incident"))
     client = APIClient()
     client.force_authenticate(sender)
-    assert client.post("/api/v1/alertmanager", body, format="json").status_code == 200
+    assert deliver_alerts(client, body).status_code == 202
     incident = Incident.objects.get(cluster=oncall, source="alertmanager")
     assert [j["id"] for j in incident.details["jobs"]] == ["victim"]  # not latecomer
     assert incident.history.filter(kind="opened").exists()
@@ -399,7 +400,7 @@ def test_an_alert_for_a_gpu_the_rule_already_opened_joins_that_incident(oncall, 
     sender.user_permissions.add(Permission.objects.get(codename="add_incident"))
     client = APIClient()
     client.force_authenticate(sender)
-    assert client.post("/api/v1/alertmanager", body, format="json").status_code == 200
+    assert deliver_alerts(client, body).status_code == 202
     incident = Incident.objects.get(cluster=oncall, node="n1", gpu_index=3)  # one, not two
     assert incident.pk == opened.pk
     assert incident.source == "alertmanager"
