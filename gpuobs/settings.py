@@ -340,6 +340,11 @@ GPUOBS_APPLY_CLAIM_STALE_SECONDS = CELERY_TASK_TIME_LIMIT + 5
 # A worker whose clock is further than this from the database's refuses to run cycles
 # (diagnosis/actions/upkeep/health.py, "One clock").
 GPUOBS_MAX_CLOCK_SKEW_SECONDS = env_int("GPUOBS_MAX_CLOCK_SKEW_SECONDS", 30)
+# A snapshot whose node or GPU count fell by more than this percentage since the last good cycle
+# (or to zero) is not judged until an SRE confirms it or it holds for GPUOBS_SIZE_HOLD_CYCLES
+# cycles (diagnosis/actions/records/cluster_size.py)
+GPUOBS_SIZE_DROP_SHARE = env_int("GPUOBS_SIZE_DROP_PERCENT", 50) / 100
+GPUOBS_SIZE_HOLD_CYCLES = env_int("GPUOBS_SIZE_HOLD_CYCLES", 5)
 
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from diagnosis.actions.notify.alertmanager import notify_after_cycle
 from diagnosis.actions.oncall.incidents import record_cycle_incidents
+from diagnosis.actions.records.cluster_size import size_of, size_refusal
 from diagnosis.actions.records.events import SchedulerEventError, record_scheduler_events
 from diagnosis.actions.records.findings import cluster_overrides, record_findings
 from diagnosis.actions.records.rollups_hourly import add_cycle_to_hours, record_accounting_slice
@@ -86,6 +87,11 @@ def run_cluster_cycle(cluster: Cluster, *, shard_runner: ShardRunner | None = No
         return _record_failed_cycle(
             cluster, failure_summary(cluster, exc), time.perf_counter() - started, detail=detail
         )
+    refusal = size_refusal(cluster, snap)
+    if refusal:  # a cluster that shrank at once: its findings stay as they were
+        return _record_failed_cycle(
+            cluster, refusal, time.perf_counter() - started, status=DataSourceStatus.DEGRADED
+        )
     try:
         return record_cycle(cluster, snap, started=started, collection=collection)
     except Exception as exc:  # a cycle that fails is always recorded, with its error
@@ -121,13 +127,18 @@ def failure_summary(cluster: Cluster, exc: Exception) -> str:
 
 
 def _record_failed_cycle(
-    cluster: Cluster, message: str, seconds: float, *, detail: str = ""
+    cluster: Cluster,
+    message: str,
+    seconds: float,
+    *,
+    detail: str = "",
+    status: str = DataSourceStatus.ERROR,
 ) -> ClusterCycle:
     detail = detail or message
     logger.warning("cycle of cluster %s failed: %s", cluster.name, detail)
     with transaction.atomic():
         now = timezone.now()
-        _save_status(cluster, DataSourceStatus.ERROR, message, now, detail=detail, cycle_ran=True)
+        _save_status(cluster, status, message, now, detail=detail, cycle_ran=True)
         last = ClusterCycle.objects.filter(cluster=cluster, ok=True).order_by("-as_of").first()
         return ClusterCycle.objects.create(
             cluster=cluster,
@@ -265,6 +276,7 @@ def record_cycle_steps(
             data_age_s=(now - as_of).total_seconds() + _metrics_age(collection),
             coverage=(collection or {}).get("coverage"),
             source=dict(collection or {}),
+            size=size_of(snap),
         )
         with steps.timed("tenancy"):
             record_tenancy(cluster, snap, diagnosis, accounting, cycle)
