@@ -26,7 +26,12 @@ from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import LockError
 
-from diagnosis.actions.notify.alertmanager import alertmanager_configured, deliver_to_alertmanager
+from diagnosis.actions.notify.alertmanager import (
+    alertmanager_configured,
+    deliver_to_alertmanager,
+    send_pending_notifications,
+    take_pending_notify,
+)
 from diagnosis.actions.notify.owner_notices import send_owner_notices
 from diagnosis.actions.notify.subscriptions import send_due_report_subscriptions
 from diagnosis.actions.oncall.inbound import record_alert_batch as read_alert_batch
@@ -185,8 +190,10 @@ def run_cycles() -> list[int]:
     """Start one cycle per enabled cluster; returns their ids. Each carries the fan-out's
     database time: a cycle still queued a period later is dropped by the worker (by the
     database's clock, not an absolute ``expires`` a skewed worker clock would misread). A
-    cluster with no cycle attempt for more than two periods gets a row saying so first."""
+    cluster with no cycle attempt for more than two periods gets a row saying so first, and a
+    cycle's notify step that its commit could not send (Redis down) is sent again."""
     cluster_ids = list(Cluster.objects.filter(enabled=True).values_list("pk", flat=True))
+    send_pending_notifications()  # a cycle's notify step its commit could not send
     record_missed_intervals(cluster_ids, settings.GPUOBS_CYCLE_SECONDS)
     fanned_out_at = database_now().isoformat()
     for cluster_id in cluster_ids:
@@ -365,6 +372,7 @@ def notify_cluster(cluster_id: int) -> dict[str, str]:
     """The notify step of one cluster after its cycle (docs/architecture.md#one-cycle, step 5): its
     alerts to Alertmanager when GPUOBS_ALERTMANAGER_URL is set, its owner notices when its
     policy is on. Failures are recorded, never raised (the next cycle sends again)."""
+    take_pending_notify(cluster_id)
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None:
         return {"cluster_id": str(cluster_id), "outcome": "no-cluster"}

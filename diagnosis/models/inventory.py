@@ -69,6 +69,12 @@ class Cluster(models.Model):
     event_cursor = models.TextField(
         blank=True, editable=False, help_text="The scheduler adapter's cursor for read_events."
     )
+    notify_pending_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="A cycle's notify step not taken yet (its send refused): beat sends it again.",
+    )
     size_hold = models.JSONField(
         default=dict,
         blank=True,

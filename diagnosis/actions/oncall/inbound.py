@@ -17,7 +17,6 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -32,7 +31,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from diagnosis.access import clusters_for_sender
-from diagnosis.actions.enqueue import RECORD_ALERT_BATCH, send_task
+from diagnosis.actions.enqueue import RECORD_ALERT_BATCH, send_robustly_on_commit, send_task
 from diagnosis.actions.oncall.alerts import (
     open_or_update_incident_from_alert,
     resolve_incident_from_alert,
@@ -110,8 +109,8 @@ def receive_alert_batch(
             alerts=len(queued),
             results=results,
         )
-        # robust: a broker that refuses the send leaves the batch pending for the sweep
-        transaction.on_commit(partial(_send_record_task, batch.pk), robust=True)
+        # a broker that refuses the send leaves the batch pending for the sweep
+        send_robustly_on_commit(RECORD_ALERT_BATCH, (batch.pk,))
     return ReceivedBatch(batch, results)
 
 

@@ -95,11 +95,29 @@ def run_cluster_cycle(cluster: Cluster, *, shard_runner: ShardRunner | None = No
     try:
         return record_cycle(cluster, snap, started=started, collection=collection)
     except Exception as exc:  # a cycle that fails is always recorded, with its error
+        committed = _committed_cycle(cluster, snap, started)
+        if committed is not None:  # it failed after its commit: it stays one good row
+            logger.exception("cycle of cluster %s failed after its commit", cluster.name)
+            return committed
         logger.exception("cycle of cluster %s failed while recording", cluster.name)
         message = f"recording the cycle failed: {type(exc).__name__}"
         return _record_failed_cycle(
             cluster, message, time.perf_counter() - started, detail=f"{message}: {exc}"
         )
+
+
+def _committed_cycle(
+    cluster: Cluster, snap: snapshot_format.ClusterSnapshot, started: float
+) -> ClusterCycle | None:
+    """This cycle's good row when its transaction committed before the failure: a cycle is
+    one row, and a committed one is never recorded again as failed."""
+    since = timezone.now() - timedelta(seconds=time.perf_counter() - started + 1)
+    try:
+        return ClusterCycle.objects.filter(
+            cluster=cluster, ok=True, as_of=snap.as_of.to_pydatetime(), ran_at__gte=since
+        ).first()
+    except DatabaseError:  # the database is away too: the failure path says so
+        return None
 
 
 def failure_summary(cluster: Cluster, exc: Exception) -> str:
