@@ -360,7 +360,11 @@ else:
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
-CELERY_RESULT_EXPIRES = 24 * 3600
+# Results live no longer than the longest a task may run and a minute (they were kept 24 h): a
+# cycle's collect shard results are deleted once the cycle read them (diagnosis/tasks.py), one
+# nobody read (a shard that finished after its cycle gave up on it) expires with this
+# (docs/operations.md, "Redis").
+CELERY_RESULT_EXPIRES = CELERY_TASK_TIME_LIMIT + 60
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
