@@ -62,11 +62,16 @@ def schedule_diagnosis_cycles(sender: Celery, **kwargs) -> None:
     seconds = settings.GPUOBS_CYCLE_SECONDS
     for name, task in (
         ("diagnosis cycles", "diagnosis.tasks.run_cycles"),
-        ("worker heartbeat", "diagnosis.tasks.record_worker_heartbeat"),
         ("stuck apply sweep", "diagnosis.tasks.sweep_stuck_applies"),
         ("alert batch sweep", "diagnosis.tasks.sweep_alert_batches"),
     ):
         sender.add_periodic_task(seconds, sender.signature(task), name=name)
+    # every GPUOBS_HEARTBEAT_SECONDS (at most 15 s): a dead worker or beat shows within 50 s
+    sender.add_periodic_task(
+        settings.GPUOBS_HEARTBEAT_SECONDS,
+        sender.signature("diagnosis.tasks.record_worker_heartbeat"),
+        name="worker heartbeat",
+    )
 
 
 @app.on_after_configure.connect

@@ -336,6 +336,9 @@ CELERY_TASK_SOFT_TIME_LIMIT = env_int("GPUOBS_TASK_SOFT_TIME_LIMIT", 240)
 # (diagnosis/tasks.py). An apply claim is another worker's to take over once it is older than
 # the hard time limit (no task outlives it) and a few seconds (diagnosis/actions/workflow/apply.py).
 GPUOBS_CYCLE_LOCK_SECONDS = max(3, GPUOBS_CYCLE_SECONDS)
+# Beat sends the worker heartbeat this often (at most 15 s, the cycle period when shorter):
+# /healthz?deep=1 reports a worker or beat dead after three of them and 5 s (50 s by default).
+GPUOBS_HEARTBEAT_SECONDS = env_int("GPUOBS_HEARTBEAT_SECONDS", min(GPUOBS_CYCLE_SECONDS, 15))
 GPUOBS_APPLY_CLAIM_STALE_SECONDS = CELERY_TASK_TIME_LIMIT + 5
 # A worker whose clock is further than this from the database's refuses to run cycles
 # (diagnosis/actions/upkeep/health.py, "One clock").
