@@ -131,7 +131,11 @@ def failure_summary(cluster: Cluster, exc: Exception) -> str:
     else:
         how = "invalid data"
     side = exc.side if isinstance(exc, ConfigError) else None
-    if isinstance(exc, SchedulerError) or side == SCHEDULER:
+    # the collection raises a scheduler's failure as a CollectError "from" it: still the
+    # scheduler's (it was named "metrics source (none) failed", issue #29)
+    if isinstance(exc, SchedulerError) or isinstance(exc.__cause__, SchedulerError):
+        side = SCHEDULER
+    if side == SCHEDULER:
         what = f"scheduler ({cluster.scheduler_kind})"
     elif isinstance(exc, CollectError) or side == SOURCE:
         what = f"metrics source ({cluster.metrics_kind})"
