@@ -185,6 +185,23 @@ def cluster_cycle_lock(cluster_id: int) -> Iterator[bool]:
             )
 
 
+def cycles_running(cluster_ids: list[int]) -> frozenset[int]:
+    """The clusters whose cycle lock is held now (a cycle of theirs is running): the Redis lock,
+    or the embedded mode's lease. Redis away: none known."""
+    if not settings.REDIS_URL:
+        held = Cluster.objects.filter(pk__in=cluster_ids, cycle_lease_until__gt=timezone.now())
+        return frozenset(held.values_list("pk", flat=True))
+    try:
+        client = _redis_client(settings.REDIS_URL)
+        pipe = client.pipeline()
+        for cluster_id in cluster_ids:
+            pipe.exists(cycle_lock_key(cluster_id))
+        found = pipe.execute()
+    except redis.RedisError:
+        return frozenset()
+    return frozenset(c for c, held in zip(cluster_ids, found, strict=True) if held)
+
+
 @shared_task(name="diagnosis.tasks.run_cycles")
 def run_cycles() -> list[int]:
     """Start one cycle per enabled cluster; returns their ids. Each carries the fan-out's
@@ -194,7 +211,9 @@ def run_cycles() -> list[int]:
     cycle's notify step that its commit could not send (Redis down) is sent again."""
     cluster_ids = list(Cluster.objects.filter(enabled=True).values_list("pk", flat=True))
     send_pending_notifications()  # a cycle's notify step its commit could not send
-    record_missed_intervals(cluster_ids, settings.GPUOBS_CYCLE_SECONDS)
+    record_missed_intervals(
+        cluster_ids, settings.GPUOBS_CYCLE_SECONDS, running=cycles_running(cluster_ids)
+    )
     fanned_out_at = database_now().isoformat()
     for cluster_id in cluster_ids:
         run_cycle.apply_async((cluster_id,), {"fanned_out_at": fanned_out_at})

@@ -440,11 +440,15 @@ def record_skipped_cycle(
         )
 
 
-def record_missed_intervals(cluster_ids: list[int], period_s: float) -> list[int]:
+def record_missed_intervals(
+    cluster_ids: list[int], period_s: float, *, running: frozenset[int] = frozenset()
+) -> list[int]:
     """At a fan-out (``diagnosis.tasks.run_cycles``): each of these clusters whose last cycle
-    attempt, good or not, is more than two periods old missed the intervals between (nothing
-    sent or took them: beat, Redis or every worker was away). One skipped-cycle row says how
-    long and how many; returns those clusters' ids. A cluster without any cycle yet has none."""
+    attempt, good or not, is more than two periods old missed the intervals between: its
+    previous cycle is still running (its id in ``running``: the cycle lock is held), or nothing
+    sent or took them (beat, Redis or every worker was away). One skipped-cycle row says how
+    long, how many and which; returns those clusters' ids. A cluster without any cycle yet has
+    none."""
     now = database_now()
     # the newest row by id (the primary key's index), not Max(ran_at) over 30 days of cycles
     newest = ClusterCycle.objects.filter(cluster=OuterRef("pk")).order_by("-id")
@@ -456,10 +460,14 @@ def record_missed_intervals(cluster_ids: list[int], period_s: float) -> list[int
     missed = []
     for cluster in late:
         gap_s = (now - cluster.last_attempt).total_seconds()
+        why = (
+            "the previous cycle is still running"
+            if cluster.pk in running
+            else "none was sent or taken (beat, Redis or every worker away)"
+        )
         record_skipped_cycle(
             cluster,
-            f"skipped: no cycle for {gap_s:.0f} s ({int(gap_s // period_s) - 1} intervals): none "
-            "was sent or taken (beat, Redis or every worker away)",
+            f"skipped: no cycle for {gap_s:.0f} s ({int(gap_s // period_s) - 1} intervals): {why}",
         )
         missed.append(cluster.pk)
     return missed
