@@ -86,6 +86,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # an API error is JSON in every state, the database away included (diagnosis/middleware.py)
+    "diagnosis.middleware.ApiErrorMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     # the language: set_language's cookie, else Accept-Language, else LANGUAGE_CODE (docs/ui.md)
