@@ -16,6 +16,7 @@ from diagnosis.models import (
     Finding,
     FindingEvent,
     Gpu,
+    InboundAlertBatch,
     Incident,
     Job,
     Node,
@@ -154,6 +155,15 @@ class SchedulerEventAdmin(admin.ModelAdmin):
     list_display = ["time", "cluster", "kind", "job_external_id", "node", "reason"]
     list_filter = ["cluster", "kind"]
     search_fields = ["job_external_id", "node", "reason"]
+
+
+@admin.register(InboundAlertBatch)
+class InboundAlertBatchAdmin(AdminRoleOnly, ReadOnly, admin.ModelAdmin):
+    """Alertmanager's stored batches and what each alert did (docs/operations.md, "Inbound
+    webhooks"); the receiver and its task write them."""
+
+    list_display = ["received_at", "sender", "alerts", "state", "attempts", "processed_at"]
+    list_filter = ["state"]
 
 
 @admin.register(Snapshot)

@@ -7,14 +7,18 @@
   RecursionError, i.e. a 500, even for a caller with no access).
 - An authenticated response is ``Cache-Control: no-store, private`` unless the view said
   otherwise: pages, CSV and PDF exports hold data a shared cache must not keep.
+- An API error is JSON, whatever failed (:class:`ApiErrorMiddleware`).
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 
 from django.conf import settings
+from django.core.signals import got_request_exception
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.cache import patch_cache_control
 
@@ -67,3 +71,43 @@ class RequestHygieneMiddleware:
             if json_depth(body) > MAX_JSON_DEPTH:
                 return _refused(400, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
         return None
+
+
+API_PREFIX = "/api/"
+
+
+def _remember_exception(
+    sender: object, request: HttpRequest | None = None, **kwargs: object
+) -> None:
+    """``got_request_exception``: keep the exception on its request (ApiErrorMiddleware)."""
+    if request is not None:
+        request.gpuobs_exception = sys.exc_info()[1]  # type: ignore[attr-defined]
+
+
+got_request_exception.connect(_remember_exception, dispatch_uid="gpuobs-api-errors")
+
+
+class ApiErrorMiddleware:
+    """The API answers JSON in every state (issue #29): an error Django turned into its HTML
+    500 page (a view's, or a middleware's before any view: the session or the user looked up in
+    a database that is away) is answered ``{"detail": ...}`` instead; a database error is a 503
+    with ``Retry-After`` (the database is away or refused the statement: try again), anything
+    else a 500. Outermost but for the security middleware, so it sees every inner answer."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if not request.path.startswith(API_PREFIX) or response.status_code < 500:
+            return response
+        if "json" in response.get("Content-Type", ""):
+            return response
+        error = getattr(request, "gpuobs_exception", None)
+        if isinstance(error, DatabaseError):
+            answer = JsonResponse(
+                {"detail": "the database is unavailable; try again shortly"}, status=503
+            )
+            answer["Retry-After"] = "10"
+            return answer
+        return JsonResponse({"detail": "internal error"}, status=response.status_code)

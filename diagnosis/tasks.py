@@ -26,9 +26,16 @@ from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import LockError
 
-from diagnosis.actions.notify.alertmanager import alertmanager_configured, deliver_to_alertmanager
+from diagnosis.actions.notify.alertmanager import (
+    alertmanager_configured,
+    deliver_to_alertmanager,
+    send_pending_notifications,
+    take_pending_notify,
+)
 from diagnosis.actions.notify.owner_notices import send_owner_notices
 from diagnosis.actions.notify.subscriptions import send_due_report_subscriptions
+from diagnosis.actions.oncall.inbound import record_alert_batch as read_alert_batch
+from diagnosis.actions.oncall.inbound import record_pending_alert_batches
 from diagnosis.actions.records.cycles import (
     record_cycle_lost,
     record_missed_intervals,
@@ -181,14 +188,35 @@ def cluster_cycle_lock(cluster_id: int) -> Iterator[bool]:
             )
 
 
+def cycles_running(cluster_ids: list[int]) -> frozenset[int]:
+    """The clusters whose cycle lock is held now (a cycle of theirs is running): the Redis lock,
+    or the embedded mode's lease. Redis away: none known."""
+    if not settings.REDIS_URL:
+        held = Cluster.objects.filter(pk__in=cluster_ids, cycle_lease_until__gt=timezone.now())
+        return frozenset(held.values_list("pk", flat=True))
+    try:
+        client = _redis_client(settings.REDIS_URL)
+        pipe = client.pipeline()
+        for cluster_id in cluster_ids:
+            pipe.exists(cycle_lock_key(cluster_id))
+        found = pipe.execute()
+    except redis.RedisError:
+        return frozenset()
+    return frozenset(c for c, held in zip(cluster_ids, found, strict=True) if held)
+
+
 @shared_task(name="diagnosis.tasks.run_cycles")
 def run_cycles() -> list[int]:
     """Start one cycle per enabled cluster; returns their ids. Each carries the fan-out's
     database time: a cycle still queued a period later is dropped by the worker (by the
     database's clock, not an absolute ``expires`` a skewed worker clock would misread). A
-    cluster with no cycle attempt for more than two periods gets a row saying so first."""
+    cluster with no cycle attempt for more than two periods gets a row saying so first, and a
+    cycle's notify step that its commit could not send (Redis down) is sent again."""
     cluster_ids = list(Cluster.objects.filter(enabled=True).values_list("pk", flat=True))
-    record_missed_intervals(cluster_ids, settings.GPUOBS_CYCLE_SECONDS)
+    send_pending_notifications()  # a cycle's notify step its commit could not send
+    record_missed_intervals(
+        cluster_ids, settings.GPUOBS_CYCLE_SECONDS, running=cycles_running(cluster_ids)
+    )
     fanned_out_at = database_now().isoformat()
     for cluster_id in cluster_ids:
         run_cycle.apply_async((cluster_id,), {"fanned_out_at": fanned_out_at})
@@ -292,6 +320,8 @@ def run_collect_shards(payloads: list[dict]) -> list[dict]:
         outcomes = [r.result if r.ready() else None for r in result.results]
         result.revoke()
         logger.warning("collect shards unfinished after %.0f s: running them in the cycle", wait)
+    finally:
+        _forget(result)  # a shard's result (0.8-1.9 MB at 16k GPUs) lives no longer than its cycle
     merged = []
     for payload, outcome in zip(payloads, outcomes, strict=True):
         if outcome is None:
@@ -302,6 +332,15 @@ def run_collect_shards(payloads: list[dict]) -> list[dict]:
     workers = sorted({str(outcome.get("worker", "the cycle's worker")) for outcome in merged})
     logger.info("%d collect shards read by %s", len(merged), ", ".join(workers))
     return merged
+
+
+def _forget(result: object) -> None:
+    """Delete a group's results from the result backend (a late shard's result, written after
+    this, expires after CELERY_RESULT_EXPIRES)."""
+    try:
+        result.forget()  # type: ignore[attr-defined]
+    except Exception:  # Redis away: the keys expire by themselves
+        logger.warning("collect shard results not deleted", exc_info=True)
 
 
 # -- the recommendation workflow (the ``actuate`` queue; diagnosis/workflow.py) ------------------
@@ -333,6 +372,20 @@ def sweep_applies() -> list[int]:
     return sweep_stuck_applies()
 
 
+@shared_task(name="diagnosis.tasks.record_alert_batch")
+def record_alert_batch(batch_id: int) -> dict:
+    """Read one stored Alertmanager batch into incidents (the receiver sends this after it
+    stores the batch; ``diagnosis.actions.oncall.inbound``)."""
+    return read_alert_batch(batch_id)
+
+
+@shared_task(name="diagnosis.tasks.sweep_alert_batches")
+def sweep_alert_batches() -> list[int]:
+    """Beat, every cycle period: read the stored alert batches no task took (a send lost with
+    Redis, a killed worker); returns their ids."""
+    return record_pending_alert_batches()
+
+
 @shared_task(name="diagnosis.tasks.actuate_dry_run")
 def actuate_dry_run(recommendation_id: int) -> dict[str, str]:
     """Ask the scheduler what a recommendation's change would do, writing nothing (the diff a
@@ -352,6 +405,7 @@ def notify_cluster(cluster_id: int) -> dict[str, str]:
     """The notify step of one cluster after its cycle (docs/architecture.md#one-cycle, step 5): its
     alerts to Alertmanager when GPUOBS_ALERTMANAGER_URL is set, its owner notices when its
     policy is on. Failures are recorded, never raised (the next cycle sends again)."""
+    take_pending_notify(cluster_id)
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None:
         return {"cluster_id": str(cluster_id), "outcome": "no-cluster"}

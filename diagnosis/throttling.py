@@ -16,6 +16,9 @@ whose credentials failed ``GPUOBS_API_RATE_FAILED`` times in the window is refus
 looking at the next one (counted by diagnosis/api/errors.py); an authenticated user counts
 against ``GPUOBS_API_RATE_USER``. A throttled call is a 429 with ``Retry-After``.
 docs/operations.md, "Logins and API clients" and "Behind a reverse proxy".
+Machine senders (Alertmanager, scheduler events) have a rate of their own per sender
+(``GPUOBS_API_RATE_SENDER``, counted the same way), so one sender's burst is refused before it
+costs the web.
 """
 
 from __future__ import annotations
@@ -211,3 +214,10 @@ class ThrottleBeforeAuthentication(BaseAuthentication):
     def authenticate_header(self, request: Any) -> str:
         # DRF asks the first class: an anonymous caller gets 401 with `WWW-Authenticate: Token`
         return "Token"
+
+
+class SenderRateThrottle(UserThrottle):
+    """The receivers' throttle: each sending user or token has ``GPUOBS_API_RATE_SENDER``
+    requests, apart from its rate on the rest of the API (Alertmanager retries a 429)."""
+
+    scope = "sender"

@@ -60,6 +60,7 @@ cluster_pages = [
     path("jobs/", job_views.job_list, name="jobs"),
     path("jobs/<path:job_id>/", job_views.job_detail, name="job"),
     path("writes/", recommendation_views.cluster_writes, name="cluster_writes"),
+    path("confirm-size/", views.confirm_size, name="cluster_confirm_size"),
 ]
 
 urlpatterns = [

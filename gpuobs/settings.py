@@ -89,6 +89,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # an API error is JSON in every state, the database away included (diagnosis/middleware.py)
+    "diagnosis.middleware.ApiErrorMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     # the language: set_language's cookie, else Accept-Language, else LANGUAGE_CODE (docs/ui.md)
@@ -183,6 +185,15 @@ if os.environ.get("DATABASE_URL"):
             conn_health_checks=True,
         )
     }
+    # A web request's statement is cancelled after this many seconds (0: never), less than
+    # gunicorn's own 30 s worker timeout (docs/operations.md, "Inbound webhooks"), so a request
+    # stuck in the database ends in an answer, not in a killed worker. Web processes only
+    # (gpuobs/wsgi.py): cycles and migrations keep their own limits.
+    GPUOBS_WEB_STATEMENT_TIMEOUT_S = env_int("GPUOBS_WEB_STATEMENT_TIMEOUT_S", 20)
+    if os.environ.get("GPUOBS_WEB_PROCESS") == "1" and GPUOBS_WEB_STATEMENT_TIMEOUT_S > 0:
+        DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
+            f"-c statement_timeout={GPUOBS_WEB_STATEMENT_TIMEOUT_S * 1000}"
+        )
 else:
     EMBEDDED_SQLITE_PATH.parent.mkdir(exist_ok=True)
     DATABASES = {
@@ -233,6 +244,7 @@ REST_FRAMEWORK = {
         "anon": os.environ.get("GPUOBS_API_RATE_ANON", "60/min"),
         "user": os.environ.get("GPUOBS_API_RATE_USER", "1200/min"),
         "failed_credentials": os.environ.get("GPUOBS_API_RATE_FAILED", "20/min"),
+        "sender": os.environ.get("GPUOBS_API_RATE_SENDER", "600/min"),
     },
     "EXCEPTION_HANDLER": "diagnosis.api.errors.api_exception_handler",
 }
@@ -368,10 +380,18 @@ CELERY_TASK_SOFT_TIME_LIMIT = env_int("GPUOBS_TASK_SOFT_TIME_LIMIT", 240)
 # (diagnosis/tasks.py). An apply claim is another worker's to take over once it is older than
 # the hard time limit (no task outlives it) and a few seconds (diagnosis/actions/workflow/apply.py).
 GPUOBS_CYCLE_LOCK_SECONDS = max(3, GPUOBS_CYCLE_SECONDS)
+# Beat sends the worker heartbeat this often (at most 15 s, the cycle period when shorter):
+# /healthz?deep=1 reports a worker or beat dead after three of them and 5 s (50 s by default).
+GPUOBS_HEARTBEAT_SECONDS = env_int("GPUOBS_HEARTBEAT_SECONDS", min(GPUOBS_CYCLE_SECONDS, 15))
 GPUOBS_APPLY_CLAIM_STALE_SECONDS = CELERY_TASK_TIME_LIMIT + 5
 # A worker whose clock is further than this from the database's refuses to run cycles
 # (diagnosis/actions/upkeep/health.py, "One clock").
 GPUOBS_MAX_CLOCK_SKEW_SECONDS = env_int("GPUOBS_MAX_CLOCK_SKEW_SECONDS", 30)
+# A snapshot whose node or GPU count fell by more than this percentage since the last good cycle
+# (or to zero) is not judged until an SRE confirms it or it holds for GPUOBS_SIZE_HOLD_CYCLES
+# cycles (diagnosis/actions/records/cluster_size.py)
+GPUOBS_SIZE_DROP_SHARE = env_int("GPUOBS_SIZE_DROP_PERCENT", 50) / 100
+GPUOBS_SIZE_HOLD_CYCLES = env_int("GPUOBS_SIZE_HOLD_CYCLES", 5)
 
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
@@ -387,7 +407,11 @@ else:
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
-CELERY_RESULT_EXPIRES = 24 * 3600
+# Results live no longer than the longest a task may run and a minute (they were kept 24 h): a
+# cycle's collect shard results are deleted once the cycle read them (diagnosis/tasks.py), one
+# nobody read (a shard that finished after its cycle gave up on it) expires with this
+# (docs/operations.md, "Redis").
+CELERY_RESULT_EXPIRES = CELERY_TASK_TIME_LIMIT + 60
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

@@ -10,7 +10,7 @@ Celery's own ``delay`` does there.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -21,6 +21,7 @@ DRY_RUN = "diagnosis.tasks.actuate_dry_run"
 APPLY = "diagnosis.tasks.actuate_recommendation"
 NOTIFY = "diagnosis.tasks.notify_cluster"
 ESTIMATE_IMPACT = "diagnosis.tasks.estimate_impact"
+RECORD_ALERT_BATCH = "diagnosis.tasks.record_alert_batch"
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +43,21 @@ def send_task(name: str, args: Sequence[Any] = (), **options: Any) -> None:
 def send_on_commit(name: str, args: Sequence[Any] = (), **options: Any) -> None:
     """Send the task once the current transaction commits (at once outside of one)."""
     transaction.on_commit(partial(send_task, name, args, **options))
+
+
+def send_robustly_on_commit(
+    name: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
+) -> None:
+    """Send the task once the current transaction commits; a send that fails (the broker down)
+    is logged by Django, never raised into the committed work (``robust``). A named function,
+    not a ``partial``: Django names the callback in that log line (``__qualname__``), and a
+    ``partial`` has none, so its failure raised after all."""
+
+    def send_after_commit() -> None:
+        send_task(name, args, kwargs=kwargs)
+
+    send_after_commit.__qualname__ = f"send_task({name})"
+    transaction.on_commit(send_after_commit, robust=True)
 
 
 def dry_run_on_commit(recommendation_id: int) -> None:
@@ -73,22 +89,21 @@ def send_apply(recommendation_id: int, apply_key: str) -> None:
 
 def notify_on_commit(cluster_id: int) -> None:
     """Send a cluster's notifications (Alertmanager, owner notices) after its cycle commits, on
-    the default queue: the cycle never waits for them."""
-    send_on_commit(NOTIFY, (cluster_id,))
+    the default queue: the cycle never waits for them. A send that fails (the broker down) is
+    logged, never raised into the committed cycle: the cluster's ``notify_pending_since`` stays
+    set and beat sends it again (``diagnosis.actions.notify.alertmanager``)."""
+    send_robustly_on_commit(NOTIFY, (cluster_id,))
 
 
 def impact_on_commit(recommendation_id: int) -> None:
     """Estimate a recommendation's pending impact on the ``impact`` queue, apart from the cycle.
     A send that fails (the broker down) is logged, never raised into the cycle: the impact
     stays pending and a later cycle sends it again."""
-    transaction.on_commit(partial(send_task, ESTIMATE_IMPACT, (recommendation_id,)), robust=True)
+    send_robustly_on_commit(ESTIMATE_IMPACT, (recommendation_id,))
 
 
 def reestimate_on_commit(recommendation_id: int) -> None:
     """Estimate a recommendation's impact again, on the cluster's latest snapshot, on the
     ``impact`` queue (at approve and at apply); a failed send is logged: the figures stay those
     of the earlier snapshot, and say so."""
-    transaction.on_commit(
-        partial(send_task, ESTIMATE_IMPACT, (recommendation_id,), kwargs={"latest": True}),
-        robust=True,
-    )
+    send_robustly_on_commit(ESTIMATE_IMPACT, (recommendation_id,), {"latest": True})

@@ -16,16 +16,20 @@ from typing import Any
 from django.conf import settings
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from diagnosis.access import (
     clusters_for_user,
+    get_cluster_for_user,
 )
+from diagnosis.actions.records.cluster_size import confirm_cluster_size
 from diagnosis.actions.records.cluster_specs import (
     KIND,
     ClusterSpecError,
@@ -34,6 +38,7 @@ from diagnosis.actions.records.cluster_specs import (
     parse_documents,
     plan,
 )
+from diagnosis.actions.workflow.base import WorkflowError
 from diagnosis.api.serializers import ClusterSerializer
 from diagnosis.models import Cluster, ClusterCycle
 from diagnosis.pages.clusters import Freshness
@@ -176,3 +181,25 @@ class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
         actor = request.user.get_username()
         changes = plan(specs) if dry_run else apply_cluster_specs(specs, actor=actor)
         return Response({"dry_run": dry_run, "changes": [c.as_json() for c in changes]})
+
+
+class ClusterSizeView(APIView):
+    """``GET /api/v1/clusters/{cluster}/size``: the drop in size the cluster's cycles hold back
+    (``{"held": false}`` when none). ``POST``: an SRE or admin confirms the held size, so the
+    next cycle of that size is judged (audited; 403 for another role, 409 when nothing is held;
+    docs/operations.md, "A cluster that shrinks at once")."""
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request, cluster: str) -> Response:
+        target = get_cluster_for_user(request.user, cluster)
+        hold = target.size_hold or {}
+        return Response({"cluster": target.name, "held": bool(hold), **hold})
+
+    @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, cluster: str) -> Response:
+        target = get_cluster_for_user(request.user, cluster)
+        try:
+            hold = confirm_cluster_size(target, request.user)
+        except WorkflowError as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response({"cluster": target.name, "held": True, **hold})

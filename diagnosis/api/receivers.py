@@ -3,11 +3,6 @@ body, check access, call an action."""
 
 from __future__ import annotations
 
-import logging
-from typing import Any
-
-from django.conf import settings
-from django.db import DatabaseError
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
@@ -16,19 +11,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from diagnosis.access import clusters_for_sender, get_cluster_for_sender
-from diagnosis.actions.oncall.alerts import (
-    open_or_update_incident_from_alert,
-    resolve_incident_from_alert,
-)
+from diagnosis.actions.oncall.inbound import receive_alert_batch
 from diagnosis.actions.records.events import record_scheduler_events
 from diagnosis.api.auth import AUTHENTICATION, CanRecordSchedulerEvents, CanReportIncidents
 from diagnosis.api.serializers import EventBatchSerializer
 from diagnosis.choices import SenderKind
 from diagnosis.edge.schedulers.base import EventBatch
 from diagnosis.edge.sources import alertmanager
-from diagnosis.models import Snapshot
-
-logger = logging.getLogger(__name__)
+from diagnosis.throttling import SenderRateThrottle
 
 
 class SchedulerEventsView(APIView):
@@ -38,6 +28,7 @@ class SchedulerEventsView(APIView):
 
     authentication_classes = AUTHENTICATION
     permission_classes = [CanRecordSchedulerEvents]
+    throttle_classes = [SenderRateThrottle]
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, cluster: str) -> Response:
@@ -51,25 +42,20 @@ class SchedulerEventsView(APIView):
         )
 
 
-def alert_rules() -> alertmanager.AlertRules:
-    return alertmanager.AlertRules.of(
-        settings.GPUOBS_ALERTMANAGER_XID_ALERTS,
-        settings.GPUOBS_ALERTMANAGER_HEALTH_ALERTS,
-        settings.GPUOBS_ALERTMANAGER_CLUSTER_LABEL,
-    )
-
-
 class AlertmanagerWebhookView(APIView):
     """``POST /api/v1/alertmanager[?cluster=NAME]``: Alertmanager's webhook (version 4). Xid and
     GPU-health alerts open, update or resolve incidents; other alerts are acknowledged and
-    ignored. The cluster comes from ``?cluster=`` or the alert's cluster label. Answers 200 with
-    what each alert did (Alertmanager retries anything else), 400 for a body that is not an
-    Alertmanager payload. An alert holding what gpuobs cannot store (a NUL, a node name longer
-    than DNS allows, an index or code out of range) is ``rejected`` with its reasons; the other
-    alerts of the batch are stored (each in its own transaction)."""
+    ignored. The cluster comes from ``?cluster=`` or the alert's cluster label. The body is
+    validated and its GPU alerts stored in one row; the answer is 202 at once, naming the stored
+    batch and, per alert, ``queued`` or what was decided without the database (``ignored``;
+    ``rejected`` with its reasons for an alert holding what gpuobs cannot store: a NUL, a node
+    name longer than DNS allows, an index or code out of range). A worker then reads the batch
+    into incidents (``diagnosis.actions.oncall.inbound``). 400 for a body that is not an
+    Alertmanager payload; 429 past the sender's rate (Alertmanager retries both 429 and 5xx)."""
 
     authentication_classes = AUTHENTICATION
     permission_classes = [CanReportIncidents]
+    throttle_classes = [SenderRateThrottle]
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request) -> Response:
@@ -77,46 +63,14 @@ class AlertmanagerWebhookView(APIView):
             message = alertmanager.parse_webhook(request.data)
         except alertmanager.AlertmanagerPayloadError as exc:
             return Response({"errors": exc.errors}, status=status.HTTP_400_BAD_REQUEST)
-        rules = alert_rules()
-        default_cluster = request.query_params.get("cluster") or None
-        clusters = clusters_for_sender(request.auth, SenderKind.ALERTS)
-        documents: dict[int, dict[str, Any] | None] = {}
-        results = []
-        for alert in message.alerts:
-            result: dict[str, Any] = {
-                "fingerprint": alertmanager.shown(alert.fingerprint),
-                "alertname": alertmanager.shown(alert.name, 200),
-            }
-            results.append(result)
-            gpu_alert = alertmanager.classify(alert, rules)
-            problems = alertmanager.alert_problems(alert, gpu_alert)
-            if problems:
-                result.update(outcome="rejected", errors=problems)
-                continue
-            if gpu_alert is None:
-                result["outcome"] = "ignored"
-                continue
-            name = default_cluster or gpu_alert.cluster
-            cluster = clusters.filter(name=name).first() if name else None
-            if cluster is None:
-                result["outcome"] = "unknown-cluster"
-                result["cluster"] = name
-                continue
-            if cluster.pk not in documents:
-                latest = Snapshot.objects.filter(cluster=cluster).order_by("-as_of").first()
-                documents[cluster.pk] = latest.load_document() if latest else None
-            record = (
-                open_or_update_incident_from_alert
-                if alert.status == "firing"
-                else resolve_incident_from_alert
-            )
-            try:
-                outcome = record(cluster, alert, gpu_alert, snapshot_document=documents[cluster.pk])
-            except DatabaseError:  # its own transaction rolled back; the batch goes on
-                logger.exception("alert %s could not be stored", result["fingerprint"])
-                result.update(outcome="rejected", errors=["could not be stored"])
-                continue
-            result.update(
-                outcome=outcome.outcome, incident=outcome.incident.pk, cluster=cluster.name
-            )
-        return Response({"alerts": results})
+        received = receive_alert_batch(
+            request.user,
+            message,
+            clusters=clusters_for_sender(request.auth, SenderKind.ALERTS),
+            cluster_name=request.query_params.get("cluster") or "",
+        )
+        batch = received.batch
+        return Response(
+            {"batch": batch.pk if batch else None, "alerts": received.alerts},
+            status=status.HTTP_202_ACCEPTED,
+        )

@@ -38,6 +38,7 @@ cluster_endpoints = [
     path("jobs/<path:job_id>", reports.JobDetailView.as_view(), name="job"),
     path("findings", reports.FindingListView.as_view(), name="findings"),
     path("writes", recommendations.ClusterWritesView.as_view(), name="cluster-writes"),
+    path("size", clusters.ClusterSizeView.as_view(), name="cluster-size"),
 ]
 
 urlpatterns = [

@@ -6,6 +6,20 @@ from django.conf import settings
 from django.db import migrations, models
 
 
+def refuse_to_drop_tokens(apps, schema_editor) -> None:
+    """A downgrade below 0017 would delete every hashed API token (``api_token
+    migrate-legacy`` already deleted their plain copies): refuse while any exists."""
+    count = apps.get_model("diagnosis", "ApiToken").objects.count()
+    if count:
+        raise RuntimeError(
+            f"refusing to migrate below 0017_api_tokens: it would delete {count} hashed API "
+            "token(s), which cannot be turned back into plain ones. Revoke them first "
+            "(manage.py api_token list / revoke --prefix P) and create new tokens after the "
+            "downgrade, or restore a backup taken before the upgrade (docs/operations.md, "
+            '"Upgrade and downgrade").'
+        )
+
+
 class Migration(migrations.Migration):
     dependencies = [
         ("diagnosis", "0016_incident_history"),
@@ -55,4 +69,7 @@ class Migration(migrations.Migration):
                 "ordering": ["user", "name"],
             },
         ),
+        # last, so that a downgrade checks first (issue #29): hashed tokens cannot become plain
+        # ones again, and dropping the table would delete every API token
+        migrations.RunPython(migrations.RunPython.noop, refuse_to_drop_tokens),
     ]

@@ -9,6 +9,7 @@ tasks read them or call an action.
 from diagnosis.models.cycles import ClusterCycle, Snapshot, SnapshotDocumentError
 from diagnosis.models.findings import Finding, FindingEvent, RuleOverride
 from diagnosis.models.impact import ReplayOutcome
+from diagnosis.models.inbound import InboundAlertBatch, InboundState
 from diagnosis.models.incidents import Incident, IncidentEvent
 from diagnosis.models.inventory import (
     Cluster,
@@ -55,6 +56,8 @@ __all__ = [
     "Finding",
     "FindingEvent",
     "Gpu",
+    "InboundAlertBatch",
+    "InboundState",
     "Incident",
     "IncidentEvent",
     "Job",

@@ -128,6 +128,12 @@ class ClusterCycle(ClusterTimeline):
     )
     rule_errors = models.JSONField(default=list, blank=True)
     not_judged = models.JSONField(default=dict, blank=True)
+    size = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='The snapshot\'s {"nodes": n, "gpus": g}: what the next cycle\'s size is '
+        "compared with (diagnosis/actions/records/cluster_size.py).",
+    )
     data_age_s = models.FloatField(null=True, blank=True, help_text="ran_at - as_of, seconds.")
     coverage = models.FloatField(
         null=True, blank=True, help_text="GPUs the metrics source answered for ÷ GPUs expected."

@@ -69,6 +69,19 @@ class Cluster(models.Model):
     event_cursor = models.TextField(
         blank=True, editable=False, help_text="The scheduler adapter's cursor for read_events."
     )
+    notify_pending_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="A cycle's notify step not taken yet (its send refused): beat sends it again.",
+    )
+    size_hold = models.JSONField(
+        default=dict,
+        blank=True,
+        editable=False,
+        help_text="A drop in size not judged yet: the size, since when, for how many cycles, "
+        "and a person's confirmation (diagnosis/actions/records/cluster_size.py).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -22,6 +22,7 @@ from urllib.parse import urlencode
 
 import pandas as pd
 from django.conf import settings
+from django.contrib import messages
 from django.db.models import (
     Case,
     CharField,
@@ -37,13 +38,13 @@ from django.db.models import (
     Value,
     When,
 )
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext
-from django.views.decorators.http import require_safe
+from django.views.decorators.http import require_POST, require_safe
 
 from diagnosis.access import (
     clusters_for_user,
@@ -53,6 +54,8 @@ from diagnosis.access import (
     incidents_for_user,
     recommendations_for_user,
 )
+from diagnosis.actions.records.cluster_size import confirm_cluster_size
+from diagnosis.actions.workflow.base import WorkflowError
 from diagnosis.charts.figures import (
     TimeMark,
     add_time_marks,
@@ -68,7 +71,7 @@ from diagnosis.models import Cluster, ClusterCycle, DeliveryState, Finding
 from diagnosis.pages.support import page_cache
 from diagnosis.pages.support.time_range import TimeRange, range_picker
 from diagnosis.reports.period import PeriodError
-from diagnosis.roles import can_administer, is_tenant_scoped
+from diagnosis.roles import Role, can_administer, has_role, is_tenant_scoped
 
 OPEN_STATES = (FindingState.PENDING, FindingState.FIRING)
 WATERFALL_PERIOD_S = 3600
@@ -543,6 +546,9 @@ def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
         "failure_text": (latest.error if can_administer(request.user) else cluster.status_message)
         if latest is not None and not latest.ok
         else "",
+        # a drop in size held back from judgement (diagnosis/actions/records/cluster_size.py)
+        "size_hold": cluster.size_hold if (cluster.size_hold or {}).get("size") else None,
+        "can_confirm_size": has_role(request.user, Role.SRE),
     }
     time_range, range_error, mark_rows = None, "", []
     if good is not None:
@@ -651,3 +657,21 @@ def _overview_panels(
 
 
 # -- health and API ------------------------------------------------------------------------------
+
+
+@require_POST
+def confirm_size(request: HttpRequest, name: str) -> HttpResponse:
+    """An SRE or admin confirms the size the cluster's cycles hold back (audited); 403 for
+    another role."""
+    cluster = get_cluster_for_user(request.user, name)
+    try:
+        confirm_cluster_size(cluster, request.user)
+    except WorkflowError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(
+            request,
+            gettext("The new size of %(cluster)s is confirmed: its next cycle is judged.")
+            % {"cluster": cluster.name},
+        )
+    return HttpResponseRedirect(reverse("diagnosis:cluster", kwargs={"name": cluster.name}))

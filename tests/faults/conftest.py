@@ -23,6 +23,8 @@ from typing import TypeVar
 import psycopg
 import pytest
 import redis
+import requests
+from django.conf import settings
 from django.db import connection, models
 from django.utils import timezone
 
@@ -134,6 +136,21 @@ class RedisServer:
         return time.monotonic() - down
 
 
+@dataclass
+class WebServer:
+    """A gunicorn the stack started: its base URL and its process."""
+
+    url: str
+    process: CeleryProcess
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
 def _pings(client: redis.Redis) -> bool:
     try:
         return bool(client.ping())
@@ -238,6 +255,43 @@ class FaultStack:
             extra,
             hostname,
         )
+
+    def start_web(self, workers: int = 3) -> WebServer:
+        """gunicorn serving gpuobs as the image does (``workers`` sync workers, production
+        settings) on a free port, against the test database and this stack's Redis, with this
+        process's secret key (the sessions the test logs in are valid there)."""
+        extra = {
+            "DJANGO_DEBUG": "0",
+            "DJANGO_SECRET_KEY": settings.SECRET_KEY,
+            "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+            "DJANGO_SECURE_SSL_REDIRECT": "0",
+            "DJANGO_SECURE_COOKIES": "0",
+            "DJANGO_SECURE_HSTS_SECONDS": "0",
+            "DJANGO_LOG_LEVEL": "WARNING",
+        }
+        if not (REPO_ROOT / "staticfiles" / "staticfiles.json").exists():
+            # production pages name hashed static files through collectstatic's manifest
+            subprocess.run(
+                [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"],
+                cwd=REPO_ROOT,
+                env=self.env(extra),
+                check=True,
+            )
+        port = free_port()
+        gunicorn = str(Path(sys.executable).parent / "gunicorn")
+        command = [gunicorn, "gpuobs.wsgi:application", "--bind", f"127.0.0.1:{port}"]
+        command += ["--workers", str(workers), "--log-level", "warning"]
+        log = self.folder / f"web-{len(self.processes)}.log"
+        with log.open("w") as out:
+            process = subprocess.Popen(
+                command, cwd=REPO_ROOT, env=self.env(extra), stdout=out, stderr=subprocess.STDOUT
+            )
+        web = CeleryProcess(process, log)
+        self.processes.append(web)
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _answers(f"{url}/healthz") or not web.alive(), "gunicorn", 60)
+        assert web.alive(), web.text()
+        return WebServer(url, web)
 
     def start_beat(self) -> CeleryProcess:
         schedule = self.folder / f"beat-schedule-{len(self.processes)}"

@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+import redis
 
 from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document
 from diagnosis.tasks import run_collect_shards
@@ -76,6 +77,9 @@ def test_a_sharded_collection_is_read_by_two_workers_in_parallel(
     )
 
     assert sorted(o["worker"] for o in outcomes) == sorted(w.hostname for w in workers)
+    # no shard result outlives its cycle in Redis (issue #29, item 4: they were kept 24 h)
+    results = redis.Redis(port=fault_stack.redis.port).keys("celery-task-meta-*")
+    assert results == [], results
     assert sharded["collection"]["shards"] == 2
     assert sharded["gpus"] == whole["gpus"]
     assert sharded["collection"]["coverage"] == whole["collection"]["coverage"] == 1.0

@@ -34,7 +34,7 @@ from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
-from diagnosis.actions.enqueue import notify_on_commit
+from diagnosis.actions.enqueue import NOTIFY, notify_on_commit, send_task
 from diagnosis.actions.workflow.review import eligible_approvers
 from diagnosis.choices import FindingState, IncidentState, RecommendationState, Severity
 from diagnosis.core.rules.registry import all_rules
@@ -383,4 +383,30 @@ def notify_after_cycle(cluster: Cluster) -> None:
         logger.exception("notify step of cluster %s not started", cluster.name)
         return
     if wanted:
+        # an outbox mark, set before the send: cleared when the notify task runs
+        Cluster.objects.filter(pk=cluster.pk, notify_pending_since__isnull=True).update(
+            notify_pending_since=timezone.now()
+        )
         notify_on_commit(cluster.pk)
+
+
+def take_pending_notify(cluster_id: int) -> None:
+    """The notify task runs for this cluster: its outbox mark goes."""
+    Cluster.objects.filter(pk=cluster_id).update(notify_pending_since=None)
+
+
+def send_pending_notifications() -> list[int]:
+    """Beat, every period (``run_cycles``): send again the notify step of every cluster whose
+    mark is older than a period (its send after the commit was refused: Redis down); returns
+    their ids. Stops at the first refused send (the broker is still away)."""
+    before = timezone.now() - timedelta(seconds=settings.GPUOBS_CYCLE_SECONDS)
+    pending = Cluster.objects.filter(notify_pending_since__lt=before).values_list("pk", flat=True)
+    sent = []
+    for cluster_id in pending:
+        try:
+            send_task(NOTIFY, (cluster_id,))
+        except Exception:  # the broker: the next period tries again
+            logger.warning("notify of cluster %s not sent again", cluster_id, exc_info=True)
+            break
+        sent.append(cluster_id)
+    return sent

@@ -59,13 +59,8 @@ def open_or_update_incident_from_alert(
     """
 
     info = xid_catalog.lookup(gpu_alert.xid) if gpu_alert.xid is not None else None
-    # the jobs on the GPU when the alert fired, from the stored history (issue #16), not those
-    # of the latest snapshot (``snapshot_document`` is kept for the receiver's signature)
-    jobs = []
-    if gpu_alert.node:
-        jobs = jobs_hit(cluster, gpu_alert.node, gpu_alert.gpu_index, alert.starts_at)["jobs"]
-    if gpu_alert.hpc_job and not any(j["id"] == gpu_alert.hpc_job for j in jobs):
-        jobs.append({"id": gpu_alert.hpc_job})
+    fingerprint = _incident_fingerprint(cluster, alert.fingerprint)
+    jobs = _jobs_of_episode(cluster, gpu_alert, alert, fingerprint)
     details = {
         "kind": gpu_alert.kind,
         "alert": alert.as_dict(),
@@ -75,7 +70,6 @@ def open_or_update_incident_from_alert(
         "jobs": jobs,
         "tenants": sorted({j["tenant"] for j in jobs if j.get("tenant")}),
     }
-    fingerprint = _incident_fingerprint(cluster, alert.fingerprint)
     if gpu_alert.node and not Incident.objects.filter(fingerprint=fingerprint).exists():
         # the xid rule saw this GPU's Xid first: one incident, not two (issue #16)
         adopt_rule_incident(
@@ -140,6 +134,34 @@ def open_or_update_incident_from_alert(
     }
     incident.save()
     return AlertOutcome(outcome, incident)
+
+
+def _jobs_of_episode(
+    cluster: Cluster, gpu_alert: Any, alert: Any, fingerprint: str
+) -> list[dict[str, Any]]:
+    """The jobs on the GPU when the alert fired, from the stored history (issue #16), not those
+    of the latest snapshot. A repeated delivery of the episode an incident already holds (the
+    same node, GPU and ``startsAt``: Alertmanager re-sends a group at every interval) keeps the
+    jobs found at its first delivery, so a redelivery costs no window query."""
+
+    known = (
+        Incident.objects.filter(fingerprint=fingerprint)
+        .values("node", "gpu_index", "details")
+        .first()
+    )
+    if known is not None and (known["node"], known["gpu_index"]) == (
+        gpu_alert.node or known["node"],
+        gpu_alert.gpu_index,
+    ):
+        episodes = known["details"].get("episodes") or []
+        if episodes and episodes[-1].get("starts_at") == alert.starts_at.isoformat():
+            return list(known["details"].get("jobs") or [])
+    jobs = []
+    if gpu_alert.node:
+        jobs = jobs_hit(cluster, gpu_alert.node, gpu_alert.gpu_index, alert.starts_at)["jobs"]
+    if gpu_alert.hpc_job and not any(j["id"] == gpu_alert.hpc_job for j in jobs):
+        jobs.append({"id": gpu_alert.hpc_job})
+    return jobs
 
 
 def _episode(alert: Any) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from diagnosis.actions.notify.alertmanager import notify_after_cycle
 from diagnosis.actions.oncall.incidents import record_cycle_incidents
+from diagnosis.actions.records.cluster_size import size_of, size_refusal
 from diagnosis.actions.records.events import SchedulerEventError, record_scheduler_events
 from diagnosis.actions.records.findings import cluster_overrides, record_findings
 from diagnosis.actions.records.rollups_hourly import add_cycle_to_hours, record_accounting_slice
@@ -93,14 +94,37 @@ def run_cluster_cycle(cluster: Cluster, *, shard_runner: ShardRunner | None = No
         return _record_failed_cycle(
             cluster, message, time.perf_counter() - started, detail=f"{message}: {exc}"[:2000]
         )
+    refusal = size_refusal(cluster, snap)
+    if refusal:  # a cluster that shrank at once: its findings stay as they were
+        return _record_failed_cycle(
+            cluster, refusal, time.perf_counter() - started, status=DataSourceStatus.DEGRADED
+        )
     try:
         return record_cycle(cluster, snap, started=started, collection=collection)
     except Exception as exc:  # a cycle that fails is always recorded, with its error
+        committed = _committed_cycle(cluster, snap, started)
+        if committed is not None:  # it failed after its commit: it stays one good row
+            logger.exception("cycle of cluster %s failed after its commit", cluster.name)
+            return committed
         logger.exception("cycle of cluster %s failed while recording", cluster.name)
         message = f"recording the cycle failed: {type(exc).__name__}"
         return _record_failed_cycle(
             cluster, message, time.perf_counter() - started, detail=f"{message}: {exc}"
         )
+
+
+def _committed_cycle(
+    cluster: Cluster, snap: snapshot_format.ClusterSnapshot, started: float
+) -> ClusterCycle | None:
+    """This cycle's good row when its transaction committed before the failure: a cycle is
+    one row, and a committed one is never recorded again as failed."""
+    since = timezone.now() - timedelta(seconds=time.perf_counter() - started + 1)
+    try:
+        return ClusterCycle.objects.filter(
+            cluster=cluster, ok=True, as_of=snap.as_of.to_pydatetime(), ran_at__gte=since
+        ).first()
+    except DatabaseError:  # the database is away too: the failure path says so
+        return None
 
 
 def failure_summary(cluster: Cluster, exc: Exception) -> str:
@@ -114,7 +138,11 @@ def failure_summary(cluster: Cluster, exc: Exception) -> str:
     else:
         how = "invalid data"
     side = exc.side if isinstance(exc, ConfigError) else None
-    if isinstance(exc, SchedulerError) or side == SCHEDULER:
+    # the collection raises a scheduler's failure as a CollectError "from" it: still the
+    # scheduler's (it was named "metrics source (none) failed", issue #29)
+    if isinstance(exc, SchedulerError) or isinstance(exc.__cause__, SchedulerError):
+        side = SCHEDULER
+    if side == SCHEDULER:
         what = f"scheduler ({cluster.scheduler_kind})"
     elif isinstance(exc, CollectError) or side == SOURCE:
         what = f"metrics source ({cluster.metrics_kind})"
@@ -128,13 +156,18 @@ def failure_summary(cluster: Cluster, exc: Exception) -> str:
 
 
 def _record_failed_cycle(
-    cluster: Cluster, message: str, seconds: float, *, detail: str = ""
+    cluster: Cluster,
+    message: str,
+    seconds: float,
+    *,
+    detail: str = "",
+    status: str = DataSourceStatus.ERROR,
 ) -> ClusterCycle:
     detail = detail or message
     logger.warning("cycle of cluster %s failed: %s", cluster.name, detail)
     with transaction.atomic():
         now = timezone.now()
-        _save_status(cluster, DataSourceStatus.ERROR, message, now, detail=detail, cycle_ran=True)
+        _save_status(cluster, status, message, now, detail=detail, cycle_ran=True)
         last = ClusterCycle.objects.filter(cluster=cluster, ok=True).order_by("-as_of").first()
         return ClusterCycle.objects.create(
             cluster=cluster,
@@ -272,6 +305,7 @@ def record_cycle_steps(
             data_age_s=(now - as_of).total_seconds() + _metrics_age(collection),
             coverage=(collection or {}).get("coverage"),
             source=dict(collection or {}),
+            size=size_of(snap),
         )
         with steps.timed("tenancy"):
             record_tenancy(cluster, snap, diagnosis, accounting, cycle)
@@ -417,11 +451,15 @@ def record_skipped_cycle(
         )
 
 
-def record_missed_intervals(cluster_ids: list[int], period_s: float) -> list[int]:
+def record_missed_intervals(
+    cluster_ids: list[int], period_s: float, *, running: frozenset[int] = frozenset()
+) -> list[int]:
     """At a fan-out (``diagnosis.tasks.run_cycles``): each of these clusters whose last cycle
-    attempt, good or not, is more than two periods old missed the intervals between (nothing
-    sent or took them: beat, Redis or every worker was away). One skipped-cycle row says how
-    long and how many; returns those clusters' ids. A cluster without any cycle yet has none."""
+    attempt, good or not, is more than two periods old missed the intervals between: its
+    previous cycle is still running (its id in ``running``: the cycle lock is held), or nothing
+    sent or took them (beat, Redis or every worker was away). One skipped-cycle row says how
+    long, how many and which; returns those clusters' ids. A cluster without any cycle yet has
+    none."""
     now = database_now()
     # the newest row by id (the primary key's index), not Max(ran_at) over 30 days of cycles
     newest = ClusterCycle.objects.filter(cluster=OuterRef("pk")).order_by("-id")
@@ -433,10 +471,14 @@ def record_missed_intervals(cluster_ids: list[int], period_s: float) -> list[int
     missed = []
     for cluster in late:
         gap_s = (now - cluster.last_attempt).total_seconds()
+        why = (
+            "the previous cycle is still running"
+            if cluster.pk in running
+            else "none was sent or taken (beat, Redis or every worker away)"
+        )
         record_skipped_cycle(
             cluster,
-            f"skipped: no cycle for {gap_s:.0f} s ({int(gap_s // period_s) - 1} intervals): none "
-            "was sent or taken (beat, Redis or every worker away)",
+            f"skipped: no cycle for {gap_s:.0f} s ({int(gap_s // period_s) - 1} intervals): {why}",
         )
         missed.append(cluster.pk)
     return missed

@@ -92,9 +92,11 @@ def heartbeat_ttl_s() -> int:
 
 
 def stale_after_s() -> float:
-    """A heartbeat older than this means its component is dead or stuck: two cycle periods and
-    the time a beat-sent task may wait behind a running one."""
-    return 2 * settings.GPUOBS_CYCLE_SECONDS + 15
+    """A heartbeat older than this means its component is dead or stuck: three heartbeat
+    periods (GPUOBS_HEARTBEAT_SECONDS, at most 15 s) and 5 s, so at the default 60 s cycle period
+    a dead worker or beat is reported within 50 s, and a live one is back within one heartbeat
+    period (docs/operations.md, "Faults and supervision")."""
+    return 3 * settings.GPUOBS_HEARTBEAT_SECONDS + 5
 
 
 def write_heartbeat(component: str, **extra: Any) -> None:

@@ -69,6 +69,21 @@ class Alert:
     def name(self) -> str:
         return self.labels.get("alertname", "")
 
+    def as_webhook(self) -> dict[str, Any]:
+        """The alert in the webhook's own shape (version 4), which :func:`parse_webhook` reads
+        back: what the receiver stores for a worker to turn into an incident."""
+        raw: dict[str, Any] = {
+            "status": self.status,
+            "labels": dict(self.labels),
+            "annotations": dict(self.annotations),
+            "startsAt": self.starts_at.isoformat(),
+            "generatorURL": self.generator_url,
+            "fingerprint": self.fingerprint,
+        }
+        if self.ends_at is not None:
+            raw["endsAt"] = self.ends_at.isoformat()
+        return raw
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, for an incident's details."""
         return {

@@ -24,6 +24,7 @@ from diagnosis.actions.records.cycles import run_cluster_cycle
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster
 from diagnosis.tasks import run_collect_shards
+from gpuobs.celery import QUEUES
 
 DEMO = "demo"
 
@@ -140,7 +141,7 @@ class Command(BaseCommand):
         children = [subprocess.Popen([*manage, "runserver", address, "--noreload"])]
         if settings.REDIS_URL:
             celery = [sys.executable, "-m", "celery", "-A", "gpuobs"]
-            queues = "collect,diagnose,actuate,celery"
+            queues = ",".join(QUEUES)  # every queue, the impact estimates' too
             children.append(subprocess.Popen([*celery, "worker", "-Q", queues, "--loglevel=INFO"]))
             children.append(subprocess.Popen([*celery, "beat", "--loglevel=INFO"]))
         self.stdout.write(f"serving on http://{address}/ (login at /accounts/login/)")

@@ -18,7 +18,8 @@ from diagnosis.actions.records.snapshots import import_snapshot
 from diagnosis.choices import IncidentState
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.edge.sources import alertmanager as am
-from diagnosis.models import ApiToken, Cluster, Incident
+from diagnosis.models import ApiToken, Cluster, InboundAlertBatch, Incident
+from tests.support.alert_delivery import deliver_alerts
 from tests.support.alertmanager_server import AlertmanagerServer
 from tests.support.processes import wait_until
 from tests.support.world import sender_client, token_client
@@ -127,6 +128,12 @@ def test_classify_health_alert_and_ignore_the_rest() -> None:
 # -- the endpoint --------------------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def _tasks_in_process(celery_eager: None) -> None:
+    """The receiver's task runs in-process, as in the embedded mode (a worker reads it in
+    production: tests/faults/test_alert_burst.py)."""
+
+
 @pytest.fixture
 def prod(make_cluster) -> Cluster:
     """A cluster whose latest snapshot has a job on gpu-a-1 GPUs 0-7 and one on gpu-a-2."""
@@ -177,14 +184,22 @@ def bearer(user: User) -> APIClient:
 
 
 def deliver(client: APIClient, body: dict[str, Any], query: str = ""):
-    return client.post(f"/api/v1/alertmanager{query}", body, format="json")
+    """Post a webhook body; the task the receiver sends on commit runs here."""
+    return deliver_alerts(client, body, f"/api/v1/alertmanager{query}")
+
+
+def outcome_of(response, number: int = 0) -> str:
+    """What alert ``number`` of a delivery did, once its batch was read."""
+    batch = response.json()["batch"]
+    alerts = InboundAlertBatch.objects.get(pk=batch).results if batch else response.json()["alerts"]
+    return alerts[number]["outcome"]
 
 
 @pytest.mark.django_db
 def test_an_xid_alert_opens_an_incident_with_meaning_jobs_and_tenants(prod, reporter) -> None:
     response = deliver(bearer(reporter), payload(alert()))
-    assert response.status_code == 200
-    assert response.json()["alerts"][0]["outcome"] == "opened"
+    assert response.status_code == 202
+    assert outcome_of(response) == "opened"
     incident = Incident.objects.get(cluster=prod)
     assert (incident.node, incident.gpu_index, incident.xid_code) == ("gpu-a-1", 3, 79)
     assert incident.state == IncidentState.OPEN
@@ -202,7 +217,7 @@ def test_redelivery_updates_the_same_incident(prod, reporter) -> None:
     client = bearer(reporter)
     deliver(client, payload(alert()))
     response = deliver(client, payload(alert()))
-    assert response.json()["alerts"][0]["outcome"] == "updated"
+    assert outcome_of(response) == "updated"
     incident = Incident.objects.get()
     assert incident.details["deliveries"] == 2
 
@@ -217,7 +232,7 @@ def test_resolved_alert_resolves_and_a_late_firing_copy_does_not_reopen(prod, re
     assert incident.state == IncidentState.RESOLVED
     assert incident.resolved_at == datetime(2026, 11, 29, 8, 10, tzinfo=UTC)
     late = deliver(client, payload(alert()))  # at-least-once: the old firing notification
-    assert late.json()["alerts"][0]["outcome"] == "stale"
+    assert outcome_of(late) == "stale"
     assert Incident.objects.get().state == IncidentState.RESOLVED
 
 
@@ -227,7 +242,7 @@ def test_a_new_episode_reopens(prod, reporter) -> None:
     deliver(client, payload(alert()))
     deliver(client, payload(alert("resolved", ends="2026-11-29T08:10:00Z"), status="resolved"))
     response = deliver(client, payload(alert(starts="2026-11-29T09:00:00Z")))
-    assert response.json()["alerts"][0]["outcome"] == "reopened"
+    assert outcome_of(response) == "reopened"
     incident = Incident.objects.get()
     assert incident.state == IncidentState.OPEN
     assert incident.resolved_at is None
@@ -246,8 +261,8 @@ def test_resolution_before_the_firing_keeps_it_resolved(prod, reporter) -> None:
 def test_other_alerts_are_acknowledged_and_ignored(prod, reporter) -> None:
     other = {**alert(), "labels": {"alertname": "HighCPU", "cluster": "prod"}}
     response = deliver(bearer(reporter), payload(other))
-    assert response.status_code == 200
-    assert response.json()["alerts"][0]["outcome"] == "ignored"
+    assert response.status_code == 202
+    assert outcome_of(response) == "ignored"
     assert not Incident.objects.exists()
 
 
@@ -261,7 +276,7 @@ def test_the_receiver_url_names_the_cluster(prod, make_cluster, reporter) -> Non
 @pytest.mark.django_db
 def test_an_alert_for_an_unknown_cluster_opens_nothing(prod, reporter) -> None:
     response = deliver(bearer(reporter), payload(alert(cluster="elsewhere")))
-    assert response.json()["alerts"][0]["outcome"] == "unknown-cluster"
+    assert outcome_of(response) == "unknown-cluster"
     assert not Incident.objects.exists()
 
 

@@ -21,6 +21,7 @@ from diagnosis.models import (
     Snapshot,
     Tenant,
 )
+from tests.support.alert_delivery import deliver_alerts
 from tests.support.builders import AS_OF, SnapshotBuilder
 from tests.support.world import logged_in_client, sender_client
 
@@ -236,7 +237,7 @@ def alert_body():
 @pytest.fixture
 def alerted(oncall, make_user):
     client = sender_client(make_user("alertmanager"), "alerts", oncall)
-    assert client.post("/api/v1/alertmanager", alert_body(), format="json").status_code == 200
+    assert deliver_alerts(client, alert_body()).status_code == 202
     return Incident.objects.get(cluster=oncall, source="alertmanager")
 
 
@@ -258,7 +259,7 @@ def test_an_alertmanager_incident_names_the_jobs_at_the_alerts_time(oncall, make
         (AS_OF - timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
     )
     client = sender_client(make_user("alertmanager"), "alerts", oncall)
-    assert client.post("/api/v1/alertmanager", body, format="json").status_code == 200
+    assert deliver_alerts(client, body).status_code == 202
     incident = Incident.objects.get(cluster=oncall, source="alertmanager")
     assert [j["id"] for j in incident.details["jobs"]] == ["victim"]  # not latecomer
     assert incident.history.filter(kind="opened").exists()
@@ -401,7 +402,7 @@ def test_an_alert_for_a_gpu_the_rule_already_opened_joins_that_incident(oncall, 
     body = alert_body()
     body["alerts"][0]["labels"].update(Hostname="n1", gpu="3")
     client = sender_client(make_user("alertmanager"), "alerts", oncall)
-    assert client.post("/api/v1/alertmanager", body, format="json").status_code == 200
+    assert deliver_alerts(client, body).status_code == 202
     incident = Incident.objects.get(cluster=oncall, node="n1", gpu_index=3)  # one, not two
     assert incident.pk == opened.pk
     assert incident.source == "alertmanager"

@@ -1,0 +1,22 @@
+"""Posting to the Alertmanager receiver in a test: the receiver answers 202 and sends the task
+that reads the batch on commit; here that task runs in-process, as in the embedded mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.test import TestCase
+
+from gpuobs import celery_app
+
+
+def deliver_alerts(client: Any, body: Any, path: str = "/api/v1/alertmanager") -> Any:
+    """``client.post`` of a webhook body, with the batch read before it returns."""
+    conf = celery_app.conf
+    saved = conf.task_always_eager
+    conf.task_always_eager = True
+    try:
+        with TestCase.captureOnCommitCallbacks(execute=True):
+            return client.post(path, body, format="json")
+    finally:
+        conf.task_always_eager = saved
