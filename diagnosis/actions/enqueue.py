@@ -10,11 +10,13 @@ Celery's own ``delay`` does there.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
 from celery import current_app
+from django.conf import settings
 from django.db import transaction
 
 DRY_RUN = "diagnosis.tasks.actuate_dry_run"
@@ -80,5 +82,49 @@ def notify_on_commit(cluster_id: int) -> None:
 def impact_on_commit(recommendation_id: int) -> None:
     """Estimate a recommendation's pending impact on the ``impact`` queue, apart from the cycle.
     A send that fails (the broker down) is logged, never raised into the cycle: the impact
-    stays pending and a later cycle sends it again."""
-    transaction.on_commit(partial(send_task, ESTIMATE_IMPACT, (recommendation_id,)), robust=True)
+    stays pending and a later cycle sends it again. In the embedded mode the estimate is
+    deferred instead (below)."""
+    transaction.on_commit(partial(send_impact, recommendation_id), robust=True)
+
+
+# -- impact estimates in the embedded mode (docs/operations.md, "Impact estimates") -------------
+# An estimate replays a proposal for seconds of CPU (2-4.5 s at 16,384 GPUs, up to
+# GPUOBS_IMPACT_MAX_PER_CYCLE of them a cycle). With no worker to take them, running them in the
+# process that sent them made a one-shot `snapshot import --diagnose` up to 10x slower than its
+# cycle. So where tasks run in-process and GPUOBS_EMBEDDED_IMPACTS is "deferred" (the embedded
+# mode's default), an estimate never runs inside the cycle: it waits in this process's list, which
+# a long-running embedded process (the demo's loop) works through in its idle time between cycles
+# (run_deferred_impacts, bounded by the time left); a one-shot command leaves them pending and
+# says how many (deferred_impacts). A pending impact is sent again by a later cycle.
+
+DEFERRED_LIMIT = 64  # estimates kept waiting in one process; beyond them the impact stays pending
+_deferred: list[int] = []
+
+
+def send_impact(recommendation_id: int) -> None:
+    """Send (or, in the embedded mode, defer) the estimate of one recommendation's impact."""
+    if current_app.conf.task_always_eager and settings.GPUOBS_EMBEDDED_IMPACTS == "deferred":
+        if recommendation_id not in _deferred and len(_deferred) < DEFERRED_LIMIT:
+            _deferred.append(recommendation_id)
+        return
+    send_task(ESTIMATE_IMPACT, (recommendation_id,))
+
+
+def deferred_impacts() -> int:
+    """How many impact estimates wait in this process (the embedded mode)."""
+    return len(_deferred)
+
+
+def run_deferred_impacts(*, until: float | None = None) -> int:
+    """Run the estimates waiting in this process, oldest first, until none is left or the
+    monotonic clock passes ``until`` (checked before each: one estimate is never cut short).
+    An estimate that fails is logged and dropped (its impact stays pending). How many ran."""
+    ran = 0
+    while _deferred and (until is None or time.monotonic() < until):
+        recommendation_id = _deferred.pop(0)
+        try:
+            send_task(ESTIMATE_IMPACT, (recommendation_id,))  # tasks run in-process here
+        except Exception:
+            logger.exception("deferred impact estimate of %s failed", recommendation_id)
+        ran += 1
+    return ran
