@@ -7,3 +7,7 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuobs.settings")
 
 application = get_wsgi_application()
+
+from diagnosis.apps import build_plugin_registries  # noqa: E402 -- once Django is set up
+
+build_plugin_registries()  # a duplicate rule id stops the web process here
