@@ -14,12 +14,17 @@ Printed per size: the file's size, then per phase the median CPU seconds of whol
 
 - start-up: ``manage.py check`` (Python, Django, the URLconf and the system checks);
 - read + validate: ``manage.py snapshot validate FILE`` less the start-up;
-- per cycle: ``snapshot import FILE --diagnose``, CPU and wall, with the stored cycle's own wall
-  seconds (``ClusterCycle.seconds``) and the impact estimates that process ran (impacts estimated
-  before and after it).
+- per cycle: ``snapshot import FILE --diagnose``, CPU and wall, with the stored cycle's own
+  steps' seconds (``ClusterCycle.steps``) and the impact estimates that process ran (impacts
+  estimated after it less before it). After #35 the validate figure includes importing pandas
+  and the core (~1 s), which ``check`` no longer does.
 
 The goal (issue #35): every cycle's process, the first one included, within 3 × the stored cycle
-plus the start-up. The database named by ``--database-url`` (default ``$BENCH_DATABASE_URL``, else
+plus the start-up (process CPU seconds against the cycle's own seconds and ``check``'s CPU).
+``--impacts inline`` runs the estimates inside the cycle, as the embedded mode did before
+(``GPUOBS_EMBEDDED_IMPACTS``), for the before/after.
+
+The database named by ``--database-url`` (default ``$BENCH_DATABASE_URL``, else
 ``gpuobs_import_bench`` on the local PostgreSQL) is dropped, created and migrated, and dropped at
 the end unless ``--keep``; without a reachable PostgreSQL the script says so and exits 0.
 """
@@ -47,6 +52,7 @@ from bench.rules import build_document
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gpuobs_import_bench"
 GOAL_FACTOR = 3.0
+IMPACTS = "deferred"
 
 
 def run_reaped(args: list[str], url: str) -> tuple[float, float, str]:
@@ -54,6 +60,7 @@ def run_reaped(args: list[str], url: str) -> tuple[float, float, str]:
     the embedded mode (no ``REDIS_URL``), its output."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DJANGO_SETTINGS_MODULE")}
     env["DATABASE_URL"] = url
+    env["GPUOBS_EMBEDDED_IMPACTS"] = IMPACTS
     read, write = os.pipe()
     started = time.perf_counter()
     pid = os.posix_spawn(
@@ -88,11 +95,17 @@ def estimated_impacts(url: str) -> int:
 
 
 def last_cycle_seconds(url: str) -> float:
+    """The last stored cycle's own steps (``ClusterCycle.steps``: diagnose, snapshot, findings,
+    tenancy, incidents, recommend), without what runs after it commits (``seconds`` includes the
+    impact estimates where they run inline)."""
     with psycopg.connect(url) as conn:
         row = conn.execute(
-            "SELECT seconds FROM diagnosis_clustercycle ORDER BY id DESC LIMIT 1"
+            "SELECT steps FROM diagnosis_clustercycle ORDER BY id DESC LIMIT 1"
         ).fetchone()
-    return float(row[0] or 0.0)
+    steps = row[0] or {}
+    return sum(
+        float(v) for k, v in steps.items() if k.endswith("_s") and isinstance(v, int | float)
+    )
 
 
 def run_size(gpus: int, cycles: int, url: str, repeats: int) -> dict[str, Any]:
@@ -108,7 +121,8 @@ def run_size(gpus: int, cycles: int, url: str, repeats: int) -> dict[str, Any]:
         size_mb = files[0].stat().st_size / 1e6
         print(
             f"\n== {gpus:,} GPUs: {len(document['nodes']):,} nodes, {len(document['jobs']):,} "
-            f"jobs, {size_mb:.1f} MB of JSON, {cycles} cycles as whole processes =="
+            f"jobs, {size_mb:.1f} MB of JSON, {cycles} cycles as whole processes, "
+            f"impacts {IMPACTS} =="
         )
         startup = statistics.median(run_reaped(["check"], url)[0] for _ in range(repeats))
         validate = statistics.median(
@@ -125,14 +139,14 @@ def run_size(gpus: int, cycles: int, url: str, repeats: int) -> dict[str, Any]:
             ran = estimated_impacts(url) - before
             goal = GOAL_FACTOR * stored + startup
             rows.append({"cycle": i, "cpu": cpu, "wall": wall, "stored": stored, "goal": goal})
-            verdict = "ok" if wall <= goal else "OVER"
+            verdict = "ok" if cpu <= goal else "OVER"
             print(f"{i:>5} {cpu:>6.2f} {wall:>6.2f} {stored:>6.2f} {ran:>7} {goal:>6.2f} {verdict}")
-    over = [r["cycle"] for r in rows if r["wall"] > r["goal"]]
+    over = [r["cycle"] for r in rows if r["cpu"] > r["goal"]]
     print(
         f"-- {gpus:,} GPUs: median process {statistics.median(r['cpu'] for r in rows):.2f} s CPU, "
         f"{statistics.median(r['wall'] for r in rows):.2f} s wall; stored cycle "
         f"{statistics.median(r['stored'] for r in rows):.2f} s; start-up {startup:.2f} s CPU; "
-        f"goal (wall <= {GOAL_FACTOR:g} x stored + start-up) "
+        f"goal (process CPU <= {GOAL_FACTOR:g} x stored cycle + start-up) "
         + ("met by every cycle" if not over else f"missed by cycles {over}")
     )
     return {"gpus": gpus, "startup": startup, "validate": validate, "rows": rows, "over": over}
@@ -145,7 +159,10 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs of check and validate")
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL))
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument("--impacts", choices=["deferred", "inline"], default="deferred")
     args = parser.parse_args()
+    global IMPACTS
+    IMPACTS = args.impacts
     for gpus in [int(s) for s in args.sizes.split(",")]:
         if not fresh_database(args.database_url):
             return 0
