@@ -10,6 +10,7 @@ Celery's own ``delay`` does there.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -17,7 +18,7 @@ from typing import Any
 
 from celery import current_app
 from django.conf import settings
-from django.db import transaction
+from django.db import connections, transaction
 
 DRY_RUN = "diagnosis.tasks.actuate_dry_run"
 APPLY = "diagnosis.tasks.actuate_recommendation"
@@ -94,18 +95,25 @@ def impact_on_commit(recommendation_id: int) -> None:
 # cycle. So where tasks run in-process and GPUOBS_EMBEDDED_IMPACTS is "deferred" (the embedded
 # mode's default), an estimate never runs inside the cycle: it waits in this process's list, which
 # a long-running embedded process (the demo's loop) works through in its idle time between cycles
-# (run_deferred_impacts, bounded by the time left); a one-shot command leaves them pending and
-# says how many (deferred_impacts). A pending impact is sent again by a later cycle.
+# (run_deferred_impacts, bounded by the time left) and the embedded web process in a thread of its
+# own (run_impacts_in_background); a one-shot command leaves them pending and says how many
+# (deferred_impacts). A pending impact is sent again by a later cycle.
 
 DEFERRED_LIMIT = 64  # estimates kept waiting in one process; beyond them the impact stays pending
 _deferred: list[int] = []
+_lock = threading.Lock()
+_wake = threading.Event()
+_stopping = threading.Event()
+_background: threading.Thread | None = None
 
 
 def send_impact(recommendation_id: int) -> None:
     """Send (or, in the embedded mode, defer) the estimate of one recommendation's impact."""
     if current_app.conf.task_always_eager and settings.GPUOBS_EMBEDDED_IMPACTS == "deferred":
-        if recommendation_id not in _deferred and len(_deferred) < DEFERRED_LIMIT:
-            _deferred.append(recommendation_id)
+        with _lock:
+            if recommendation_id not in _deferred and len(_deferred) < DEFERRED_LIMIT:
+                _deferred.append(recommendation_id)
+        _wake.set()
         return
     send_task(ESTIMATE_IMPACT, (recommendation_id,))
 
@@ -120,11 +128,55 @@ def run_deferred_impacts(*, until: float | None = None) -> int:
     monotonic clock passes ``until`` (checked before each: one estimate is never cut short).
     An estimate that fails is logged and dropped (its impact stays pending). How many ran."""
     ran = 0
-    while _deferred and (until is None or time.monotonic() < until):
-        recommendation_id = _deferred.pop(0)
+    while until is None or time.monotonic() < until:
+        with _lock:
+            if not _deferred:
+                break
+            recommendation_id = _deferred.pop(0)
         try:
             send_task(ESTIMATE_IMPACT, (recommendation_id,))  # tasks run in-process here
         except Exception:
             logger.exception("deferred impact estimate of %s failed", recommendation_id)
         ran += 1
     return ran
+
+
+def run_impacts_in_background() -> bool:
+    """In the embedded mode's web process (which has no loop of its own), a daemon thread that
+    runs each deferred estimate soon after it was sent, outside the request that sent it; its
+    database connections are closed after each batch. Elsewhere nothing. Whether one runs."""
+    global _background
+    if not (current_app.conf.task_always_eager and settings.GPUOBS_EMBEDDED_IMPACTS == "deferred"):
+        return False
+    with _lock:
+        if _background is None:
+            _background = threading.Thread(
+                target=_work_in_background, name="gpuobs-impacts", daemon=True
+            )
+            _background.start()
+    return True
+
+
+def stop_impacts_in_background(timeout: float = 30.0) -> None:
+    """Stop the thread of :func:`run_impacts_in_background` once its current estimate is done
+    (waiting at most ``timeout`` seconds); what is left waits for the next one."""
+    global _background
+    with _lock:
+        thread, _background = _background, None
+    if thread is not None:
+        _stopping.set()
+        _wake.set()
+        thread.join(timeout)
+        _stopping.clear()
+
+
+def _work_in_background() -> None:
+    while not _stopping.is_set():
+        _wake.wait()
+        _wake.clear()
+        if _stopping.is_set():
+            return
+        try:
+            run_deferred_impacts(until=None)
+        finally:
+            connections.close_all()

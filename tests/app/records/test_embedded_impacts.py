@@ -5,6 +5,7 @@ runs them afterwards, bounded by the time it has; a one-shot command says it lef
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from io import StringIO
@@ -100,3 +101,27 @@ def test_with_workers_the_estimate_is_sent_not_deferred(settings, monkeypatch) -
         conf.task_always_eager = saved
     assert sent == [(enqueue.ESTIMATE_IMPACT, (7,))]
     assert enqueue.deferred_impacts() == 0
+
+
+def test_the_web_process_runs_them_in_a_thread_of_its_own(embedded, monkeypatch) -> None:
+    done = threading.Event()
+    ran = []
+
+    def estimate(name: str, args: tuple) -> None:
+        ran.append((name, args, threading.current_thread().name))
+        done.set()
+
+    monkeypatch.setattr(enqueue, "send_task", estimate)
+    assert enqueue.run_impacts_in_background()
+    try:
+        enqueue.send_impact(11)  # what the request's commit does
+        assert done.wait(60), "the background thread ran no estimate"
+    finally:
+        enqueue.stop_impacts_in_background()
+    assert ran == [(enqueue.ESTIMATE_IMPACT, (11,), "gpuobs-impacts")]
+    assert enqueue.deferred_impacts() == 0
+
+
+def test_with_workers_no_thread_is_started(settings) -> None:
+    settings.GPUOBS_EMBEDDED_IMPACTS = "inline"
+    assert not enqueue.run_impacts_in_background()
