@@ -6,7 +6,6 @@ from django.contrib import admin
 from django.http import HttpRequest
 from rest_framework.authtoken.models import TokenProxy
 
-from diagnosis.actions.workflow.review import set_cluster_writes
 from diagnosis.models import (
     ApiToken,
     AuditEntry,
@@ -98,6 +97,10 @@ class ClusterAdmin(AdminRoleOnly, admin.ModelAdmin):
             obj.dry_run = not wanted_dry_run  # saved as it was: the action flips it, audited
         super().save_model(request, obj, form, change)
         if switched:
+            # the workflow (and the core under it) when an admin flips the switch, not at the
+            # admin's autodiscovery in every process's start-up (#35)
+            from diagnosis.actions.workflow.review import set_cluster_writes  # noqa: PLC0415
+
             set_cluster_writes(obj, request.user, enabled=not wanted_dry_run)
             obj.refresh_from_db()
 

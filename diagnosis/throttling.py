@@ -32,7 +32,6 @@ from axes.backends import AxesStandaloneBackend
 from django.conf import settings
 from django.core.cache import caches
 from django.http import HttpRequest
-from redis.exceptions import RedisError
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.settings import api_settings
@@ -41,6 +40,14 @@ from rest_framework.throttling import SimpleRateThrottle
 log = logging.getLogger(__name__)
 
 THROTTLE_CACHE = "throttle"
+
+
+def cache_errors() -> tuple[type[Exception], ...]:
+    """What a shared-cache call may raise; redis (whose package loads ``redis.asyncio``, 0.15 s)
+    is imported only when one was raised: an ``except`` evaluates its types then (#35)."""
+    from redis.exceptions import RedisError  # noqa: PLC0415 -- see above
+
+    return (RedisError, OSError, ValueError)
 
 
 class LoginThrottleBackend(AxesStandaloneBackend):
@@ -135,7 +142,7 @@ class SharedRateThrottle(SimpleRateThrottle):
                 return int(self.cache.get(key) or 0)
             self.cache.add(key, 0, self.duration + 1)
             return int(self.cache.incr(key))
-        except (RedisError, OSError, ValueError) as error:
+        except cache_errors() as error:
             log.warning("API throttle not counted (%s): %s", THROTTLE_CACHE, error)
             return 0
 

@@ -90,6 +90,14 @@ def schedule_report_subscriptions(sender: Celery, **kwargs) -> None:
     )
 
 
+@signals.worker_init.connect
+def build_registries(sender=None, **kwargs) -> None:
+    """A duplicate rule or generator id stops the worker at its start (diagnosis/apps.py)."""
+    from diagnosis.apps import build_plugin_registries  # noqa: PLC0415 -- Django is ready
+
+    build_plugin_registries()
+
+
 # -- beat's heartbeat (diagnosis/actions/upkeep/health.py) -----------------------------------------
 
 _in_beat = False

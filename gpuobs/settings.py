@@ -573,6 +573,18 @@ GPUOBS_TOPOLOGY_MAX_NODES = env_int("GPUOBS_TOPOLOGY_MAX_NODES", 16384)
 GPUOBS_IMPACT_MAX_PER_CYCLE = env_int("GPUOBS_IMPACT_MAX_PER_CYCLE", 8)
 GPUOBS_IMPACT_REQUEUE_SECONDS = env_int("GPUOBS_IMPACT_REQUEUE_SECONDS", 900)
 GPUOBS_IMPACT_REDUCED_FROM_GPUS = env_int("GPUOBS_IMPACT_REDUCED_FROM_GPUS", 8192)
+# Where tasks run in-process (the embedded mode), "deferred" keeps impact estimates out of the
+# cycle: the demo's loop runs them between cycles, the web process in a thread, a one-shot command
+# leaves them pending and says so; "inline" runs each where it is sent (diagnosis/actions/
+# enqueue.py). Default: "deferred" without REDIS_URL; with it tasks go to the workers and this only
+# matters where a test runs them in-process.
+GPUOBS_EMBEDDED_IMPACTS = os.environ.get(
+    "GPUOBS_EMBEDDED_IMPACTS", "inline" if REDIS_URL else "deferred"
+).strip()
+if GPUOBS_EMBEDDED_IMPACTS not in {"deferred", "inline"}:
+    raise ImproperlyConfigured(
+        f"GPUOBS_EMBEDDED_IMPACTS must be deferred or inline, not {GPUOBS_EMBEDDED_IMPACTS!r}"
+    )
 
 # --- retention (diagnosis/actions/upkeep/retention.py, docs/operations.md "Retention") ------------
 # Days each table keeps its rows (0: forever); rollups older than GPUOBS_ROLLUP_HOURLY_AFTER_DAYS

@@ -8,8 +8,8 @@ from django.urls import include, path
 from django.views.i18n import set_language
 
 from diagnosis.api import urls as api_urls
-from diagnosis.api.metrics import MetricsView
 from diagnosis.identity import oidc
+from diagnosis.lazy_views import LazyView
 from diagnosis.pages.accounts import LoginPage
 from diagnosis.pages.health import healthz, livez, readyz
 from diagnosis.pages.support.navigation import landing
@@ -32,7 +32,7 @@ urlpatterns = [
     # POST language=en|zh-hans: the language switch in the page header (docs/ui.md "Language")
     path("i18n/setlang/", login_not_required(set_language), name="set_language"),
     # Prometheus exposition for a scrape job (token or basic auth; docs/integrations.md).
-    path("metrics", MetricsView.as_view(), name="metrics"),
+    path("metrics", LazyView("diagnosis.api.metrics:MetricsView"), name="metrics"),
     path("admin/", admin.site.urls),
     *(
         path(prefix, include((api_urls.urlpatterns, "api"), namespace=namespace))

@@ -9,3 +9,11 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuobs.settings")
 os.environ.setdefault("GPUOBS_WEB_PROCESS", "1")
 
 application = get_wsgi_application()
+
+from diagnosis.apps import build_plugin_registries  # noqa: E402 -- once Django is set up
+
+build_plugin_registries()  # a duplicate rule id stops the web process here
+
+from diagnosis.actions.enqueue import run_impacts_in_background  # noqa: E402
+
+run_impacts_in_background()  # the embedded mode: impact estimates outside the requests

@@ -10,12 +10,15 @@ Celery's own ``delay`` does there.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
 from celery import current_app
-from django.db import transaction
+from django.conf import settings
+from django.db import connections, transaction
 
 DRY_RUN = "diagnosis.tasks.actuate_dry_run"
 APPLY = "diagnosis.tasks.actuate_recommendation"
@@ -98,8 +101,14 @@ def notify_on_commit(cluster_id: int) -> None:
 def impact_on_commit(recommendation_id: int) -> None:
     """Estimate a recommendation's pending impact on the ``impact`` queue, apart from the cycle.
     A send that fails (the broker down) is logged, never raised into the cycle: the impact
-    stays pending and a later cycle sends it again."""
-    send_robustly_on_commit(ESTIMATE_IMPACT, (recommendation_id,))
+    stays pending and a later cycle sends it again. In the embedded mode the estimate is
+    deferred instead (below)."""
+
+    def send_after_commit() -> None:
+        send_impact(recommendation_id)
+
+    send_after_commit.__qualname__ = f"send_impact({recommendation_id})"
+    transaction.on_commit(send_after_commit, robust=True)
 
 
 def reestimate_on_commit(recommendation_id: int) -> None:
@@ -107,3 +116,97 @@ def reestimate_on_commit(recommendation_id: int) -> None:
     ``impact`` queue (at approve and at apply); a failed send is logged: the figures stay those
     of the earlier snapshot, and say so."""
     send_robustly_on_commit(ESTIMATE_IMPACT, (recommendation_id,), {"latest": True})
+
+
+# -- impact estimates in the embedded mode (docs/operations.md, "Impact estimates") -------------
+# An estimate replays a proposal for seconds of CPU (2-4.5 s at 16,384 GPUs, up to
+# GPUOBS_IMPACT_MAX_PER_CYCLE of them a cycle). With no worker to take them, running them in the
+# process that sent them made a one-shot `snapshot import --diagnose` up to 10x slower than its
+# cycle. So where tasks run in-process and GPUOBS_EMBEDDED_IMPACTS is "deferred" (the embedded
+# mode's default), an estimate never runs inside the cycle: it waits in this process's list, which
+# a long-running embedded process (the demo's loop) works through in its idle time between cycles
+# (run_deferred_impacts, bounded by the time left) and the embedded web process in a thread of its
+# own (run_impacts_in_background); a one-shot command leaves them pending and says how many
+# (deferred_impacts). A pending impact is sent again by a later cycle.
+
+DEFERRED_LIMIT = 64  # estimates kept waiting in one process; beyond them the impact stays pending
+_deferred: list[int] = []
+_lock = threading.Lock()
+_wake = threading.Event()
+_stopping = threading.Event()
+_background: threading.Thread | None = None
+
+
+def send_impact(recommendation_id: int) -> None:
+    """Send (or, in the embedded mode, defer) the estimate of one recommendation's impact."""
+    if current_app.conf.task_always_eager and settings.GPUOBS_EMBEDDED_IMPACTS == "deferred":
+        with _lock:
+            if recommendation_id not in _deferred and len(_deferred) < DEFERRED_LIMIT:
+                _deferred.append(recommendation_id)
+        _wake.set()
+        return
+    send_task(ESTIMATE_IMPACT, (recommendation_id,))
+
+
+def deferred_impacts() -> int:
+    """How many impact estimates wait in this process (the embedded mode)."""
+    return len(_deferred)
+
+
+def run_deferred_impacts(*, until: float | None = None) -> int:
+    """Run the estimates waiting in this process, oldest first, until none is left or the
+    monotonic clock passes ``until`` (checked before each: one estimate is never cut short).
+    An estimate that fails is logged and dropped (its impact stays pending). How many ran."""
+    ran = 0
+    while until is None or time.monotonic() < until:
+        with _lock:
+            if not _deferred:
+                break
+            recommendation_id = _deferred.pop(0)
+        try:
+            send_task(ESTIMATE_IMPACT, (recommendation_id,))  # tasks run in-process here
+        except Exception:
+            logger.exception("deferred impact estimate of %s failed", recommendation_id)
+        ran += 1
+    return ran
+
+
+def run_impacts_in_background() -> bool:
+    """In the embedded mode's web process (which has no loop of its own), a daemon thread that
+    runs each deferred estimate soon after it was sent, outside the request that sent it; its
+    database connections are closed after each batch. Elsewhere nothing. Whether one runs."""
+    global _background
+    if not (current_app.conf.task_always_eager and settings.GPUOBS_EMBEDDED_IMPACTS == "deferred"):
+        return False
+    with _lock:
+        if _background is None:
+            _background = threading.Thread(
+                target=_work_in_background, name="gpuobs-impacts", daemon=True
+            )
+            _background.start()
+    return True
+
+
+def stop_impacts_in_background(timeout: float = 30.0) -> None:
+    """Stop the thread of :func:`run_impacts_in_background` once its current estimate is done
+    (waiting at most ``timeout`` seconds); what is left waits for the next one."""
+    global _background
+    with _lock:
+        thread, _background = _background, None
+    if thread is not None:
+        _stopping.set()
+        _wake.set()
+        thread.join(timeout)
+        _stopping.clear()
+
+
+def _work_in_background() -> None:
+    while not _stopping.is_set():
+        _wake.wait()
+        _wake.clear()
+        if _stopping.is_set():
+            return
+        try:
+            run_deferred_impacts(until=None)
+        finally:
+            connections.close_all()

@@ -11,7 +11,7 @@ good cycle, and the last attempt (failed, skipped or good) with its error. A pol
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db.models import OuterRef, QuerySet, Subquery
@@ -41,8 +41,10 @@ from diagnosis.actions.records.cluster_specs import (
 from diagnosis.actions.workflow.base import WorkflowError
 from diagnosis.api.serializers import ClusterSerializer
 from diagnosis.models import Cluster, ClusterCycle
-from diagnosis.pages.clusters import Freshness
 from diagnosis.roles import can_administer
+
+if TYPE_CHECKING:
+    from diagnosis.pages.clusters import Freshness
 
 SKIPPED_PREFIX = "skipped:"  # a skipped cycle's error is its reason (no host, no remote text)
 
@@ -68,6 +70,9 @@ class ClusterFreshnessSerializer(ClusterSerializer):
         read_only_fields = fields
 
     def _freshness(self, cluster: Cluster) -> Freshness:
+        # the overview page's module (pandas, plotly) on the first request, not in the URLconf
+        from diagnosis.pages.clusters import Freshness  # noqa: PLC0415 -- start-up (#35)
+
         return Freshness(
             now=timezone.now(),
             interval_s=settings.GPUOBS_CYCLE_SECONDS,

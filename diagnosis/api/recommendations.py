@@ -36,8 +36,6 @@ from diagnosis.access import (
     get_recommendation_for_user,
     recommendations_for_user,
 )
-from diagnosis.actions.workflow import review
-from diagnosis.actions.workflow.apply import recheck_apply
 from diagnosis.actions.workflow.base import ApplyNotSent, HarmNotConfirmed, WorkflowError
 from diagnosis.actions.workflow.outcome import outcome_of
 from diagnosis.api.serializers import (
@@ -49,6 +47,14 @@ from diagnosis.api.serializers import (
     WriteSwitchSerializer,
 )
 from diagnosis.models import Recommendation
+
+
+def workflow(module: str, name: str) -> Any:
+    """An action of ``diagnosis.actions.workflow.<module>``, imported at the first request that
+    needs one: the workflow (the core's replays, pandas) is not loaded with the URLconf (#35)."""
+    from diagnosis.actions.workflow import apply, review  # noqa: PLC0415 -- see above
+
+    return getattr({"apply": apply, "review": review}[module], name)
 
 
 class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
@@ -77,7 +83,7 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
             if "kind" in wanted:
                 queryset = queryset.filter(kind=wanted["kind"])
             if wanted.get("awaiting") == "me":
-                queryset = review.awaiting_approval_by(user, queryset)
+                queryset = workflow("review", "awaiting_approval_by")(user, queryset)
         return (
             queryset.select_related("cluster", "requested_by", "approved_by", "applied_by")
             .prefetch_related("motivating_findings")
@@ -129,7 +135,7 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
 
     @action(detail=True, methods=["post"], url_path="request")
     def request_change(self, request: Request, pk: str) -> Response:
-        return self._act(request, pk, review.request_recommendation)
+        return self._act(request, pk, workflow("review", "request_recommendation"))
 
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
@@ -138,31 +144,33 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
         body = ApproveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         confirm = body.validated_data.get("confirm_harm", False)
-        return self._act(request, pk, partial(review.approve_recommendation, confirm_harm=confirm))
+        return self._act(
+            request, pk, partial(workflow("review", "approve_recommendation"), confirm_harm=confirm)
+        )
 
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:
         body = RejectSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         reason = body.validated_data.get("reason", "")
-        return self._act(request, pk, review.reject_recommendation, reason)
+        return self._act(request, pk, workflow("review", "reject_recommendation"), reason)
 
     @action(detail=True, methods=["post"], url_path="dry-run")
     def dry_run(self, request: Request, pk: str) -> Response:
-        return self._act(request, pk, review.request_dry_run)
+        return self._act(request, pk, workflow("review", "request_dry_run"))
 
     @action(detail=True, methods=["post"])
     def apply(self, request: Request, pk: str) -> Response:
-        return self._act(request, pk, review.request_apply)
+        return self._act(request, pk, workflow("review", "request_apply"))
 
     @action(detail=True, methods=["post"], url_path="re-check")
     def recheck(self, request: Request, pk: str) -> Response:
         """Send a stuck apply again (409 while it is still in progress)."""
-        return self._act(request, pk, recheck_apply)
+        return self._act(request, pk, workflow("apply", "recheck_apply"))
 
     @action(detail=True, methods=["post"])
     def rollback(self, request: Request, pk: str) -> Response:
-        return self._act(request, pk, review.request_rollback, created=True)
+        return self._act(request, pk, workflow("review", "request_rollback"), created=True)
 
 
 class ClusterWritesView(APIView):
@@ -180,7 +188,7 @@ class ClusterWritesView(APIView):
         target = get_cluster_for_user(request.user, cluster)
         body = WriteSwitchSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        changed = review.set_cluster_writes(
+        changed = workflow("review", "set_cluster_writes")(
             target, request.user, enabled=body.validated_data["enabled"]
         )
         return Response({"cluster": changed.name, "enabled": not changed.dry_run})

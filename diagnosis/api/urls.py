@@ -7,16 +7,15 @@ scripts should use) and ``/api/``.
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from diagnosis.api import (
-    annotations,
-    clusters,
-    incidents,
-    receivers,
-    recommendations,
-    reports,
-    schema,
-    topology,
-)
+from diagnosis.api import clusters, recommendations
+from diagnosis.lazy_views import LazyView
+
+
+def endpoint(target: str) -> LazyView:
+    """The view ``"module:Class"`` of ``diagnosis/api/``, imported (and ``as_view()``) on its first
+    request: importing this URLconf loads no endpoint module (diagnosis/lazy_views.py)."""
+    return LazyView(f"diagnosis.api.{target}")
+
 
 router = DefaultRouter()
 router.register("clusters", clusters.ClusterViewSet, basename="cluster")
@@ -24,27 +23,27 @@ router.register("recommendations", recommendations.RecommendationViewSet, basena
 
 # The endpoints of one cluster, under clusters/<cluster>/.
 cluster_endpoints = [
-    path("events", receivers.SchedulerEventsView.as_view(), name="cluster-events"),
-    path("nodes/<str:node>/topology", topology.NodeTopologyView.as_view(), name="node-topology"),
-    path("incidents", incidents.IncidentListView.as_view(), name="incidents"),
-    path("incidents/<int:incident_id>", incidents.IncidentDetailView.as_view(), name="incident"),
+    path("events", endpoint("receivers:SchedulerEventsView"), name="cluster-events"),
+    path("nodes/<str:node>/topology", endpoint("topology:NodeTopologyView"), name="node-topology"),
+    path("incidents", endpoint("incidents:IncidentListView"), name="incidents"),
+    path("incidents/<int:incident_id>", endpoint("incidents:IncidentDetailView"), name="incident"),
     path(
         "incidents/<int:incident_id>/<slug:action>",
-        incidents.IncidentActionView.as_view(),
+        endpoint("incidents:IncidentActionView"),
         name="incident-action",
     ),
-    path("reports/fairness", reports.FairnessReportView.as_view(), name="fairness-report"),
-    path("jobs", reports.JobListView.as_view(), name="jobs"),
-    path("jobs/<path:job_id>", reports.JobDetailView.as_view(), name="job"),
-    path("findings", reports.FindingListView.as_view(), name="findings"),
-    path("writes", recommendations.ClusterWritesView.as_view(), name="cluster-writes"),
-    path("size", clusters.ClusterSizeView.as_view(), name="cluster-size"),
+    path("reports/fairness", endpoint("reports:FairnessReportView"), name="fairness-report"),
+    path("jobs", endpoint("reports:JobListView"), name="jobs"),
+    path("jobs/<path:job_id>", endpoint("reports:JobDetailView"), name="job"),
+    path("findings", endpoint("reports:FindingListView"), name="findings"),
+    path("writes", endpoint("recommendations:ClusterWritesView"), name="cluster-writes"),
+    path("size", endpoint("clusters:ClusterSizeView"), name="cluster-size"),
 ]
 
 urlpatterns = [
     path("clusters/<slug:cluster>/", include(cluster_endpoints)),
-    path("alertmanager", receivers.AlertmanagerWebhookView.as_view(), name="alertmanager"),
-    path("annotations", annotations.AnnotationsView.as_view(), name="annotations"),
-    path("schema", schema.SchemaView.as_view(), name="schema"),
+    path("alertmanager", endpoint("receivers:AlertmanagerWebhookView"), name="alertmanager"),
+    path("annotations", endpoint("annotations:AnnotationsView"), name="annotations"),
+    path("schema", endpoint("schema:SchemaView"), name="schema"),
     *router.urls,
 ]

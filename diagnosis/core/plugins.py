@@ -3,7 +3,8 @@ and metric sources (sentry's ``utils/registry.py``; healthchecks' ``TRANSPORTS``
 
 A :class:`Registry` holds plugins keyed by a stable ``id``, in the order they were added; a
 second plugin with an id already taken is a :class:`DuplicatePluginError` when the registry is
-built (at start-up: ``DiagnosisConfig.ready`` builds all four). Plugins are either *discovered*
+built (at start-up: the web and worker processes build the rules' and generators', the models'
+choices the adapters' and sources'). Plugins are either *discovered*
 (every module of a package that defines the agreed attribute, :func:`discover`: the rules and
 generators) or *declared* in one place (the adapters and sources, whose order the model's
 ``choices`` keep); a declared plugin names its code as ``"module:attribute"``, imported on first

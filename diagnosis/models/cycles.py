@@ -13,7 +13,6 @@ from typing import Any
 from django.db import models
 from django.utils import timezone
 
-from diagnosis.core.snapshot.dump import encode as encode_document
 from diagnosis.core.vocabulary import SNAPSHOT_FORMAT, parse_time, time_problem
 from diagnosis.models.inventory import Cluster
 
@@ -87,7 +86,10 @@ class CompressingSnapshot:
         self.cluster = cluster
         self.as_of = _document_as_of(document)
         self.format = document.get("format", SNAPSHOT_FORMAT)
-        encoded = encode_document(document)
+        # the snapshot package (pandas) when a snapshot is stored, not at every start-up (#35)
+        from diagnosis.core.snapshot.dump import encode  # noqa: PLC0415 -- start-up, #35
+
+        encoded = encode(document)
         self.json_bytes = len(encoded)
         self._compressed = _COMPRESSOR.submit(zlib.compress, encoded, 6)
 

@@ -13,8 +13,6 @@ from diagnosis.choices import (
     FindingState,
     Severity,
 )
-from diagnosis.core.rules.base import ThresholdError
-from diagnosis.core.rules.registry import all_rules
 from diagnosis.models.fields import optional_ref
 from diagnosis.models.inventory import Cluster, Tenant
 
@@ -130,6 +128,9 @@ class RuleOverride(models.Model):
 
     def clean(self) -> None:
         """Refuse a rule or threshold that does not exist, or a value the threshold can't take."""
+        # the rules (pandas) only where a form validates one: not at every process's start-up
+        from diagnosis.core.rules.base import ThresholdError  # noqa: PLC0415 -- start-up, #35
+        from diagnosis.core.rules.registry import all_rules  # noqa: PLC0415 -- start-up, #35
 
         rule = all_rules().get(self.rule_id)
         if rule is None:

@@ -24,12 +24,14 @@ import socket
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis
 from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import timezone
+
+if TYPE_CHECKING:
+    import redis
 
 logger = logging.getLogger(__name__)
 
@@ -43,9 +45,19 @@ COMPONENTS = ("worker", "beat")
 REDIS_TIMEOUT_S = 2.0
 
 
+def redis_error() -> type[Exception]:
+    """Redis's error, for an ``except`` after a call through :func:`redis_client` (which has
+    imported redis by then; an ``except`` evaluates its type only when something was raised)."""
+    import redis  # noqa: PLC0415 -- see redis_client
+
+    return redis.RedisError
+
+
 @lru_cache(maxsize=4)
 def redis_client(url: str) -> redis.Redis:
     """A Redis client with short socket timeouts (locks, interval keys, heartbeats)."""
+    import redis  # noqa: PLC0415 -- its package loads redis.asyncio: not at start-up (#35)
+
     return redis.Redis.from_url(
         url,
         socket_timeout=REDIS_TIMEOUT_S,
@@ -120,7 +132,7 @@ def write_heartbeat(component: str, **extra: Any) -> None:
         redis_client(settings.REDIS_URL).set(
             HEARTBEAT_KEY.format(component=component), json.dumps(value), ex=heartbeat_ttl_s()
         )
-    except redis.RedisError:
+    except redis_error():
         logger.warning("heartbeat of %s not written: Redis unreachable", component)
 
 
@@ -152,7 +164,7 @@ def component_health(
         return ComponentHealth(component, True, "embedded mode: cycles run in the web process")
     try:
         raw = redis_client(settings.REDIS_URL).get(HEARTBEAT_KEY.format(component=component))
-    except redis.RedisError as exc:
+    except redis_error() as exc:
         return ComponentHealth(component, False, f"Redis unreachable: {type(exc).__name__}")
     if raw is None:
         return ComponentHealth(component, False, f"no heartbeat from any {component}")
@@ -180,7 +192,7 @@ def count_same_interval_skip(cluster_id: int) -> None:
         client = redis_client(settings.REDIS_URL)
         client.hincrby(SAME_INTERVAL_SKIPS_KEY, str(cluster_id), 1)
         client.expire(SAME_INTERVAL_SKIPS_KEY, heartbeat_ttl_s())
-    except redis.RedisError:
+    except redis_error():
         logger.warning("same-interval skip of cluster %s not counted: no Redis", cluster_id)
 
 
@@ -190,7 +202,7 @@ def same_interval_skips() -> dict[str, int]:
         return {}
     try:
         counts = redis_client(settings.REDIS_URL).hgetall(SAME_INTERVAL_SKIPS_KEY)
-    except redis.RedisError:
+    except redis_error():
         return {}
     return {key.decode(): int(value) for key, value in counts.items()}
 
@@ -200,7 +212,7 @@ def redis_health() -> dict[str, str]:
         return {"status": "ok", "detail": "embedded mode: no Redis"}
     try:
         redis_client(settings.REDIS_URL).ping()
-    except redis.RedisError as exc:
+    except redis_error() as exc:
         return {"status": "error", "detail": f"unreachable: {type(exc).__name__}"}
     return {"status": "ok", "detail": "answers"}
 

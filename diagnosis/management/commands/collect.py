@@ -25,11 +25,13 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from diagnosis.actions.enqueue import run_deferred_impacts
 from diagnosis.actions.records.cycles import run_cluster_cycle
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.edge.errors import CollectError
 from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document
 from diagnosis.edge.sources.prometheus.promql import PromQLError
+from diagnosis.management.deferred_impacts import write_deferred_note
 from diagnosis.models import Cluster
 from diagnosis.tasks import run_collect_shards
 
@@ -164,4 +166,7 @@ class Command(BaseCommand):
                 )
             self.stdout.flush()
             if options["cycles"] <= 0 or number < options["cycles"]:
+                # idle time: the impact estimates deferred in the embedded mode (enqueue.py)
+                run_deferred_impacts(until=started + options["interval"])
                 time.sleep(max(0.0, options["interval"] - (time.monotonic() - started)))
+        write_deferred_note(self.stdout)

@@ -20,8 +20,10 @@ from datetime import UTC, datetime
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from diagnosis.actions.enqueue import run_deferred_impacts
 from diagnosis.actions.records.cycles import run_cluster_cycle
 from diagnosis.edge.sim import runtime as sim_runtime
+from diagnosis.management.deferred_impacts import write_deferred_note
 from diagnosis.models import Cluster
 from diagnosis.tasks import run_collect_shards
 from gpuobs.celery import QUEUES
@@ -112,6 +114,7 @@ class Command(BaseCommand):
         for number in range(1, count + 1):
             cycle = run_cluster_cycle(cluster, shard_runner=run_collect_shards)
             self._report(number, cycle)
+        write_deferred_note(self.stdout)
 
     def _loop(self, cluster: Cluster, interval: float) -> None:
         number = 0
@@ -120,6 +123,9 @@ class Command(BaseCommand):
             number += 1
             cluster.refresh_from_db()
             self._report(number, run_cluster_cycle(cluster, shard_runner=run_collect_shards))
+            # the idle time before the next cycle: the impact estimates the cycle deferred
+            # (embedded mode; diagnosis/actions/enqueue.py), never past the next cycle's start
+            run_deferred_impacts(until=started + interval)
             time.sleep(max(0.0, interval - (time.monotonic() - started)))
 
     def _report(self, number: int, cycle) -> None:

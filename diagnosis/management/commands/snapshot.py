@@ -10,6 +10,7 @@ from diagnosis.core import snapshot as snapshot_format
 from diagnosis.edge.collection import collect_snapshot
 from diagnosis.edge.errors import CollectError
 from diagnosis.edge.schedulers.registry import ADAPTERS
+from diagnosis.management.deferred_impacts import write_deferred_note
 from diagnosis.management.snapshot_input import load_snapshot_argument
 from diagnosis.models import Cluster, Snapshot
 
@@ -95,6 +96,7 @@ class Command(BaseCommand):
         except snapshot_format.SnapshotError as exc:
             raise CommandError(f"{path}: {exc}", returncode=2) from exc
         self.stdout.write(result.describe())
+        write_deferred_note(self.stdout)
 
     def _read(self, kind: str, config_path: str, cluster: str | None, out: str | None) -> None:
         """One read of a scheduler adapter as a ``gpuobs.snapshot/v1`` document: its nodes,
