@@ -11,7 +11,7 @@ confirms the new size (audited ``cluster-size-confirm``) or the same size holds 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -20,8 +20,10 @@ from django.utils import timezone
 
 from diagnosis import roles
 from diagnosis.actions.workflow.base import WorkflowDenied, WorkflowError, actor_name
-from diagnosis.core import snapshot as snapshot_format
 from diagnosis.models import AuditEntry, Cluster, ClusterCycle
+
+if TYPE_CHECKING:  # the snapshot package loads pandas; the URLconf must not (#35)
+    from diagnosis.core import snapshot as snapshot_format
 
 SYSTEM_SIZE = "system:cluster-size"
 
