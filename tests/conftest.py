@@ -246,3 +246,14 @@ def lab(request: pytest.FixtureRequest, make_cluster: Callable[..., Cluster]) ->
     )
     yield cluster
     sim_runtime.forget(cluster.name)
+
+
+@pytest.fixture(autouse=True)
+def _celery_join_guard_left_alone() -> Iterator[None]:
+    """A test must not leave Celery's "inside a task" guard set in this process: the next test's
+    ``result.get()`` would raise "Never call result.get() within a task!"."""
+    from celery._state import task_join_will_block  # noqa: PLC0415 -- a test-only probe
+
+    assert not task_join_will_block(), "an earlier test left Celery's join guard set"
+    yield
+    assert not task_join_will_block(), "this test left Celery's join guard set"

@@ -64,9 +64,12 @@ def test_a_remap_finding_gets_drain_advice():
 
 
 def test_a_node_with_a_critical_xid_too_gets_one_drain_when_stored():
-    """Both generators draft a drain; the store's one_per_target keeps the Xid's."""
+    """Both generators draft the same drain (the reason is not part of the change): the store's
+    one_per_target keeps one, the Xid's, motivated by both findings."""
     run = recommend(cluster(pending=1).gpu("a100-000", 1, xid=[(79, "2m")]).build())
     stored = one_per_target(run.recommendations)
     (drain,) = [r for r in stored if r.target == "node:a100-000"]
     assert drain.generator == "drain-node"
-    assert [c["generator"] for c in drain.basis["conflicting"]] == ["drain-row-remap"]
+    assert "Xid 79" in drain.change["reason"]
+    assert drain.basis["rules"] == ["xid", "ecc-row-remap"]
+    assert "conflicting" not in drain.basis

@@ -17,12 +17,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import requests
 from django.conf import settings
-from rest_framework.authtoken.models import Token
 
 from diagnosis.actions.records.cycles import run_cluster_cycle
 from diagnosis.models import InboundAlertBatch, InboundState, Incident, Snapshot
 from tests.faults.conftest import row_counts, wait_until
-from tests.support.world import create_machine_user, logged_in_client
+from tests.support.world import create_machine_user, logged_in_client, sender_token
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.lab("lab-burst")]
 
@@ -71,8 +70,7 @@ def test_a_webhook_burst_leaves_the_overview_quick_and_stores_every_alert_once(
     run_cluster_cycle(lab)  # a snapshot, its jobs and an overview to show
     document = Snapshot.objects.filter(cluster=lab).latest("as_of").load_document()
     nodes = sorted(node["name"] for node in document["nodes"])
-    sender = create_machine_user("alertmanager", "add_incident")
-    token = Token.objects.create(user=sender).key
+    token = sender_token(create_machine_user("alertmanager"), "alerts", lab)
     cookie = logged_in_client(alice).cookies[settings.SESSION_COOKIE_NAME].value
     web = fault_stack.start_web()
     fault_stack.start_worker()

@@ -118,7 +118,7 @@ def test_a_stuck_apply_is_shown_and_re_check_sends_it_again(fault_stack, lab, ca
 
     assert "stuck in applying since" in page
     assert 'id="action-re-check"' in page
-    assert "Re-check sent" in answer.content.decode()
+    assert "Apply sent to the scheduler" in answer.content.decode()
     rec.refresh_from_db()
     assert rec.state == "applying"
     assert rec.apply_claimed_at is None

@@ -86,14 +86,19 @@ def create_machine_user(username: str, permission: str | None = None) -> User:
     return user
 
 
-def sender_client(user: User, kind: str, *clusters: Cluster, keyword: str = "Token") -> APIClient:
-    """An API client sending a new hashed token of ``user`` that may write ``kind``
-    (``topology``, ``events``, ``alerts``) to ``clusters``, as ``Authorization: <keyword>
-    <key>``."""
+def sender_token(user: User, kind: str, *clusters: Cluster) -> str:
+    """The key of a new hashed token of ``user`` that may write ``kind`` (``topology``,
+    ``events``, ``alerts``) to ``clusters``."""
     row, key = ApiToken.issue(user, f"{kind} sender", days=None)
     row.kinds = [kind]
     row.save(update_fields=["kinds"])
     row.clusters.set(clusters)
+    return key
+
+
+def sender_client(user: User, kind: str, *clusters: Cluster, keyword: str = "Token") -> APIClient:
+    """An API client sending :func:`sender_token`'s key, as ``Authorization: <keyword> <key>``."""
+    key = sender_token(user, kind, *clusters)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"{keyword} {key}")
     return client

@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from diagnosis.actions.oncall.inbound import record_alert_batch, record_pending_alert_batches
 from diagnosis.models import InboundAlertBatch, InboundState, Incident
-from diagnosis.throttling import SenderRateThrottle
 from tests.app.oncall.test_alertmanager import alert, bearer, payload, prod, reporter
+from tests.support.throttles import api_rates
 
 pytestmark = pytest.mark.django_db
 __all__ = ["prod", "reporter"]  # fixtures used by name
@@ -78,9 +78,8 @@ def test_a_repeated_delivery_of_an_episode_reads_no_window_again(prod, reporter)
     assert [j["id"] for j in incident.details["jobs"]] == ["team-a/llm"]
 
 
-def test_a_sender_past_its_rate_is_429(prod, reporter, monkeypatch):
-    cache.clear()
-    monkeypatch.setattr(SenderRateThrottle, "THROTTLE_RATES", {"sender": "2/min"})
+def test_a_sender_past_its_rate_is_429(prod, reporter, settings):
+    api_rates(settings, sender="2/min")
     client = bearer(reporter)
     codes = [post(client, payload(alert())).status_code for _ in range(3)]
     assert codes == [202, 202, 429]

@@ -66,7 +66,7 @@ def test_an_alert_of_year_9999_is_rejected_not_a_500(prod, reporter, key):
     bad = alert()
     bad[key] = "9999-12-31T23:59:59Z"
     response = deliver(bearer(reporter), payload(bad))
-    assert response.status_code == 200
+    assert response.status_code == 202
     assert response.json()["alerts"][0]["outcome"] == "rejected"
     assert not Incident.objects.filter(cluster=prod).exists()
 

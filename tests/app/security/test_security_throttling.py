@@ -18,6 +18,7 @@ from django.test import Client, RequestFactory
 from diagnosis.throttling import client_address
 from tests.app.deploy.test_settings import clean_env
 from tests.support.commands import manage
+from tests.support.throttles import api_rates
 from tests.support.world import DEFAULT_PASSWORD, logged_in_client, token_client
 
 pytestmark = pytest.mark.django_db
@@ -47,24 +48,15 @@ def test_the_right_password_before_the_limit_logs_in(bob):
     assert client.session["_auth_user_id"] == str(bob.pk)
 
 
-def rates(settings, **rates: str) -> None:
-    """The API's rates for this test (read by the throttles when they are made)."""
-    framework = settings.REST_FRAMEWORK
-    settings.REST_FRAMEWORK = {
-        **framework,
-        "DEFAULT_THROTTLE_RATES": {**framework["DEFAULT_THROTTLE_RATES"], **rates},
-    }
-
-
 def test_an_api_client_beyond_its_rate_gets_429(bob, settings):
-    rates(settings, user="3/min")
+    api_rates(settings, user="3/min")
     client = logged_in_client(bob)
     codes = [client.get("/api/v1/clusters/").status_code for _ in range(4)]
     assert codes == [200, 200, 200, 429]
 
 
 def test_failed_tokens_are_throttled_before_any_token_is_checked(settings):
-    rates(settings, failed_credentials="5/min")
+    api_rates(settings, failed_credentials="5/min")
     client = Client(HTTP_AUTHORIZATION="Token not-a-token")
     responses = [client.get("/api/v1/clusters/") for _ in range(8)]
     assert [r.status_code for r in responses] == [401] * 5 + [429] * 3
@@ -72,7 +64,7 @@ def test_failed_tokens_are_throttled_before_any_token_is_checked(settings):
 
 
 def test_the_failed_token_limit_is_the_client_address(bob, settings):
-    rates(settings, failed_credentials="2/min")
+    api_rates(settings, failed_credentials="2/min")
     bad = Client(HTTP_AUTHORIZATION="Bearer not-a-token", REMOTE_ADDR="10.9.0.1")
     assert [bad.get("/api/v1/clusters/").status_code for _ in range(3)] == [401, 401, 429]
     good = token_client(bob)
@@ -80,13 +72,13 @@ def test_the_failed_token_limit_is_the_client_address(bob, settings):
 
 
 def test_anonymous_callers_are_throttled_before_the_401(settings):
-    rates(settings, anon="3/min")
+    api_rates(settings, anon="3/min")
     codes = [Client().get("/api/v1/clusters/").status_code for _ in range(4)]
     assert codes == [401, 401, 401, 429]
 
 
 def test_the_user_rate_is_counted_in_the_shared_redis_not_per_worker(bob, settings, redis_url):
-    rates(settings, user="3/min")
+    api_rates(settings, user="3/min")
     client = token_client(bob)
     assert [client.get("/api/v1/clusters/").status_code for _ in range(3)] == [200] * 3
     caches["default"].clear()  # another worker: none of this process's memory
