@@ -173,6 +173,7 @@ def tenant_table_rows(rows: Sequence[TenantRow]) -> list[list[str]]:
         _("Wait p50"),
         _("Wait p95"),
         _("Jobs started"),
+        _("Still waiting"),
         _("Starv. findings"),
         _("Pre-empted"),
         _("Util"),
@@ -189,7 +190,8 @@ def tenant_table_rows(rows: Sequence[TenantRow]) -> list[list[str]]:
             _fmt_hours(row.demand_gpu_hours),
             _fmt_wait(row.wait.p50_s),
             _fmt_wait(row.wait.p95_s),
-            str(row.wait.jobs),
+            str(row.wait.started),
+            str(row.wait.waiting),
             str(row.starvation_findings),
             str(row.preemptions),
             _fmt_share(row.util),
@@ -354,12 +356,12 @@ def _breakdown_charts(data: FairnessReportData) -> list[Flowable]:
 
 def _waits_table(data: FairnessReportData) -> Table:
     header = [_("Tenant")] + [
-        _("%(size)s GPU: jobs / p50 / p95") % {"size": c} for c in SIZE_CLASSES
+        _("%(size)s GPU: jobs (waiting) / p50 / p95") % {"size": c} for c in SIZE_CLASSES
     ]
     body = [
         [row.tenant]
         + [
-            f"{row.waits[c].jobs} / {_fmt_wait(row.waits[c].p50_s)} / "
+            f"{row.waits[c].jobs} ({row.waits[c].waiting}) / {_fmt_wait(row.waits[c].p50_s)} / "
             f"{_fmt_wait(row.waits[c].p95_s)}"
             for c in SIZE_CLASSES
         ]
@@ -458,7 +460,7 @@ def render_pdf(data: FairnessReportData) -> bytes:
         KeepTogether(
             [
                 Paragraph(
-                    _esc(_("Waits by job size class (jobs that started in the period)")),
+                    _esc(_("Waits by job size class (jobs that started or still wait)")),
                     styles["h2"],
                 ),
                 _waits_chart(data),
@@ -500,8 +502,9 @@ DEFINITIONS = (
         "ratios are equal."
     ),
     gettext_noop(
-        "Waits: start − submission of the jobs that started in the period, p50 and p95 by linear "
-        "interpolation, per size class of GPUs asked (1, 2–8, 9–64, more than 64)."
+        "Waits: start − submission of the jobs that started in the period, and the wait so far of "
+        "those still waiting at its end, p50 and p95 by linear interpolation, per size class of "
+        "GPUs asked (1, 2–8, 9–64, more than 64)."
     ),
     gettext_noop(
         "Starvation: distinct starvation findings of the tenant's jobs reported in the period. "

@@ -170,11 +170,60 @@ def test_the_report_json_carries_the_documented_tenant_fields(acme, alice_client
     assert all(required <= set(row) for row in api_report(alice_client)["tenants"])
 
 
-def test_waits_come_from_the_jobs_that_started_in_the_period(acme, alice_client):
+def test_waits_count_the_jobs_that_started_and_those_still_waiting(acme, alice_client):
     alpha, bravo = api_report(alice_client)["tenants"]
 
-    assert (alpha["wait_p50_s"], alpha["jobs_started"]) == (3600, 1)
-    assert (bravo["wait_p95_s"], bravo["waits"]["2-8"]["p50_s"]) == (7200, 7200)
+    assert (alpha["wait_p50_s"], alpha["jobs_started"], alpha["jobs_waiting"]) == (3600, 1, 0)
+    # bravo-1 started after 2 h; bravo-2, submitted 1 h before the first cycle, still waits at
+    # the last one (2 min later): 62 min so far
+    assert (bravo["jobs_started"], bravo["jobs_waiting"]) == (1, 1)
+    assert bravo["waits"]["2-8"] == {
+        "jobs": 2,
+        "jobs_started": 1,
+        "jobs_waiting": 1,
+        "p50_s": (7200 + 3720) / 2,
+        "p95_s": pytest.approx(3720 + 0.95 * (7200 - 3720)),
+    }
+
+
+def test_a_starving_tenant_shows_its_longest_wait_alike_on_page_csv_api_and_pdf(db, alice_client):
+    """research's only job waits 26 h and never starts: its waits are that, not "none"."""
+    cluster = Cluster.objects.create(name="acme", enabled=False)
+    snapshot = (
+        SnapshotBuilder(as_of=START, window_s=60, cluster="acme")
+        .pool("a100", nodes=2, gpus=8)
+        .queue("alpha", deserved_gpus=8)
+        .queue("research", deserved_gpus=8)
+        .job("alpha-1", tenant="alpha", gpus_per_pod=8, node="a100-000", waited="1h", ran="1h")
+        .job("research-big", tenant="research", state="pending", gpus_per_pod=16, waited="26h")
+        .build()
+    )
+    record_cycle(cluster, snapshot)
+
+    research = next(t for t in api_report(alice_client)["tenants"] if t["tenant"] == "research")
+    assert (research["jobs_started"], research["jobs_waiting"]) == (0, 1)
+    assert (research["wait_p50_s"], research["waits"]["9-64"]["jobs_waiting"]) == (93600, 1)
+    row = next(
+        r
+        for r in csv.DictReader(
+            io.StringIO(alice_client.get(f"/clusters/acme/fairness.csv?{QUERY}").content.decode())
+        )
+        if r["tenant"] == "research"
+    )
+    assert (float(row["wait_p95_s"]), row["jobs_waiting"], row["jobs_waiting_9_64"]) == (
+        93600,
+        "1",
+        "1",
+    )
+    page = alice_client.get(f"/clusters/acme/fairness/?{QUERY}").content.decode()
+    cells = re.findall(
+        r'<td class="num[^"]*">([^<]*)</td>',
+        re.search(r'data-tenant="research">(.*?)</tr>', page, re.S).group(1),
+    )
+    assert cells[5:9] == ["26.0 h", "26.0 h", "0", "1"]  # wait p50, p95, started, waiting
+    _, text = pdf_text(alice_client.get(f"/clusters/acme/fairness.pdf?{QUERY}").content)
+    lines = text.splitlines()
+    assert lines[lines.index("research") :][6:10] == ["26.0 h", "26.0 h", "0", "1"]
 
 
 def test_a_period_without_cycles_has_no_rows(acme, alice_client):
