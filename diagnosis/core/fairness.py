@@ -448,8 +448,8 @@ class TenantRow:
     preemptions: int
     util: float | None
     mfu: float | None
-    productive_gpu_hours: float
-    idle_gpu_hours: float
+    mfu_weighted_gpu_hours: float  # busy GPU-hours x MFU (the "productive" of docs/accounting.md)
+    held_idle_gpu_hours: float  # allocated-idle + held by partial gangs
     buckets: Mapping[str, float]  # TENANT_BUCKETS -> GPU-hours
     dominant_share: float | None = None
     dominant_resource: str | None = None
@@ -475,8 +475,8 @@ class TenantRow:
             "preemptions": self.preemptions,
             "util": json_number(self.util),
             "mfu": json_number(self.mfu),
-            "productive_gpu_hours": json_number(self.productive_gpu_hours),
-            "idle_gpu_hours": json_number(self.idle_gpu_hours),
+            "mfu_weighted_gpu_hours": json_number(self.mfu_weighted_gpu_hours),
+            "held_idle_gpu_hours": json_number(self.held_idle_gpu_hours),
             "gpu_hours": {name: json_number(v) for name, v in self.buckets.items()},
             "dominant_share": json_number(self.dominant_share),
             "dominant_resource": self.dominant_resource,
@@ -568,8 +568,8 @@ def fairness_report(
                     float(sums.get("productive_gpu_s") or 0),
                     float(sums.get("mfu_known_gpu_s") or 0),
                 ),
-                productive_gpu_hours=float(sums.get("productive_gpu_s") or 0) / 3600,
-                idle_gpu_hours=(
+                mfu_weighted_gpu_hours=float(sums.get("productive_gpu_s") or 0) / 3600,
+                held_idle_gpu_hours=(
                     float(sums.get("idle_gpu_s") or 0) + float(sums.get("partial_gang_gpu_s") or 0)
                 )
                 / 3600,

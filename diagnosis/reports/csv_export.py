@@ -57,8 +57,8 @@ CSV_COLUMNS: dict[str, str] = {
     "preemptions": "preemptions its jobs suffered",
     "util": "mean GPU utilization of its GPU-seconds with a reading, 0..1",
     "mfu": "model FLOPs utilization of its busy GPU-seconds where known, 0..1",
-    "productive_gpu_hours": "MFU-weighted busy GPU-hours",
-    "idle_gpu_hours": "GPU-hours it held idle (allocated-idle + held-by-partial-gang)",
+    "mfu_weighted_gpu_hours": "busy GPU-hours weighted by MFU",
+    "held_idle_gpu_hours": "GPU-hours it held idle (allocated-idle + held-by-partial-gang)",
     **{
         f"gpu_hours_{_bucket_token(bucket)}": f"GPU-hours of its jobs in the {bucket} bucket"
         for bucket in TENANT_BUCKETS
@@ -115,8 +115,8 @@ def csv_rows(data: FairnessReportData) -> list[dict[str, Any]]:
             "preemptions",
             "util",
             "mfu",
-            "productive_gpu_hours",
-            "idle_gpu_hours",
+            "mfu_weighted_gpu_hours",
+            "held_idle_gpu_hours",
         ):
             row[column] = tenant[column]
         for bucket in TENANT_BUCKETS:

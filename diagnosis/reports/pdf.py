@@ -122,7 +122,7 @@ def _fmt_ratio(value: float | None) -> str:
 def _fmt_hours(value: float | None) -> str:
     if value is None:
         return "—"
-    return f"{value:,.1f}" if abs(value) < 100 else f"{value:,.0f}"
+    return f"{value:,.1f}"  # one decimal for every row of a column, as the page's gpu_hours
 
 
 def _fmt_wait(seconds: float | None) -> str:
@@ -178,7 +178,7 @@ def tenant_table_rows(rows: Sequence[TenantRow]) -> list[list[str]]:
         _("Pre-empted"),
         _("Util"),
         _("MFU"),
-        _("Idle GPU-h"),
+        _("Held idle GPU-h"),
     ]
     body = [
         [
@@ -196,7 +196,7 @@ def tenant_table_rows(rows: Sequence[TenantRow]) -> list[list[str]]:
             str(row.preemptions),
             _fmt_share(row.util),
             _fmt_share(row.mfu),
-            _fmt_hours(row.idle_gpu_hours),
+            _fmt_hours(row.held_idle_gpu_hours),
         ]
         for row in rows
     ]
@@ -509,7 +509,7 @@ DEFINITIONS = (
     gettext_noop(
         "Starvation: distinct starvation findings of the tenant's jobs reported in the period. "
         "Util: mean GPU utilization of its held GPU-seconds with a reading. MFU: model FLOPs "
-        "utilization of its busy GPU-seconds where known. Idle GPU-hours: allocated-idle plus "
-        "held-by-partial-gang."
+        "utilization of its busy GPU-seconds where known. Held idle GPU-hours: allocated-idle "
+        "plus held-by-partial-gang."
     ),
 )

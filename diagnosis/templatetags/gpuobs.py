@@ -58,6 +58,13 @@ def number(value: Any) -> str:
 
 
 @register.filter
+def gpu_hours(value: Any) -> str:
+    """GPU-hours with one decimal, thousands separated: every cell of a column alike."""
+    numeric = finite_number(value)
+    return "—" if numeric is None else f"{numeric:,.1f}"
+
+
+@register.filter
 def duration(seconds: Any) -> str:
     """Seconds as ``45 s``, ``12 min``, ``3.5 h``, ``2.1 d``; negative: ``-12 min``."""
     value = finite_number(seconds)

@@ -33,6 +33,7 @@ from diagnosis.models import (
     TenantRollup,
 )
 from diagnosis.reports.csv_export import CSV_COLUMNS
+from diagnosis.reports.pdf import tenant_table_rows
 from diagnosis.reports.period import PeriodError, ReportPeriod
 from gpuobs import celery_app
 from tests.conftest import REPO_ROOT
@@ -425,3 +426,50 @@ def test_a_namespaced_job_id_has_its_page_and_api_answer(alice_client):
     assert alice_client.get("/clusters/kube/jobs/team-ns/trainer-0/").status_code == 200
     body = alice_client.get("/api/v1/clusters/kube/jobs/team-ns/trainer-0").json()
     assert (body["id"], body["tenant"]) == ("team-ns/trainer-0", "team")
+
+
+def _page_table(page: str, table_id: str) -> dict[str, dict[str, str]]:
+    """A table of the page as {column: {tenant: cell text}}."""
+    table = re.search(rf'id="{table_id}">(.*?)</table>', page, re.S).group(1)
+    headers = [
+        re.sub(r"<[^>]+>", "", h).strip()
+        for h in re.findall(r"<th scope=\"col\"[^>]*>(.*?)</th>", table)
+    ]
+    columns: dict[str, dict[str, str]] = {h: {} for h in headers}
+    assert len(columns) == len(headers), headers  # no two columns of one table alike
+    for tenant, row in re.findall(r'<tr data-tenant="([^"]+)"[^>]*>(.*?)</tr>', table, re.S):
+        cells = [
+            re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+        ]
+        for header, cell in zip(headers, cells, strict=True):
+            columns[header][tenant] = cell
+    return columns
+
+
+def test_every_column_name_means_one_thing_and_gpu_hours_have_one_decimal(db, alice_client):
+    """One name, one meaning: the page's tenant and productive tables (a column both show
+    shows the same figures), the CSV and the PDF's tenant table name no two columns alike
+    (two "Idle GPU-h" meant two different sums); GPU-hours have one decimal in every row."""
+    record_two_tenant_cycles("idle", idle=True)
+    query = f"from={PERIOD['from']}&to={PERIOD['to']}"
+    page = alice_client.get(f"/clusters/idle/fairness/?{query}").content.decode()
+    tenants, productive = _page_table(page, "tenant-table"), _page_table(page, "productive-table")
+    for shared in (set(tenants) & set(productive)) - {"Tenant"}:
+        assert tenants[shared] == productive[shared], shared
+    assert {"Held idle GPU-h", "Allocated-idle GPU-h"} <= set(tenants) | set(productive)
+    gpu_hours = [
+        cell
+        for table in (tenants, productive)
+        for header, cells in table.items()
+        if header.endswith("GPU-h")
+        for cell in cells.values()
+    ]
+    assert len(gpu_hours) >= 12  # 6 columns x 2 tenants
+    assert all(re.fullmatch(r"[\d,]+\.\d", cell) for cell in gpu_hours), gpu_hours
+    response = alice_client.get(f"/clusters/idle/fairness.csv?{query}")
+    fields = next(csv.reader(io.StringIO(response.content.decode())))
+    assert len(fields) == len(set(fields))
+    assert {"mfu_weighted_gpu_hours", "held_idle_gpu_hours"} <= set(fields)
+    assert not {"productive_gpu_hours", "idle_gpu_hours"} & set(fields)
+    header = tenant_table_rows(())[0]
+    assert len(header) == len(set(header))
