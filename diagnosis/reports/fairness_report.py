@@ -38,6 +38,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Trunc
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from diagnosis.access import (
     findings_for_user,
@@ -150,6 +151,29 @@ def _tree_node(node: fairness.TreeNode) -> dict[str, Any]:
         "held_gpus": number(node.held_gpus),
         "ratio": number(node.ratio),
     }
+
+
+# The words of the productive verdict (diagnosis.core.productive_share.HEADLINES, which the
+# pure core cannot mark), here for makemessages; the page renders them with gettext
+# (ProductiveFairness.headline_in). tests/app/reports/test_fairness_scoped.py checks the two agree.
+VERDICT_WORDS = (
+    gettext_noop("No tenant had demand in this period."),
+    gettext_noop("Not fair in useful GPU-hours: %(who)s (%(indices)s)."),
+    gettext_noop("Fair: %(indices)s."),
+    gettext_noop("Unequal shares: %(indices)s."),
+    gettext_noop(
+        "Jain's index %(allocated)s on allocated GPU-hours, %(productive)s on productive ones"
+    ),
+    gettext_noop(
+        "%(tenant)s was allocated %(allocated)s of its fair share but got only "
+        "%(productive)s of it in useful GPU-hours"
+    ),
+    gettext_noop("None of the tenants shown had demand in this period."),
+    gettext_noop("Not fair in useful GPU-hours: %(who)s."),
+    gettext_noop("Below its fair share: %(who)s."),
+    gettext_noop("%(tenant)s got %(allocated)s of its fair share"),
+    gettext_noop("Fair to the tenants shown: each got at least %(fair)s of its fair share."),
+)
 
 
 def latest_rollup_time(cluster: Cluster) -> datetime | None:
