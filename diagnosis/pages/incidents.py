@@ -65,6 +65,12 @@ def _scoped(jobs: Any, tenants: set[str] | None) -> list[Mapping[str, Any]]:
     return rows if tenants is None else [j for j in rows if j.get("tenant") in tenants]
 
 
+def _tenants_hit(incident: Incident, tenants: set[str] | None) -> list[str]:
+    """The tenants whose jobs the incident hit, as the reader may see them (a manager: theirs)."""
+    hit = [str(t) for t in (incident.details or {}).get("tenants") or ()]
+    return hit if tenants is None else [t for t in hit if t in tenants]
+
+
 def _what_broke(incident: Incident) -> dict[str, Any]:
     """The catalog's entry for the incident's code (or the alert's own words), and the runbook."""
     details = incident.details or {}
@@ -116,7 +122,7 @@ def incident_list(request: HttpRequest, name: str) -> HttpResponse:
             "incident": i,
             "info": xid_catalog.lookup(i.xid_code) if i.xid_code is not None else None,
             "jobs": _scoped((i.details or {}).get("jobs"), tenants),
-            "tenants": (i.details or {}).get("tenants") or [],
+            "tenants": _tenants_hit(i, tenants),
         }
         for i in page.object_list
     ]
@@ -178,7 +184,7 @@ def incident_detail(request: HttpRequest, name: str, incident_id: int) -> HttpRe
         "incident": incident,
         "broke": _what_broke(incident),
         "jobs": _scoped(details.get("jobs"), tenants),
-        "tenants": details.get("tenants") or [],
+        "tenants": _tenants_hit(incident, tenants),
         "gpus": _other_gpus(cluster, incident, tenants),
         "history": history,
         "drain": drain,
