@@ -368,6 +368,7 @@ def job_detail(request: HttpRequest, name: str, job_id: str) -> HttpResponse:
         cluster.pk,
         [f.summary for f in findings] + [t for e in preemptions for t in (e.reason, e.message)],
     )
+    drains = job_drains(cluster, job.external_id)
     context: dict[str, Any] = {
         "cluster": cluster,
         "section": "jobs",
@@ -376,7 +377,9 @@ def job_detail(request: HttpRequest, name: str, job_id: str) -> HttpResponse:
         "size_class": size_class(job.gpus),
         "as_of": latest_as_of,
         "findings": findings,
-        "drains": job_drains(cluster, job.external_id),  # issue #16: why it was preempted
+        "drains": drains,  # issue #16: why it was preempted
+        # issue #32 item 7: without the scheduler's event, the applied drain says why
+        "drain_preemptions": [d for d in drains if d["applied"]],
         "allocation": allocation,
         "gpu_rows": [
             {
