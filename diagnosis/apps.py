@@ -17,3 +17,4 @@ class DiagnosisConfig(AppConfig):
         all_rules()
         all_generators()
         from diagnosis.identity import checks  # noqa: F401, PLC0415 -- registers GPUOBS_ROLE_MAP's check
+        from diagnosis.reports import checks as pdf_checks  # noqa: F401, PLC0415 -- the PDF font's
