@@ -41,6 +41,7 @@ from diagnosis.actions.workflow.base import APPLIED_STATES, WorkflowDenied, Work
 from diagnosis.choices import IncidentState, RecommendationKind
 from diagnosis.core import xid_catalog
 from diagnosis.models import Cluster, Incident, Snapshot
+from diagnosis.pages.live import latest_good_cycle
 from diagnosis.pages.support.pagination import paginate
 
 INCIDENTS_PER_PAGE = 25
@@ -133,6 +134,7 @@ def incident_list(request: HttpRequest, name: str) -> HttpResponse:
         "query": "",
         "rows": rows,
         "open_count": incidents.exclude(state=IncidentState.RESOLVED).count(),
+        "good": latest_good_cycle(request, cluster),  # the live status line (docs/ui.md)
     }
     return render(request, "diagnosis/incident_list.html", context)
 

@@ -32,6 +32,7 @@ from diagnosis.access import (
 )
 from diagnosis.charts.figures import embed, gpu_heatmap, gpu_metric_series, gpus_util_series
 from diagnosis.models import Cluster
+from diagnosis.pages.live import latest_good_cycle
 from diagnosis.pages.support.pagination import paginate
 from diagnosis.pages.support.snapshots import (
     GpuKey,
@@ -254,6 +255,7 @@ def node_list(request: HttpRequest, name: str) -> HttpResponse:
         "latest": latest,
         "colorby": colorby,
         "pool": pool,
+        "good": latest_good_cycle(request, cluster),  # the live status line (docs/ui.md)
     }
     if latest is not None:
         view = derived(
