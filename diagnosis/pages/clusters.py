@@ -68,7 +68,7 @@ from diagnosis.models import Cluster, ClusterCycle, DeliveryState, Finding
 from diagnosis.pages.support import page_cache
 from diagnosis.pages.support.time_range import TimeRange, range_picker
 from diagnosis.reports.period import PeriodError
-from diagnosis.roles import can_administer, is_tenant_scoped
+from diagnosis.roles import can_administer, can_read_failure_cause, is_tenant_scoped
 
 OPEN_STATES = (FindingState.PENDING, FindingState.FIRING)
 WATERFALL_PERIOD_S = 3600
@@ -180,6 +180,15 @@ def freshness_of(
         good_cycle_at=good.ran_at if good else None,
         as_of=good.as_of if good else None,
     )
+
+
+def _failure_cause(request: HttpRequest, cluster: Cluster, latest: ClusterCycle | None) -> str:
+    """The failed cycle's whole error for a reader who may see it, when it says more than the
+    status message; else empty."""
+    if latest is None or latest.ok or not can_read_failure_cause(request.user):
+        return ""
+    cause = cluster.status_detail or latest.error
+    return "" if cause == cluster.status_message else cause
 
 
 def ran_by_now(cycles: QuerySet[ClusterCycle]) -> QuerySet[ClusterCycle]:
@@ -538,11 +547,12 @@ def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
         # outbound channels (Alertmanager, owner notices); their errors name URLs: admins only
         "deliveries": list(DeliveryState.objects.filter(cluster=cluster)),
         "delivery_errors_shown": can_administer(request.user),
-        # a failed cycle's whole error (host, port, remote answer) is for admins; others read
-        # the cluster's status message: which integration failed and how (issue #12)
-        "failure_text": (latest.error if can_administer(request.user) else cluster.status_message)
+        # every reader: which integration failed and how (issue #12); SREs and admins also
+        # the whole error, its cause (host, port, remote answer: issue #32 item 10)
+        "failure_text": (cluster.status_message or latest.error)
         if latest is not None and not latest.ok
         else "",
+        "failure_cause": _failure_cause(request, cluster, latest),
     }
     time_range, range_error, mark_rows = None, "", []
     if good is not None:
