@@ -277,12 +277,23 @@ class GpuRow:
     jobs: list[str] = field(default_factory=list)
 
 
-def _node_findings(request: HttpRequest, cluster: Cluster, node: str, index: int | None = None):
+def _node_findings(
+    request: HttpRequest,
+    cluster: Cluster,
+    node: str,
+    index: int | None = None,
+    jobs: Iterable[str] = (),
+):
+    """The findings about the node (or its GPU ``index``) and about ``jobs``, the jobs on it:
+    a GPU a deadlocked gang holds shows that gang's finding (issue #32 item 11)."""
     subjects = (
         Q(subject=f"gpu:{node}/{index}")
         if index is not None
         else (Q(subject=f"node:{node}") | Q(subject__startswith=f"gpu:{node}/"))
     )
+    shown = [f"job:{job}" for job in jobs if job != HIDDEN_JOB]
+    if shown:
+        subjects |= Q(subject__in=shown)
     return list(
         findings_for_user(request.user, cluster)
         .filter(subjects)
@@ -390,7 +401,9 @@ def gpu_detail(request: HttpRequest, name: str, node: str, index: int) -> HttpRe
         "jobs": where.jobs_on.get((node, index), []),
         "siblings": siblings,
         "incidents": _node_incidents(cluster, request, node, index),
-        "findings": _node_findings(request, cluster, node, index),
+        "findings": _node_findings(
+            request, cluster, node, index, where.jobs_on.get((node, index), [])
+        ),
         "time_range": time_range,
         "picker": range_picker(request.GET, time_range, range_error),
         "points": len(rows),

@@ -504,3 +504,37 @@ def test_the_queue_tree_follows_kueues_cohorts_with_use_borrowing_and_fair_share
     assert (rows["cq-b"].pending_jobs, rows["cq-b"].pending_gpus) == (1, 8)
     assert rows["cq-a"].fair_gpus + rows["cq-b"].fair_gpus == pytest.approx(14)
     assert rows["research"].used_gpus == 6
+
+
+def test_a_partial_gangs_page_shows_the_gpu_hours_it_holds(make_cluster, bob) -> None:
+    """Issue #32 item 11: a gang that never started but holds 16 GPUs for 5 h costs 80 GPU-h."""
+    from diagnosis.actions.records.cycles import record_cycle  # noqa: PLC0415
+    from tests.support.builders import AS_OF, SnapshotBuilder  # noqa: PLC0415
+
+    cluster = make_cluster("partial", metrics_kind="none")
+    snapshot = (
+        SnapshotBuilder(as_of=AS_OF, cluster="partial")
+        .pool("a100", nodes=2, gpus=8)  # no free GPU for its two missing pods: stuck
+        .job(
+            "gang-1",
+            tenant="research",
+            state="pending",
+            pods=4,
+            gpus_per_pod=8,
+            bound=2,
+            nodes=["a100-000", "a100-001"],
+            partial_since="5h",
+            waited="6h",
+        )
+        .build()
+    )
+    record_cycle(cluster, snapshot)
+
+    html = logged_in_client(bob).get("/clusters/partial/jobs/gang-1/").content.decode()
+    held = re.search(r'id="held-gpu-hours">(.*?)</div></div>', html, re.S).group(1)
+    assert '<div class="value">80.0</div>' in held
+    assert "16 GPUs held by its bound pods × 5.0 h" in unescape(held)
+    assert "16 GPUs on 2 node(s)" in html  # the GPU table's summary line
+    finding = Finding.objects.get(cluster=cluster, subject="job:gang-1")
+    gpu_page = logged_in_client(bob).get("/clusters/partial/nodes/a100-000/gpus/0/")
+    assert f'href="/clusters/partial/findings/{finding.pk}/"' in gpu_page.content.decode()
