@@ -174,6 +174,9 @@ def test_cluster_list_shows_headline_figures_and_links(bob_client: Client, seed,
     assert critical >= 2
     assert f"{open_count} {critical} critical" in text
     assert "fresh" in text.lower()
+    # the simulator is scheduler and metrics source: named once (issue #32 item 12)
+    kinds = response.content.decode().split("data-kinds>", 1)[1].split("\n", 1)[0]
+    assert kinds.count(seed.get_scheduler_kind_display()) == 1
 
 
 # -- the overview --------------------------------------------------------------------------------

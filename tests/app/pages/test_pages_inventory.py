@@ -378,6 +378,14 @@ def test_evidence_keys_get_labels_and_units() -> None:
     assert "2.0 h" in html
 
 
+def test_evidence_seconds_read_as_a_duration_not_a_raw_number() -> None:
+    """Issue #32 item 12: "Holding GPUs for 5.3 h", never "19,060.1 (5.3 h)"."""
+    html = evidence_table({"hold_s": 19060.1})
+
+    assert '<span class="num" title="19,060.1 s">5.3 h</span>' in html
+    assert "19,060.1</span>" not in html
+
+
 def test_evidence_names_link_to_their_pages(seed) -> None:
     html = evidence_table({"job": "j-1", "blocked_jobs": [{"id": "j-2"}], "node": "n1"}, seed)
 
