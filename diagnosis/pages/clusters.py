@@ -61,10 +61,10 @@ from diagnosis.charts.figures import (
     utilization_trend,
 )
 from diagnosis.charts.gpu_hours import BucketHours, GpuHoursBreakdown, gpu_hours_breakdown
-from diagnosis.choices import FindingState, Severity
+from diagnosis.choices import FindingState, IncidentState, Severity
 from diagnosis.core.rules.base import SEVERITIES, Rule
 from diagnosis.core.rules.registry import all_rules
-from diagnosis.models import Cluster, ClusterCycle, DeliveryState, Finding
+from diagnosis.models import Cluster, ClusterCycle, DeliveryState, Finding, Incident
 from diagnosis.pages.support import page_cache
 from diagnosis.pages.support.time_range import TimeRange, range_picker
 from diagnosis.reports.period import PeriodError
@@ -253,6 +253,25 @@ class ClusterRow:
     freshness: Freshness
     open_findings: int
     critical_findings: int
+    open_incidents: int = 0
+
+
+def _open_incidents(request: HttpRequest, clusters: list[Cluster]) -> dict[int, int]:
+    """Cluster id -> its unresolved incidents the reader may see: one grouped query, or for a
+    manager (whose incidents are picked by the jobs they hit) one per cluster."""
+    if is_tenant_scoped(request.user):
+        return {
+            c.pk: incidents_for_user(request.user, c).exclude(state=IncidentState.RESOLVED).count()
+            for c in clusters
+        }
+    grouped = (
+        Incident.objects.filter(cluster__in=[c.pk for c in clusters])
+        .exclude(state=IncidentState.RESOLVED)
+        .order_by()
+        .values_list("cluster")
+        .annotate(n=Count("id"))
+    )
+    return dict(grouped)
 
 
 @require_safe
@@ -280,6 +299,7 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
         {c.pk: c for c in cycles.filter(pk__in=ids - {None}).only(*CYCLE_FIELDS)} if rows else {}
     )
     now = timezone.now()
+    incidents = _open_incidents(request, rows) if rows else {}
     table = []
     for cluster in rows:
         latest_cycle = by_id.get(cluster.latest_cycle_id)
@@ -292,6 +312,7 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
                 freshness=freshness_of(latest_cycle, good, now),
                 open_findings=cluster.open_findings,
                 critical_findings=cluster.critical_findings,
+                open_incidents=incidents.get(cluster.pk, 0),
             )
         )
     return render(request, "diagnosis/cluster_list.html", {"rows": table})

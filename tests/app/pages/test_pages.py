@@ -177,6 +177,13 @@ def test_cluster_list_shows_headline_figures_and_links(bob_client: Client, seed,
     # the simulator is scheduler and metrics source: named once (issue #32 item 12)
     kinds = response.content.decode().split("data-kinds>", 1)[1].split("\n", 1)[0]
     assert kinds.count(seed.get_scheduler_kind_display()) == 1
+    # and its unresolved incidents (the seed's Xid GPUs), linked to the incidents list
+    incidents = Incident.objects.filter(cluster=seed).exclude(state="resolved").count()
+    assert incidents >= 1
+    assert (
+        f'open-incidents"><a href="/clusters/{seed.name}/incidents/">{incidents}</a>'
+        in response.content.decode()
+    )
 
 
 # -- the overview --------------------------------------------------------------------------------
