@@ -148,6 +148,24 @@ def test_the_heatmap_is_one_plotly_heatmap_linking_every_gpu(bob_client: Client,
     assert html.count("<tr>") <= 60  # the node table is paged, the GPUs are not DOM rows
 
 
+def test_the_node_table_puts_the_unhealthy_nodes_first_and_filters_to_them(
+    bob_client: Client, seed
+) -> None:
+    """Issue #32 item 12: the seed's only unhealthy node was on page 3 of 3."""
+    latest = latest_document(seed)
+    bad = sorted({g["node"] for g in latest["gpus"] if g.get("health") != "ok" or g.get("xid")})
+    assert bad
+    base = f"/clusters/{seed.name}/nodes/"
+    first = bob_client.get(f"{base}?sort=problems").content.decode()
+    listed = re.findall(rf'href="/clusters/{seed.name}/nodes/([^/"]+)/"', first)
+    assert set(listed[: len(bad)]) == set(bad)
+    only = bob_client.get(f"{base}?problems=1").content.decode()
+    table = only[only.index('id="node-table"') :]
+    shown = set(re.findall(rf'href="/clusters/{seed.name}/nodes/([^/"]+)/"', table))
+    assert set(bad) <= shown
+    assert len(shown) < len(latest["nodes"])
+
+
 def test_the_node_page_lists_its_gpus_with_their_jobs_linked(bob_client: Client, seed) -> None:
     node, index, job = busy_gpu(seed)
     html = bob_client.get(f"/clusters/{seed.name}/nodes/{node}/").content.decode()
