@@ -329,8 +329,9 @@ def text_for_user(user: User, cluster_id: int, text: str) -> str:
 
 
 def incidents_for_user(user: User, cluster: Cluster) -> QuerySet[Incident]:
-    """The incidents of a cluster the user may read (a manager: those whose jobs are all of their
-    tenants, as ``details.tenants`` lists them, and none of unknown tenant)."""
+    """The incidents of a cluster the user may read (a manager: those that hit a job of one of
+    their tenants, as ``details.jobs`` names it; the pages and the API then show them only
+    their tenants' jobs and tenants, docs/ui.md "Incidents")."""
     _require_login(user)
     if not can_read(user):
         return Incident.objects.none()
@@ -342,11 +343,9 @@ def incidents_for_user(user: User, cluster: Cluster) -> QuerySet[Incident]:
             for pk, tenants, jobs in incidents.values_list(
                 "pk", "details__tenants", "details__jobs"
             )
-            if isinstance(tenants, list)
-            and tenants
-            and set(tenants) <= mine
             # a job of unknown tenant (only its id known) is nobody's: never assumed theirs
-            and all(isinstance(j, dict) and j.get("tenant") for j in jobs or ())
+            if (isinstance(tenants, list) and mine.intersection(map(str, tenants)))
+            or any(isinstance(j, dict) and j.get("tenant") in mine for j in jobs or ())
         ]
         incidents = incidents.filter(pk__in=visible)
     return incidents

@@ -8,6 +8,7 @@ class DiagnosisConfig(AppConfig):
 
     def ready(self) -> None:
         from diagnosis.identity import checks  # noqa: F401, PLC0415 -- registers GPUOBS_ROLE_MAP's check
+        from diagnosis.reports import checks as pdf_checks  # noqa: F401, PLC0415 -- the PDF font's
 
 
 def build_plugin_registries() -> None:

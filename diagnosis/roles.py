@@ -95,6 +95,12 @@ def can_handle_incidents(user: User) -> bool:
     return has_role(user, Role.ONCALL, Role.SRE)
 
 
+def can_read_failure_cause(user: User) -> bool:
+    """The whole error of a failed collection (host, port, the remote's answer): for those who
+    run the integrations, SREs and admins; others read which integration failed and how."""
+    return has_role(user, Role.SRE)
+
+
 def can_administer(user: User) -> bool:
     """Data sources, thresholds, users and the per-cluster write switch."""
     return Role.ADMIN in roles_of(user)

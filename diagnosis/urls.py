@@ -62,7 +62,7 @@ cluster_pages = [
     path("jobs/", page("jobs:job_list"), name="jobs"),
     path("jobs/<path:job_id>/", page("jobs:job_detail"), name="job"),
     path("writes/", page("recommendations:cluster_writes"), name="cluster_writes"),
-    path("confirm-size/", page("clusters:confirm_size"), name="cluster_confirm_size"),
+    path("confirm-size/", page("cluster_size:confirm_size"), name="cluster_confirm_size"),
 ]
 
 urlpatterns = [

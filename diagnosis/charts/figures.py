@@ -357,7 +357,11 @@ GPU_SERIES: tuple[tuple[str, str, str, str], ...] = (
     ("temp_c", gettext_noop("Temperature"), ",.0f", " °C"),
     ("sm_clock_mhz", gettext_noop("SM clock"), ",.0f", " MHz"),
 )
-HEATMAP_UTIL_SCALE = [[0.0, "#f3f5f8"], [0.05, "#fde0c5"], [0.5, "#8fb5f0"], [1.0, "#1d3f9e"]]
+# Utilization from idle to busy (docs/ui.md "Nodes and GPUs"): an idle GPU (0%) is a strong orange,
+# never the page's grey, so it reads apart from an empty cell (no utilization reported: the
+# heatmap leaves it transparent, the panel's own colour) in the light and the dark theme alike.
+HEATMAP_IDLE = "#d9480f"
+HEATMAP_UTIL_SCALE = [[0.0, HEATMAP_IDLE], [0.05, "#fdba74"], [0.5, "#8fb5f0"], [1.0, "#1d3f9e"]]
 
 
 def _epoch_ms(times: Iterable[datetime]) -> np.ndarray:

@@ -11,7 +11,8 @@ what the others asked for *at that time*: capacity nobody asked for in the night
 handed to a tenant that asked only in the day.
 
 **One period** (:func:`fairness_report`). From the sums of those rollups over the period, the
-waits of the jobs that started in it and the starvation findings of the period:
+waits of the jobs that started in it or still wait at its end, and the starvation findings of
+the period:
 
 - entitlement ``e_t`` = time-averaged share of ``deserved_gpus`` (weights when no deserved is
   set for some tenant with demand);
@@ -22,7 +23,8 @@ waits of the jobs that started in it and the starvation findings of the period:
 - ratio ``r_t = u_t / f_t`` (None when ``f_t`` is 0);
 - Jain's index ``(sum r)^2 / (n sum r^2)`` over tenants with demand (:func:`jain_index`);
 - DRF dominant share where CPU and memory are known (:func:`dominant_shares`);
-- waits p50/p95 by job size class (:data:`SIZE_CLASSES`, :func:`wait_stats`);
+- waits p50/p95 by job size class (:data:`SIZE_CLASSES`, :func:`wait_stats`), of the jobs
+  that started and those still waiting at the period's end (their wait so far);
 - efficiency: util and MFU of its GPU-seconds, idle GPU-hours held.
 """
 
@@ -130,13 +132,24 @@ def dominant_shares(
 
 @dataclass(frozen=True)
 class WaitStats:
+    """``jobs`` counted: those that started in the period (start - submission) and those still
+    waiting at its end (their wait so far, ``waiting`` of them): a tenant whose jobs never start
+    must not show the best waits (docs/fairness.md "Waits")."""
+
     jobs: int
     p50_s: float | None
     p95_s: float | None
+    waiting: int = 0
+
+    @property
+    def started(self) -> int:
+        return self.jobs - self.waiting
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "jobs": self.jobs,
+            "jobs_started": self.started,
+            "jobs_waiting": self.waiting,
             "p50_s": json_number(self.p50_s),
             "p95_s": json_number(self.p95_s),
         }
@@ -151,21 +164,27 @@ def percentiles(values: Sequence[float] | np.ndarray) -> tuple[float | None, flo
     return float(p50), float(p95)
 
 
-def wait_stats(gpus: Sequence[int] | np.ndarray, waits_s: Sequence[float] | np.ndarray):
-    """Wait statistics of jobs that started: overall and per size class.
+def wait_stats(
+    gpus: Sequence[int] | np.ndarray,
+    waits_s: Sequence[float] | np.ndarray,
+    waiting: Sequence[bool] | np.ndarray | None = None,
+):
+    """Wait statistics: overall and per size class.
 
     ``gpus[i]`` is what job i asked for in total, ``waits_s[i]`` how long it waited (start -
-    submission). Returns ``(overall, {class: WaitStats})`` with every class present.
+    submission, or its wait so far where ``waiting[i]``: it had not started by the period's
+    end). Returns ``(overall, {class: WaitStats})`` with every class present.
     """
     gpus = np.asarray(gpus, dtype=np.int64)
     waits = np.asarray(waits_s, dtype=float)
+    still = np.zeros(len(waits), dtype=bool) if waiting is None else np.asarray(waiting, bool)
     classes = _size_class_codes(gpus)
-    by_class = {}
-    for code, name in enumerate(SIZE_CLASSES):
-        chosen = waits[classes == code]
-        by_class[name] = WaitStats(len(chosen), *percentiles(chosen))
-    counted = waits[classes >= 0]
-    return WaitStats(len(counted), *percentiles(counted)), by_class
+
+    def stats(chosen: np.ndarray) -> WaitStats:
+        return WaitStats(int(chosen.sum()), *percentiles(waits[chosen]), int(still[chosen].sum()))
+
+    by_class = {name: stats(classes == code) for code, name in enumerate(SIZE_CLASSES)}
+    return stats(classes >= 0), by_class
 
 
 def _size_class_codes(gpus: np.ndarray) -> np.ndarray:
@@ -429,8 +448,8 @@ class TenantRow:
     preemptions: int
     util: float | None
     mfu: float | None
-    productive_gpu_hours: float
-    idle_gpu_hours: float
+    mfu_weighted_gpu_hours: float  # busy GPU-hours x MFU (the "productive" of docs/accounting.md)
+    held_idle_gpu_hours: float  # allocated-idle + held by partial gangs
     buckets: Mapping[str, float]  # TENANT_BUCKETS -> GPU-hours
     dominant_share: float | None = None
     dominant_resource: str | None = None
@@ -446,7 +465,8 @@ class TenantRow:
             "demand_share": json_number(self.demand_share),
             "allocated_gpu_hours": json_number(self.allocated_gpu_hours),
             "fair_gpu_hours": json_number(self.fair_gpu_hours),
-            "jobs_started": self.wait.jobs,
+            "jobs_started": self.wait.started,
+            "jobs_waiting": self.wait.waiting,
             "wait_p50_s": json_number(self.wait.p50_s),
             "wait_p95_s": json_number(self.wait.p95_s),
             "waits": {name: stats.as_dict() for name, stats in self.waits.items()},
@@ -455,8 +475,8 @@ class TenantRow:
             "preemptions": self.preemptions,
             "util": json_number(self.util),
             "mfu": json_number(self.mfu),
-            "productive_gpu_hours": json_number(self.productive_gpu_hours),
-            "idle_gpu_hours": json_number(self.idle_gpu_hours),
+            "mfu_weighted_gpu_hours": json_number(self.mfu_weighted_gpu_hours),
+            "held_idle_gpu_hours": json_number(self.held_idle_gpu_hours),
             "gpu_hours": {name: json_number(v) for name, v in self.buckets.items()},
             "dominant_share": json_number(self.dominant_share),
             "dominant_resource": self.dominant_resource,
@@ -485,7 +505,7 @@ def fairness_report(
     tenant_sums: Mapping[str, Mapping[str, float]],
     cluster_sums: Mapping[str, float],
     *,
-    waits: Mapping[str, tuple[Sequence[int], Sequence[float]]] | None = None,
+    waits: Mapping[str, tuple[Sequence[Any], ...]] | None = None,
     starvation_findings: Mapping[str, int] | None = None,
     resources: Mapping[str, Mapping[str, float]] | None = None,
     resource_capacity: Mapping[str, float] | None = None,
@@ -494,11 +514,12 @@ def fairness_report(
     """The report of one period from its sums.
 
     ``tenant_sums[t]`` sums :data:`TENANT_SUMS` over the period's rollups; ``cluster_sums`` sums
-    :data:`CLUSTER_SUMS` of the whole-cluster rollups. ``waits[t]`` = (GPUs asked, wait seconds)
-    of its jobs that started in the period; ``starvation_findings[t]`` its distinct starvation
-    findings active in it. ``resources``/``resource_capacity``: resource-seconds used per tenant
-    and available (``gpu``, ``cpu``, ``memory``); the dominant share is reported only when a
-    resource besides GPUs is known.
+    :data:`CLUSTER_SUMS` of the whole-cluster rollups. ``waits[t]`` = (GPUs asked, wait seconds,
+    still waiting; optional, all started without it) of its jobs that started in the period or
+    were still waiting at its end (:func:`wait_stats`); ``starvation_findings[t]`` its distinct
+    starvation findings active in it. ``resources``/``resource_capacity``: resource-seconds used
+    per tenant and available (``gpu``, ``cpu``, ``memory``); the dominant share is reported only
+    when a resource besides GPUs is known.
     """
     waits = waits or {}
     starvation_findings = starvation_findings or {}
@@ -511,15 +532,18 @@ def fairness_report(
     rows = []
     all_gpus: list[np.ndarray] = []
     all_waits: list[np.ndarray] = []
+    all_waiting: list[np.ndarray] = []
     for name in sorted(tenant_sums):
         sums = tenant_sums[name]
         allocated = float(sums.get("allocated_gpu_s") or 0.0)
         fair = float(sums.get("fair_gpu_s") or 0.0)
         demanded = float(sums.get("demanded_gpu_s") or 0.0)
-        gpus, seconds = waits.get(name, ((), ()))
+        gpus, seconds, *flags = waits.get(name, ((), ()))
+        waiting = np.asarray(flags[0] if flags else np.zeros(len(seconds)), dtype=bool)
         all_gpus.append(np.asarray(gpus, dtype=np.int64))
         all_waits.append(np.asarray(seconds, dtype=float))
-        overall, by_class = wait_stats(gpus, seconds)
+        all_waiting.append(waiting)
+        overall, by_class = wait_stats(gpus, seconds, waiting)
         dominant = drf.get(name)
         rows.append(
             TenantRow(
@@ -544,8 +568,8 @@ def fairness_report(
                     float(sums.get("productive_gpu_s") or 0),
                     float(sums.get("mfu_known_gpu_s") or 0),
                 ),
-                productive_gpu_hours=float(sums.get("productive_gpu_s") or 0) / 3600,
-                idle_gpu_hours=(
+                mfu_weighted_gpu_hours=float(sums.get("productive_gpu_s") or 0) / 3600,
+                held_idle_gpu_hours=(
                     float(sums.get("idle_gpu_s") or 0) + float(sums.get("partial_gang_gpu_s") or 0)
                 )
                 / 3600,
@@ -562,7 +586,8 @@ def fairness_report(
     rows = [rows[i] for i in shown]
     gpus_all = np.concatenate([all_gpus[i] for i in shown] or [np.zeros(0, dtype=np.int64)])
     waits_all = np.concatenate([all_waits[i] for i in shown] or [np.zeros(0)])
-    overall, by_class = wait_stats(gpus_all, waits_all)
+    waiting_all = np.concatenate([all_waiting[i] for i in shown] or [np.zeros(0, dtype=bool)])
+    overall, by_class = wait_stats(gpus_all, waits_all, waiting_all)
     return FairnessReport(
         covered_s=covered,
         capacity_gpu_hours=capacity / 3600,

@@ -18,13 +18,17 @@ while it is starved of useful GPUs. This module reads the same sums a second way
   judged: an inference service's low MFU is its nature, not waste (the ``low-mfu`` rule judges
   training jobs).
 
-The headline never calls a period fair while a tenant is productively starved.
+The headline never calls a period fair while a tenant is productively starved. A reader shown
+only some tenants (a manager, or ``?tenant=``) gets a verdict about those alone
+(:func:`_scoped_headline`): never one about a tenant they cannot see. The headline's words are
+English templates (:data:`HEADLINES`) with their values, so the Django layer translates them
+(:meth:`ProductiveFairness.headline_in`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from diagnosis.core.fairness import FairnessReport, TenantRow, jain_index, json_number
@@ -32,6 +36,42 @@ from diagnosis.core.fairness import FairnessReport, TenantRow, jain_index, json_
 FAIR_RATIO = 0.8  # an allocated ratio at least this looks fair
 PRODUCTIVE_FRACTION = 0.5  # productive ratio below this share of the allocated one: starved
 FAIR_JAIN = 0.9  # Jain's index at least this on both readings: the period is fair
+
+# The headline's words by verdict (and the clauses it joins), English: the page translates each
+# (diagnosis/reports/fairness_report.py marks them for makemessages) and fills in the values.
+HEADLINES: dict[str, str] = {
+    "no-demand": "No tenant had demand in this period.",
+    "productively-unfair": "Not fair in useful GPU-hours: %(who)s (%(indices)s).",
+    "fair": "Fair: %(indices)s.",
+    "unequal": "Unequal shares: %(indices)s.",
+    "indices": "Jain's index %(allocated)s on allocated GPU-hours, %(productive)s on productive "
+    "ones",
+    "starved-tenant": "%(tenant)s was allocated %(allocated)s of its fair share but got only "
+    "%(productive)s of it in useful GPU-hours",
+    "scoped-no-demand": "None of the tenants shown had demand in this period.",
+    "scoped-productively-unfair": "Not fair in useful GPU-hours: %(who)s.",
+    "scoped-unequal": "Below its fair share: %(who)s.",
+    "short-tenant": "%(tenant)s got %(allocated)s of its fair share",
+    "scoped-fair": "Fair to the tenants shown: each got at least %(fair)s of its fair share.",
+}
+# A headline: the key of its template and its values (strings, or clauses joined with "; ").
+Words = tuple[str, Mapping[str, "str | Words | tuple[Words, ...]"]]
+
+
+def render(words: Words, translate: Callable[[str], str] = str) -> str:
+    """``words`` as text, each template passed through ``translate`` (gettext) first."""
+    key, values = words
+
+    def value(v: str | Words | tuple[Words, ...]) -> str:
+        if isinstance(v, str):
+            return v
+        if v and isinstance(v[0], str):
+            return render(v, translate)  # type: ignore[arg-type]
+        return "; ".join(render(clause, translate) for clause in v)  # type: ignore[arg-type]
+
+    return translate(HEADLINES[key]) % {name: value(v) for name, v in values.items()}
+
+
 _EPS = 1e-9
 
 # The rollup columns of GPU-seconds that were allocated but did no work.
@@ -91,8 +131,15 @@ class ProductiveFairness:
     jain_index: float | None  # over the productive ratios
     cluster_mfu: float | None
     verdict: str  # "fair", "unequal", "productively-unfair" or "no-demand"
-    headline: str
     starved: tuple[str, ...]  # visible tenants that are productively starved
+    words: Words = field(default=("no-demand", {}))  # the headline, to translate
+
+    @property
+    def headline(self) -> str:
+        return render(self.words)
+
+    def headline_in(self, translate: Callable[[str], str]) -> str:
+        return render(self.words, translate)
 
     def row(self, tenant: str) -> ProductiveRow:
         return next(r for r in self.rows if r.tenant == tenant)
@@ -141,6 +188,7 @@ def productive_fairness(
     rows: list[ProductiveRow] = []
     allocated_ratios: list[float] = []
     productive_ratios: list[float] = []
+    demanded: set[str] = set()
     for name in sorted(tenant_sums):
         sums = tenant_sums[name]
         allocated = _number(sums, "allocated_gpu_s")
@@ -150,6 +198,7 @@ def productive_fairness(
         allocated_ratio = allocated / fair if fair > _EPS else None
         productive_ratio = useful / fair if fair > _EPS else None
         if _number(sums, "demanded_gpu_s") > 0 and allocated_ratio is not None:
+            demanded.add(name)
             allocated_ratios.append(allocated_ratio)
             productive_ratios.append(productive_ratio or 0.0)
         starved = (
@@ -180,15 +229,18 @@ def productive_fairness(
     any_starved = any(r.productively_starved for r in rows)
     shown = tuple(r for r in rows if visible is None or r.tenant in visible)
     starved = tuple(r.tenant for r in shown if r.productively_starved)
-    verdict, headline = _headline(allocated_jain, productive_jain, any_starved, shown, starved)
+    if visible is None:
+        verdict, words = _headline(allocated_jain, productive_jain, any_starved, shown)
+    else:
+        verdict, words = _scoped_headline(shown, demanded)
     return ProductiveFairness(
         rows=shown,
         allocated_jain_index=allocated_jain,
         jain_index=productive_jain,
         cluster_mfu=cluster_mfu,
         verdict=verdict,
-        headline=headline,
         starved=starved,
+        words=words,
     )
 
 
@@ -196,30 +248,53 @@ def _index(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
 
+def _starved_clause(row: ProductiveRow) -> Words:
+    return (
+        "starved-tenant",
+        {
+            "tenant": row.tenant,
+            "allocated": f"{row.allocated_ratio:.0%}",
+            "productive": f"{row.productive_ratio:.0%}",
+        },
+    )
+
+
 def _headline(
     allocated_jain: float | None,
     productive_jain: float | None,
     any_starved: bool,
     rows: tuple[ProductiveRow, ...],
-    starved: tuple[str, ...],
-) -> tuple[str, str]:
-    indices = (
-        f"Jain's index {_index(allocated_jain)} on allocated GPU-hours, "
-        f"{_index(productive_jain)} on productive ones"
+) -> tuple[str, Words]:
+    """The whole cluster's verdict, for a reader who sees every tenant."""
+    indices: Words = (
+        "indices",
+        {"allocated": _index(allocated_jain), "productive": _index(productive_jain)},
     )
     if allocated_jain is None:
-        return "no-demand", "No tenant had demand in this period."
+        return "no-demand", ("no-demand", {})
     if any_starved:
-        if starved:
-            named = [r for r in rows if r.productively_starved]
-            who = "; ".join(
-                f"{r.tenant} was allocated {r.allocated_ratio:.0%} of its fair share but got "
-                f"only {r.productive_ratio:.0%} of it in useful GPU-hours"
-                for r in named
-            )
-        else:
-            who = "a tenant's GPUs were allocated but mostly did no useful work"
-        return "productively-unfair", f"Not fair in useful GPU-hours: {who} ({indices})."
+        who = tuple(_starved_clause(r) for r in rows if r.productively_starved)
+        return "productively-unfair", ("productively-unfair", {"who": who, "indices": indices})
     if allocated_jain >= FAIR_JAIN and (productive_jain or 0.0) >= FAIR_JAIN:
-        return "fair", f"Fair: {indices}."
-    return "unequal", f"Unequal shares: {indices}."
+        return "fair", ("fair", {"indices": indices})
+    return "unequal", ("unequal", {"indices": indices})
+
+
+def _scoped_headline(rows: tuple[ProductiveRow, ...], demanded: set[str]) -> tuple[str, Words]:
+    """The verdict about the tenants shown alone (Jain's index is the cluster's, about tenants
+    this reader may not see): productively starved ones named first, then those allocated
+    less than :data:`FAIR_RATIO` of their fair share."""
+    judged = [r for r in rows if r.tenant in demanded]
+    if not judged:
+        return "no-demand", ("scoped-no-demand", {})
+    starved = tuple(_starved_clause(r) for r in judged if r.productively_starved)
+    if starved:
+        return "productively-unfair", ("scoped-productively-unfair", {"who": starved})
+    short = tuple(
+        ("short-tenant", {"tenant": r.tenant, "allocated": f"{r.allocated_ratio:.0%}"})
+        for r in judged
+        if (r.allocated_ratio or 0.0) < FAIR_RATIO
+    )
+    if short:
+        return "unequal", ("scoped-unequal", {"who": short})
+    return "fair", ("scoped-fair", {"fair": f"{FAIR_RATIO:.0%}"})

@@ -22,7 +22,6 @@ from urllib.parse import urlencode
 
 import pandas as pd
 from django.conf import settings
-from django.contrib import messages
 from django.db.models import (
     Case,
     CharField,
@@ -38,13 +37,13 @@ from django.db.models import (
     Value,
     When,
 )
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext
-from django.views.decorators.http import require_POST, require_safe
+from django.views.decorators.http import require_safe
 
 from diagnosis.access import (
     clusters_for_user,
@@ -54,8 +53,6 @@ from diagnosis.access import (
     incidents_for_user,
     recommendations_for_user,
 )
-from diagnosis.actions.records.cluster_size import confirm_cluster_size
-from diagnosis.actions.workflow.base import WorkflowError
 from diagnosis.charts.figures import (
     TimeMark,
     add_time_marks,
@@ -64,14 +61,14 @@ from diagnosis.charts.figures import (
     utilization_trend,
 )
 from diagnosis.charts.gpu_hours import BucketHours, GpuHoursBreakdown, gpu_hours_breakdown
-from diagnosis.choices import FindingState, Severity
+from diagnosis.choices import FindingState, IncidentState, Severity
 from diagnosis.core.rules.base import SEVERITIES, Rule
 from diagnosis.core.rules.registry import all_rules
-from diagnosis.models import Cluster, ClusterCycle, DeliveryState, Finding
+from diagnosis.models import Cluster, ClusterCycle, DeliveryState, Finding, Incident
 from diagnosis.pages.support import page_cache
 from diagnosis.pages.support.time_range import TimeRange, range_picker
 from diagnosis.reports.period import PeriodError
-from diagnosis.roles import Role, can_administer, has_role, is_tenant_scoped
+from diagnosis.roles import Role, can_administer, can_read_failure_cause, has_role, is_tenant_scoped
 
 OPEN_STATES = (FindingState.PENDING, FindingState.FIRING)
 WATERFALL_PERIOD_S = 3600
@@ -185,6 +182,15 @@ def freshness_of(
     )
 
 
+def _failure_cause(request: HttpRequest, cluster: Cluster, latest: ClusterCycle | None) -> str:
+    """The failed cycle's whole error for a reader who may see it, when it says more than the
+    status message; else empty."""
+    if latest is None or latest.ok or not can_read_failure_cause(request.user):
+        return ""
+    cause = cluster.status_detail or latest.error
+    return "" if cause == cluster.status_message else cause
+
+
 def ran_by_now(cycles: QuerySet[ClusterCycle]) -> QuerySet[ClusterCycle]:
     """The cycles that ran by now, give or take the clock skew a worker is allowed: a cycle a
     fast worker clock stamped ahead is never preferred (issue #18)."""
@@ -247,6 +253,25 @@ class ClusterRow:
     freshness: Freshness
     open_findings: int
     critical_findings: int
+    open_incidents: int = 0
+
+
+def _open_incidents(request: HttpRequest, clusters: list[Cluster]) -> dict[int, int]:
+    """Cluster id -> its unresolved incidents the reader may see: one grouped query, or for a
+    manager (whose incidents are picked by the jobs they hit) one per cluster."""
+    if is_tenant_scoped(request.user):
+        return {
+            c.pk: incidents_for_user(request.user, c).exclude(state=IncidentState.RESOLVED).count()
+            for c in clusters
+        }
+    grouped = (
+        Incident.objects.filter(cluster__in=[c.pk for c in clusters])
+        .exclude(state=IncidentState.RESOLVED)
+        .order_by()
+        .values_list("cluster")
+        .annotate(n=Count("id"))
+    )
+    return dict(grouped)
 
 
 @require_safe
@@ -274,6 +299,7 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
         {c.pk: c for c in cycles.filter(pk__in=ids - {None}).only(*CYCLE_FIELDS)} if rows else {}
     )
     now = timezone.now()
+    incidents = _open_incidents(request, rows) if rows else {}
     table = []
     for cluster in rows:
         latest_cycle = by_id.get(cluster.latest_cycle_id)
@@ -286,6 +312,7 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
                 freshness=freshness_of(latest_cycle, good, now),
                 open_findings=cluster.open_findings,
                 critical_findings=cluster.critical_findings,
+                open_incidents=incidents.get(cluster.pk, 0),
             )
         )
     return render(request, "diagnosis/cluster_list.html", {"rows": table})
@@ -541,14 +568,15 @@ def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
         # outbound channels (Alertmanager, owner notices); their errors name URLs: admins only
         "deliveries": list(DeliveryState.objects.filter(cluster=cluster)),
         "delivery_errors_shown": can_administer(request.user),
-        # a failed cycle's whole error (host, port, remote answer) is for admins; others read
-        # the cluster's status message: which integration failed and how (issue #12)
-        "failure_text": (latest.error if can_administer(request.user) else cluster.status_message)
+        # every reader: which integration failed and how (issue #12); SREs and admins also
+        # the whole error, its cause (host, port, remote answer: issue #32 item 10)
+        "failure_text": (cluster.status_message or latest.error)
         if latest is not None and not latest.ok
         else "",
         # a drop in size held back from judgement (diagnosis/actions/records/cluster_size.py)
         "size_hold": cluster.size_hold if (cluster.size_hold or {}).get("size") else None,
         "can_confirm_size": has_role(request.user, Role.SRE),
+        "failure_cause": _failure_cause(request, cluster, latest),
     }
     time_range, range_error, mark_rows = None, "", []
     if good is not None:
@@ -657,21 +685,3 @@ def _overview_panels(
 
 
 # -- health and API ------------------------------------------------------------------------------
-
-
-@require_POST
-def confirm_size(request: HttpRequest, name: str) -> HttpResponse:
-    """An SRE or admin confirms the size the cluster's cycles hold back (audited); 403 for
-    another role."""
-    cluster = get_cluster_for_user(request.user, name)
-    try:
-        confirm_cluster_size(cluster, request.user)
-    except WorkflowError as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.success(
-            request,
-            gettext("The new size of %(cluster)s is confirmed: its next cycle is judged.")
-            % {"cluster": cluster.name},
-        )
-    return HttpResponseRedirect(reverse("diagnosis:cluster", kwargs={"name": cluster.name}))

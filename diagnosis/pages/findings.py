@@ -39,6 +39,7 @@ from diagnosis.core.rules.base import SEVERITIES
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.models import Cluster, Finding
 from diagnosis.pages.clusters import OPEN_STATES, cluster_url
+from diagnosis.pages.live import latest_good_cycle
 from diagnosis.pages.support import page_cache
 from diagnosis.pages.support.pagination import paginate
 
@@ -117,7 +118,12 @@ def finding_list(request: HttpRequest, name: str) -> HttpResponse:
     body = page_cache.cached_fragments(
         "findings", request, cluster, lambda: {"body": _finding_list_body(request, cluster)}
     )
-    context = {"cluster": cluster, "section": "findings", **body}
+    context = {
+        "cluster": cluster,
+        "section": "findings",
+        "good": latest_good_cycle(request, cluster),  # the live status line (docs/ui.md)
+        **body,
+    }
     return render(request, "diagnosis/finding_list.html", context)
 
 

@@ -43,6 +43,7 @@ from diagnosis.actions.workflow.outcome import apply_outcome
 from diagnosis.choices import IncidentState, RecommendationKind
 from diagnosis.core import xid_catalog
 from diagnosis.models import Cluster, Incident, Snapshot
+from diagnosis.pages.live import latest_good_cycle
 from diagnosis.pages.support.pagination import paginate
 
 INCIDENTS_PER_PAGE = 25
@@ -65,6 +66,12 @@ def _visible_tenants(request: HttpRequest, cluster: Cluster) -> set[str] | None:
 def _scoped(jobs: Any, tenants: set[str] | None) -> list[Mapping[str, Any]]:
     rows = [j for j in jobs or () if isinstance(j, Mapping)]
     return rows if tenants is None else [j for j in rows if j.get("tenant") in tenants]
+
+
+def _tenants_hit(incident: Incident, tenants: set[str] | None) -> list[str]:
+    """The tenants whose jobs the incident hit, as the reader may see them (a manager: theirs)."""
+    hit = [str(t) for t in (incident.details or {}).get("tenants") or ()]
+    return hit if tenants is None else [t for t in hit if t in tenants]
 
 
 def _what_broke(incident: Incident) -> dict[str, Any]:
@@ -118,7 +125,7 @@ def incident_list(request: HttpRequest, name: str) -> HttpResponse:
             "incident": i,
             "info": xid_catalog.lookup(i.xid_code) if i.xid_code is not None else None,
             "jobs": _scoped((i.details or {}).get("jobs"), tenants),
-            "tenants": (i.details or {}).get("tenants") or [],
+            "tenants": _tenants_hit(i, tenants),
         }
         for i in page.object_list
     ]
@@ -129,6 +136,7 @@ def incident_list(request: HttpRequest, name: str) -> HttpResponse:
         "query": "",
         "rows": rows,
         "open_count": incidents.exclude(state=IncidentState.RESOLVED).count(),
+        "good": latest_good_cycle(request, cluster),  # the live status line (docs/ui.md)
     }
     return render(request, "diagnosis/incident_list.html", context)
 
@@ -180,7 +188,7 @@ def incident_detail(request: HttpRequest, name: str, incident_id: int) -> HttpRe
         "incident": incident,
         "broke": _what_broke(incident),
         "jobs": _scoped(details.get("jobs"), tenants),
-        "tenants": details.get("tenants") or [],
+        "tenants": _tenants_hit(incident, tenants),
         "gpus": _other_gpus(cluster, incident, tenants),
         "history": history,
         "drain": drain,

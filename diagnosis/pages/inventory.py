@@ -32,6 +32,7 @@ from diagnosis.access import (
 )
 from diagnosis.charts.figures import embed, gpu_heatmap, gpu_metric_series, gpus_util_series
 from diagnosis.models import Cluster
+from diagnosis.pages.live import latest_good_cycle
 from diagnosis.pages.support.pagination import paginate
 from diagnosis.pages.support.snapshots import (
     GpuKey,
@@ -169,6 +170,25 @@ def _node_rows(metrics: GpuMetrics, pool: str) -> list[NodeRow]:
     return rows
 
 
+def _has_problem(row: NodeRow) -> bool:
+    return row.state != "ready" or row.unhealthy > 0 or row.xids > 0 or row.reported < row.gpus
+
+
+# The node table's orders (?sort=); the heatmap keeps pool and name order whatever the table's.
+NODE_SORTS: dict[str, Any] = {
+    "name": lambda r: (r.pool, r.name),
+    "problems": lambda r: (not _has_problem(r), -r.unhealthy, -r.xids, r.pool, r.name),
+    "util": lambda r: (r.util_mean is None, r.util_mean or 0.0, r.pool, r.name),
+}
+
+
+def _table_rows(rows: list[NodeRow], sort: str, problems_only: bool) -> list[NodeRow]:
+    """The node table's rows: ``?problems=1`` keeps the nodes not ready, with unhealthy GPUs,
+    Xids or GPUs that did not report; ``?sort=`` orders them (:data:`NODE_SORTS`)."""
+    chosen = [r for r in rows if _has_problem(r)] if problems_only else list(rows)
+    return sorted(chosen, key=NODE_SORTS[sort])
+
+
 def heatmap_matrix(
     cluster: Cluster, metrics: GpuMetrics, rows: list[NodeRow], colorby: str
 ) -> tuple[list[str], np.ndarray, list[list[str]]]:
@@ -248,19 +268,25 @@ def node_list(request: HttpRequest, name: str) -> HttpResponse:
     latest = latest_snapshot(cluster)
     colorby = "health" if request.GET.get("color") == "health" else "util"
     pool = (request.GET.get("pool") or "").strip()
+    sort = request.GET.get("sort") if request.GET.get("sort") in NODE_SORTS else "name"
+    problems_only = request.GET.get("problems") == "1"
     context: dict[str, Any] = {
+        "sort": sort,
+        "problems_only": problems_only,
         "cluster": cluster,
         "section": "nodes",
         "latest": latest,
         "colorby": colorby,
         "pool": pool,
+        "good": latest_good_cycle(request, cluster),  # the live status line (docs/ui.md)
     }
     if latest is not None:
         view = derived(
             ("heatmap", latest.id, cluster.name, colorby, pool, get_language()),
             lambda: _heatmap_view(cluster, latest, colorby, pool),
         )
-        page, query = paginate(request, view["rows"], NODES_PER_PAGE)
+        rows = _table_rows(view["rows"], sort, problems_only)
+        page, query = paginate(request, rows, NODES_PER_PAGE)
         context |= view | {"page": page, "query": query}
     return render(request, "diagnosis/node_list.html", context)
 
@@ -275,12 +301,23 @@ class GpuRow:
     jobs: list[str] = field(default_factory=list)
 
 
-def _node_findings(request: HttpRequest, cluster: Cluster, node: str, index: int | None = None):
+def _node_findings(
+    request: HttpRequest,
+    cluster: Cluster,
+    node: str,
+    index: int | None = None,
+    jobs: Iterable[str] = (),
+):
+    """The findings about the node (or its GPU ``index``) and about ``jobs``, the jobs on it:
+    a GPU a deadlocked gang holds shows that gang's finding (issue #32 item 11)."""
     subjects = (
         Q(subject=f"gpu:{node}/{index}")
         if index is not None
         else (Q(subject=f"node:{node}") | Q(subject__startswith=f"gpu:{node}/"))
     )
+    shown = [f"job:{job}" for job in jobs if job != HIDDEN_JOB]
+    if shown:
+        subjects |= Q(subject__in=shown)
     return list(
         findings_for_user(request.user, cluster)
         .filter(subjects)
@@ -388,7 +425,9 @@ def gpu_detail(request: HttpRequest, name: str, node: str, index: int) -> HttpRe
         "jobs": where.jobs_on.get((node, index), []),
         "siblings": siblings,
         "incidents": _node_incidents(cluster, request, node, index),
-        "findings": _node_findings(request, cluster, node, index),
+        "findings": _node_findings(
+            request, cluster, node, index, where.jobs_on.get((node, index), [])
+        ),
         "time_range": time_range,
         "picker": range_picker(request.GET, time_range, range_error),
         "points": len(rows),

@@ -34,6 +34,7 @@ from diagnosis.charts.figures import embed, gpus_util_series
 from diagnosis.choices import FindingState, JobState, SchedulerEventKind
 from diagnosis.core.fairness import size_class
 from diagnosis.core.rules.facts import peak_tflops
+from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import Cluster, Finding, Job, Queue, SchedulerEvent, Snapshot, Tenant
 from diagnosis.pages.incidents import job_drains
 from diagnosis.pages.support.pagination import paginate
@@ -55,6 +56,7 @@ STATE_CHOICES: dict[str, Any] = {
 }
 LIVE_STATES = (JobState.PENDING, JobState.RUNNING)
 PREEMPTION_EVENTS = ("preempted", "evicted")
+GPU_ROWS_OPEN = 16  # a job's GPU table shows open up to this many rows; more fold under a summary
 
 
 # -- the list ------------------------------------------------------------------------------------
@@ -260,6 +262,10 @@ class Efficiency:
     mfu: float | None
     mfu_method: str
     run_s: float | None
+    # a gang that has not started but holds the GPUs of its bound pods (issue #32 item 11):
+    # gpu_hours are then those GPUs × the time since it became partial
+    held_gpus: int = 0
+    held_s: float | None = None
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -291,6 +297,16 @@ def efficiency(
     elif tensor is not None:
         mfu, method = tensor, "tensor_active_proxy"
     gpu_hours = job.gpus * run_s / 3600 if run_s is not None else None
+    held_gpus, held_s = 0, None
+    partial_since = parse_time(record.get("partial_since"))
+    if run_s is None and partial_since is not None and as_of is not None:
+        held_gpus = sum(
+            len(pod.get("gpus") or ())
+            for pod in record.get("allocation") or ()
+            if isinstance(pod, Mapping)
+        )
+        held_s = max(0.0, (as_of - partial_since).total_seconds())
+        gpu_hours = held_gpus * held_s / 3600 if held_gpus else None
     return Efficiency(
         gpu_hours=gpu_hours,
         busy_gpu_hours=gpu_hours * util if gpu_hours is not None and util is not None else None,
@@ -301,6 +317,8 @@ def efficiency(
         mfu=mfu,
         mfu_method=method,
         run_s=run_s,
+        held_gpus=held_gpus,
+        held_s=held_s,
     )
 
 
@@ -368,6 +386,25 @@ def job_detail(request: HttpRequest, name: str, job_id: str) -> HttpResponse:
         cluster.pk,
         [f.summary for f in findings] + [t for e in preemptions for t in (e.reason, e.message)],
     )
+    gpu_rows = [
+        {
+            "key": k,
+            "label": labels[k],
+            "util": _mean(r["util"] for r in series.get(k, ())),
+            "fb": _mean(r["fb_used_frac"] for r in series.get(k, ())),
+            "tensor": _mean(r["tensor_active"] for r in series.get(k, ())),
+            "points": len(series.get(k, ())),
+        }
+        for k in keys
+    ]
+    known = [row["util"] for row in gpu_rows if row["util"] is not None]
+    gpu_summary = {
+        "gpus": len(gpu_rows),
+        "nodes": len({row["key"][0] for row in gpu_rows}),
+        "silent": sum(1 for row in gpu_rows if not row["points"]),
+        "util": sum(known) / len(known) if known else None,
+    }
+    drains = job_drains(cluster, job.external_id)
     context: dict[str, Any] = {
         "cluster": cluster,
         "section": "jobs",
@@ -376,20 +413,14 @@ def job_detail(request: HttpRequest, name: str, job_id: str) -> HttpResponse:
         "size_class": size_class(job.gpus),
         "as_of": latest_as_of,
         "findings": findings,
-        "drains": job_drains(cluster, job.external_id),  # issue #16: why it was preempted
+        "drains": drains,  # issue #16: why it was preempted
+        # issue #32 item 7: without the scheduler's event, the applied drain says why
+        "drain_preemptions": [d for d in drains if d["applied"]],
         "allocation": allocation,
-        "gpu_rows": [
-            {
-                "key": k,
-                "label": labels[k],
-                "util": _mean(r["util"] for r in series.get(k, ())),
-                "fb": _mean(r["fb_used_frac"] for r in series.get(k, ())),
-                "tensor": _mean(r["tensor_active"] for r in series.get(k, ())),
-                "points": len(series.get(k, ())),
-            }
-            for k in keys
-        ],
+        "gpu_rows": gpu_rows,
+        "gpu_summary": gpu_summary,
         "report": report,
+        "GPU_ROWS_OPEN": GPU_ROWS_OPEN,
         "incidents": _incidents_hitting(request, cluster, job, allocation.nodes),
         "preemption_events": preemptions,
         "pending_reason": allocation.record.get("pending_reason"),

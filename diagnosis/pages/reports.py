@@ -109,6 +109,7 @@ def _fairness_body(request: HttpRequest, cluster: Cluster, period: ReportPeriod)
         "cluster": cluster,
         "data": data,
         "report": data.report,
+        "verdict": data.productive.headline_in(gettext),
         "presets": PRESET_LABELS,
         "query": query,
         "period_query": urlencode(data.period.query()),

@@ -39,13 +39,15 @@ CSV_COLUMNS: dict[str, str] = {
     "allocated_gpu_hours": "GPU-hours its jobs held",
     "fair_gpu_hours": "GPU-hours water-filling would have given it",
     "jobs_started": "jobs that started in the period",
-    "wait_p50_s": "median wait (start - submission) of those jobs, seconds",
+    "jobs_waiting": "jobs still waiting at the end of the period",
+    "wait_p50_s": "median wait of those jobs (start - submission, or the wait so far), seconds",
     "wait_p95_s": "95th percentile wait of those jobs, seconds",
     **{
         column: text
         for name in SIZE_CLASSES
         for column, text in (
             (f"jobs_started_{_class_token(name)}", f"jobs of {name} GPU(s) that started"),
+            (f"jobs_waiting_{_class_token(name)}", f"jobs of {name} GPU(s) still waiting"),
             (f"wait_p50_s_{_class_token(name)}", f"median wait of jobs of {name} GPU(s)"),
             (f"wait_p95_s_{_class_token(name)}", f"95th percentile wait of jobs of {name} GPU(s)"),
         )
@@ -55,8 +57,8 @@ CSV_COLUMNS: dict[str, str] = {
     "preemptions": "preemptions its jobs suffered",
     "util": "mean GPU utilization of its GPU-seconds with a reading, 0..1",
     "mfu": "model FLOPs utilization of its busy GPU-seconds where known, 0..1",
-    "productive_gpu_hours": "MFU-weighted busy GPU-hours",
-    "idle_gpu_hours": "GPU-hours it held idle (allocated-idle + held-by-partial-gang)",
+    "mfu_weighted_gpu_hours": "busy GPU-hours weighted by MFU",
+    "held_idle_gpu_hours": "GPU-hours it held idle (allocated-idle + held-by-partial-gang)",
     **{
         f"gpu_hours_{_bucket_token(bucket)}": f"GPU-hours of its jobs in the {bucket} bucket"
         for bucket in TENANT_BUCKETS
@@ -96,13 +98,15 @@ def csv_rows(data: FairnessReportData) -> list[dict[str, Any]]:
             "allocated_gpu_hours": tenant["allocated_gpu_hours"],
             "fair_gpu_hours": tenant["fair_gpu_hours"],
             "jobs_started": tenant["jobs_started"],
+            "jobs_waiting": tenant["jobs_waiting"],
             "wait_p50_s": tenant["wait_p50_s"],
             "wait_p95_s": tenant["wait_p95_s"],
         }
         waits: Mapping[str, Mapping[str, Any]] = tenant["waits"]
         for name in SIZE_CLASSES:
             token = _class_token(name)
-            row[f"jobs_started_{token}"] = waits[name]["jobs"]
+            row[f"jobs_started_{token}"] = waits[name]["jobs_started"]
+            row[f"jobs_waiting_{token}"] = waits[name]["jobs_waiting"]
             row[f"wait_p50_s_{token}"] = waits[name]["p50_s"]
             row[f"wait_p95_s_{token}"] = waits[name]["p95_s"]
         for column in (
@@ -111,8 +115,8 @@ def csv_rows(data: FairnessReportData) -> list[dict[str, Any]]:
             "preemptions",
             "util",
             "mfu",
-            "productive_gpu_hours",
-            "idle_gpu_hours",
+            "mfu_weighted_gpu_hours",
+            "held_idle_gpu_hours",
         ):
             row[column] = tenant[column]
         for bucket in TENANT_BUCKETS:

@@ -25,6 +25,7 @@ import pandas as pd
 from django.db import connection, transaction
 from django.db.models import (
     Count,
+    DateTimeField,
     DurationField,
     ExpressionWrapper,
     F,
@@ -33,9 +34,11 @@ from django.db.models import (
     Max,
     Q,
     Sum,
+    Value,
 )
 from django.db.models.functions import Trunc
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from diagnosis.access import (
     findings_for_user,
@@ -150,6 +153,29 @@ def _tree_node(node: fairness.TreeNode) -> dict[str, Any]:
     }
 
 
+# The words of the productive verdict (diagnosis.core.productive_share.HEADLINES, which the
+# pure core cannot mark), here for makemessages; the page renders them with gettext
+# (ProductiveFairness.headline_in). tests/app/reports/test_fairness_scoped.py checks the two agree.
+VERDICT_WORDS = (
+    gettext_noop("No tenant had demand in this period."),
+    gettext_noop("Not fair in useful GPU-hours: %(who)s (%(indices)s)."),
+    gettext_noop("Fair: %(indices)s."),
+    gettext_noop("Unequal shares: %(indices)s."),
+    gettext_noop(
+        "Jain's index %(allocated)s on allocated GPU-hours, %(productive)s on productive ones"
+    ),
+    gettext_noop(
+        "%(tenant)s was allocated %(allocated)s of its fair share but got only "
+        "%(productive)s of it in useful GPU-hours"
+    ),
+    gettext_noop("None of the tenants shown had demand in this period."),
+    gettext_noop("Not fair in useful GPU-hours: %(who)s."),
+    gettext_noop("Below its fair share: %(who)s."),
+    gettext_noop("%(tenant)s got %(allocated)s of its fair share"),
+    gettext_noop("Fair to the tenants shown: each got at least %(fair)s of its fair share."),
+)
+
+
 def latest_rollup_time(cluster: Cluster) -> datetime | None:
     """The newest snapshot time rolled up for the cluster (None before the first cycle)."""
     return PoolRollup.objects.filter(cluster=cluster, pool="").aggregate(m=Max("as_of"))["m"]
@@ -226,7 +252,7 @@ def build_fairness_report(
     report = fairness.fairness_report(
         tenant_sums,
         cluster_sums,
-        waits=_started_job_waits(user, cluster, period, visible),
+        waits=_job_waits(user, cluster, period, visible),
         starvation_findings=_starvation_findings(user, cluster, period, visible),
         visible=visible,
     )
@@ -356,35 +382,60 @@ def _aggregate_in_memory() -> None:
             cursor.execute("SET LOCAL work_mem = %s", [AGGREGATE_WORK_MEM])
 
 
-def _started_job_waits(
+def _job_waits(
     user: User, cluster: Cluster, period: ReportPeriod, visible: tuple[str, ...] | None
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per tenant: GPUs asked and wait (start - submission, seconds) of the jobs that started
-    in the period, from the job records the reader may see."""
-    jobs = jobs_for_user(user, cluster)
+) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per tenant: GPUs asked, wait in seconds and whether still waiting, from the job records
+    the reader may see: the jobs that started in the period (start - submission) and those
+    submitted but not started, ended or gone from the scheduler by its end (the wait so far, up
+    to the period's end or the newest data before it) -- docs/fairness.md "Waits"."""
+    jobs = jobs_for_user(user, cluster).annotate(asked=F("pods") * F("gpus_per_pod"))
     if visible is not None:
         jobs = jobs.filter(tenant__name__in=visible)
+    latest = latest_rollup_time(cluster)
+    as_of = min(period.end, latest) if latest is not None else period.end
     waited = ExpressionWrapper(F("started_at") - F("submitted_at"), output_field=DurationField())
-    rows = (
+    so_far = ExpressionWrapper(
+        Value(as_of, output_field=DateTimeField()) - F("submitted_at"),
+        output_field=DurationField(),
+    )
+    not_by = (  # not started, ended or unlisted by as_of
+        Q(started_at__isnull=True) | Q(started_at__gt=as_of),
+        Q(ended_at__isnull=True) | Q(ended_at__gt=as_of),
+        Q(unlisted_since__isnull=True) | Q(unlisted_since__gt=as_of),
+    )
+    started = (
         jobs.filter(started_at__gt=period.start, started_at__lte=period.end)
-        .annotate(asked=F("pods") * F("gpus_per_pod"), wait_s=_Seconds(waited))
-        .values_list("tenant_id", "asked", "wait_s")
+        .annotate(wait_s=_Seconds(waited), waiting=Value(False))
+        .values_list("tenant_id", "asked", "wait_s", "waiting")
         .order_by()
     )
-    # The SQL Django wrote for this database, fetched without Django's per-value converters
-    # (ints and floats need none): a month of a big cluster is 100,000s of rows.
-    sql, params = rows.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        fetched = cursor.fetchall()
-    frame = pd.DataFrame.from_records(fetched, columns=["tenant", "asked", "wait"])
+    pending = (
+        jobs.filter(*not_by, submitted_at__lte=as_of)
+        .annotate(wait_s=_Seconds(so_far), waiting=Value(True))
+        .values_list("tenant_id", "asked", "wait_s", "waiting")
+        .order_by()
+    )
+    fetched = []
+    for rows in (started, pending):
+        # The SQL Django wrote for this database, fetched without Django's per-value converters
+        # (ints and floats need none): a month of a big cluster is 100,000s of rows.
+        sql, params = rows.query.sql_with_params()
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            fetched += cursor.fetchall()
+    frame = pd.DataFrame.from_records(fetched, columns=["tenant", "asked", "wait", "waiting"])
     if frame.empty:
         return {}
     names = dict(Tenant.objects.filter(cluster=cluster).values_list("pk", "name"))
     frame["tenant"] = frame["tenant"].map(names).fillna(fairness.NO_TENANT)
     frame["wait"] = frame["wait"].astype(float).clip(lower=0)
     return {
-        str(name): (group["asked"].to_numpy(np.int64), group["wait"].to_numpy(float))
+        str(name): (
+            group["asked"].to_numpy(np.int64),
+            group["wait"].to_numpy(float),
+            group["waiting"].astype(bool).to_numpy(),
+        )
         for name, group in frame.groupby("tenant", sort=True)
     }
 

@@ -120,7 +120,8 @@ def share_over_time(data: FairnessReportData) -> Figure:
 
 
 def waits_by_size_class(data: FairnessReportData) -> Figure:
-    """p50 and p95 wait (hours) of the shown tenants' started jobs, per size class."""
+    """p50 and p95 wait (hours) of the shown tenants' jobs that started or still wait, per size
+    class."""
     waits = data.report.waits
     names = [gettext("%(size)s GPUs") % {"size": c} for c in SIZE_CLASSES]
     jobs = [waits[c].jobs for c in SIZE_CLASSES]

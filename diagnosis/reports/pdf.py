@@ -1,5 +1,6 @@
-"""The fairness report as a PDF: the page's content (summary, tenant table, the three charts,
-waits by size class, definitions) drawn with ReportLab, in this process.
+"""The fairness report as a PDF: the page's content (summary, tenant table, the productive
+verdict and table, the three charts, waits by size class, definitions) drawn with ReportLab, in
+this process.
 
 Why ReportLab (docs/fairness.md): it is a pip package with no browser and nothing downloaded at
 run time, writes vector charts of its own (``reportlab.graphics``) so the PDF needs neither
@@ -10,7 +11,8 @@ The font (docs/fairness.md, "PDF"): WenQuanYi Micro Hei from the Debian package
 ``fonts-wqy-microhei`` (in .ci/run's APT_PACKAGES and the Docker image), embedded as a subset: it
 has CJK, so Chinese tenant names print, and the Greek and math signs of the definitions (Σ, ÷,
 ≤). Nothing is downloaded at run time. Where the package is missing, ReportLab's own Bitstream
-Vera is used instead (Latin only: CJK prints as boxes) and a warning says so. A 50-tenant
+Vera is used instead (Latin only: CJK prints as boxes), the log and ``manage.py check`` say so
+(gpuobs.W041), and the next PDF looks for the font again. A 50-tenant
 report renders in well under a second (bench/reports.py).
 """
 
@@ -20,7 +22,6 @@ import io
 import logging
 import os
 from collections.abc import Sequence
-from functools import lru_cache
 
 import reportlab
 from django.utils.translation import gettext as _
@@ -50,6 +51,7 @@ from reportlab.platypus.flowables import Flowable
 from diagnosis.charts.figures import ACCENT, ACTIVITY, INK, MUTED
 from diagnosis.charts.gpu_hours import BUCKET_LABELS
 from diagnosis.core.fairness import SIZE_CLASSES, TENANT_BUCKETS, TenantRow
+from diagnosis.reports.checks import CJK_FONT_FILE, CJK_FONT_PACKAGE
 from diagnosis.reports.fairness_report import FairnessReportData
 from diagnosis.reports.period import minute_stamp
 
@@ -57,9 +59,6 @@ logger = logging.getLogger(__name__)
 
 FONT = "GpuobsText"
 FONT_BOLD = "GpuobsText-Bold"
-# fonts-wqy-microhei: TrueType outlines (ReportLab embeds no CFF/OpenType-PS font such as Noto CJK)
-CJK_FONT_FILE = "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc"
-CJK_FONT_PACKAGE = "fonts-wqy-microhei"
 PAGE = landscape(A4)
 MARGIN = 14 * mm
 WIDTH = PAGE[0] - 2 * MARGIN
@@ -75,13 +74,20 @@ BUCKET_COLOURS = {
 }
 
 
-@lru_cache(maxsize=1)
+_registered: list[str] = []  # the CJK font file once registered; a fallback is never kept
+
+
 def _register_fonts() -> str:
     """Register the PDF's text font as ``FONT`` and ``FONT_BOLD``; answers the file used. The
-    CJK font has no bold face: headings use the same one, larger."""
+    CJK font has no bold face: headings use the same one, larger. Only the CJK font is kept
+    registered: without it each PDF looks again, so installing the package needs no restart
+    (``manage.py check`` warns while it is missing, diagnosis/reports/checks.py)."""
+    if _registered:
+        return _registered[0]
     if os.path.isfile(CJK_FONT_FILE):
         pdfmetrics.registerFont(TTFont(FONT, CJK_FONT_FILE, subfontIndex=0))
         pdfmetrics.registerFont(TTFont(FONT_BOLD, CJK_FONT_FILE, subfontIndex=0))
+        _registered.append(CJK_FONT_FILE)
         return CJK_FONT_FILE
     logger.warning(
         "%s not found (apt-get install %s): the fairness PDF falls back to Bitstream Vera, "
@@ -105,8 +111,14 @@ def _styles() -> dict[str, ParagraphStyle]:
             "h2", parent=base, fontName=FONT_BOLD, fontSize=12, leading=16, spaceBefore=8
         ),
         "cell": ParagraphStyle("cell", parent=base, fontSize=7.5, leading=9),
-        "head": ParagraphStyle(
-            "head", parent=base, fontName=FONT_BOLD, fontSize=7.5, leading=9, alignment=2
+        "head": ParagraphStyle(  # never a word cut in two ("Pre-empte d"): a word overflows
+            "head",
+            parent=base,
+            fontName=FONT_BOLD,
+            fontSize=7.5,
+            leading=9,
+            alignment=2,
+            splitLongWords=0,
         ),
     }
 
@@ -122,7 +134,7 @@ def _fmt_ratio(value: float | None) -> str:
 def _fmt_hours(value: float | None) -> str:
     if value is None:
         return "—"
-    return f"{value:,.1f}" if abs(value) < 100 else f"{value:,.0f}"
+    return f"{value:,.1f}"  # one decimal for every row of a column, as the page's gpu_hours
 
 
 def _fmt_wait(seconds: float | None) -> str:
@@ -165,7 +177,7 @@ def tenant_table_rows(rows: Sequence[TenantRow]) -> list[list[str]]:
     """Header and one line per tenant, as the page's table shows them."""
     header = [
         _("Tenant"),
-        _("Entitled"),
+        _("Entitlement"),
         _("Fair share"),
         _("Usage"),
         _("Ratio"),
@@ -173,11 +185,12 @@ def tenant_table_rows(rows: Sequence[TenantRow]) -> list[list[str]]:
         _("Wait p50"),
         _("Wait p95"),
         _("Jobs started"),
-        _("Starv. findings"),
-        _("Pre-empted"),
+        _("Still waiting"),
+        _("Starvation"),
+        _("Preempted"),
         _("Util"),
         _("MFU"),
-        _("Idle GPU-h"),
+        _("Held idle GPU-h"),
     ]
     body = [
         [
@@ -189,16 +202,55 @@ def tenant_table_rows(rows: Sequence[TenantRow]) -> list[list[str]]:
             _fmt_hours(row.demand_gpu_hours),
             _fmt_wait(row.wait.p50_s),
             _fmt_wait(row.wait.p95_s),
-            str(row.wait.jobs),
+            str(row.wait.started),
+            str(row.wait.waiting),
             str(row.starvation_findings),
             str(row.preemptions),
             _fmt_share(row.util),
             _fmt_share(row.mfu),
-            _fmt_hours(row.idle_gpu_hours),
+            _fmt_hours(row.held_idle_gpu_hours),
         ]
         for row in rows
     ]
     return [header, *body]
+
+
+def productive_table_rows(data: FairnessReportData) -> list[list[str]]:
+    """Header and one line per tenant of the page's "Allocated and productive shares" table."""
+    header = [
+        _("Tenant"),
+        _("Ratio, allocated"),
+        _("Ratio, productive"),
+        _("Ratio, MFU-weighted"),
+        _("Productive share"),
+        _("Useful GPU-h"),
+        _("Partial gangs GPU-h"),
+        _("Allocated-idle GPU-h"),
+        _("Data-starved GPU-h"),
+    ]
+    body = [
+        [
+            p.tenant + (" (" + _("productively starved") + ")" if p.productively_starved else ""),
+            _fmt_ratio(p.allocated_ratio),
+            _fmt_ratio(p.productive_ratio),
+            _fmt_ratio(p.mfu_weighted_ratio),
+            _fmt_share(p.productive_share),
+            _fmt_hours(p.useful_gpu_hours),
+            _fmt_hours(p.partial_gang_gpu_hours),
+            _fmt_hours(p.idle_gpu_hours),
+            _fmt_hours(p.data_starved_gpu_hours),
+        ]
+        for p in data.productive.rows
+    ]
+    return [header, *body]
+
+
+def _tenant_grid(rows: list[list[str]], styles: dict[str, ParagraphStyle]) -> Table:
+    """A table of a line per tenant: the headers wrap (Paragraphs), the tenant takes 13%."""
+    header = [rows[0][0]] + [Paragraph(_esc(h), styles["head"]) for h in rows[0][1:]]
+    body = [[_tenant_cell(r[0], styles["cell"]), *r[1:]] for r in rows[1:]]
+    columns = len(rows[0]) - 1
+    return _grid([header, *body], [WIDTH * 0.13] + [WIDTH * 0.87 / columns] * columns)
 
 
 def _tenant_cell(name: str, style: ParagraphStyle) -> Paragraph:
@@ -354,12 +406,12 @@ def _breakdown_charts(data: FairnessReportData) -> list[Flowable]:
 
 def _waits_table(data: FairnessReportData) -> Table:
     header = [_("Tenant")] + [
-        _("%(size)s GPU: jobs / p50 / p95") % {"size": c} for c in SIZE_CLASSES
+        _("%(size)s GPU: jobs (waiting) / p50 / p95") % {"size": c} for c in SIZE_CLASSES
     ]
     body = [
         [row.tenant]
         + [
-            f"{row.waits[c].jobs} / {_fmt_wait(row.waits[c].p50_s)} / "
+            f"{row.waits[c].jobs} ({row.waits[c].waiting}) / {_fmt_wait(row.waits[c].p50_s)} / "
             f"{_fmt_wait(row.waits[c].p95_s)}"
             for c in SIZE_CLASSES
         ]
@@ -404,8 +456,8 @@ def render_pdf(data: FairnessReportData) -> bytes:
     summary = [
         [
             _("Period"),
-            f"{minute_stamp(data.period.start)} – {minute_stamp(data.period.end)} "
-            f"({_(data.period.label)})",
+            f"{minute_stamp(data.period.start)} – {minute_stamp(data.period.end)}"
+            + (f" ({_(data.period.label)})" if data.period.preset else ""),  # a range once
         ],
         [_("Shown"), scope],
         [
@@ -435,11 +487,14 @@ def render_pdf(data: FairnessReportData) -> bytes:
     if not data.tenants:
         story.append(Paragraph(_esc(_("No tenant rows in this period.")), styles["body"]))
     else:
-        rows = tenant_table_rows(data.tenants)
-        header = [rows[0][0]] + [Paragraph(_esc(h), styles["head"]) for h in rows[0][1:]]
-        rows = [header] + [[_tenant_cell(r[0], styles["cell"]), *r[1:]] for r in rows[1:]]
-        widths = [WIDTH * 0.13] + [WIDTH * 0.87 / 13] * 13
-        story.append(_grid(rows, widths))
+        story.append(_tenant_grid(tenant_table_rows(data.tenants), styles))
+        story += [
+            Spacer(1, 8),
+            Paragraph(_esc(_("Allocated and productive shares")), styles["h2"]),
+            Paragraph(_esc(data.productive.headline_in(_)), styles["body"]),
+            Spacer(1, 4),
+            _tenant_grid(productive_table_rows(data), styles),
+        ]
     story += [
         PageBreak(),
         Paragraph(_esc(_("Share of the usable GPUs over time, per tenant")), styles["h2"]),
@@ -458,7 +513,7 @@ def render_pdf(data: FairnessReportData) -> bytes:
         KeepTogether(
             [
                 Paragraph(
-                    _esc(_("Waits by job size class (jobs that started in the period)")),
+                    _esc(_("Waits by job size class (jobs that started or still wait)")),
                     styles["h2"],
                 ),
                 _waits_chart(data),
@@ -500,13 +555,14 @@ DEFINITIONS = (
         "ratios are equal."
     ),
     gettext_noop(
-        "Waits: start − submission of the jobs that started in the period, p50 and p95 by linear "
-        "interpolation, per size class of GPUs asked (1, 2–8, 9–64, more than 64)."
+        "Waits: start − submission of the jobs that started in the period, and the wait so far of "
+        "those still waiting at its end, p50 and p95 by linear interpolation, per size class of "
+        "GPUs asked (1, 2–8, 9–64, more than 64)."
     ),
     gettext_noop(
         "Starvation: distinct starvation findings of the tenant's jobs reported in the period. "
         "Util: mean GPU utilization of its held GPU-seconds with a reading. MFU: model FLOPs "
-        "utilization of its busy GPU-seconds where known. Idle GPU-hours: allocated-idle plus "
-        "held-by-partial-gang."
+        "utilization of its busy GPU-seconds where known. Held idle GPU-hours: allocated-idle "
+        "plus held-by-partial-gang."
     ),
 )

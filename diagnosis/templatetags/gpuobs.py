@@ -58,6 +58,13 @@ def number(value: Any) -> str:
 
 
 @register.filter
+def gpu_hours(value: Any) -> str:
+    """GPU-hours with one decimal, thousands separated: every cell of a column alike."""
+    numeric = finite_number(value)
+    return "—" if numeric is None else f"{numeric:,.1f}"
+
+
+@register.filter
 def duration(seconds: Any) -> str:
     """Seconds as ``45 s``, ``12 min``, ``3.5 h``, ``2.1 d``; negative: ``-12 min``."""
     value = finite_number(seconds)
@@ -190,17 +197,16 @@ class _EvidenceContext:
 
 def _evidence_number(value: float, unit: str) -> SafeString:
     """A number of the evidence with its unit: a fraction as a percent (the stored number in
-    the hint), seconds also as a duration, a unit after the number."""
+    the hint), seconds as a duration (the stored seconds in the hint: "5.3 h", never
+    "19,060.1 (5.3 h)"), a unit after the number."""
     if unit == "fraction" and 0 <= value <= 1:
         return format_html(
             '<span class="num" title="{}">{}</span>', number(value), percent(value, 1)
         )
     if unit == "seconds" and abs(value) >= 90:
-        # seconds (wait_s, hold_s, runtime_s): the number as stored, and readable
+        # seconds (wait_s, hold_s, runtime_s): readable, the number as stored in the hint
         return format_html(
-            '<span class="num">{}</span> <span class="hint">({})</span>',
-            number(value),
-            duration(value),
+            '<span class="num" title="{} s">{}</span>', number(value), duration(value)
         )
     if unit and unit not in ("fraction", "seconds"):
         return format_html('<span class="num">{}</span>&nbsp;{}', number(value), unit)

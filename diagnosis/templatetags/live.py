@@ -28,6 +28,21 @@ def live_poll_seconds() -> int:
 
 
 @register.filter
+def live_state(cycle: Any, cluster: Any) -> str:
+    """What the live line's dot says (docs/ui.md "Live updates"): ``error`` while the cluster's
+    last collection failed, ``stale`` when the newest good cycle is older than two cycle
+    intervals, ``none`` before the first, else ``ok`` -- never a green dot beside old data."""
+    if cycle is None:
+        return "none"
+    if getattr(cluster, "status", "") == "error":
+        return "error"
+    stale_after = 2 * settings.GPUOBS_CYCLE_SECONDS
+    if (age_seconds(cycle.ran_at) or 0) > stale_after:
+        return "stale"
+    return "ok"
+
+
+@register.filter
 def age_seconds(moment: Any) -> float | None:
     """Seconds from ``moment`` to now (None for no moment)."""
     if moment is None:

@@ -88,5 +88,11 @@ def test_a_reader_of_one_tenant_is_not_told_another_tenants_name():
     cluster = dict(CLUSTER, productive_gpu_s=0.0, mfu_known_gpu_s=0.0)
     result = productive_fairness(tenants, cluster, visible={"alpha"})
     assert [r.tenant for r in result.rows] == ["alpha"]
-    assert result.verdict == "productively-unfair"
+    # issue #32 item 5: the verdict is about alpha alone, not about an unnamed other tenant
+    assert result.verdict == "fair"
+    assert result.headline.startswith("Fair to the tenants shown")
     assert "beta" not in result.headline
+    theirs = productive_fairness(tenants, cluster, visible={"beta"})
+    assert theirs.verdict == "productively-unfair"
+    assert theirs.headline.startswith("Not fair in useful GPU-hours: beta was allocated")
+    assert "alpha" not in theirs.headline

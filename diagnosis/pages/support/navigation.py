@@ -1,10 +1,10 @@
 """Where a user lands after logging in, and what the menu offers them (docs/ui.md "Menus").
 
 The menu shows only what the user's roles can use (``diagnosis.roles``): a tenant-scoped
-manager reads the overview's cluster-wide figures, their tenants' findings and the fairness
-report, never incidents or recommendations (``diagnosis.access`` hides every row of those
-from them, so the pages would be empty). The pages still check access themselves: the menu
-is a courtesy, not the lock.
+manager reads the overview's cluster-wide figures, their tenants' findings, the incidents that
+hit their tenants' jobs and the fairness report, never recommendations (``diagnosis.access``
+hides every row of those from them, so the page would be empty). The pages still check access
+themselves: the menu is a courtesy, not the lock.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ CLUSTER_MENU: tuple[MenuItem, ...] = (
     MenuItem("nodes", _("Nodes"), "diagnosis:nodes", can_read),
     MenuItem("queues", _("Queues"), "diagnosis:queues", can_read),
     MenuItem("jobs", _("Jobs"), "diagnosis:jobs", can_read),
-    MenuItem("incidents", _("Incidents"), "diagnosis:incidents", _reads_whole_cluster),
+    MenuItem("incidents", _("Incidents"), "diagnosis:incidents", can_read),
     MenuItem(
         "recommendations", _("Recommendations"), "diagnosis:recommendations", _reads_whole_cluster
     ),

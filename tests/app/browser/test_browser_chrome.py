@@ -181,3 +181,25 @@ def test_a_new_cycle_changes_the_open_overview_without_a_reload(
         assert page.evaluate("window.gpuobsNotReloaded") is True
         screenshot(page, "overview-live", SHOTS)
     assert errors == []
+
+
+@pytest.mark.parametrize("path", ["incidents/", "findings/", "nodes/"])
+def test_the_lists_on_call_watches_poll_for_new_cycles(
+    chromium: str, live_server, simulated_cluster: Cluster, bob, path: str
+) -> None:
+    """Issue #32 item 8: not only the overview follows new cycles."""
+    from playwright.sync_api import expect  # noqa: PLC0415
+
+    shown = ClusterCycle.objects.filter(cluster=simulated_cluster, ok=True).latest("as_of")
+    base = live_server.url
+    with browser_page(chromium) as (page, errors):
+        page.goto(f"{base}/accounts/login/")
+        log_in(page, "bob", then=f"{base}/")
+        with page.expect_request(lambda r: f"/clusters/{CLUSTER}/live/?cycle=" in r.url) as poll:
+            page.goto(f"{base}/clusters/{CLUSTER}/{path}")
+        assert poll.value.url.endswith(f"?cycle={shown.pk}")
+        expect(page.locator("#live-status")).to_contain_text("updated")
+        expect(page.locator("#live-region")).to_have_attribute(
+            "hx-trigger", "gpuobs:new-cycle from:body"
+        )
+    assert errors == []

@@ -8,6 +8,7 @@ Screenshots go to ``var/screenshots/`` (the test artefacts)."""
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -107,4 +108,53 @@ def test_the_queue_shows_the_waiting_big_job_with_its_reason_and_search_finds_it
         page.wait_for_url(f"{base}/clusters/{CLUSTER}/jobs/research-big/")
         expect(page.locator("#job-wait")).to_contain_text("waiting")
         screenshot(page, "job")
+    assert errors == []
+
+
+# Where the first idle cell (utilization 0) of the heatmap is on the page, and a spot of the
+# panel around it outside the plot (what an empty cell shows: plotly leaves it transparent).
+IDLE_CELL_AND_PANEL = """() => {
+  const gd = document.getElementById("gpu-heatmap");
+  const z = gd.calcdata[0][0].z; // rows of numbers (the JSON holds a typed array)
+  let cell = null;
+  Array.from(z).forEach((row, r) => Array.from(row).forEach((v, c) => {
+    if (v === 0 && cell === null) cell = [r, c];
+  }));
+  if (cell === null) return null;
+  const box = gd.getBoundingClientRect();
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  const panel = gd.closest("section").getBoundingClientRect();
+  return {
+    idle: [box.left + xa._offset + xa.l2p(cell[1]), box.top + ya._offset + ya.l2p(cell[0])],
+    panel: [panel.left + 6, panel.top + 6],
+  };
+}"""
+
+
+def _pixel(page, point: list[float]) -> tuple[int, int, int]:
+    from PIL import Image  # noqa: PLC0415 -- pillow comes with reportlab (requirements.txt)
+
+    png = page.screenshot(clip={"x": point[0] - 1, "y": point[1] - 1, "width": 3, "height": 3})
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    return image.getpixel((image.width // 2, image.height // 2))
+
+
+def test_an_idle_gpu_reads_apart_from_an_empty_cell_in_the_light_and_the_dark_theme(
+    chromium: str, live_server, demo: Cluster, carol
+) -> None:
+    from playwright.sync_api import expect  # noqa: PLC0415 -- optional: `chromium` skips without it
+
+    base = live_server.url
+    with logged_in_page(chromium, carol, base) as (page, errors):
+        for theme in ("light", "dark"):
+            page.goto(f"{base}/clusters/{CLUSTER}/nodes/")
+            page.evaluate(f"localStorage.setItem('gpuobs-theme', '{theme}')")
+            page.reload()
+            expect(page.locator(f"#gpu-heatmap[data-theme-drawn={theme}]")).to_be_visible()
+            where = page.evaluate(IDLE_CELL_AND_PANEL)
+            assert where is not None, "the seed's deadlocked gangs leave GPUs idle"
+            idle, panel = _pixel(page, where["idle"]), _pixel(page, where["panel"])
+            distance = sum(abs(a - b) for a, b in zip(idle, panel, strict=True))
+            assert distance > 120, (theme, idle, panel)
+            screenshot(page, f"heatmap-idle-{theme}")
     assert errors == []

@@ -390,6 +390,27 @@ def test_an_evicted_job_says_which_drain_preempted_it(oncall, erin):
     assert f"#{the_incident(oncall).pk}" in text
 
 
+def test_an_evicted_job_without_the_schedulers_event_names_the_drain_as_why(oncall, erin):
+    """Issue #32 item 7: the scheduler sent no eviction event, but the applied drain is why."""
+    store_now(oncall, [("latecomer", [3])])
+    rec = drain_for_incident(the_incident(oncall), erin)
+    Recommendation.objects.filter(pk=rec.pk).update(state="applied")
+    evicted = after_the_xid(as_of=AS_OF + timedelta(minutes=3))
+    latecomer = next(j for j in evicted.doc["jobs"] if j["id"] == "latecomer")
+    latecomer.update(state="preempted", preemptions=1, allocation=[])
+    record_cycle(oncall, evicted.build())
+    incident = the_incident(oncall)  # the incident keeps the eviction (its drain's evidence)
+    drain = incident.details["drain"]
+    drain["evicted"] = {"latecomer": (AS_OF + timedelta(minutes=2)).isoformat()}
+    Incident.objects.filter(pk=incident.pk).update(details={**incident.details, "drain": drain})
+    assert not SchedulerEvent.objects.filter(cluster=oncall, job_external_id="latecomer").exists()
+
+    text = logged_in_client(erin).get("/clusters/oncall/jobs/latecomer/").content.decode()
+    panel = text[text.index('id="preemptions-title"') :]
+    assert "Evicted by the drain of n1 for incident <a" in panel
+    assert "sent no event" not in panel
+
+
 def test_a_viewer_cannot_drain(oncall, bob):
     incident = the_incident(oncall)
     response = logged_in_client(bob).post(f"/clusters/oncall/incidents/{incident.pk}/drain/")

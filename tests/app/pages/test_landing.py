@@ -65,7 +65,7 @@ def test_a_managers_menu_offers_only_what_a_manager_can_use(clusters, mallory) -
 
     assert "/clusters/beta/fairness/" in links
     assert "/clusters/beta/findings/" in links  # their tenants' findings
-    assert "/clusters/beta/incidents/" not in links
+    assert "/clusters/beta/incidents/" in links  # those that hit their tenants' jobs
     assert "/clusters/beta/recommendations/" not in links
 
 
@@ -80,10 +80,13 @@ def test_only_staff_see_the_admin_link(clusters, alice, carol) -> None:
     assert 'href="/admin/"' not in logged_in_client(carol).get("/").content.decode()
 
 
-def test_the_cluster_list_links_a_manager_to_no_incidents(clusters, mallory) -> None:
+def test_the_cluster_list_links_a_manager_to_incidents_but_no_recommendations(
+    clusters, mallory
+) -> None:
     Tenant.objects.create(cluster=clusters, name="hpo").managers.add(mallory)
 
     html = logged_in_client(mallory).get("/").content.decode()
 
     assert 'href="/clusters/beta/fairness/"' in html
-    assert 'href="/clusters/beta/incidents/"' not in html
+    assert 'href="/clusters/beta/incidents/"' in html  # those that hit hpo's jobs
+    assert 'href="/clusters/beta/recommendations/"' not in html

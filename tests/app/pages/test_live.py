@@ -111,3 +111,51 @@ def test_the_status_stays_quiet_while_the_page_shows_the_newest_cycle(cycled, bo
 
     assert "HX-Trigger" not in response
     assert "updated" in response.content.decode()
+
+
+def live_state(client, cluster) -> str:
+    html = client.get(f"/clusters/{cluster.name}/live/").content.decode()
+    return html.split('data-state="', 1)[1].split('"', 1)[0]
+
+
+def test_the_live_dot_follows_the_datas_age_and_the_clusters_status(cycled, bob, settings):
+    """Issue #32 item 10: no green dot beside "updated 5 min ago" of a failing cluster."""
+    client = logged_in_client(bob)
+    assert live_state(client, cycled) == "ok"
+
+    ClusterCycle.objects.filter(cluster=cycled).update(
+        ran_at=datetime.now(UTC) - timedelta(hours=1)
+    )
+    settings.GPUOBS_CYCLE_SECONDS = 60
+    assert live_state(client, cycled) == "stale"
+
+    cycled.status = "error"
+    cycled.save(update_fields=["status"])
+    assert live_state(client, cycled) == "error"
+    assert (
+        "(the last collection failed)"
+        in client.get(f"/clusters/{cycled.name}/live/").content.decode()
+    )
+
+
+def test_sres_and_admins_read_the_cause_of_a_failed_collection(cycled, bob, carol):
+    ClusterCycle.objects.create(
+        cluster=cycled,
+        as_of=END,
+        ran_at=datetime.now(UTC),
+        ok=False,
+        error="metrics source (prometheus) failed: temporary failure",
+    )
+    cycled.status = "error"
+    cycled.status_message = "metrics source (prometheus) failed: temporary failure"
+    cycled.status_detail = "PrometheusError: 10.0.0.7:9090 answered 503 Service Unavailable"
+    cycled.save()
+
+    seen = {
+        user.username: logged_in_client(user).get(f"/clusters/{cycled.name}/").content.decode()
+        for user in (bob, carol)
+    }
+    assert 'id="failure-cause"' in seen["carol"]
+    assert "10.0.0.7:9090 answered 503" in seen["carol"]
+    assert "10.0.0.7" not in seen["bob"]
+    assert "temporary failure" in seen["bob"]

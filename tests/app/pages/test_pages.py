@@ -174,6 +174,16 @@ def test_cluster_list_shows_headline_figures_and_links(bob_client: Client, seed,
     assert critical >= 2
     assert f"{open_count} {critical} critical" in text
     assert "fresh" in text.lower()
+    # the simulator is scheduler and metrics source: named once (issue #32 item 12)
+    kinds = response.content.decode().split("data-kinds>", 1)[1].split("\n", 1)[0]
+    assert kinds.count(seed.get_scheduler_kind_display()) == 1
+    # and its unresolved incidents (the seed's Xid GPUs), linked to the incidents list
+    incidents = Incident.objects.filter(cluster=seed).exclude(state="resolved").count()
+    assert incidents >= 1
+    assert (
+        f'open-incidents"><a href="/clusters/{seed.name}/incidents/">{incidents}</a>'
+        in response.content.decode()
+    )
 
 
 # -- the overview --------------------------------------------------------------------------------
@@ -563,9 +573,10 @@ def test_a_cached_page_runs_fewer_queries(
 ) -> None:
     for path in (f"/clusters/{seed.name}/", f"/clusters/{seed.name}/findings/"):
         bob_client.get(path)
-        # the session, the reader, their roles, the cluster, the data version; the overview's
-        # head (latest cycle, notifications) and trend marks (their window, the marks)
-        with django_assert_max_num_queries(9 if path == f"/clusters/{seed.name}/" else 5):
+        # the session, the reader, their roles, the cluster, the data version, the latest good
+        # cycle (the live status line); the overview's notifications and trend marks (their
+        # window, the marks)
+        with django_assert_max_num_queries(9 if path == f"/clusters/{seed.name}/" else 6):
             assert bob_client.get(path).status_code == 200
 
 

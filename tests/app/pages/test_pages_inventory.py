@@ -148,6 +148,24 @@ def test_the_heatmap_is_one_plotly_heatmap_linking_every_gpu(bob_client: Client,
     assert html.count("<tr>") <= 60  # the node table is paged, the GPUs are not DOM rows
 
 
+def test_the_node_table_puts_the_unhealthy_nodes_first_and_filters_to_them(
+    bob_client: Client, seed
+) -> None:
+    """Issue #32 item 12: the seed's only unhealthy node was on page 3 of 3."""
+    latest = latest_document(seed)
+    bad = sorted({g["node"] for g in latest["gpus"] if g.get("health") != "ok" or g.get("xid")})
+    assert bad
+    base = f"/clusters/{seed.name}/nodes/"
+    first = bob_client.get(f"{base}?sort=problems").content.decode()
+    listed = re.findall(rf'href="/clusters/{seed.name}/nodes/([^/"]+)/"', first)
+    assert set(listed[: len(bad)]) == set(bad)
+    only = bob_client.get(f"{base}?problems=1").content.decode()
+    table = only[only.index('id="node-table"') :]
+    shown = set(re.findall(rf'href="/clusters/{seed.name}/nodes/([^/"]+)/"', table))
+    assert set(bad) <= shown
+    assert len(shown) < len(latest["nodes"])
+
+
 def test_the_node_page_lists_its_gpus_with_their_jobs_linked(bob_client: Client, seed) -> None:
     node, index, job = busy_gpu(seed)
     html = bob_client.get(f"/clusters/{seed.name}/nodes/{node}/").content.decode()
@@ -378,6 +396,14 @@ def test_evidence_keys_get_labels_and_units() -> None:
     assert "2.0 h" in html
 
 
+def test_evidence_seconds_read_as_a_duration_not_a_raw_number() -> None:
+    """Issue #32 item 12: "Holding GPUs for 5.3 h", never "19,060.1 (5.3 h)"."""
+    html = evidence_table({"hold_s": 19060.1})
+
+    assert '<span class="num" title="19,060.1 s">5.3 h</span>' in html
+    assert "19,060.1</span>" not in html
+
+
 def test_evidence_names_link_to_their_pages(seed) -> None:
     html = evidence_table({"job": "j-1", "blocked_jobs": [{"id": "j-2"}], "node": "n1"}, seed)
 
@@ -504,3 +530,37 @@ def test_the_queue_tree_follows_kueues_cohorts_with_use_borrowing_and_fair_share
     assert (rows["cq-b"].pending_jobs, rows["cq-b"].pending_gpus) == (1, 8)
     assert rows["cq-a"].fair_gpus + rows["cq-b"].fair_gpus == pytest.approx(14)
     assert rows["research"].used_gpus == 6
+
+
+def test_a_partial_gangs_page_shows_the_gpu_hours_it_holds(make_cluster, bob) -> None:
+    """Issue #32 item 11: a gang that never started but holds 16 GPUs for 5 h costs 80 GPU-h."""
+    from diagnosis.actions.records.cycles import record_cycle  # noqa: PLC0415
+    from tests.support.builders import AS_OF, SnapshotBuilder  # noqa: PLC0415
+
+    cluster = make_cluster("partial", metrics_kind="none")
+    snapshot = (
+        SnapshotBuilder(as_of=AS_OF, cluster="partial")
+        .pool("a100", nodes=2, gpus=8)  # no free GPU for its two missing pods: stuck
+        .job(
+            "gang-1",
+            tenant="research",
+            state="pending",
+            pods=4,
+            gpus_per_pod=8,
+            bound=2,
+            nodes=["a100-000", "a100-001"],
+            partial_since="5h",
+            waited="6h",
+        )
+        .build()
+    )
+    record_cycle(cluster, snapshot)
+
+    html = logged_in_client(bob).get("/clusters/partial/jobs/gang-1/").content.decode()
+    held = re.search(r'id="held-gpu-hours">(.*?)</div></div>', html, re.S).group(1)
+    assert '<div class="value">80.0</div>' in held
+    assert "16 GPUs held by its bound pods × 5.0 h" in unescape(held)
+    assert "16 GPUs on 2 node(s)" in html  # the GPU table's summary line
+    finding = Finding.objects.get(cluster=cluster, subject="job:gang-1")
+    gpu_page = logged_in_client(bob).get("/clusters/partial/nodes/a100-000/gpus/0/")
+    assert f'href="/clusters/partial/findings/{finding.pk}/"' in gpu_page.content.decode()

@@ -5,17 +5,25 @@ headline does not call the day fair; the page and the API say so."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
+from html import escape as html_escape
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 
+from diagnosis.core.productive_share import HEADLINES
 from diagnosis.edge.sim import runtime as sim_runtime
-from diagnosis.models import Cluster
+from diagnosis.models import Cluster, Tenant
 from diagnosis.reports.csv_export import csv_rows
-from diagnosis.reports.fairness_report import build_fairness_report, latest_rollup_time
+from diagnosis.reports.fairness_report import (
+    VERDICT_WORDS,
+    build_fairness_report,
+    latest_rollup_time,
+)
 from diagnosis.reports.period import ReportPeriod
+from tests.support.world import logged_in_client
 
 pytestmark = pytest.mark.django_db
 DAY_CYCLES, STEP_S = 8, 3 * 3600
@@ -67,3 +75,31 @@ def test_the_csv_flags_research_too(demo_day, alice):
     flags = {row["tenant"]: row["productively_starved"] for row in rows}
     assert flags["research"] == 1
     assert flags["pretrain"] == 0
+
+
+def test_the_verdicts_words_are_marked_for_translation_as_the_core_has_them():
+    assert set(VERDICT_WORDS) == set(HEADLINES.values())
+
+
+def test_a_manager_reads_a_verdict_about_their_tenants_alone_in_their_language(demo_day, mallory):
+    """mallory manages pretrain: research's starvation is not hers to read, not even unnamed."""
+    cluster, period = demo_day
+    Tenant.objects.get(cluster=cluster, name="pretrain").managers.add(mallory)
+    client = logged_in_client(mallory)
+    query = f"from={period.start:%Y-%m-%dT%H:%M:%SZ}&to={period.end:%Y-%m-%dT%H:%M:%SZ}"
+
+    data = build_fairness_report(mallory, cluster, period)
+    assert data.productive.verdict != "productively-unfair"
+    assert data.productive.headline.startswith(("Fair to the tenants shown", "Below its fair"))
+    for language, words in (("en", data.productive.headline), ("zh-hans", None)):
+        html = client.get(
+            f"/clusters/{cluster.name}/fairness/?{query}", HTTP_ACCEPT_LANGUAGE=language
+        ).content.decode()
+        verdict = re.search(r'id="fairness-verdict">([^<]*)<', html).group(1)
+        assert "research" not in verdict
+        assert "Not fair" not in verdict
+        if words is None:
+            assert re.search(r"[\u4e00-\u9fff]", verdict), verdict
+            assert not re.search(r"[A-Za-z]{4,}", verdict.replace("pretrain", "")), verdict
+        else:
+            assert verdict == html_escape(words)

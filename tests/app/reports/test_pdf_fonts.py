@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pypdf
 import pytest
+from django.core.checks import run_checks
 
 from diagnosis.actions.records.cycles import record_cycle
 from diagnosis.models import Cluster
@@ -90,3 +91,47 @@ def test_a_chinese_reader_gets_the_pdf_in_chinese(cjk_font: str, alice_client) -
     assert "租户公平性报告" in text  # "Tenant fairness report"
     assert "Jain 指数：" in text  # the definitions, with their Σ
     assert "Σ" in text
+
+
+def test_the_pdf_in_chinese_embeds_the_cjk_font_and_prints_chinese(
+    cjk_font: str, alice_client
+) -> None:
+    chinese_tenant_cluster()
+
+    content = alice_client.get(
+        f"/clusters/beijing/fairness.pdf?{PERIOD}", HTTP_ACCEPT_LANGUAGE="zh-hans"
+    ).content
+
+    fonts = {
+        str(font["/BaseFont"])
+        for page in pypdf.PdfReader(io.BytesIO(content)).pages
+        for font in page["/Resources"]["/Font"].values()
+    }
+    assert any(name.endswith("+WenQuanYiMicroHei-0") for name in fonts), fonts
+    text = pdf_text(content)
+    assert "租户公平性报告" in text  # the title, in Chinese glyphs read back
+    assert "Σ" in text
+
+
+def test_the_pdf_has_the_productive_section_and_the_period_once(alice_client) -> None:
+    chinese_tenant_cluster()
+
+    text = pdf_text(alice_client.get(f"/clusters/beijing/fairness.pdf?{PERIOD}").content)
+
+    assert "Allocated and productive shares" in text
+    assert "Useful GPU-h" in text.replace("\n", " ")
+    assert text.count("2026-11-29 07:00 UTC") == 1  # a custom range, not repeated as its label
+
+
+def test_a_missing_font_warns_in_manage_py_check_and_is_looked_for_again(
+    cjk_font: str, monkeypatch, tmp_path
+) -> None:
+    monkeypatch.setattr(pdf, "_registered", [])
+    monkeypatch.setattr(pdf, "CJK_FONT_FILE", str(tmp_path / "missing.ttc"))
+    warnings = [m for m in run_checks() if m.id == "gpuobs.W041"]
+    assert [pdf.CJK_FONT_PACKAGE in m.hint for m in warnings] == [True]
+    assert pdf._register_fonts().endswith("Vera.ttf")
+
+    monkeypatch.setattr(pdf, "CJK_FONT_FILE", cjk_font)  # the package installed, no restart
+    assert pdf._register_fonts() == cjk_font
+    assert [m for m in run_checks() if m.id == "gpuobs.W041"] == []

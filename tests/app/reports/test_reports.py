@@ -33,6 +33,7 @@ from diagnosis.models import (
     TenantRollup,
 )
 from diagnosis.reports.csv_export import CSV_COLUMNS
+from diagnosis.reports.pdf import tenant_table_rows
 from diagnosis.reports.period import PeriodError, ReportPeriod
 from gpuobs import celery_app
 from tests.conftest import REPO_ROOT
@@ -170,11 +171,60 @@ def test_the_report_json_carries_the_documented_tenant_fields(acme, alice_client
     assert all(required <= set(row) for row in api_report(alice_client)["tenants"])
 
 
-def test_waits_come_from_the_jobs_that_started_in_the_period(acme, alice_client):
+def test_waits_count_the_jobs_that_started_and_those_still_waiting(acme, alice_client):
     alpha, bravo = api_report(alice_client)["tenants"]
 
-    assert (alpha["wait_p50_s"], alpha["jobs_started"]) == (3600, 1)
-    assert (bravo["wait_p95_s"], bravo["waits"]["2-8"]["p50_s"]) == (7200, 7200)
+    assert (alpha["wait_p50_s"], alpha["jobs_started"], alpha["jobs_waiting"]) == (3600, 1, 0)
+    # bravo-1 started after 2 h; bravo-2, submitted 1 h before the first cycle, still waits at
+    # the last one (2 min later): 62 min so far
+    assert (bravo["jobs_started"], bravo["jobs_waiting"]) == (1, 1)
+    assert bravo["waits"]["2-8"] == {
+        "jobs": 2,
+        "jobs_started": 1,
+        "jobs_waiting": 1,
+        "p50_s": (7200 + 3720) / 2,
+        "p95_s": pytest.approx(3720 + 0.95 * (7200 - 3720)),
+    }
+
+
+def test_a_starving_tenant_shows_its_longest_wait_alike_on_page_csv_api_and_pdf(db, alice_client):
+    """research's only job waits 26 h and never starts: its waits are that, not "none"."""
+    cluster = Cluster.objects.create(name="acme", enabled=False)
+    snapshot = (
+        SnapshotBuilder(as_of=START, window_s=60, cluster="acme")
+        .pool("a100", nodes=2, gpus=8)
+        .queue("alpha", deserved_gpus=8)
+        .queue("research", deserved_gpus=8)
+        .job("alpha-1", tenant="alpha", gpus_per_pod=8, node="a100-000", waited="1h", ran="1h")
+        .job("research-big", tenant="research", state="pending", gpus_per_pod=16, waited="26h")
+        .build()
+    )
+    record_cycle(cluster, snapshot)
+
+    research = next(t for t in api_report(alice_client)["tenants"] if t["tenant"] == "research")
+    assert (research["jobs_started"], research["jobs_waiting"]) == (0, 1)
+    assert (research["wait_p50_s"], research["waits"]["9-64"]["jobs_waiting"]) == (93600, 1)
+    row = next(
+        r
+        for r in csv.DictReader(
+            io.StringIO(alice_client.get(f"/clusters/acme/fairness.csv?{QUERY}").content.decode())
+        )
+        if r["tenant"] == "research"
+    )
+    assert (float(row["wait_p95_s"]), row["jobs_waiting"], row["jobs_waiting_9_64"]) == (
+        93600,
+        "1",
+        "1",
+    )
+    page = alice_client.get(f"/clusters/acme/fairness/?{QUERY}").content.decode()
+    cells = re.findall(
+        r'<td class="num[^"]*">([^<]*)</td>',
+        re.search(r'data-tenant="research">(.*?)</tr>', page, re.S).group(1),
+    )
+    assert cells[5:9] == ["26.0 h", "26.0 h", "0", "1"]  # wait p50, p95, started, waiting
+    _, text = pdf_text(alice_client.get(f"/clusters/acme/fairness.pdf?{QUERY}").content)
+    lines = text.splitlines()
+    assert lines[lines.index("research") :][6:10] == ["26.0 h", "26.0 h", "0", "1"]
 
 
 def test_a_period_without_cycles_has_no_rows(acme, alice_client):
@@ -376,3 +426,50 @@ def test_a_namespaced_job_id_has_its_page_and_api_answer(alice_client):
     assert alice_client.get("/clusters/kube/jobs/team-ns/trainer-0/").status_code == 200
     body = alice_client.get("/api/v1/clusters/kube/jobs/team-ns/trainer-0").json()
     assert (body["id"], body["tenant"]) == ("team-ns/trainer-0", "team")
+
+
+def _page_table(page: str, table_id: str) -> dict[str, dict[str, str]]:
+    """A table of the page as {column: {tenant: cell text}}."""
+    table = re.search(rf'id="{table_id}">(.*?)</table>', page, re.S).group(1)
+    headers = [
+        re.sub(r"<[^>]+>", "", h).strip()
+        for h in re.findall(r"<th scope=\"col\"[^>]*>(.*?)</th>", table)
+    ]
+    columns: dict[str, dict[str, str]] = {h: {} for h in headers}
+    assert len(columns) == len(headers), headers  # no two columns of one table alike
+    for tenant, row in re.findall(r'<tr data-tenant="([^"]+)"[^>]*>(.*?)</tr>', table, re.S):
+        cells = [
+            re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+        ]
+        for header, cell in zip(headers, cells, strict=True):
+            columns[header][tenant] = cell
+    return columns
+
+
+def test_every_column_name_means_one_thing_and_gpu_hours_have_one_decimal(db, alice_client):
+    """One name, one meaning: the page's tenant and productive tables (a column both show
+    shows the same figures), the CSV and the PDF's tenant table name no two columns alike
+    (two "Idle GPU-h" meant two different sums); GPU-hours have one decimal in every row."""
+    record_two_tenant_cycles("idle", idle=True)
+    query = f"from={PERIOD['from']}&to={PERIOD['to']}"
+    page = alice_client.get(f"/clusters/idle/fairness/?{query}").content.decode()
+    tenants, productive = _page_table(page, "tenant-table"), _page_table(page, "productive-table")
+    for shared in (set(tenants) & set(productive)) - {"Tenant"}:
+        assert tenants[shared] == productive[shared], shared
+    assert {"Held idle GPU-h", "Allocated-idle GPU-h"} <= set(tenants) | set(productive)
+    gpu_hours = [
+        cell
+        for table in (tenants, productive)
+        for header, cells in table.items()
+        if header.endswith("GPU-h")
+        for cell in cells.values()
+    ]
+    assert len(gpu_hours) >= 12  # 6 columns x 2 tenants
+    assert all(re.fullmatch(r"[\d,]+\.\d", cell) for cell in gpu_hours), gpu_hours
+    response = alice_client.get(f"/clusters/idle/fairness.csv?{query}")
+    fields = next(csv.reader(io.StringIO(response.content.decode())))
+    assert len(fields) == len(set(fields))
+    assert {"mfu_weighted_gpu_hours", "held_idle_gpu_hours"} <= set(fields)
+    assert not {"productive_gpu_hours", "idle_gpu_hours"} & set(fields)
+    header = tenant_table_rows(())[0]
+    assert len(header) == len(set(header))

@@ -110,18 +110,47 @@ def test_a_viewer_reads_the_whole_evidence(planted, bob):
     assert "vision-1" in api.content.decode()
 
 
-def test_an_incident_with_a_job_of_unknown_tenant_is_not_the_managers(shared, mallory):
+def test_a_job_of_unknown_tenant_never_makes_an_incident_the_managers(shared, mallory):
     Incident.objects.create(
         cluster=shared,
         node="n1",
         fingerprint="alertmanager:test:unknown-job",
-        details={"jobs": [{"id": "hpo-1", "tenant": "hpo"}, {"id": "1234"}], "tenants": ["hpo"]},
+        details={"jobs": [{"id": "1234"}], "tenants": []},
     )
     Incident.objects.create(
         cluster=shared,
         node="n1",
         fingerprint="alertmanager:test:theirs",
-        details={"jobs": [{"id": "hpo-1", "tenant": "hpo"}], "tenants": ["hpo"]},
+        details={"jobs": [{"id": "hpo-1", "tenant": "hpo"}, {"id": "1234"}], "tenants": ["hpo"]},
     )
     visible = incidents_for_user(mallory, shared).filter(fingerprint__startswith="alertmanager:")
     assert list(visible.values_list("fingerprint", flat=True)) == ["alertmanager:test:theirs"]
+    page = logged_in_client(mallory).get("/clusters/shared/incidents/").content.decode()
+    assert "hpo-1" in page
+    assert "1234" not in page
+
+
+def test_a_manager_sees_an_incident_that_hit_their_job_and_another_tenants_scoped(shared, mallory):
+    """Issue #32 item 5: an Xid under a gang of two tenants is the hpo manager's incident too;
+    she reads it (menu, list, detail, API) with hpo's job and tenant alone."""
+    incident = Incident.objects.create(
+        cluster=shared,
+        node="n1",
+        gpu_index=0,
+        fingerprint="alertmanager:test:both",
+        details={
+            "jobs": [{"id": "hpo-1", "tenant": "hpo"}, {"id": "vision-1", "tenant": "vision"}],
+            "tenants": ["hpo", "vision"],
+        },
+    )
+    client = logged_in_client(mallory)
+    listed = client.get("/clusters/shared/incidents/").content.decode()
+    detail = client.get(f"/clusters/shared/incidents/{incident.pk}/").content.decode()
+    api = client.get(f"/api/v1/clusters/shared/incidents/{incident.pk}").json()
+
+    assert 'href="/clusters/shared/incidents/"' in listed  # the menu offers Incidents
+    assert f'href="/clusters/shared/incidents/{incident.pk}/"' in listed
+    for text in (listed, detail, str(api)):
+        assert "hpo-1" in text
+        assert "vision" not in text
+    assert (api["tenants"], [j["id"] for j in api["jobs"]]) == (["hpo"], ["hpo-1"])
