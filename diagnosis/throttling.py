@@ -5,7 +5,10 @@ name from one client address the pair is locked out for ``GPUOBS_LOGIN_COOLOFF_M
 even with the right password), and every failure is logged (logger ``axes``) and kept in the
 database (the admin's "Access attempts"). The client address is :func:`client_address`: behind a
 reverse proxy listed in ``GPUOBS_TRUSTED_PROXIES`` the address the proxy saw, so five wrong
-passwords from one place lock that place out, not everyone behind the proxy.
+passwords from one place lock that place out, not everyone behind the proxy. Past that many
+failures of one user name from anywhere, each next try of the name waits a little longer (1 s,
+2 s, 4 s ... at most a minute): guesses spread over many addresses slow down, and nobody can
+lock a known user out (:func:`login_wait_s`; ``manage.py users unlock NAME`` clears both).
 
 **API clients** are counted in the shared cache (``settings.CACHES["throttle"]``: Redis when
 there is one, so every gunicorn worker counts into the same number; the process's memory in the
@@ -25,12 +28,17 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import time
 from functools import cache
 from typing import Any
 
 from axes.backends import AxesStandaloneBackend
+from axes.exceptions import AxesBackendPermissionDenied
 from django.conf import settings
+from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.core.cache import caches
+from django.core.exceptions import PermissionDenied
+from django.dispatch import receiver
 from django.http import HttpRequest
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
@@ -51,9 +59,10 @@ def cache_errors() -> tuple[type[Exception], ...]:
 
 
 class LoginThrottleBackend(AxesStandaloneBackend):
-    """django-axes's check on every login through a request (the login form, the admin). A
-    caller without a request (a management command, the test client's ``login``) cannot be
-    attributed to an address and is left to the next backend, which checks the password."""
+    """django-axes's check on every login through a request (the login form, the admin), and
+    the user name's progressive delay (:func:`login_wait_s`). A caller without a request (a
+    management command, the test client's ``login``) cannot be attributed to an address and is
+    left to the next backend, which checks the password."""
 
     def authenticate(
         self,
@@ -64,7 +73,88 @@ class LoginThrottleBackend(AxesStandaloneBackend):
     ) -> None:
         if request is None:
             return None
-        return super().authenticate(request, username, password, **kwargs)
+        wait = login_wait_s(username)
+        if wait > 0:  # refused unchecked, and not counted as one more failure
+            request.gpuobs_login_wait_s = wait  # type: ignore[attr-defined]
+            raise PermissionDenied(f"wait {wait:.0f} s")
+        try:
+            return super().authenticate(request, username, password, **kwargs)
+        except AxesBackendPermissionDenied:  # locked out: no password was checked either
+            request.gpuobs_login_unchecked = True  # type: ignore[attr-defined]
+            raise
+
+
+# -- a user name's progressive delay ------------------------------------------------------------
+# The lockout above is per user name AND address, so guesses spread over many addresses are not
+# stopped by it. Past GPUOBS_LOGIN_FAILURE_LIMIT failures of one user name from anywhere, each
+# next try of that name waits 1 s, then 2, 4 ... at most LOGIN_DELAY_MAX_S after the latest
+# failure: guessing slows down without a hard lock anyone can set off for everyone. Counted in
+# the shared cache, forgotten GPUOBS_LOGIN_COOLOFF_MINUTES after the latest failure or at the
+# next good login; `manage.py users unlock NAME` clears it with the name's lockouts.
+
+LOGIN_DELAY_MAX_S = 60.0
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _login_keys(username: str | None) -> tuple[str, str]:
+    name = (username or "").strip().lower()[:150]
+    return f"login-failures:{name}", f"login-last-failure:{name}"
+
+
+def login_wait_s(username: str | None) -> float:
+    """Seconds the next login try of ``username`` must still wait (0: none)."""
+    count_key, last_key = _login_keys(username)
+    try:
+        stored = caches[THROTTLE_CACHE].get_many([count_key, last_key])
+    except cache_errors() as error:
+        log.warning("login delay not read (%s): %s", THROTTLE_CACHE, error)
+        return 0.0
+    over = int(stored.get(count_key) or 0) - settings.AXES_FAILURE_LIMIT
+    if over <= 0:
+        return 0.0
+    delay = min(2.0 ** (over - 1), LOGIN_DELAY_MAX_S)
+    return max(0.0, float(stored.get(last_key) or 0) + delay - _now())
+
+
+def note_login_failure(username: str | None) -> None:
+    """One more failed login of ``username`` (from any address)."""
+    count_key, last_key = _login_keys(username)
+    keep_s = int(settings.AXES_COOLOFF_TIME * 3600)
+    store = caches[THROTTLE_CACHE]
+    try:
+        store.add(count_key, 0, keep_s)
+        store.incr(count_key)
+        store.touch(count_key, keep_s)
+        store.set(last_key, _now(), keep_s)
+    except cache_errors() as error:
+        log.warning("login failure not counted (%s): %s", THROTTLE_CACHE, error)
+
+
+def forget_login_failures(username: str | None) -> None:
+    """``username`` logged in, or an admin unlocked it: no delay left."""
+    try:
+        caches[THROTTLE_CACHE].delete_many(list(_login_keys(username)))
+    except cache_errors() as error:
+        log.warning("login delay not cleared (%s): %s", THROTTLE_CACHE, error)
+
+
+@receiver(user_login_failed)
+def _count_failed_login(
+    sender: Any, credentials: dict[str, Any], request: HttpRequest | None = None, **kwargs: Any
+) -> None:
+    if request is None or getattr(request, "gpuobs_login_wait_s", 0):
+        return  # no address to blame, or a try refused by the delay itself
+    if getattr(request, "gpuobs_login_unchecked", False):
+        return  # refused by the lockout: no password was checked
+    note_login_failure(credentials.get("username"))
+
+
+@receiver(user_logged_in)
+def _forget_on_login(sender: Any, request: HttpRequest | None, user: Any, **kwargs: Any) -> None:
+    forget_login_failures(user.get_username())
 
 
 # -- the client's address --------------------------------------------------------------------

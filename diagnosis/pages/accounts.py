@@ -3,11 +3,14 @@ and a single sign-on button when OpenID Connect is configured (diagnosis/identit
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.forms import AuthenticationForm
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.utils.translation import gettext
 
 from diagnosis.identity import oidc
 
@@ -17,6 +20,20 @@ class LoginPage(auth_views.LoginView):
         if not settings.GPUOBS_LOCAL_LOGIN:  # password logins are off: single sign-on only
             return HttpResponseNotAllowed(["GET"])
         return super().post(request, *args, **kwargs)
+
+    def form_invalid(self, form: AuthenticationForm) -> HttpResponse:
+        wait = getattr(self.request, "gpuobs_login_wait_s", 0)
+        if not wait:
+            return super().form_invalid(form)
+        # the name's progressive delay (diagnosis/throttling.py): said as such, never checked
+        seconds = math.ceil(wait)
+        message = gettext(
+            "Too many failed logins for this user name: try again in %(seconds)s s."
+        ) % {"seconds": seconds}
+        context = self.get_context_data(form=form, login_wait_message=message)
+        response = self.render_to_response(context, status=429)
+        response["Retry-After"] = str(seconds)
+        return response
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         return super().get_context_data(

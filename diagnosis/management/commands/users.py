@@ -4,7 +4,9 @@ and roles").
 - ``add NAME --role sre [--role oncall] [--tenant T ...] [--email E] [--password-stdin]``;
 - ``set-role NAME --role ... [--tenant T ...]``: the roles given replace those held;
 - ``list [--json]``: each user's roles and managed tenants;
-- ``remove NAME``.
+- ``remove NAME``;
+- ``unlock NAME``: lift the name's login lockouts (every address) and its progressive delay
+  (diagnosis/throttling.py).
 
 Bad input or an unknown user, role or tenant is exit code 2, naming it. Without
 ``--password-stdin`` the account has no usable password: it logs in through single sign-on or
@@ -17,6 +19,7 @@ import json
 import sys
 from typing import Any
 
+from axes.utils import reset
 from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
@@ -34,6 +37,7 @@ from diagnosis.actions.people.roles import (
     set_roles,
 )
 from diagnosis.roles import Role
+from diagnosis.throttling import forget_login_failures
 
 
 class Command(BaseCommand):
@@ -56,6 +60,7 @@ class Command(BaseCommand):
                 sub.add_argument("--password-stdin", action="store_true")
         verbs.add_parser("list").add_argument("--json", action="store_true", dest="as_json")
         verbs.add_parser("remove").add_argument("name")
+        verbs.add_parser("unlock").add_argument("name")
 
     def handle(self, *args: Any, verb: str, **options: Any) -> None:
         try:
@@ -110,3 +115,9 @@ class Command(BaseCommand):
     def remove(self, *, name: str, **_: Any) -> None:
         remove_user(name)
         self.stdout.write(f"removed {name}")
+
+    def unlock(self, *, name: str, **_: Any) -> None:
+        """Lift the name's login lockouts (every address) and its progressive delay."""
+        locks = reset(username=name)
+        forget_login_failures(name)
+        self.stdout.write(f"unlocked {name} ({locks} lockout record(s) removed, delay cleared)")

@@ -15,6 +15,7 @@ from django.core.cache import caches
 from django.core.management import call_command
 from django.test import Client, RequestFactory
 
+from diagnosis import throttling
 from diagnosis.throttling import client_address
 from tests.app.deploy.test_settings import clean_env
 from tests.support.commands import manage
@@ -151,3 +152,95 @@ def test_an_admin_unlocks_one_user(erin):
         client.post(LOGIN, {"username": "erin", "password": f"guess-{n}"})
     call_command("axes_reset_username", "erin")
     assert client.post(LOGIN, {"username": "erin", "password": DEFAULT_PASSWORD}).status_code == 302
+
+
+class Clock:
+    """The login delay's clock (``diagnosis.throttling._now``), moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch, settings) -> Clock:
+    settings.GPUOBS_TRUSTED_PROXIES = ["127.0.0.1/32"]
+    clock = Clock()
+    monkeypatch.setattr(throttling, "_now", clock)
+    return clock
+
+
+def guesses(name: str, count: int, first_address: int = 0) -> None:
+    """``count`` wrong passwords for ``name``, each from an address of its own."""
+    for n in range(first_address, first_address + count):
+        from_address(f"203.0.113.{n}").post(LOGIN, {"username": name, "password": f"guess-{n}"})
+
+
+def test_guesses_from_many_addresses_make_the_name_wait(bob, clock):
+    guesses("bob", 6)  # no address failed twice: the per-address lockout never starts
+    refused = from_address("198.51.100.2").post(
+        LOGIN, {"username": "bob", "password": DEFAULT_PASSWORD}
+    )
+    assert refused.status_code == 429
+    assert refused["Retry-After"] == "1"  # one over the limit of 5: 1 s after the latest guess
+    assert "try again in 1 s" in refused.content.decode()
+    clock.now += 1.5
+    again = from_address("198.51.100.2").post(
+        LOGIN, {"username": "bob", "password": DEFAULT_PASSWORD}
+    )
+    assert again.status_code == 302
+
+
+def test_a_try_refused_by_the_delay_does_not_lengthen_it(bob, clock):
+    guesses("bob", 6)
+    for _ in range(5):
+        assert (
+            from_address("198.51.100.9")
+            .post(LOGIN, {"username": "bob", "password": "more"})
+            .status_code
+            == 429
+        )
+    clock.now += 1.1
+    assert throttling.login_wait_s("bob") == 0
+
+
+def test_the_delay_doubles_and_stops_at_a_minute(bob, clock):
+    guesses("bob", 6)
+    assert throttling.login_wait_s("bob") == 1
+    clock.now += 1
+    guesses("bob", 1, first_address=50)
+    assert throttling.login_wait_s("bob") == 2
+    for n in range(10):
+        clock.now += 61
+        guesses("bob", 1, first_address=60 + n)
+    assert throttling.login_wait_s("bob") == throttling.LOGIN_DELAY_MAX_S
+
+
+def test_a_good_login_forgets_the_failures(bob, clock):
+    guesses("bob", 6)
+    clock.now += 2
+    assert (
+        from_address("198.51.100.2")
+        .post(LOGIN, {"username": "bob", "password": DEFAULT_PASSWORD})
+        .status_code
+        == 302
+    )
+    guesses("bob", 1, first_address=80)
+    assert throttling.login_wait_s("bob") == 0
+
+
+def test_an_admin_unlocks_the_name_everywhere(bob, clock):
+    attacker = from_address("203.0.113.200")
+    for n in range(5):  # the lockout of bob from this address
+        attacker.post(LOGIN, {"username": "bob", "password": f"guess-{n}"})
+    guesses("bob", 1, first_address=201)  # and one more from elsewhere: the name's delay
+    assert throttling.login_wait_s("bob") > 0
+
+    call_command("users", "unlock", "bob")
+
+    assert throttling.login_wait_s("bob") == 0
+    assert (
+        attacker.post(LOGIN, {"username": "bob", "password": DEFAULT_PASSWORD}).status_code == 302
+    )
