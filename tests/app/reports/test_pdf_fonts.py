@@ -15,6 +15,7 @@ from django.core.checks import run_checks
 
 from diagnosis.actions.records.cycles import record_cycle
 from diagnosis.models import Cluster
+from diagnosis.reports import checks as font_check
 from diagnosis.reports import pdf
 from tests.conftest import running_in_ci
 from tests.support.builders import SnapshotBuilder
@@ -128,10 +129,12 @@ def test_a_missing_font_warns_in_manage_py_check_and_is_looked_for_again(
 ) -> None:
     monkeypatch.setattr(pdf, "_registered", [])
     monkeypatch.setattr(pdf, "CJK_FONT_FILE", str(tmp_path / "missing.ttc"))
+    monkeypatch.setattr(font_check, "CJK_FONT_FILE", str(tmp_path / "missing.ttc"))
     warnings = [m for m in run_checks() if m.id == "gpuobs.W041"]
     assert [pdf.CJK_FONT_PACKAGE in m.hint for m in warnings] == [True]
     assert pdf._register_fonts().endswith("Vera.ttf")
 
     monkeypatch.setattr(pdf, "CJK_FONT_FILE", cjk_font)  # the package installed, no restart
+    monkeypatch.setattr(font_check, "CJK_FONT_FILE", cjk_font)
     assert pdf._register_fonts() == cjk_font
     assert [m for m in run_checks() if m.id == "gpuobs.W041"] == []
