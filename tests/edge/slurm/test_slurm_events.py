@@ -113,6 +113,7 @@ def test_events_are_stored_once_and_the_cursor_is_kept(slurm, adapter, make_clus
     cluster = make_cluster("slurm-test", scheduler_kind="slurm")
     first = slurm.submit("-A", "team-a", "--gres=gpu:1")
     waiting = slurm.submit("-A", "team-a", f"--dependency=afterok:{first}", "--gres=gpu:1")
+    slurm.wait_job(first, "RUNNING")  # started before the first read: no event comes in between
     slurm.wait_job(waiting, "PENDING", reason="Dependency")
     stored = record_scheduler_events(cluster, adapter().read_events(None))
     count = SchedulerEvent.objects.filter(cluster=cluster).count()
