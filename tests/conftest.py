@@ -246,15 +246,3 @@ def lab(request: pytest.FixtureRequest, make_cluster: Callable[..., Cluster]) ->
     )
     yield cluster
     sim_runtime.forget(cluster.name)
-
-
-@pytest.fixture(autouse=True)
-def _celery_join_guard_cleared() -> None:
-    """Each test starts outside any task as Celery sees it. Celery keeps its "inside a task"
-    guard in one flag for the whole process, and an eager task sets it and puts back what it saw
-    on entry: two threads of the live server running eager tasks at once (two webhooks from the
-    real Alertmanager) can leave it set, and every later ``result.get()`` in this process would
-    raise "Never call result.get() within a task!"."""
-    from celery._state import _set_task_join_will_block  # noqa: PLC0415 -- a test-only reset
-
-    _set_task_join_will_block(False)

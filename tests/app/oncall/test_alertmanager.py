@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import requests
+from celery._state import _set_task_join_will_block
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
@@ -325,6 +326,11 @@ def alertmanager_url(live_server, tmp_path_factory: pytest.TempPathFactory) -> I
         yield server.url
     finally:
         server.stop()
+        # Celery keeps its "inside a task" guard in one flag for the whole process, and an eager
+        # task puts back what it saw on entry: two live-server threads reading this module's
+        # webhooks at once can leave it set, and every later ``result.get()`` of this test
+        # process would raise "Never call result.get() within a task!".
+        _set_task_join_will_block(False)
 
 
 @pytest.fixture
