@@ -14,10 +14,9 @@ import pytest
 
 from diagnosis.actions.records.cycles import run_cluster_cycle
 from diagnosis.choices import DataSourceStatus
-from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.edge.sources.dcgm import fields as dcgm
 from diagnosis.models import Snapshot
-from tests.support.prometheus_fixtures import History, plant_simulator, sim_cluster
+from tests.support.prometheus_fixtures import History, plant_simulator
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.django_db]
 
@@ -46,26 +45,6 @@ def bombed(make_prometheus, planted_history, tmp_path):
     path = tmp_path / "bomb.om"
     history.write(path)
     return make_prometheus(history=path)
-
-
-@pytest.fixture
-def make_sim_cluster(make_cluster, planted_history):
-    names = []
-
-    def build(url: str, name: str, **metrics):
-        spec = sim_cluster(planted_history.t0, name=name, url=url)
-        names.append(name)
-        return make_cluster(
-            name,
-            scheduler_kind="sim",
-            scheduler_config=spec.scheduler_config,
-            metrics_kind="prometheus",
-            metrics_config={**spec.metrics_config, **metrics},
-        )
-
-    yield build
-    for name in names:
-        sim_runtime.forget(name)
 
 
 def utils(cluster) -> list[float]:

@@ -11,38 +11,14 @@ from diagnosis import tasks
 from diagnosis.actions.records.cycles import record_cycle, run_cluster_cycle
 from diagnosis.choices import DataSourceStatus
 from diagnosis.core import snapshot as snapshot_format
-from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document, shard_payloads
 from diagnosis.models import ClusterCycle, Finding, Snapshot
 from diagnosis.tasks import run_collect_shards
 from gpuobs import celery_app
 from tests.edge.test_prometheus import scheduler_doc
 from tests.support.celery_worker import celery_worker_process
-from tests.support.prometheus_fixtures import sim_cluster
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.django_db]
-
-
-@pytest.fixture
-def make_sim_cluster(make_cluster, planted_history):
-    """A simulated scheduler (the ``small`` scenario, first cycle at t0) whose GPU metrics come
-    from the given Prometheus."""
-    names = []
-
-    def build(url: str, name: str = "simprom", **metrics):
-        spec = sim_cluster(planted_history.t0, name=name, url=url)
-        names.append(name)
-        return make_cluster(
-            name,
-            scheduler_kind="sim",
-            scheduler_config=spec.scheduler_config,
-            metrics_kind="prometheus",
-            metrics_config={**spec.metrics_config, **metrics},
-        )
-
-    yield build
-    for name in names:
-        sim_runtime.forget(name)
 
 
 def test_a_cycle_reads_the_simulated_cluster_through_prometheus(
