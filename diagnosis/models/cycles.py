@@ -10,9 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
+import orjson
 from django.db import models
 from django.utils import timezone
 
+from diagnosis.core.snapshot_index import BuiltIndex, build_index
 from diagnosis.core.vocabulary import SNAPSHOT_FORMAT, parse_time, time_problem
 from diagnosis.models.inventory import Cluster
 
@@ -42,7 +44,9 @@ class ClusterTimeline(models.Model):
 
 
 class Snapshot(ClusterTimeline):
-    """One ``gpuobs.snapshot/v1`` document of a cluster, stored as zlib-compressed JSON."""
+    """One ``gpuobs.snapshot/v1`` document of a cluster, stored as zlib-compressed JSON, with
+    its :mod:`index <diagnosis.core.snapshot_index>` (the parts the node, GPU and job pages
+    read)."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="snapshots")
     as_of = models.DateTimeField()
@@ -50,6 +54,10 @@ class Snapshot(ClusterTimeline):
     document = models.BinaryField(help_text="zlib-compressed UTF-8 JSON")
     json_bytes = models.PositiveBigIntegerField(help_text="Size of the JSON before compression.")
     stored_bytes = models.PositiveBigIntegerField(help_text="Size of the compressed document.")
+    # the document cut into parts a page reads alone (diagnosis.core.snapshot_index); null for
+    # a snapshot stored before there was an index
+    index_header = models.BinaryField(null=True, blank=True, help_text="Where each part lies.")
+    index_body = models.BinaryField(null=True, blank=True, help_text="The parts.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta(ClusterTimeline.Meta):
@@ -91,11 +99,11 @@ class CompressingSnapshot:
 
         encoded = encode(document)
         self.json_bytes = len(encoded)
-        self._compressed = _COMPRESSOR.submit(zlib.compress, encoded, 6)
+        self._compressed = _COMPRESSOR.submit(_compress_and_index, encoded)
 
     def save(self) -> Snapshot:
         """Wait for the compression and store the row."""
-        compressed = self._compressed.result()
+        compressed, index = self._compressed.result()
         return Snapshot.objects.create(
             cluster=self.cluster,
             as_of=self.as_of,
@@ -103,7 +111,15 @@ class CompressingSnapshot:
             document=compressed,
             json_bytes=self.json_bytes,
             stored_bytes=len(compressed),
+            index_header=index.header,
+            index_body=index.body,
         )
+
+
+def _compress_and_index(encoded: bytes) -> tuple[bytes, BuiltIndex]:
+    """The stored document and its index, both made from the encoded JSON (never from the
+    caller's dictionary, which the cycle goes on using in its own thread)."""
+    return zlib.compress(encoded, 6), build_index(orjson.loads(encoded))
 
 
 class ClusterCycle(ClusterTimeline):

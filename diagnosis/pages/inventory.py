@@ -41,8 +41,8 @@ from diagnosis.pages.support.snapshots import (
     derived,
     gpu_metrics,
     gpu_series,
-    latest_document,
     latest_snapshot,
+    node_view,
 )
 from diagnosis.pages.support.time_range import TimeRange, range_picker
 from diagnosis.reports.period import PeriodError
@@ -72,14 +72,14 @@ class Placement:
 
 
 def placement(
-    request: HttpRequest, cluster: Cluster, document: Mapping[str, Any], nodes: Iterable[str]
+    request: HttpRequest, cluster: Cluster, jobs: Iterable[Mapping[str, Any]], nodes: Iterable[str]
 ) -> Placement:
-    """The jobs on ``nodes`` in ``document``; for a tenant-scoped reader, other tenants' jobs
-    are :data:`HIDDEN_JOB` and left out of ``jobs``."""
+    """The jobs on ``nodes`` of ``jobs`` (a snapshot's records); for a tenant-scoped reader,
+    other tenants' jobs are :data:`HIDDEN_JOB` and left out of ``jobs``."""
     wanted = set(nodes)
     jobs_on: dict[tuple[str, int], list[str]] = {}
     records: dict[str, dict[str, Any]] = {}
-    for job in document.get("jobs") or ():
+    for job in jobs:
         for pod in job.get("allocation") or ():
             if pod.get("node") in wanted:
                 records[str(job["id"])] = job
@@ -338,15 +338,13 @@ def node_detail(request: HttpRequest, name: str, node: str) -> HttpResponse:
     """One node as the latest snapshot has it: its GPUs and their jobs, health, topology and
     Xids, its incidents and findings, and its GPUs' utilization over the chosen range."""
     cluster = get_cluster_for_user(request.user, name)
-    latest, document = latest_document(cluster)
-    if latest is None:
-        raise Http404("no snapshot of this cluster yet")
-    metrics = gpu_metrics(latest.id, document)
-    record = metrics.nodes.get(node)
-    if record is None:
+    latest = _latest_or_404(cluster)
+    view = node_view(latest.id, node)
+    if view is None:
         raise Http404("no such node in the latest snapshot")
-    where = placement(request, cluster, document, [node])
-    gpus = metrics.of_node(node)
+    record = view.record
+    where = placement(request, cluster, view.jobs, [node])
+    gpus = view.metrics.of_node(node)
     rows = [
         GpuRow(g, _gpu_url(cluster, node, g), where.jobs_on.get((node, g["index"]), []))
         for g in gpus
@@ -394,10 +392,11 @@ def gpu_detail(request: HttpRequest, name: str, node: str, index: int) -> HttpRe
     findings, and util, tensor activity, framebuffer, power, temperature and SM clock over the
     chosen range."""
     cluster = get_cluster_for_user(request.user, name)
-    latest, document = latest_document(cluster)
-    if latest is None:
-        raise Http404("no snapshot of this cluster yet")
-    metrics = gpu_metrics(latest.id, document)
+    latest = _latest_or_404(cluster)
+    view = node_view(latest.id, node)
+    if view is None:
+        raise Http404("no such GPU in the latest snapshot")
+    metrics = view.metrics
     mig_text = request.GET.get("mig") or ""
     instance = int(mig_text) if mig_text.isdigit() else -1
     key: GpuKey = (node, index, instance)
@@ -409,7 +408,7 @@ def gpu_detail(request: HttpRequest, name: str, node: str, index: int) -> HttpRe
     record = metrics.nodes.get(node)
     if record is None or index >= int(record.get("gpus") or 0):
         raise Http404("no such GPU in the latest snapshot")
-    where = placement(request, cluster, document, [node])
+    where = placement(request, cluster, view.jobs, [node])
     time_range, range_error = _range(request, latest.as_of)
     rows = gpu_series(cluster, [key], time_range.start, time_range.end, SERIES_POINTS)[key]
     siblings = [(g, _gpu_url(cluster, node, g)) for g in metrics.of_node(node) if g is not gpu]

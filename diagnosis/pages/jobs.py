@@ -41,9 +41,9 @@ from diagnosis.pages.support.pagination import paginate
 from diagnosis.pages.support.snapshots import (
     GpuKey,
     StoredSnapshot,
-    gpu_metrics,
     gpu_series,
-    snapshot_document,
+    job_records,
+    node_view,
 )
 
 JOBS_PER_PAGE = 50
@@ -198,10 +198,7 @@ def _life_snapshots(cluster: Cluster, job: Job) -> list[StoredSnapshot]:
 
 def job_record_in(stored: StoredSnapshot, job_id: str) -> dict[str, Any] | None:
     """The job's record in one stored snapshot, or None when it does not list it."""
-    for job in snapshot_document(stored.id).get("jobs") or ():
-        if str(job.get("id")) == job_id:
-            return job
-    return None
+    return job_records(stored.id, [job_id]).get(job_id)
 
 
 @dataclass(frozen=True)
@@ -230,6 +227,17 @@ def _allocation(life: list[StoredSnapshot], job_id: str) -> Allocation:
     return Allocation(None, [], fallback)
 
 
+def _units_by_uuid(stored: StoredSnapshot, nodes: list[str]) -> dict[str, GpuKey]:
+    """The GPU units of ``nodes`` in one snapshot, by UUID."""
+    found: dict[str, GpuKey] = {}
+    for node in nodes:
+        view = node_view(stored.id, node)
+        for key, gpu in view.metrics.gpus.items() if view else ():
+            if gpu["uuid"]:
+                found[gpu["uuid"]] = key
+    return found
+
+
 def allocation_keys(allocation: Allocation, stored: StoredSnapshot | None) -> list[GpuKey]:
     """The GPU units the job holds: (node, index, MIG instance), a MIG instance found by the
     UUID the allocation names (in ``stored``'s GPUs)."""
@@ -242,8 +250,7 @@ def allocation_keys(allocation: Allocation, stored: StoredSnapshot | None) -> li
             key: GpuKey = (node, int(index), -1)
             if uuid and stored is not None:
                 if by_uuid is None:
-                    gpus = gpu_metrics(stored.id).gpus
-                    by_uuid = {g["uuid"]: k for k, g in gpus.items() if g["uuid"]}
+                    by_uuid = _units_by_uuid(stored, allocation.nodes)
                 key = by_uuid.get(uuid, key)
             keys.append(key)
     return keys
@@ -358,7 +365,8 @@ def job_detail(request: HttpRequest, name: str, job_id: str) -> HttpResponse:
     )
     gpu_model = None
     if allocation.pods and life and keys:
-        gpu_model = gpu_metrics(life[-1].id).model_of(keys[0])
+        view = node_view(life[-1].id, keys[0][0])
+        gpu_model = view.metrics.model_of(keys[0]) if view else None
     report = efficiency(job, latest_as_of, series, allocation.record, gpu_model)
     labels = {k: f"{k[0]}/{k[1]}" + (f" MIG {k[2]}" if k[2] >= 0 else "") for k in keys}
     findings = list(

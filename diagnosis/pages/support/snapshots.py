@@ -4,8 +4,11 @@ Each cycle stores its ``gpuobs.snapshot/v1`` document (``Snapshot``, zlib-compre
 a stored snapshot never changes, so what a page extracts from one is kept in this process by
 the snapshot's id (small LRU caches) and the next page reads it without decompressing again.
 
-- :func:`latest_document` -- the newest stored snapshot of a cluster, whole (the node page and the
-  queue pages need its jobs).
+- :func:`node_view` -- one node of one snapshot: its entry, its GPUs and the jobs placed on it,
+  read from the snapshot's index (:mod:`diagnosis.core.snapshot_index`) without parsing the
+  rest; :func:`job_records` -- jobs' records, likewise (the node, GPU and job pages).
+- :func:`latest_document` -- the newest stored snapshot of a cluster, whole (the queue pages
+  need its jobs; the node and GPU pages of a snapshot stored before there was an index).
 - :func:`gpu_metrics` -- the per-GPU metrics of one snapshot only: the document is read member by
   member and reading stops after ``gpus``, so the jobs and events of a big cluster are never
   parsed for the heatmap or a time series.
@@ -18,15 +21,26 @@ docs/ui.md ("Nodes and GPUs") says what this costs.
 from __future__ import annotations
 
 import json
+import logging
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from threading import Lock
 from typing import Any
 
+from django.db import connection
+
+from diagnosis.core.snapshot_index import (
+    SnapshotIndex,
+    SnapshotIndexError,
+    decode_part,
+    node_part,
+)
 from diagnosis.models import Cluster, Snapshot
+
+logger = logging.getLogger(__name__)
 
 MAX_POINTS = 120
 # GPU metrics the pages chart: (snapshot metric, statistic). Absent ones stay None.
@@ -73,13 +87,15 @@ class _Lru:
 _documents = _Lru(4)
 _metrics = _Lru(512)
 _derived = _Lru(32)
+_indexes = _Lru(8)
+_nodes = _Lru(4096)  # (snapshot id, node) -> NodeView | None
+_node_metrics = _Lru(1024)  # (snapshot id, nodes) -> GpuMetrics of those nodes
 
 
 def forget_cached() -> None:
     """Drop what this process keeps of stored snapshots (tests that delete and recreate rows)."""
-    _documents.clear()
-    _metrics.clear()
-    _derived.clear()
+    for cache in (_documents, _metrics, _derived, _indexes, _nodes, _node_metrics):
+        cache.clear()
 
 
 def derived(key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
@@ -206,6 +222,86 @@ def _gpu_metrics(
     return GpuMetrics(nodes=nodes, gpus=gpus)
 
 
+def _index_of(header: bytes | None, body: bytes | None) -> SnapshotIndex | None:
+    if header is None:
+        return None
+    try:
+        return SnapshotIndex.in_memory(bytes(header), bytes(body or b""))
+    except SnapshotIndexError as error:
+        logger.warning("a stored snapshot index does not read (%s): the document is read", error)
+        return None
+
+
+def snapshot_index(snapshot_id: int) -> SnapshotIndex | None:
+    """The index of one stored snapshot, its parts' bytes in memory (None: the snapshot was
+    stored before there was an index, or its index does not read)."""
+
+    def load() -> SnapshotIndex | None:
+        row = (
+            Snapshot.objects.filter(pk=snapshot_id)
+            .values_list("index_header", "index_body")
+            .first()
+        )
+        return _index_of(*row) if row else None
+
+    return _indexes.get(snapshot_id, load)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One node of one snapshot: ``metrics`` holds that node and its GPUs only; ``jobs`` the
+    records of the jobs whose allocation is on it (document order)."""
+
+    metrics: GpuMetrics
+    jobs: list[Mapping[str, Any]]
+
+    @property
+    def record(self) -> dict[str, Any]:
+        return next(iter(self.metrics.nodes.values()))
+
+
+def node_view(snapshot_id: int, node: str) -> NodeView | None:
+    """One node of a stored snapshot (None: the snapshot lists no such node): from the
+    snapshot's index, else from its whole document."""
+
+    def compute() -> NodeView | None:
+        index = snapshot_index(snapshot_id)
+        if index is not None:
+            part = index.node(node)
+            if part is None:
+                return None
+            found = index.jobs(part["jobs"])
+            jobs = [found[j] for j in part["jobs"] if j in found]
+            members = {"nodes": [part["node"]], "gpus": part["gpus"]}
+            return NodeView(_gpu_metrics(snapshot_id, members), jobs)
+        document = snapshot_document(snapshot_id)
+        metrics = gpu_metrics(snapshot_id, document)
+        if node not in metrics.nodes:
+            return None
+        jobs = [
+            job
+            for job in document.get("jobs") or ()
+            if any(pod.get("node") == node for pod in job.get("allocation") or ())
+        ]
+        own = GpuMetrics(
+            nodes={node: metrics.nodes[node]},
+            gpus={key: gpu for key, gpu in metrics.gpus.items() if key[0] == node},
+        )
+        return NodeView(own, jobs)
+
+    return _nodes.get((snapshot_id, node), compute)
+
+
+def job_records(snapshot_id: int, job_ids: Iterable[str]) -> dict[str, Mapping[str, Any]]:
+    """The records of ``job_ids`` in one stored snapshot (those it lists), by id."""
+    wanted = {str(j) for j in job_ids}
+    index = snapshot_index(snapshot_id)
+    if index is not None:
+        return index.jobs(wanted)
+    jobs = snapshot_document(snapshot_id).get("jobs") or ()
+    return {str(job["id"]): job for job in jobs if str(job.get("id")) in wanted}
+
+
 def gpu_metrics(snapshot_id: int, document: dict[str, Any] | None = None) -> GpuMetrics:
     """The GPU metrics of one stored snapshot (``document``: its parsed document, if at hand)."""
     return _metrics.get(snapshot_id, lambda: _gpu_metrics(snapshot_id, document))
@@ -223,6 +319,76 @@ def gpu_metrics_of(snapshot_ids: Iterable[int]) -> dict[int, GpuMetrics]:
             found[snapshot_id] = _metrics.get(
                 snapshot_id, lambda i=snapshot_id, r=raw: _gpu_metrics(i, raw=r)
             )
+    return found
+
+
+# A series of GPUs on at most this many nodes (a node's, a GPU's, a small job's) is read from
+# the snapshots' indexes, only those nodes' parts; more, from the documents' GPU metrics.
+NODE_READ_MAX = 8
+
+
+def gpu_metrics_on_nodes(snapshot_ids: list[int], nodes: set[str]) -> dict[int, GpuMetrics]:
+    """The GPU metrics of ``nodes`` in several stored snapshots (the snapshots' whole metrics
+    where this process has them already, or where the nodes are many or a snapshot has no
+    index)."""
+    found = {i: m for i in snapshot_ids if (m := _metrics.peek(i)) is not None}
+    if len(nodes) <= NODE_READ_MAX:
+        found |= _node_metrics_of([i for i in snapshot_ids if i not in found], sorted(nodes))
+    rest = [i for i in snapshot_ids if i not in found]
+    return found | (gpu_metrics_of(rest) if rest else {})
+
+
+def _node_metrics_of(snapshot_ids: list[int], nodes: list[str]) -> dict[int, GpuMetrics]:
+    """The metrics of ``nodes`` in those of the snapshots that have an index (kept by snapshot
+    and nodes): their headers in one query, then the nodes' parts (byte ranges of the stored
+    parts) in another."""
+    wanted = tuple(nodes)
+    found = {i: m for i in snapshot_ids if (m := _node_metrics.peek((i, wanted))) is not None}
+    missing = [i for i in snapshot_ids if i not in found]
+    if not missing:
+        return found
+    ranges: list[tuple[int, int, int]] = []  # snapshot id, offset, length
+    members: dict[int, dict[str, list[Any]]] = {}
+    headers = Snapshot.objects.filter(pk__in=missing).exclude(index_header=None)
+    for snapshot_id, header in headers.values_list("id", "index_header"):
+        index = _index_of(header, b"")
+        if index is None:
+            continue
+        members[snapshot_id] = {"nodes": [], "gpus": []}
+        for node in wanted:
+            if (where := index.where(node_part(node))) is not None:
+                ranges.append((snapshot_id, *where))
+    for (snapshot_id, _offset, _length), part in _read_ranges(ranges).items():
+        members[snapshot_id]["nodes"].append(part["node"])
+        members[snapshot_id]["gpus"].extend(part["gpus"])
+    for snapshot_id, member in members.items():
+        metrics = _gpu_metrics(snapshot_id, member)
+        found[snapshot_id] = _node_metrics.get((snapshot_id, wanted), lambda m=metrics: m)
+    return found
+
+
+def _read_ranges(ranges: list[tuple[int, int, int]]) -> dict[tuple[int, int, int], Any]:
+    """Byte ranges of stored index bodies, decoded, in one query (``substr`` of a blob works
+    alike in PostgreSQL and SQLite): keyed ``(snapshot id, offset, length)``."""
+    if not ranges:
+        return {}
+    table = Snapshot._meta.db_table
+    values = ", ".join(["(%s, %s, %s)"] * len(ranges))
+    params = [value for where in ranges for value in where]
+    sql = (
+        f"WITH wanted (snapshot_id, start_at, length) AS (VALUES {values}) "  # noqa: S608 - ints only
+        f"SELECT w.snapshot_id, w.start_at, w.length, "
+        f"substr(s.index_body, CAST(w.start_at + 1 AS INTEGER), CAST(w.length AS INTEGER)) "
+        f"FROM wanted w JOIN {table} s ON s.id = w.snapshot_id"
+    )
+    found: dict[tuple[int, int, int], Any] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for snapshot_id, offset, length, data in cursor.fetchall():
+            try:
+                found[(int(snapshot_id), int(offset), int(length))] = decode_part(bytes(data))
+            except SnapshotIndexError as error:
+                logger.warning("a stored snapshot index part does not read (%s)", error)
     return found
 
 
@@ -250,7 +416,7 @@ def gpu_series(
     keys = list(keys)
     series: dict[GpuKey, list[dict[str, Any]]] = {key: [] for key in keys}
     sampled = sampled_snapshots(cluster, start, end, max_points)
-    frames = gpu_metrics_of(s.id for s in sampled)
+    frames = gpu_metrics_on_nodes([s.id for s in sampled], {key[0] for key in keys})
     for stored in sampled:
         frame = frames.get(stored.id)
         if frame is None:

@@ -1,0 +1,155 @@
+"""A stored snapshot's index: its document cut into small parts that a page can read alone.
+
+A ``gpuobs.snapshot/v1`` document of 16,384 GPUs is 12 MB of JSON; the node, GPU and job pages
+need a few kilobytes of it (one node's entry, its GPUs, the jobs placed on it; one job's
+record). :func:`build_index` cuts the document into compressed parts, written once when the
+snapshot is stored, and :class:`SnapshotIndex` reads one part without decompressing or parsing
+the rest (docs/ui.md, "Nodes and GPUs"):
+
+- ``node:<name>``: the node's entry, its ``gpus[]`` entries (document order) and the ids of the
+  jobs whose allocation is on it;
+- ``jobs:<bucket>``: the records of the jobs whose id falls in that bucket
+  (:func:`job_bucket`, a stable hash of the id, :data:`JOB_BUCKETS` of them).
+
+Stored as two columns (:class:`BuiltIndex`): a small header naming where each part lies, and
+the parts, so that a reader of many snapshots (a node's time series) reads the header and the
+bytes of the one part it needs of each.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+JOB_BUCKETS = 256
+COMPRESSION_LEVEL = 1  # the parts are small and read often: speed over size
+
+
+class SnapshotIndexError(ValueError):
+    """Bytes that are not a snapshot index (another format, or cut short)."""
+
+
+def job_bucket(job_id: str) -> int:
+    """The bucket of a job id: the same in every process and release (not Python's hash)."""
+    digest = hashlib.blake2b(job_id.encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") % JOB_BUCKETS
+
+
+def _dumps(value: Any) -> bytes:
+    return orjson.dumps(value, default=str)
+
+
+def index_parts(document: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of ``document`` by name (uncompressed): what :func:`build_index` stores."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for entry in document.get("nodes") or ():
+        if isinstance(entry, Mapping):
+            nodes[str(entry.get("name"))] = {"node": entry, "gpus": [], "jobs": []}
+    for entry in document.get("gpus") or ():
+        if isinstance(entry, Mapping) and str(entry.get("node")) in nodes:
+            nodes[str(entry.get("node"))]["gpus"].append(entry)
+    buckets: dict[int, list[Any]] = {}
+    for job in document.get("jobs") or ():
+        if not isinstance(job, Mapping) or job.get("id") is None:
+            continue
+        job_id = str(job["id"])
+        buckets.setdefault(job_bucket(job_id), []).append(job)
+        placed = {
+            str(pod.get("node"))
+            for pod in job.get("allocation") or ()
+            if isinstance(pod, Mapping) and str(pod.get("node")) in nodes
+        }
+        for node in sorted(placed):
+            nodes[node]["jobs"].append(job_id)
+    parts: dict[str, Any] = {f"node:{name}": part for name, part in nodes.items()}
+    parts.update({f"jobs:{bucket}": jobs for bucket, jobs in buckets.items()})
+    return parts
+
+
+@dataclass(frozen=True)
+class BuiltIndex:
+    """An index as stored: ``header`` (zlib-compressed JSON: part name -> ``[offset, length]``
+    in ``body``) and ``body`` (the parts, each zlib-compressed JSON, one after another)."""
+
+    header: bytes
+    body: bytes
+
+
+def build_index(document: Mapping[str, Any]) -> BuiltIndex:
+    """The index of ``document``."""
+    header: dict[str, list[int]] = {}
+    chunks: list[bytes] = []
+    offset = 0
+    for name, part in index_parts(document).items():
+        chunk = zlib.compress(_dumps(part), COMPRESSION_LEVEL)
+        header[name] = [offset, len(chunk)]
+        chunks.append(chunk)
+        offset += len(chunk)
+    return BuiltIndex(zlib.compress(_dumps(header), COMPRESSION_LEVEL), b"".join(chunks))
+
+
+ReadBytes = Callable[[int, int], bytes]
+"""Reads ``length`` bytes of a stored index's body from ``offset`` (in memory, or a substring
+of the stored column)."""
+
+
+class SnapshotIndex:
+    """A stored index, read part by part: each part's bytes read, decompressed and parsed only
+    when asked for."""
+
+    def __init__(self, header: bytes, read: ReadBytes) -> None:
+        try:
+            self._header: dict[str, list[int]] = orjson.loads(zlib.decompress(header))
+        except (zlib.error, orjson.JSONDecodeError) as error:
+            raise SnapshotIndexError(f"not a gpuobs snapshot index header: {error}") from error
+        self._read = read
+
+    @classmethod
+    def in_memory(cls, header: bytes, body: bytes) -> SnapshotIndex:
+        return cls(header, lambda offset, length: body[offset : offset + length])
+
+    def has(self, name: str) -> bool:
+        return name in self._header
+
+    def where(self, name: str) -> tuple[int, int] | None:
+        """``(offset, length)`` of a part's bytes in the body, or None."""
+        found = self._header.get(name)
+        return (int(found[0]), int(found[1])) if found else None
+
+    def part(self, name: str) -> Any:
+        """The part called ``name``, or None when the snapshot has none by that name."""
+        where = self.where(name)
+        if where is None:
+            return None
+        return decode_part(self._read(*where))
+
+    def node(self, name: str) -> Mapping[str, Any] | None:
+        """A node's part: ``{"node": entry, "gpus": [...], "jobs": [job ids]}``."""
+        return self.part(node_part(name))
+
+    def jobs(self, job_ids: Iterable[str]) -> dict[str, Mapping[str, Any]]:
+        """The records of ``job_ids`` that the snapshot lists, by id."""
+        wanted = {str(j) for j in job_ids}
+        found: dict[str, Mapping[str, Any]] = {}
+        for bucket in sorted({job_bucket(j) for j in wanted}):
+            for job in self.part(f"jobs:{bucket}") or ():
+                if str(job.get("id")) in wanted:
+                    found[str(job["id"])] = job
+        return found
+
+
+def node_part(node: str) -> str:
+    return f"node:{node}"
+
+
+def decode_part(data: bytes) -> Any:
+    """One part's stored bytes, decoded."""
+    try:
+        return orjson.loads(zlib.decompress(data))
+    except (zlib.error, orjson.JSONDecodeError) as error:
+        raise SnapshotIndexError(f"a snapshot index part does not decode: {error}") from error
