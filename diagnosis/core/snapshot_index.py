@@ -9,7 +9,11 @@ the rest (docs/ui.md, "Nodes and GPUs"):
 - ``node:<name>``: the node's entry, its ``gpus[]`` entries (document order) and the ids of the
   jobs whose allocation is on it;
 - ``jobs:<bucket>``: the records of the jobs whose id falls in that bucket
-  (:func:`job_bucket`, a stable hash of the id, :data:`JOB_BUCKETS` of them).
+  (:func:`job_bucket`, a stable hash of the id, :data:`JOB_BUCKETS` of them);
+- ``gpus``: every node's entry and every GPU's, with only what the heatmap and the series read
+  (:data:`GPU_FIELDS`, and of the metrics :data:`SUMMARY_METRICS`' statistic);
+- ``queues``: the scheduler's queue tree (``queue_parents``, ``cohorts``), the queues, the
+  nodes' sizes and every job with only what the queue pages read (:data:`QUEUE_JOB_FIELDS`).
 
 Stored as two columns (:class:`BuiltIndex`): a small header naming where each part lies, and
 the parts, so that a reader of many snapshots (a node's time series) reads the header and the
@@ -28,6 +32,29 @@ import orjson
 
 JOB_BUCKETS = 256
 COMPRESSION_LEVEL = 1  # the parts are small and read often: speed over size
+
+# The GPU metrics the pages chart, each with the statistic they read of it.
+SUMMARY_METRICS: dict[str, str] = {
+    "util": "mean",
+    "tensor_active": "mean",
+    "fb_used_frac": "mean",
+    "power_w": "mean",
+    "temp_c": "max",
+    "sm_clock_mhz": "mean",
+}
+GPU_FIELDS = ("node", "index", "uuid", "health", "mig", "xid", "gpu_model")
+QUEUE_JOB_FIELDS = (
+    "id",
+    "name",
+    "tenant",
+    "queue",
+    "state",
+    "gang",
+    "pods",
+    "gpus_per_pod",
+    "submitted",
+    "pending_reason",
+)
 
 
 class SnapshotIndexError(ValueError):
@@ -68,7 +95,43 @@ def index_parts(document: Mapping[str, Any]) -> dict[str, Any]:
             nodes[node]["jobs"].append(job_id)
     parts: dict[str, Any] = {f"node:{name}": part for name, part in nodes.items()}
     parts.update({f"jobs:{bucket}": jobs for bucket, jobs in buckets.items()})
+    parts["gpus"] = {
+        "nodes": [part["node"] for part in nodes.values()],
+        "gpus": [_gpu_summary(g) for g in document.get("gpus") or () if isinstance(g, Mapping)],
+    }
+    scheduler = document.get("scheduler") or {}
+    parts["queues"] = {
+        "scheduler": {
+            key: scheduler[key] for key in ("queue_parents", "cohorts") if key in scheduler
+        },
+        "queues": list(document.get("queues") or ()),
+        "nodes": [{"name": n.get("name"), "gpus": n.get("gpus")} for n in nodes_of(document)],
+        "jobs": [_queue_job(job) for job in document.get("jobs") or () if isinstance(job, Mapping)],
+    }
     return parts
+
+
+def nodes_of(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [n for n in document.get("nodes") or () if isinstance(n, Mapping)]
+
+
+def _gpu_summary(gpu: Mapping[str, Any]) -> dict[str, Any]:
+    summary = {key: gpu[key] for key in GPU_FIELDS if key in gpu}
+    for metric, statistic in SUMMARY_METRICS.items():
+        stats = gpu.get(metric)
+        if isinstance(stats, Mapping) and statistic in stats:
+            summary[metric] = {statistic: stats[statistic]}
+    return summary
+
+
+def _queue_job(job: Mapping[str, Any]) -> dict[str, Any]:
+    slim = {key: job[key] for key in QUEUE_JOB_FIELDS if key in job}
+    slim["allocation"] = [
+        {key: pod[key] for key in ("node", "gpus", "share") if key in pod}
+        for pod in job.get("allocation") or ()
+        if isinstance(pod, Mapping)
+    ]
+    return slim
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from diagnosis.core.fairness import tree_water_fill
 from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import Cluster
 from diagnosis.pages.jobs import findings_naming_jobs
-from diagnosis.pages.support.snapshots import StoredSnapshot, latest_document
+from diagnosis.pages.support.snapshots import StoredSnapshot, latest_snapshot, queue_members
 from diagnosis.roles import is_tenant_scoped
 
 PENDING_SHOWN = 200
@@ -200,18 +200,18 @@ def _visible(request: HttpRequest, cluster: Cluster, rows: dict[str, QueueRow]):
 
 
 def _snapshot_or_404(cluster: Cluster) -> tuple[StoredSnapshot, Mapping[str, Any]]:
-    latest, document = latest_document(cluster)
+    latest = latest_snapshot(cluster)
     if latest is None:
         raise Http404("no snapshot of this cluster yet")
-    return latest, document
+    return latest, queue_members(latest)
 
 
 @require_safe
 def queue_list(request: HttpRequest, name: str) -> HttpResponse:
     """Every queue and cohort the reader may see, as a tree, with its figures."""
     cluster = get_cluster_for_user(request.user, name)
-    latest, document = latest_document(cluster)
-    rows = _visible(request, cluster, queue_tree(document)) if latest else {}
+    latest = latest_snapshot(cluster)
+    rows = _visible(request, cluster, queue_tree(queue_members(latest))) if latest else {}
     context = {
         "cluster": cluster,
         "section": "queues",

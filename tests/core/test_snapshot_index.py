@@ -9,6 +9,7 @@ import pytest
 
 from diagnosis.core.snapshot_index import (
     JOB_BUCKETS,
+    SUMMARY_METRICS,
     SnapshotIndex,
     SnapshotIndexError,
     build_index,
@@ -83,3 +84,33 @@ def test_bytes_that_are_not_an_index_header_are_refused() -> None:
         SnapshotIndex(zlib.compress(b"[1, 2"), lambda offset, length: b"")
     with pytest.raises(SnapshotIndexError):
         SnapshotIndex(b"not zlib", lambda offset, length: b"")
+
+
+def test_the_gpus_part_keeps_each_gpus_identity_and_the_charted_statistics_only() -> None:
+    document = (
+        SnapshotBuilder().pool("a100", nodes=1).gpu("a100-000", 0, util=0.25, power_w=300.0)
+    ).document()
+
+    part = read(document).part("gpus")
+
+    entry = next(g for g in part["gpus"] if g["index"] == 0)
+    assert entry["node"] == "a100-000"
+    assert entry["util"] == {"mean": document["gpus"][0]["util"]["mean"]}
+    assert set(entry) <= {"node", "index", "uuid", "health", "mig", "xid", "gpu_model"} | set(
+        SUMMARY_METRICS
+    )
+    assert part["nodes"] == document["nodes"]
+
+
+def test_the_queues_part_lists_every_job_with_what_the_queue_pages_read() -> None:
+    document = two_node_cluster()
+
+    part = read(document).part("queues")
+
+    assert [job["id"] for job in part["jobs"]] == [job["id"] for job in document["jobs"]]
+    gang = next(job for job in part["jobs"] if job["id"] == "gang")
+    assert gang["allocation"] == [
+        {"node": pod["node"], "gpus": pod["gpus"]}
+        for pod in next(j for j in document["jobs"] if j["id"] == "gang")["allocation"]
+    ]
+    assert sum(n["gpus"] for n in part["nodes"]) == 16

@@ -33,6 +33,7 @@ from typing import Any
 from django.db import connection
 
 from diagnosis.core.snapshot_index import (
+    SUMMARY_METRICS,
     SnapshotIndex,
     SnapshotIndexError,
     decode_part,
@@ -45,12 +46,7 @@ logger = logging.getLogger(__name__)
 MAX_POINTS = 120
 # GPU metrics the pages chart: (snapshot metric, statistic). Absent ones stay None.
 SERIES_METRICS: dict[str, tuple[str, str]] = {
-    "util": ("util", "mean"),
-    "tensor_active": ("tensor_active", "mean"),
-    "fb_used_frac": ("fb_used_frac", "mean"),
-    "power_w": ("power_w", "mean"),
-    "temp_c": ("temp_c", "max"),
-    "sm_clock_mhz": ("sm_clock_mhz", "mean"),
+    metric: (metric, statistic) for metric, statistic in SUMMARY_METRICS.items()
 }
 GpuKey = tuple[str, int, int]  # node, index, MIG instance (-1: the whole GPU)
 
@@ -303,14 +299,62 @@ def job_records(snapshot_id: int, job_ids: Iterable[str]) -> dict[str, Mapping[s
 
 
 def gpu_metrics(snapshot_id: int, document: dict[str, Any] | None = None) -> GpuMetrics:
-    """The GPU metrics of one stored snapshot (``document``: its parsed document, if at hand)."""
-    return _metrics.get(snapshot_id, lambda: _gpu_metrics(snapshot_id, document))
+    """The GPU metrics of one stored snapshot (``document``: its parsed document, if at hand;
+    else its index's ``gpus`` part, else its document's nodes and GPUs)."""
+
+    def compute() -> GpuMetrics:
+        if document is None:
+            part = _read_parts([snapshot_id], "gpus").get(snapshot_id, {}).get("gpus")
+            if part is not None:
+                return _gpu_metrics(snapshot_id, part)
+        return _gpu_metrics(snapshot_id, document)
+
+    return _metrics.get(snapshot_id, compute)
+
+
+def queue_members(stored: StoredSnapshot) -> Mapping[str, Any]:
+    """What the queue pages read of a stored snapshot (``scheduler``, ``queues``, ``jobs`` with
+    the fields of :data:`~diagnosis.core.snapshot_index.QUEUE_JOB_FIELDS`): its index's
+    ``queues`` part, else its whole document."""
+
+    def compute() -> Mapping[str, Any]:
+        part = _read_parts([stored.id], "queues").get(stored.id, {}).get("queues")
+        return part if part is not None else snapshot_document(stored.id)
+
+    return derived(("queues", stored.id), compute)
+
+
+def _read_parts(snapshot_ids: list[int], *names: str) -> dict[int, dict[str, Any]]:
+    """The parts ``names`` of each of the snapshots that have an index, by snapshot id and
+    name: their headers in one query, the parts' bytes in another."""
+    ranges: list[tuple[int, int, int]] = []
+    named: dict[tuple[int, int, int], str] = {}
+    found: dict[int, dict[str, Any]] = {}
+    headers = Snapshot.objects.filter(pk__in=snapshot_ids).exclude(index_header=None)
+    for snapshot_id, header in headers.values_list("id", "index_header"):
+        index = _index_of(header, b"")
+        if index is None:
+            continue
+        found[snapshot_id] = {}
+        for name in names:
+            if (where := index.where(name)) is not None:
+                ranges.append((snapshot_id, *where))
+                named[(snapshot_id, *where)] = name
+    for key, part in _read_ranges(ranges).items():
+        found[key[0]][named[key]] = part
+    return found
 
 
 def gpu_metrics_of(snapshot_ids: Iterable[int]) -> dict[int, GpuMetrics]:
     """The GPU metrics of several stored snapshots; those not kept yet are read in one query."""
     ids = list(snapshot_ids)
     found = {i: m for i in ids if (m := _metrics.peek(i)) is not None}
+    indexed = _read_parts([i for i in ids if i not in found], "gpus")
+    for snapshot_id, parts in indexed.items():
+        if "gpus" in parts:
+            found[snapshot_id] = _metrics.get(
+                snapshot_id, lambda i=snapshot_id, m=parts["gpus"]: _gpu_metrics(i, m)
+            )
     missing = [i for i in ids if i not in found]
     if missing:
         rows = Snapshot.objects.filter(pk__in=missing).values_list("id", "document")
@@ -340,29 +384,18 @@ def gpu_metrics_on_nodes(snapshot_ids: list[int], nodes: set[str]) -> dict[int, 
 
 def _node_metrics_of(snapshot_ids: list[int], nodes: list[str]) -> dict[int, GpuMetrics]:
     """The metrics of ``nodes`` in those of the snapshots that have an index (kept by snapshot
-    and nodes): their headers in one query, then the nodes' parts (byte ranges of the stored
-    parts) in another."""
+    and nodes), read from the nodes' parts."""
     wanted = tuple(nodes)
     found = {i: m for i in snapshot_ids if (m := _node_metrics.peek((i, wanted))) is not None}
     missing = [i for i in snapshot_ids if i not in found]
     if not missing:
         return found
-    ranges: list[tuple[int, int, int]] = []  # snapshot id, offset, length
-    members: dict[int, dict[str, list[Any]]] = {}
-    headers = Snapshot.objects.filter(pk__in=missing).exclude(index_header=None)
-    for snapshot_id, header in headers.values_list("id", "index_header"):
-        index = _index_of(header, b"")
-        if index is None:
-            continue
-        members[snapshot_id] = {"nodes": [], "gpus": []}
-        for node in wanted:
-            if (where := index.where(node_part(node))) is not None:
-                ranges.append((snapshot_id, *where))
-    for (snapshot_id, _offset, _length), part in _read_ranges(ranges).items():
-        members[snapshot_id]["nodes"].append(part["node"])
-        members[snapshot_id]["gpus"].extend(part["gpus"])
-    for snapshot_id, member in members.items():
-        metrics = _gpu_metrics(snapshot_id, member)
+    for snapshot_id, parts in _read_parts(missing, *map(node_part, wanted)).items():
+        members = {
+            "nodes": [part["node"] for part in parts.values()],
+            "gpus": [gpu for part in parts.values() for gpu in part["gpus"]],
+        }
+        metrics = _gpu_metrics(snapshot_id, members)
         found[snapshot_id] = _node_metrics.get((snapshot_id, wanted), lambda m=metrics: m)
     return found
 
