@@ -200,7 +200,9 @@ def test_stale_degraded_data_and_the_kill_switch_hold_everything(health, stopped
 
 def test_a_harms_estimate_and_a_pending_one_hold_the_change() -> None:
     harmful = drain(1, harm=("allocation utilization: 60% -> 50%",))
-    pending = Candidate(2, "demo", "drain-node", "node:b", "a100", (79,), 8, verdict="impact pending")
+    pending = Candidate(
+        2, "demo", "drain-node", "node:b", "a100", (79,), 8, verdict="impact pending"
+    )
 
     first, second = decide([drain_policy()], [harmful, pending], as_of=NOW, pools=POOLS)
     assert (first.guard, second.guard) == (guards.HARMS, guards.PENDING)
