@@ -238,9 +238,7 @@ def note_drain_on_incident(
     if incident.acknowledged_at is None and acknowledged_by is not None:
         incident.acknowledged_at = timezone.now()
         incident.acknowledged_by = acknowledged_by
-    incident.save(
-        update_fields=["state", "drain", "details", "acknowledged_at", "acknowledged_by"]
-    )
+    incident.save(update_fields=["state", "drain", "details", "acknowledged_at", "acknowledged_by"])
     record_event(
         incident,
         actor,
