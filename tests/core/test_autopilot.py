@@ -211,7 +211,9 @@ def test_a_harms_estimate_and_a_pending_one_hold_the_change() -> None:
 
 def test_the_quiet_window_holds_and_wraps_past_midnight() -> None:
     night = QuietWindow(22 * 60, 6 * 60)
-    assert night.contains(23 * 60) and night.contains(3 * 60) and not night.contains(12 * 60)
+    assert night.contains(23 * 60)
+    assert night.contains(3 * 60)
+    assert not night.contains(12 * 60)
     assert not QuietWindow(60, 60).contains(60)
 
     decision = decide([drain_policy(quiet=night)], [drain(1)], as_of=NOW, pools=POOLS)[0]
