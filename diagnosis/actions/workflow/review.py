@@ -197,8 +197,12 @@ def approve_by_policy(
         rec = lock_recommendation(rec)
         require_change(rec, "approve")
         require_state(rec, State.PROPOSED, doing="approve")
+        if rec.requested_by_id is not None:  # a person asked: a person approves
+            raise WorkflowError(
+                f"requested by {rec.requested_by.get_username()}: it awaits a person's approval"
+            )
         now = timezone.now()
-        rec.requested_by = rec.requested_by or written_by
+        rec.requested_by = written_by
         rec.requested_at = rec.requested_at or now
         rec.state = State.APPROVED
         rec.approved_by = approved_by

@@ -16,7 +16,7 @@ from diagnosis.actions.autopilot.policies import edit_policy, set_kill_switch, t
 from diagnosis.actions.autopilot.step import run_autopilot
 from diagnosis.actions.notify.alertmanager import alerts_for
 from diagnosis.actions.workflow.base import WorkflowDenied
-from diagnosis.actions.workflow.review import reject_recommendation
+from diagnosis.actions.workflow.review import reject_recommendation, request_recommendation
 from diagnosis.models import AuditEntry, AutopilotDecision, ClusterCycle, Recommendation
 from tests.support.autopilot import approved_policy, step, xid_drain
 from tests.support.records import run_cycles
@@ -234,3 +234,21 @@ def test_a_regressed_change_turns_its_policy_to_dry_run_and_alerts(
     other = xid_drain(cycled, cycled.snapshots.latest("as_of").load_document()["nodes"][1]["name"])
     step(cycled, django_capture_on_commit_callbacks)
     assert AutopilotDecision.objects.get(recommendation=other).outcome == "would-apply"
+
+
+def test_a_change_a_person_requested_waits_for_a_person(
+    cycled, carol, dave, erin, django_capture_on_commit_callbacks
+) -> None:
+    approved_policy(carol, dave)
+    rec = xid_drain(cycled, first_node(cycled))
+    request_recommendation(rec, dave)  # the policy's approver may not approve his own request
+
+    step(cycled, django_capture_on_commit_callbacks)
+
+    rec.refresh_from_db()
+    held = AutopilotDecision.objects.get(recommendation=rec)
+    assert rec.state == "proposed"
+    assert (held.guard, held.reason) == (
+        "workflow",
+        "requested by dave: it awaits a person's approval",
+    )
