@@ -64,10 +64,12 @@ def candidates_of(recs: Iterable[Recommendation], cluster_name: str) -> list[Can
     return [candidate_of(rec, cluster_name) for rec in recs]
 
 
-def pools_of(cluster_name: str, accounting: Mapping[str, Any] | None) -> dict:
+def pools_of(
+    cluster_name: str, accounting: Mapping[str, Any] | None
+) -> dict[tuple[str, str | None], PoolCapacity]:
     """``(cluster, pool) -> PoolCapacity`` from a cycle's GPU-hour accounting: the pool's GPUs
     and its ``unavailable`` bucket (node not ready, GPU unhealthy)."""
-    out = {}
+    out: dict[tuple[str, str | None], PoolCapacity] = {}
     for row in (accounting or {}).get("pools") or ():
         unavailable = ((row.get("buckets") or {}).get("unavailable") or {}).get("gpus") or 0
         out[(cluster_name, str(row.get("pool")))] = PoolCapacity(

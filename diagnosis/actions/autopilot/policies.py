@@ -243,7 +243,8 @@ def demote_policy(policy: RemediationPolicy, reason: str) -> bool:
 
 
 def kill_switch() -> AutopilotSwitch:
-    return AutopilotSwitch.objects.get_or_create(pk=1)[0]
+    """The kill switch as it stands (read only: running, unsaved, until an admin first turns it)."""
+    return AutopilotSwitch.objects.filter(pk=1).first() or AutopilotSwitch(pk=1)
 
 
 def set_kill_switch(user: AbstractBaseUser, *, stopped: bool, reason: str = "") -> AutopilotSwitch:
@@ -252,8 +253,8 @@ def set_kill_switch(user: AbstractBaseUser, *, stopped: bool, reason: str = "") 
     if not roles.can_stop_autopilot(user):
         raise WorkflowDenied("only an admin may stop or restart the autopilot")
     with transaction.atomic():
-        switch = kill_switch()
-        switch = AutopilotSwitch.objects.select_for_update().get(pk=switch.pk)
+        AutopilotSwitch.objects.get_or_create(pk=1)
+        switch = AutopilotSwitch.objects.select_for_update().get(pk=1)
         before = switch.stopped
         switch.stopped = stopped
         switch.changed_by = user

@@ -13,6 +13,7 @@ policy applied that then regressed turns the policy to dry run (docs/autopilot.m
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -197,7 +198,7 @@ def _unchanged(policy: RemediationPolicy, rec_id: int, decision: Decision, last:
     )
 
 
-def _done(policies: list[RemediationPolicy], cycle: ClusterCycle) -> list[Done]:
+def _done(cycle: ClusterCycle) -> list[Done]:
     """What counts against budgets: the autopilot's actions in the hour before (any policy's
     applied ones, the dry-run policies' would-applies; the core sorts out whose count)."""
     since = cycle.as_of - guards.BUDGET_WINDOW
@@ -272,7 +273,7 @@ def demote_regressed(cluster: Cluster) -> list[AutopilotDecision]:
     return rows
 
 
-def latest_as_of(cluster: Cluster) -> Any:
+def latest_as_of(cluster: Cluster) -> datetime | None:
     return (
         ClusterCycle.objects.filter(cluster=cluster, ok=True)
         .order_by("-as_of")
@@ -322,7 +323,7 @@ def run_autopilot(cluster_id: int, cycle_id: int) -> dict[str, Any]:
         candidates_of((r for pk, r in recs.items() if pk not in seen), cluster.name),
         as_of=cycle.as_of,
         pools=pools_of(cluster.name, cycle.accounting),
-        done=_done(list(policies.values()), cycle),
+        done=_done(cycle),
         health={cluster.name: health_of(cluster, cycle, now=timezone.now())},
         stopped=kill_switch().stopped,
     )
