@@ -26,17 +26,22 @@ def _codes(rec: Recommendation) -> tuple[int, ...]:
 
 
 def _gang_hold(rec: Recommendation) -> tuple[int, float]:
-    """GPUs the released gang holds and for how long: the deadlock's scored member, else the
-    partial-hold finding's evidence."""
+    """GPUs the gang to release holds and for how long, as the latest cycle saw it: the open
+    motivating finding's evidence (a deadlock's member, or the partial hold itself); else the
+    figures the recommendation was first proposed with (``basis.candidates``)."""
     job = rec.target.removeprefix("job:")
-    basis = (rec.impact or {}).get("basis") or {}
-    for member in basis.get("candidates") or ():
+    for finding in rec.motivating_findings.all():
+        if finding.state == "resolved":
+            continue
+        evidence = finding.evidence or {}
+        for member in evidence.get("members") or ():
+            if str(member.get("id")) == job:
+                return int(member.get("gpus_held") or 0), float(member.get("hold_s") or 0)
+        if "gpus_held" in evidence and "members" not in evidence:
+            return int(evidence.get("gpus_held") or 0), float(evidence.get("hold_s") or 0)
+    for member in ((rec.impact or {}).get("basis") or {}).get("candidates") or ():
         if str(member.get("id")) == job:
             return int(member.get("gpus_held") or 0), float(member.get("hold_s") or 0)
-    for finding in rec.motivating_findings.all():
-        evidence = finding.evidence or {}
-        if "gpus_held" in evidence:
-            return int(evidence.get("gpus_held") or 0), float(evidence.get("hold_s") or 0)
     return 0, 0.0
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 
+from diagnosis.actions.autopilot.candidates import candidate_of
 from diagnosis.actions.autopilot.policies import terms_of
 from diagnosis.actions.autopilot.preview import replay_preview
 from diagnosis.actions.records.cycles import run_cluster_cycle
@@ -117,3 +118,38 @@ def test_a_storm_of_fifty_xids_drains_one_node_of_the_pool(
     cycle(demo, django_capture_on_commit_callbacks)
     drained = [n for n in nodes if node_state(demo, n) == "drained"]
     assert drained == [nodes[0]]
+
+
+def test_a_gang_release_policy_releases_only_a_gang_held_long_and_large_enough(
+    carol, dave, celery_eager, django_capture_on_commit_callbacks
+) -> None:
+    # the two sweep gangs (40 x 8 GPUs each) bind pod by pod from ~1:50 and deadlock ~2:40 with
+    # about 200 GPUs each (tests/app/workflow/test_verification_gang_release.py); 20 simulated
+    # minutes a cycle. The earlier partial-hold releases (120 GPUs, 40 min) are not the policy's.
+    with seed_demo_cluster("demo-autopilot-gangs", 1200) as demo:
+        Cluster.objects.filter(pk=demo.pk).update(dry_run=False)
+        approved_policy(
+            carol,
+            dave,
+            name="gang-release",
+            kind="gang-release",
+            condition={"min_gpus": 150, "min_hold_s": 3600},
+        )
+        applied = None
+        for _ in range(10):
+            cycle(demo, django_capture_on_commit_callbacks)
+            applied = AutopilotDecision.objects.filter(outcome="applied").first()
+            if applied is not None:
+                break
+        assert applied is not None, "the policy released no gang"
+
+        rec = applied.recommendation
+        assert rec.kind == "gang-release"
+        assert rec.state == "applied", rec.status_message
+        assert rec.apply_result["before"] == "partial"
+        facts = candidate_of(rec, demo.name)
+        assert facts.gpus_held >= 150
+        assert facts.hold_s >= 3600
+        # the releases proposed before, smaller or younger, were not the policy's
+        earlier = Recommendation.objects.filter(kind="gang-release", pk__lt=rec.pk)
+        assert not AutopilotDecision.objects.filter(recommendation__in=earlier).exists()
