@@ -22,6 +22,7 @@ from diagnosis.actions.records.cycles import run_cluster_cycle
 from diagnosis.models import AutopilotDecision, Cluster, Incident, Recommendation
 from tests.support.autopilot import approved_policy, step, xid_drain
 from tests.support.records import seed_demo_cluster
+from tests.support.world import logged_in_client
 
 pytestmark = pytest.mark.django_db
 
@@ -49,7 +50,7 @@ def demo(celery_eager):
 
 
 def test_the_demo_xid_79_node_is_drained_within_one_cycle_and_a_second_fault_is_held(
-    demo, carol, dave, django_capture_on_commit_callbacks
+    demo, carol, dave, erin, django_capture_on_commit_callbacks
 ) -> None:
     policy = approved_policy(carol, dave)
     drain = None
@@ -80,6 +81,10 @@ def test_the_demo_xid_79_node_is_drained_within_one_cycle_and_a_second_fault_is_
     assert expected, "the demo's gpu-100 runs jobs at 2:00"
     assert evicted
     assert all(text.endswith("(policy xid-drain)") for text in evicted)
+    page = logged_in_client(erin).get(f"/clusters/{demo.name}/incidents/{incident.pk}/")
+    assert "by policy xid-drain (version 1, written by carol, approved by dave)" in (
+        page.content.decode()
+    )
 
     # a second fault in the same pool within the hour: held by the budget
     second = xid_drain(demo, "gpu-101")
