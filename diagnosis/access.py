@@ -38,6 +38,7 @@ from diagnosis.models import (
     Incident,
     Job,
     Recommendation,
+    RemediationPolicy,
     Tenant,
 )
 from diagnosis.roles import can_read, is_tenant_scoped
@@ -379,3 +380,17 @@ def get_recommendation_for_user(
         "recommendation",
         pk=recommendation_id,
     )
+
+
+def policies_for_user(user: User) -> QuerySet[RemediationPolicy]:
+    """The remediation policies (docs/autopilot.md): like recommendations, they change
+    cluster-wide settings, so a tenant-scoped manager (or a user with no role) sees none."""
+    _require_login(user)
+    if not can_read(user) or is_tenant_scoped(user):
+        return RemediationPolicy.objects.none()
+    return RemediationPolicy.objects.all()
+
+
+def get_policy_for_user(user: User, policy_id: int) -> RemediationPolicy:
+    """One remediation policy, or 404."""
+    return _one_or_404(policies_for_user(user), "policy", pk=policy_id)

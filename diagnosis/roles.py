@@ -104,3 +104,23 @@ def can_read_failure_cause(user: User) -> bool:
 def can_administer(user: User) -> bool:
     """Data sources, thresholds, users and the per-cluster write switch."""
     return Role.ADMIN in roles_of(user)
+
+
+def can_write_policy(user: User) -> bool:
+    """Write or edit a remediation policy (docs/autopilot.md): an SRE. On-call's exemption for
+    a drain does not reach policies: a standing approval always needs two people."""
+    return has_role(user, Role.SRE)
+
+
+def can_approve_policy(user: User, written_by: User | None) -> tuple[bool, str]:
+    """Whether the user may approve a policy version written by ``written_by``, and why not."""
+    if not has_role(user, Role.SRE):
+        return False, "approving a policy needs the sre role"
+    if written_by is not None and written_by.pk == user.pk:
+        return False, "a policy must be approved by someone other than the person who wrote it"
+    return True, ""
+
+
+def can_stop_autopilot(user: User) -> bool:
+    """The kill switch that stops every policy at once: admins only."""
+    return can_administer(user)

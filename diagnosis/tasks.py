@@ -26,6 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import LockError
 
+from diagnosis.actions.autopilot.step import run_autopilot as autopilot_step
 from diagnosis.actions.notify.alertmanager import (
     alertmanager_configured,
     deliver_to_alertmanager,
@@ -398,6 +399,12 @@ def actuate_dry_run(recommendation_id: int) -> dict[str, str]:
 def send_report_subscriptions() -> int:
     """Beat, hourly: email the fairness reports whose weekly or monthly turn has come."""
     return send_due_report_subscriptions()
+
+
+@shared_task(name="diagnosis.tasks.run_autopilot")
+def run_autopilot(cluster_id: int, cycle_id: int) -> dict[str, object]:
+    """The autopilot step of one cycle, after it commits (docs/autopilot.md)."""
+    return autopilot_step(cluster_id, cycle_id)
 
 
 @shared_task(name="diagnosis.tasks.notify_cluster")

@@ -68,6 +68,17 @@ cluster_pages = [
 urlpatterns = [
     path("", page("clusters:cluster_list"), name="cluster_list"),
     path("people/", page("people:people"), name="people"),  # the admin role's (docs/ui.md)
+    # the autopilot's remediation policies (docs/autopilot.md)
+    path("autopilot/", page("autopilot:autopilot_list"), name="autopilot"),
+    path("autopilot/new/", page("autopilot:policy_new"), name="autopilot-new"),
+    path("autopilot/switch/", page("autopilot:autopilot_switch"), name="autopilot-switch"),
+    path("autopilot/<int:policy_id>/", page("autopilot:policy_detail"), name="autopilot-policy"),
+    path("autopilot/<int:policy_id>/edit/", page("autopilot:policy_edit"), name="autopilot-edit"),
+    path(
+        "autopilot/<int:policy_id>/<slug:action>/",
+        page("autopilot:policy_action"),
+        name="autopilot-action",
+    ),
     path("clusters/", RedirectView.as_view(pattern_name="diagnosis:cluster_list")),
     path("clusters/<slug:name>/", include(cluster_pages)),
 ]

@@ -25,6 +25,7 @@ APPLY = "diagnosis.tasks.actuate_recommendation"
 NOTIFY = "diagnosis.tasks.notify_cluster"
 ESTIMATE_IMPACT = "diagnosis.tasks.estimate_impact"
 RECORD_ALERT_BATCH = "diagnosis.tasks.record_alert_batch"
+AUTOPILOT = "diagnosis.tasks.run_autopilot"
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,13 @@ def notify_on_commit(cluster_id: int) -> None:
     logged, never raised into the committed cycle: the cluster's ``notify_pending_since`` stays
     set and beat sends it again (``diagnosis.actions.notify.alertmanager``)."""
     send_robustly_on_commit(NOTIFY, (cluster_id,))
+
+
+def autopilot_on_commit(cluster_id: int, cycle_id: int) -> None:
+    """Run the autopilot step of a cycle once the cycle commits (docs/autopilot.md), on the
+    default queue; a failed send is logged, never raised into the committed cycle (the next
+    cycle's step decides afresh)."""
+    send_robustly_on_commit(AUTOPILOT, (cluster_id, cycle_id))
 
 
 def impact_on_commit(recommendation_id: int) -> None:

@@ -40,8 +40,29 @@ cluster_endpoints = [
     path("size", endpoint("clusters:ClusterSizeView"), name="cluster-size"),
 ]
 
+# The autopilot's remediation policies (docs/autopilot.md).
+autopilot_endpoints = [
+    path("policies", endpoint("autopilot:PolicyListView"), name="autopilot-policies"),
+    path(
+        "policies/<int:policy_id>", endpoint("autopilot:PolicyDetailView"), name="autopilot-policy"
+    ),
+    path(
+        "policies/<int:policy_id>/replay",
+        endpoint("autopilot:PolicyReplayView"),
+        name="autopilot-replay",
+    ),
+    path(
+        "policies/<int:policy_id>/<slug:action>",
+        endpoint("autopilot:PolicyActionView"),
+        name="autopilot-policy-action",
+    ),
+    path("decisions", endpoint("autopilot:DecisionListView"), name="autopilot-decisions"),
+    path("switch", endpoint("autopilot:SwitchView"), name="autopilot-switch"),
+]
+
 urlpatterns = [
     path("clusters/<slug:cluster>/", include(cluster_endpoints)),
+    path("autopilot/", include(autopilot_endpoints)),
     path("alertmanager", endpoint("receivers:AlertmanagerWebhookView"), name="alertmanager"),
     path("annotations", endpoint("annotations:AnnotationsView"), name="annotations"),
     path("schema", endpoint("schema:SchemaView"), name="schema"),

@@ -115,3 +115,14 @@ def is_application_level(code: int) -> bool:
 
 def critical_codes() -> frozenset[int]:
     return frozenset(code for code, info in _catalog().items() if info.critical)
+
+
+def drains_node(code: int) -> bool:
+    """Whether the code alone justifies draining its node: critical and not application-level
+    (the drain class: 48, 64, 74, 79, 95, 119, ...; docs/recommendations.md "drain-node")."""
+    return is_critical(code) and not is_application_level(code)
+
+
+def drain_class() -> frozenset[int]:
+    """Every catalogued code of the drain class (:func:`drains_node`)."""
+    return frozenset(code for code in _catalog() if drains_node(code))

@@ -6,6 +6,15 @@ Only the named functions in :mod:`diagnosis.actions` write these models; views, 
 tasks read them or call an action.
 """
 
+from diagnosis.models.autopilot import (
+    AutopilotDecision,
+    AutopilotOutcome,
+    AutopilotSwitch,
+    PolicyKind,
+    PolicyMode,
+    PolicyState,
+    RemediationPolicy,
+)
 from diagnosis.models.cycles import ClusterCycle, Snapshot, SnapshotDocumentError
 from diagnosis.models.findings import Finding, FindingEvent, RuleOverride
 from diagnosis.models.impact import ReplayOutcome
@@ -50,6 +59,9 @@ __all__ = [
     "AuditEntry",
     "AuditEntryImmutableError",
     "AuditEntryQuerySet",
+    "AutopilotDecision",
+    "AutopilotOutcome",
+    "AutopilotSwitch",
     "Cluster",
     "ClusterCycle",
     "DeliveryState",
@@ -66,10 +78,14 @@ __all__ = [
     "NotifyChannel",
     "OwnerNotice",
     "OwnerNoticePolicy",
+    "PolicyKind",
+    "PolicyMode",
+    "PolicyState",
     "PoolRollup",
     "PoolRollupHour",
     "Queue",
     "Recommendation",
+    "RemediationPolicy",
     "ReplayOutcome",
     "ReportFrequency",
     "ReportSubscription",

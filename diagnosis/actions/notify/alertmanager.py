@@ -35,6 +35,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from diagnosis.actions.enqueue import NOTIFY, notify_on_commit, send_task
+from diagnosis.actions.notify.autopilot import autopilot_alerts
 from diagnosis.actions.workflow.review import eligible_approvers
 from diagnosis.choices import FindingState, IncidentState, RecommendationState, Severity
 from diagnosis.core.rules.registry import all_rules
@@ -296,6 +297,9 @@ def alerts_for(cluster: Cluster, *, now: datetime, since: datetime | None) -> Al
         alerts.append(approval_alert(rec, now=now, ends_at=valid_until))
     for rec in requested.exclude(state=RecommendationState.PROPOSED).filter(updated_at__gte=cursor):
         alerts.append(approval_alert(rec, now=now, ends_at=min(rec.updated_at, now)))
+    alerts += autopilot_alerts(
+        cluster, now=now, url_of=external_url
+    )  # what a policy did, and how to undo it
     firing_count = sum(1 for a in alerts if a.ends_at and a.ends_at > now)
     return AlertBatch(tuple(alerts), firing_count, len(alerts) - firing_count)
 

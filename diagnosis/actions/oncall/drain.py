@@ -181,49 +181,14 @@ def drain_for_incident(
                 before={"jobs_to_evict": before},
                 after={"jobs_to_evict": impact["jobs_to_evict"], "incident": incident.pk},
             )
-        if incident.finding_id is not None:
-            rec.motivating_findings.add(incident.finding_id)
-        before_state = incident.state
-        incident.state = State.MITIGATING
-        incident.drain = rec
-        incident.details = {
-            **(incident.details or {}),
-            "drain": {
-                "recommendation": rec.pk,
-                "node": incident.node,
-                "as_of": impact["as_of"],  # the cluster's time: its evictions come after
-                "job_ids": impact["job_ids"],
-                "jobs": impact["jobs_to_evict"],
-                "by": actor_name(user),
-                "at": impact["computed_at"],
-            },
-        }
-        if incident.acknowledged_at is None:
-            incident.acknowledged_at = timezone.now()
-            incident.acknowledged_by = user
-        incident.save(
-            update_fields=["state", "drain", "details", "acknowledged_at", "acknowledged_by"]
-        )
-        record_event(
+        note_drain_on_incident(
             incident,
-            actor_name(user),
-            "mitigating",
-            before=before_state,
-            after=State.MITIGATING,
+            rec,
+            impact,
+            actor=actor_name(user),
+            acknowledged_by=user,
             text=f"drain of {incident.node} requested ({impact['headline']})"
             + "".join(f"; it supersedes #{pk}, a request to put the node back" for pk in ids),
-            details={"recommendation": rec.pk, "job_ids": impact["job_ids"]},
-        )
-        record_audit(
-            incident,
-            user,
-            "incident-drain",
-            before={"state": before_state},
-            after={
-                "state": State.MITIGATING,
-                "recommendation": rec.pk,
-                "jobs_to_evict": impact["job_ids"],
-            },
         )
         own_ok, _ = roles.can_approve(
             user, rec.kind, requested_by=user, rollback=rec.rollback_of_id is not None
@@ -236,6 +201,64 @@ def drain_for_incident(
             rec = request_apply(rec, user)
     rec.refresh_from_db()
     return rec
+
+
+def note_drain_on_incident(
+    incident: Incident,
+    rec: Recommendation,
+    impact: Mapping[str, Any],
+    *,
+    actor: str,
+    text: str,
+    acknowledged_by: AbstractBaseUser | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> None:
+    """The (locked) incident is ``mitigating`` by the drain ``rec``: it remembers the drain and
+    the jobs it is to evict (``details.drain``, which the cycle's eviction notes read), and its
+    timeline and the audit trail say who (``actor``: a person, or ``policy:<name>``) and
+    ``text``. ``extra`` goes into ``details.drain`` (a policy's name and approvers)."""
+    if incident.finding_id is not None:
+        rec.motivating_findings.add(incident.finding_id)
+    before_state = incident.state
+    incident.state = State.MITIGATING
+    incident.drain = rec
+    incident.details = {
+        **(incident.details or {}),
+        "drain": {
+            "recommendation": rec.pk,
+            "node": incident.node,
+            "as_of": impact["as_of"],  # the cluster's time: its evictions come after
+            "job_ids": impact["job_ids"],
+            "jobs": impact["jobs_to_evict"],
+            "by": actor,
+            "at": impact["computed_at"],
+            **dict(extra or {}),
+        },
+    }
+    if incident.acknowledged_at is None and acknowledged_by is not None:
+        incident.acknowledged_at = timezone.now()
+        incident.acknowledged_by = acknowledged_by
+    incident.save(update_fields=["state", "drain", "details", "acknowledged_at", "acknowledged_by"])
+    record_event(
+        incident,
+        actor,
+        "mitigating",
+        before=before_state,
+        after=State.MITIGATING,
+        text=text,
+        details={"recommendation": rec.pk, "job_ids": impact["job_ids"], **dict(extra or {})},
+    )
+    record_audit(
+        incident,
+        actor,
+        "incident-drain",
+        before={"state": before_state},
+        after={
+            "state": State.MITIGATING,
+            "recommendation": rec.pk,
+            "jobs_to_evict": impact["job_ids"],
+        },
+    )
 
 
 def _drain_to_reuse(

@@ -102,9 +102,12 @@ def record_event(
     )
 
 
-def record_audit(incident: Incident, user: AbstractBaseUser, action: str, **values: Any) -> None:
+def record_audit(
+    incident: Incident, user: AbstractBaseUser | str, action: str, **values: Any
+) -> None:
+    """An audit row on the incident, by a person or by a ``system:``/``policy:`` actor."""
     AuditEntry.objects.create(
-        actor=actor_name(user),
+        actor=user if isinstance(user, str) else actor_name(user),
         action=action,
         target=f"incident:{incident.pk}",
         cluster_id=incident.cluster_id,
@@ -564,7 +567,8 @@ def _note_drain(incident: Incident, details: dict[str, Any], document: Mapping[s
             SYSTEM_CYCLE,
             "evicted",
             time=moment,
-            text=f"job {job_id} preempted by the drain of {node}",
+            text=f"job {job_id} preempted by the drain of {node}"
+            + (f" (policy {drain['policy']})" if drain.get("policy") else ""),
             details={"job": job_id, "recommendation": rec.pk},
         )
         evicted[job_id] = iso(moment)

@@ -16,6 +16,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
+from diagnosis.actions.autopilot.policies import autopilot_after_cycle
 from diagnosis.actions.notify.alertmanager import notify_after_cycle
 from diagnosis.actions.oncall.incidents import record_cycle_incidents
 from diagnosis.actions.records.cluster_size import size_of, size_refusal
@@ -325,6 +326,7 @@ def record_cycle_steps(
         )
     cycle.steps = steps.values
     record_recommendation_step(cluster, snap, diagnosis, cycle)
+    autopilot_after_cycle(cluster, cycle)  # after the commit: policies act on what it stored
     notify_after_cycle(cluster)  # step 5, enqueued on commit: the cycle never waits for it
     return cycle
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -179,6 +180,55 @@ def approve_recommendation(
     return rec
 
 
+def approve_by_policy(
+    rec: Recommendation,
+    *,
+    actor: str,
+    written_by: AbstractBaseUser | None,
+    approved_by: AbstractBaseUser | None,
+    policy: dict[str, Any],
+) -> Recommendation:
+    """A remediation policy's standing approval (docs/autopilot.md): the proposed change is
+    approved as if its writer had requested it and its approver approved it -- two people, who
+    agreed on the policy -- audited ``approve-by-policy`` by ``actor`` (``policy:<name>``) with
+    the policy's id, version and both names. The caller has checked the guards; the apply then
+    goes the way of every apply (:func:`request_apply`)."""
+    with transaction.atomic():
+        rec = lock_recommendation(rec)
+        require_change(rec, "approve")
+        require_state(rec, State.PROPOSED, doing="approve")
+        if rec.requested_by_id is not None:  # a person asked: a person approves
+            raise WorkflowError(
+                f"requested by {rec.requested_by.get_username()}: it awaits a person's approval"
+            )
+        now = timezone.now()
+        rec.requested_by = written_by
+        rec.requested_at = rec.requested_at or now
+        rec.state = State.APPROVED
+        rec.approved_by = approved_by
+        rec.approved_at = now
+        rec.expires_at = now + timedelta(seconds=settings.GPUOBS_APPROVAL_TTL_SECONDS)
+        rec.status_message = f"approved by {actor}"
+        save_fields(
+            rec,
+            "requested_by",
+            "requested_at",
+            "state",
+            "approved_by",
+            "approved_at",
+            "expires_at",
+            "status_message",
+        )
+        audit(
+            rec,
+            actor,
+            "approve-by-policy",
+            before={"state": State.PROPOSED},
+            after={"state": State.APPROVED, **policy},
+        )
+    return rec
+
+
 def reject_recommendation(
     rec: Recommendation, user: AbstractBaseUser, reason: str = ""
 ) -> Recommendation:
@@ -229,10 +279,12 @@ def expire(rec: Recommendation, actor: str, why: str) -> None:
         audit(rec, actor, "expire", before={"state": before}, after={"state": State.EXPIRED})
 
 
-def request_apply(rec: Recommendation, user: AbstractBaseUser | None) -> Recommendation:
+def request_apply(
+    rec: Recommendation, user: AbstractBaseUser | None, *, actor: str | None = None
+) -> Recommendation:
     """Apply an approved change: ``approved → applying`` with a fresh idempotency key, and the
     apply task (``actuate`` queue) sent on commit. ``user`` None: gpuobs itself (an automatic
-    rollback)."""
+    rollback; a remediation policy, named by ``actor`` in the audit trail)."""
 
     lapsed = False
     with transaction.atomic():
@@ -256,7 +308,7 @@ def request_apply(rec: Recommendation, user: AbstractBaseUser | None) -> Recomme
             )
             audit(
                 rec,
-                actor_name(user),
+                actor or actor_name(user),
                 "apply-requested",
                 before={"state": State.APPROVED},
                 after={"state": State.APPLYING, "key": rec.apply_key},

@@ -68,13 +68,20 @@ def menu(request: HttpRequest) -> dict[str, Any]:
     page)."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
-        return {"cluster_menu": (), "cluster_links": (), "admin_menu": False, "people_menu": False}
+        return {
+            "cluster_menu": (),
+            "cluster_links": (),
+            "admin_menu": False,
+            "people_menu": False,
+            "autopilot_menu": False,
+        }
     items = tuple(item for item in CLUSTER_MENU if item.shown_to(user))
     return {
         "cluster_menu": items,
         "cluster_links": tuple(item for item in items if item.section in CLUSTER_LIST_LINKS),
         "admin_menu": user.is_staff,
         "people_menu": can_administer(user),  # diagnosis/pages/people.py
+        "autopilot_menu": _reads_whole_cluster(user),  # diagnosis/pages/autopilot.py
     }
 
 

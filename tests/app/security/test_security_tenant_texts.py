@@ -21,7 +21,15 @@ from diagnosis.access import evidence_for_user, scope_for_user, text_for_user
 from diagnosis.actions.oncall.drain import drain_for_incident
 from diagnosis.actions.oncall.incidents import add_incident_note
 from diagnosis.actions.records.cycles import record_cycle
-from diagnosis.models import Finding, Incident, Job, Recommendation, SchedulerEvent, Tenant
+from diagnosis.models import (
+    Finding,
+    Incident,
+    Job,
+    Recommendation,
+    RemediationPolicy,
+    SchedulerEvent,
+    Tenant,
+)
 from tests.app.oncall.test_incidents import (  # noqa: F401 (oncall: the fixture)
     after_the_xid,
     oncall,
@@ -92,6 +100,7 @@ def _values(cluster: Any) -> dict[str, list[Any]]:
             Recommendation.objects.filter(cluster=cluster).values_list("pk", flat=True)
         ),
         "id": [cluster.pk],
+        "policy_id": list(RemediationPolicy.objects.values_list("pk", flat=True)),  # autopilot
     }
 
 

@@ -46,12 +46,7 @@ NOTHING_TO_DO = ("drained", "down")
 def drain_codes(finding: Finding) -> list[dict[str, Any]]:
     """The codes of an ``xid`` finding that justify a drain: critical and not
     application-level."""
-    return [
-        c
-        for c in finding.evidence.get("codes", ())
-        if xid_catalog.is_critical(int(c["code"]))
-        and not xid_catalog.is_application_level(int(c["code"]))
-    ]
+    return [c for c in finding.evidence.get("codes", ()) if xid_catalog.drains_node(int(c["code"]))]
 
 
 def drainable_nodes(
