@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('diagnosis', '0030_inbound_batches_size_hold_notify_outbox'),
+        ('diagnosis', '0031_index_snapshot_index'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
