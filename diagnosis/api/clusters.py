@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db.models import OuterRef, QuerySet, Subquery
-from django.utils import timezone
 from django.http import Http404
 from django.urls import reverse
+from django.utils import timezone
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -173,7 +173,7 @@ CLUSTER_NAME = OpenApiParameter(
 DEPRECATION = OpenApiResponse(
     ClusterFreshnessSerializer,
     description="The cluster. Asked for by its integer id (deprecated), the answer also carries "
-    "`Deprecation: true` and `Link: <.../clusters/NAME/>; rel=\"alternate\"`.",
+    '`Deprecation: true` and `Link: <.../clusters/NAME/>; rel="alternate"`.',
 )
 
 
@@ -204,7 +204,9 @@ class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
         response = super().retrieve(request, *args, **kwargs)
         if getattr(self, "deprecated_id", False):
             namespace = request.resolver_match.namespace if request.resolver_match else "api-v1"
-            named = reverse(f"{namespace}:cluster-detail", kwargs={"cluster": response.data["name"]})
+            named = reverse(
+                f"{namespace}:cluster-detail", kwargs={"cluster": response.data["name"]}
+            )
             response["Deprecation"] = "true"
             response["Link"] = f'<{named}>; rel="alternate"'
         return response

@@ -67,7 +67,9 @@ STEP_ERRORS = {
 
 def step(body: type[serializers.Serializer] | None = None, *, code: int = 200) -> Any:
     """The schema of a workflow step: its body, its answer and its errors."""
-    return extend_schema(request=body, responses={code: RecommendationStepSerializer, **STEP_ERRORS})
+    return extend_schema(
+        request=body, responses={code: RecommendationStepSerializer, **STEP_ERRORS}
+    )
 
 
 @extend_schema_view(list=extend_schema(parameters=[RecommendationFilter]))

@@ -95,7 +95,9 @@ class _ClusterScopedList(generics.ListAPIView):
 
 
 def _state(choices: type) -> OpenApiParameter:
-    return OpenApiParameter("state", str, enum=choices.values, description="only rows in this state")
+    return OpenApiParameter(
+        "state", str, enum=choices.values, description="only rows in this state"
+    )
 
 
 @extend_schema_view(get=extend_schema(parameters=[TENANT, _state(JobState)]))

@@ -79,7 +79,9 @@ class TopologyStoredSerializer(serializers.Serializer):
     cluster = serializers.CharField()
     node = serializers.CharField()
     gpus = serializers.IntegerField()
-    nvlink_domains = serializers.ListField(child=serializers.ListField(child=serializers.IntegerField()))
+    nvlink_domains = serializers.ListField(
+        child=serializers.ListField(child=serializers.IntegerField())
+    )
     numa = serializers.ListField(
         child=serializers.IntegerField(allow_null=True), allow_null=True, help_text="per GPU"
     )
