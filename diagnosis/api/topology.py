@@ -38,7 +38,8 @@ class NodeTopologyView(APIView):
     parser_classes = [RawTextParser]
 
     @extend_schema(
-        request={"text/plain": OpenApiTypes.STR},
+        # the raw text, sent as any content type (curl --data-binary); named as bytes
+        request={"application/octet-stream": OpenApiTypes.BINARY},
         responses={
             200: OpenApiResponse(TopologyStoredSerializer, description="replaced the stored one"),
             201: OpenApiResponse(TopologyStoredSerializer, description="stored a new one"),
