@@ -89,6 +89,12 @@ class Api:
         self.session.headers["Authorization"] = f"Token {settings.token}"
         self.session.headers["Accept"] = "application/json"
 
+    def __enter__(self) -> Api:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.session.close()
+
     def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
         return self._send("GET", self.base + path, params=params)
 

@@ -213,7 +213,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             url=args.url,
             config=None if args.config is None else Path(args.config).expanduser(),
         )
-        answer = args.run(Api(settings), args)
+        with Api(settings) as api:
+            answer = args.run(api, args)
     except ApiError as error:
         print(explain(error), file=sys.stderr)
         return error.exit_code

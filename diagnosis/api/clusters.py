@@ -183,6 +183,7 @@ class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
     lookup_field = "name"
     lookup_url_kwarg = "cluster"
     lookup_value_regex = r"[-a-zA-Z0-9_]+"
+    deprecated_id = False  # this request named the cluster by its old integer id
 
     def get_queryset(self) -> QuerySet[Cluster]:
         return with_freshness(clusters_for_user(self.request.user)).order_by("name")
@@ -202,7 +203,7 @@ class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         response = super().retrieve(request, *args, **kwargs)
-        if getattr(self, "deprecated_id", False):
+        if self.deprecated_id:
             namespace = request.resolver_match.namespace if request.resolver_match else "api-v1"
             named = reverse(
                 f"{namespace}:cluster-detail", kwargs={"cluster": response.data["name"]}

@@ -130,15 +130,15 @@ CONFLICT = error(
 
 
 class IncidentActionView(APIView):
-    """One of :data:`ACTIONS` (``action``): each has its view below, and its path."""
+    """One of :data:`ACTIONS` (``incident_action``): each has its view below, and its path."""
 
     authentication_classes = AUTHENTICATION
-    action = ""
+    incident_action = ""
 
     def post(self, request: Request, cluster: str, incident_id: int) -> Response:
         target = get_cluster_for_user(request.user, cluster)
         incident = get_incident_for_user(request.user, target, incident_id)
-        form_class, do = ACTIONS[self.action]
+        form_class, do = ACTIONS[self.incident_action]
         fields: dict[str, Any] = {}
         if form_class is not None:
             form = form_class(data=request.data)
@@ -164,7 +164,7 @@ def _action_view(name: str) -> type[IncidentActionView]:
     view = type(
         f"Incident{name.capitalize()}View",
         (IncidentActionView,),
-        {"action": name, "__module__": __name__, "__doc__": f"``POST .../{name}``."},
+        {"incident_action": name, "__module__": __name__, "__doc__": f"``POST .../{name}``."},
     )
     schema = extend_schema(
         request=body,

@@ -78,8 +78,9 @@ def test_the_generated_client_lists_recommendations_by_state(
     states = importlib.import_module(f"{PACKAGE}.models.recommendations_list_state")
     client = generated.AuthenticatedClient(base_url=live_server.url, token=token, prefix="Token")
 
-    page = listing.sync(client=client, state=states.RecommendationsListState.PROPOSED)
-    everything = listing.sync(client=client)
+    with client:
+        page = listing.sync(client=client, state=states.RecommendationsListState.PROPOSED)
+        everything = listing.sync(client=client)
 
     assert page.count == 1
     assert [(r.id, r.cluster, r.state.value) for r in page.results] == [
@@ -95,7 +96,8 @@ def test_the_generated_client_reads_an_unknown_object_as_the_error_body(
     error = importlib.import_module(f"{PACKAGE}.models.error")
     client = generated.AuthenticatedClient(base_url=live_server.url, token=token, prefix="Token")
 
-    answer = one.sync_detailed(client=client, id=999_999)
+    with client:
+        answer = one.sync_detailed(client=client, id=999_999)
 
     assert answer.status_code == 404
     assert isinstance(answer.parsed, error.Error)
