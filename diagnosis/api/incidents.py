@@ -17,7 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -41,8 +46,7 @@ from diagnosis.actions.oncall.incidents import (
 from diagnosis.actions.workflow.base import WorkflowError
 from diagnosis.api.auth import AUTHENTICATION
 from diagnosis.api.errors import invalid
-from diagnosis.api.responses import IncidentListSerializer
-from diagnosis.api.schema import error
+from diagnosis.api.responses import IncidentConflictSerializer, IncidentListSerializer
 from diagnosis.api.serializers import (
     IncidentDrainSerializer,
     IncidentNoteSerializer,
@@ -123,9 +127,10 @@ ACTIONS: dict[str, tuple[type[Serializer] | None, _Do]] = {
         ),
     ),
 }
-CONFLICT = error(
-    "The incident's state does not allow it; for a drain, the jobs to evict changed "
-    "(`jobs_to_evict` holds the fresh list)."
+CONFLICT = OpenApiResponse(
+    IncidentConflictSerializer,
+    description="The incident's state does not allow it; for a drain, the jobs to evict "
+    "changed (`jobs_to_evict` holds the fresh list).",
 )
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -37,7 +37,11 @@ from diagnosis.access import (
 )
 from diagnosis.actions.workflow.base import ApplyNotSent, HarmNotConfirmed, WorkflowError
 from diagnosis.actions.workflow.outcome import outcome_of
-from diagnosis.api.responses import ClusterWritesSerializer, RecommendationStepSerializer
+from diagnosis.api.responses import (
+    ClusterWritesSerializer,
+    RecommendationStepSerializer,
+    StepConflictSerializer,
+)
 from diagnosis.api.schema import error
 from diagnosis.api.serializers import (
     ApproveSerializer,
@@ -60,7 +64,11 @@ def workflow(module: str, name: str) -> Any:
 
 # The answers of a workflow step beside its 200 (201 for a rollback: the new recommendation).
 STEP_ERRORS = {
-    409: error("The recommendation's state does not allow this step (the reason is `detail`)."),
+    409: OpenApiResponse(
+        StepConflictSerializer,
+        description="The recommendation's state does not allow this step (the reason is "
+        "`detail`); or its estimate predicts `harm`, to approve with `confirm_harm`.",
+    ),
     503: error("The task broker refused the apply: nothing is left applying; retry."),
 }
 

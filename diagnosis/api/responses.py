@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from diagnosis.api.errors import ErrorSerializer
 from diagnosis.api.serializers import IncidentSerializer, RecommendationDetailSerializer
 
 NUMBER = {"allow_null": True, "help_text": "null: unknown (no data)"}
@@ -54,6 +55,32 @@ class RecommendationStepSerializer(RecommendationDetailSerializer):
     class Meta(RecommendationDetailSerializer.Meta):
         fields = [*RecommendationDetailSerializer.Meta.fields, "outcome"]
         read_only_fields = fields
+
+
+class StepConflictSerializer(ErrorSerializer):
+    """A 409 of a workflow step; approving a change predicted to harm names the harm."""
+
+    harm = serializers.ListField(child=serializers.CharField(), required=False)
+    confirm = serializers.CharField(
+        required=False, help_text="the body field that confirms it: `confirm_harm`"
+    )
+
+
+class EvictedJobSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    tenant = serializers.CharField(allow_null=True)
+    queue = serializers.CharField(allow_null=True)
+    state = serializers.CharField()
+    gang = serializers.BooleanField()
+    gpus_on_node = serializers.ListField(child=serializers.IntegerField())
+    job_gpus = serializers.IntegerField()
+    on_failing_gpu = serializers.BooleanField()
+
+
+class IncidentConflictSerializer(ErrorSerializer):
+    """A 409 of an incident action; a drain whose jobs changed gives the fresh list."""
+
+    jobs_to_evict = EvictedJobSerializer(many=True, required=False)
 
 
 class EventsReceivedSerializer(serializers.Serializer):

@@ -207,3 +207,27 @@ def test_the_console_script_runs_without_the_server_code(live_server, bob, lab) 
     assert done.returncode == 0, done.stderr
     assert [c["name"] for c in json.loads(done.stdout)] == ["lab-cli"]
     assert done.stderr.strip().splitlines()[-1] == "[]"
+
+
+HARM = "hpo's share 44.2% → 45.1% against a fair share of 40.2%"
+
+
+def test_a_predicted_harm_is_named_and_approved_only_when_confirmed(gpuobs, carol, dave, lab):
+    """The impact as tests/app/workflow/test_harm_confirmation.py plants it."""
+    rec = make_recommendation(
+        lab,
+        "placement-policy",
+        "pool:a100",
+        {"from": "spread", "to": "binpack"},
+        impact={"verdict": "harms", "harm": [HARM], "summary": "Binpack pool a100."},
+    )
+    assert gpuobs(carol, "recommendations", "request", str(rec.pk))[0] == 0
+
+    code, _, err = gpuobs(dave, "recommendations", "approve", str(rec.pk))
+    assert code == 2
+    assert err.startswith("gpuobs: refused (HTTP 409): ")
+    assert f"  predicted harm: {HARM}\n  approve anyway with --confirm-harm" in err
+
+    code, out, _ = gpuobs(dave, "recommendations", "approve", str(rec.pk), "--confirm-harm")
+    assert code == 0
+    assert out.startswith(f"recommendation {rec.pk}: approved")

@@ -13,6 +13,7 @@ import schemathesis
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
 from diagnosis.actions.records.cycles import record_cycle
+from diagnosis.actions.workflow.review import request_recommendation
 from diagnosis.models import ApiToken, Finding, Incident
 from tests.support.builders import SnapshotBuilder
 from tests.support.records import make_recommendation
@@ -71,16 +72,28 @@ def test_every_read_answers_what_the_schema_says(
 
 
 def test_the_error_bodies_are_what_the_schema_says(
-    schema, planted, live_server, admin_session
+    schema, planted, live_server, admin_session, carol
 ) -> None:
+    harmful = make_recommendation(  # as tests/app/workflow/test_harm_confirmation.py plants it
+        planted,
+        "placement-policy",
+        "pool:a100",
+        {"from": "spread", "to": "binpack"},
+        impact={"verdict": "harms", "harm": ["hpo's share 44.2% → 45.1%"], "summary": "Binpack."},
+    )
+    request_recommendation(harmful, carol)
     refusals = {
         ("GET", "/api/v1/clusters/{cluster}/findings"): ({"cluster": "typed"}, {"state": "x"}),
         ("GET", "/api/v1/recommendations/{id}/"): ({"id": 999_999}, {}),
         ("POST", "/api/v1/clusters/{cluster}/size"): ({"cluster": "typed"}, {}),  # none held
+        ("POST", "/api/v1/recommendations/{id}/approve/"): ({"id": harmful.pk}, {}),  # harm
     }
+    answers = []
     for (method, path), (parameters, query) in refusals.items():
         case = schema[path][method].Case(path_parameters=parameters, query=query)
         response = case.call(base_url=live_server.url, session=admin_session)
         assert 400 <= response.status_code < 500, (path, response.status_code)
         assert response.json()["detail"]
         case.validate_response(response, checks=CHECKS)
+        answers.append(response.status_code)
+    assert answers == [400, 404, 409, 409]
