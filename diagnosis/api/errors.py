@@ -54,11 +54,17 @@ def field_errors(detail: Any, path: str = "") -> dict[str, list[str]]:
     return {path or NON_FIELD: [str(detail)]}
 
 
+def summary(flat: Mapping[str, list[str]]) -> str:
+    """The ``detail`` of a 400: the bad fields named, or the message of a refusal of no field."""
+    if set(flat) == {NON_FIELD}:
+        return "; ".join(flat[NON_FIELD])
+    return f"{INVALID}: " + ", ".join(flat)
+
+
 def invalid(errors: Mapping[str, Any], detail: str = "") -> Response:
     """A 400 naming each bad field (``errors``: path to a message or messages)."""
     flat = field_errors(dict(errors))
-    summary = detail or f"{INVALID}: " + ", ".join(flat)
-    return Response({"detail": summary, "errors": flat}, status=400)
+    return Response({"detail": detail or summary(flat), "errors": flat}, status=400)
 
 
 def paths_and_messages(lines: list[str]) -> dict[str, list[str]]:
@@ -78,5 +84,5 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     response = exception_handler(exc, context)
     if response is not None and isinstance(exc, exceptions.ValidationError):
         flat = field_errors(exc.detail)
-        response.data = {"detail": f"{INVALID}: " + ", ".join(flat), "errors": flat}
+        response.data = {"detail": summary(flat), "errors": flat}
     return response

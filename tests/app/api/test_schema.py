@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
+from diagnosis.api.errors import field_errors, summary
 from diagnosis.api.incidents import ACTIONS
 from diagnosis.api.urls import INCIDENT_ACTIONS
 from tests.support.world import logged_in_client, token_client
@@ -198,3 +199,17 @@ def test_a_bad_filter_answers_the_error_body_naming_the_field(bob, make_cluster)
         assert answer.status_code == 400, url
         assert list(answer.json()["errors"]) == ["state"], url
         assert answer.json()["detail"] == "invalid request: state", url
+
+
+def test_nested_errors_are_flattened_to_paths() -> None:
+    detail = {"events": {1: {"time": ["bad"], "kind": ["worse"]}}, "cursor": ["missing"]}
+    assert field_errors(detail) == {
+        "events[1].time": ["bad"],
+        "events[1].kind": ["worse"],
+        "cursor": ["missing"],
+    }
+    assert field_errors(["not a list of events"]) == {"non_field_errors": ["not a list of events"]}
+    assert summary(field_errors(["not a list of events"])) == "not a list of events"
+    assert (
+        summary(field_errors(detail)) == "invalid request: events[1].time, events[1].kind, cursor"
+    )
