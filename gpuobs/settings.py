@@ -235,7 +235,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 100,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "diagnosis.api.schema.ApiSchema",
     # diagnosis/throttling.py: a 429 with Retry-After beyond these rates, counted in
     # CACHES["throttle"]; callers without credentials and failed credentials are counted before
     # authentication (ThrottleBeforeAuthentication)

@@ -22,7 +22,6 @@ from typing import Any
 from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
@@ -172,7 +171,7 @@ class AnnotationsView(APIView):
             OpenApiParameter("to", str, description="Unix milliseconds or RFC 3339"),
             OpenApiParameter("cluster", str, many=True, description="a cluster's name"),
         ],
-        responses={200: ANNOTATIONS, 400: OpenApiTypes.OBJECT},
+        responses=ANNOTATIONS,
     )
     def get(self, request: Any) -> Response:
         end = _moment(request.query_params.get("to"), "to") or timezone.now()

@@ -3,6 +3,11 @@ admin role the clusters as code (docs/operations.md, "Clusters as code"):
 ``GET /api/v1/clusters/export/`` (the ``gpuobs.clusters/v1`` document) and
 ``POST /api/v1/clusters/apply/`` (that document; ``?dry_run=1`` only says what would change).
 
+A cluster is named by its name everywhere in the API (``/api/v1/clusters/{cluster}/`` and every
+path under it). The integer id the detail took before is still answered, deprecated: the same
+body with ``Deprecation: true`` and a ``Link`` to the name's path (a name that is all digits
+wins over an id; docs/cli.md "The schema").
+
 Each cluster says how fresh its data is (issue #18): ``stale`` (the last good cycle, or its
 snapshot, is older than two cycle intervals -- the overview's rule), ``data_age_s``, the last
 good cycle, and the last attempt (failed, skipped or good) with its error. A poller never reads
@@ -15,9 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db.models import OuterRef, QuerySet, Subquery
+from django.http import Http404
+from django.urls import reverse
 from django.utils import timezone
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
@@ -39,6 +50,9 @@ from diagnosis.actions.records.cluster_specs import (
     plan,
 )
 from diagnosis.actions.workflow.base import WorkflowError
+from diagnosis.api.errors import ErrorSerializer
+from diagnosis.api.responses import ClusterSizeSerializer
+from diagnosis.api.schema import error
 from diagnosis.api.serializers import ClusterSerializer
 from diagnosis.models import Cluster, ClusterCycle
 from diagnosis.roles import can_administer
@@ -131,7 +145,7 @@ class ClusterApplySerializer(serializers.Serializer):
     changes = ClusterChangeSerializer(many=True)
 
 
-class ClusterProblemsSerializer(serializers.Serializer):
+class ClusterProblemsSerializer(ErrorSerializer):
     problems = serializers.ListField(child=serializers.CharField())
 
 
@@ -149,15 +163,54 @@ def with_freshness(clusters: QuerySet[Cluster]) -> QuerySet[Cluster]:
     )
 
 
-@extend_schema_view(
-    retrieve=extend_schema(parameters=[OpenApiParameter("id", int, OpenApiParameter.PATH)])
+CLUSTER_NAME = OpenApiParameter(
+    "cluster",
+    str,
+    OpenApiParameter.PATH,
+    description="The cluster's name. An integer id is still answered here, deprecated "
+    "(`Deprecation: true`, and a `Link` to the name's path).",
 )
+DEPRECATION = OpenApiResponse(
+    ClusterFreshnessSerializer,
+    description="The cluster. Asked for by its integer id (deprecated), the answer also carries "
+    '`Deprecation: true` and `Link: <.../clusters/NAME/>; rel="alternate"`.',
+)
+
+
+@extend_schema_view(retrieve=extend_schema(parameters=[CLUSTER_NAME], responses=DEPRECATION))
 class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = ClusterFreshnessSerializer
-    lookup_field = "pk"
+    lookup_field = "name"
+    lookup_url_kwarg = "cluster"
+    lookup_value_regex = r"[-a-zA-Z0-9_]+"
+    deprecated_id = False  # this request named the cluster by its old integer id
 
     def get_queryset(self) -> QuerySet[Cluster]:
         return with_freshness(clusters_for_user(self.request.user)).order_by("name")
+
+    def get_object(self) -> Cluster:
+        """By name; the deprecated integer id when no cluster has that name."""
+        key = self.kwargs["cluster"]
+        clusters = self.get_queryset()
+        cluster = clusters.filter(name=key).first()
+        if cluster is None and key.isascii() and key.isdigit():
+            cluster = clusters.filter(pk=int(key)).first()
+            self.deprecated_id = cluster is not None
+        if cluster is None:
+            raise Http404("no such cluster")
+        self.check_object_permissions(self.request, cluster)
+        return cluster
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        response = super().retrieve(request, *args, **kwargs)
+        if self.deprecated_id:
+            namespace = request.resolver_match.namespace if request.resolver_match else "api-v1"
+            named = reverse(
+                f"{namespace}:cluster-detail", kwargs={"cluster": response.data["name"]}
+            )
+            response["Deprecation"] = "true"
+            response["Link"] = f'<{named}>; rel="alternate"'
+        return response
 
     def _require_admin(self) -> None:
         if not can_administer(self.request.user):
@@ -171,7 +224,12 @@ class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(
         request=ClusterDocumentSerializer,
-        responses={200: ClusterApplySerializer, 400: ClusterProblemsSerializer},
+        responses={
+            200: ClusterApplySerializer,
+            400: OpenApiResponse(
+                ClusterProblemsSerializer, description="the document's problems, each by path"
+            ),
+        },
         parameters=[OpenApiParameter("dry_run", bool, description="say what would change only")],
         summary="Create or update the declared clusters",
     )
@@ -181,7 +239,8 @@ class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
         try:
             specs = parse_documents([("body", request.data)])
         except ClusterSpecError as exc:
-            return Response({"problems": exc.problems}, status=status.HTTP_400_BAD_REQUEST)
+            body = {"detail": "the document is invalid", "problems": exc.problems}
+            return Response(body, status=status.HTTP_400_BAD_REQUEST)
         dry_run = request.query_params.get("dry_run", "") in {"1", "true", "yes"}
         actor = request.user.get_username()
         changes = plan(specs) if dry_run else apply_cluster_specs(specs, actor=actor)
@@ -194,13 +253,17 @@ class ClusterSizeView(APIView):
     next cycle of that size is judged (audited; 403 for another role, 409 when nothing is held;
     docs/operations.md, "A cluster that shrinks at once")."""
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses=ClusterSizeSerializer, operation_id="clusters_size_retrieve")
     def get(self, request: Request, cluster: str) -> Response:
         target = get_cluster_for_user(request.user, cluster)
         hold = target.size_hold or {}
         return Response({"cluster": target.name, "held": bool(hold), **hold})
 
-    @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        request=None,
+        responses={200: ClusterSizeSerializer, 409: error("no drop in size is held")},
+        operation_id="clusters_size_confirm",
+    )
     def post(self, request: Request, cluster: str) -> Response:
         target = get_cluster_for_user(request.user, cluster)
         try:

@@ -5,7 +5,8 @@ the incidents of their tenants, and only their tenants' jobs in them):
 - ``GET /api/v1/clusters/{cluster}/incidents/{id}``: one, with its timeline.
 - ``POST .../incidents/{id}/acknowledge``, ``.../resolve`` (``{"note": ...}``), ``.../note``
   (``{"text": ...}``): ``oncall`` or ``sre``; 403 without the role, 409 when the state does
-  not allow it.
+  not allow it. Each action is its own path and operation (:data:`ACTIONS`); another word
+  there is no path (404).
 - ``POST .../incidents/{id}/drain`` (``{"expected_jobs": [...]}``, optional): drain the node
   now, the jobs to evict computed at this moment; 409 with the fresh list when they differ
   from ``expected_jobs``.
@@ -16,8 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -40,6 +45,8 @@ from diagnosis.actions.oncall.incidents import (
 )
 from diagnosis.actions.workflow.base import WorkflowError
 from diagnosis.api.auth import AUTHENTICATION
+from diagnosis.api.errors import invalid
+from diagnosis.api.responses import IncidentConflictSerializer, IncidentListSerializer
 from diagnosis.api.serializers import (
     IncidentDrainSerializer,
     IncidentNoteSerializer,
@@ -64,7 +71,14 @@ class IncidentListView(APIView):
 
     authentication_classes = AUTHENTICATION
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        responses=IncidentListSerializer,
+        parameters=[
+            OpenApiParameter(
+                "state", str, enum=IncidentState.values, description="only incidents in this state"
+            )
+        ],
+    )
     def get(self, request: Request, cluster: str) -> Response:
         target = get_cluster_for_user(request.user, cluster)
         incidents = incidents_for_user(request.user, target).select_related(
@@ -74,7 +88,7 @@ class IncidentListView(APIView):
         if wanted:
             if wanted not in IncidentState.values:
                 choices = ", ".join(IncidentState.values)
-                return Response({"errors": {"state": f"one of {choices}"}}, status=400)
+                return invalid({"state": f"one of {choices}"})
             incidents = incidents.filter(state=wanted)
         rows = list(incidents.order_by("-opened_at", "-id")[:LIMIT])
         prime_texts_for_user(request.user, target.pk, [i.summary for i in rows])
@@ -85,7 +99,7 @@ class IncidentListView(APIView):
 class IncidentDetailView(APIView):
     authentication_classes = AUTHENTICATION
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="clusters_incident_retrieve")
+    @extend_schema(responses=IncidentSerializer, operation_id="clusters_incident_retrieve")
     def get(self, request: Request, cluster: str, incident_id: int) -> Response:
         target = get_cluster_for_user(request.user, cluster)
         incident = get_incident_for_user(request.user, target, incident_id)
@@ -96,7 +110,7 @@ class IncidentDetailView(APIView):
 # Each action: the serializer of its body (None: it takes none), and the call that does it, given
 # the incident, the caller and the body's validated fields.
 _Do = Callable[[Incident, Any, dict[str, Any]], Any]
-_ACTIONS: dict[str, tuple[type[Serializer] | None, _Do]] = {
+ACTIONS: dict[str, tuple[type[Serializer] | None, _Do]] = {
     "acknowledge": (None, lambda incident, user, _: acknowledge_incident(incident, user)),
     "resolve": (
         IncidentResolveSerializer,
@@ -113,25 +127,28 @@ _ACTIONS: dict[str, tuple[type[Serializer] | None, _Do]] = {
         ),
     ),
 }
+CONFLICT = OpenApiResponse(
+    IncidentConflictSerializer,
+    description="The incident's state does not allow it; for a drain, the jobs to evict "
+    "changed (`jobs_to_evict` holds the fresh list).",
+)
 
 
 class IncidentActionView(APIView):
-    """``acknowledge``, ``resolve``, ``note`` or ``drain``."""
+    """One of :data:`ACTIONS` (``incident_action``): each has its view below, and its path."""
 
     authentication_classes = AUTHENTICATION
+    incident_action = ""
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
-    def post(self, request: Request, cluster: str, incident_id: int, action: str) -> Response:
+    def post(self, request: Request, cluster: str, incident_id: int) -> Response:
         target = get_cluster_for_user(request.user, cluster)
         incident = get_incident_for_user(request.user, target, incident_id)
-        if action not in _ACTIONS:
-            return Response({"detail": f"no such action: {action}"}, status=404)
-        form_class, do = _ACTIONS[action]
+        form_class, do = ACTIONS[self.incident_action]
         fields: dict[str, Any] = {}
         if form_class is not None:
             form = form_class(data=request.data)
             if not form.is_valid():
-                return Response({"errors": form.errors}, status=400)
+                return invalid(form.errors)
             fields = form.validated_data
         try:
             do(incident, request.user, fields)
@@ -144,3 +161,26 @@ class IncidentActionView(APIView):
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         fresh = Incident.objects.select_related("drain").get(pk=incident.pk)
         return Response(IncidentSerializer(fresh, context=_context(request, target)).data)
+
+
+def _action_view(name: str) -> type[IncidentActionView]:
+    """The view of one action: its own path, body and operation in the schema."""
+    body, _ = ACTIONS[name]
+    view = type(
+        f"Incident{name.capitalize()}View",
+        (IncidentActionView,),
+        {"incident_action": name, "__module__": __name__, "__doc__": f"``POST .../{name}``."},
+    )
+    schema = extend_schema(
+        request=body,
+        responses={200: IncidentSerializer, 409: CONFLICT},
+        operation_id=f"clusters_incident_{name}",
+        summary=f"{name.capitalize()} the incident",
+    )
+    return extend_schema_view(post=schema)(view)
+
+
+IncidentAcknowledgeView = _action_view("acknowledge")
+IncidentResolveView = _action_view("resolve")
+IncidentNoteView = _action_view("note")
+IncidentDrainView = _action_view("drain")

@@ -4,7 +4,7 @@ body, check access, call an action."""
 from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,6 +14,8 @@ from diagnosis.access import clusters_for_sender, get_cluster_for_sender
 from diagnosis.actions.oncall.inbound import receive_alert_batch
 from diagnosis.actions.records.events import record_scheduler_events
 from diagnosis.api.auth import AUTHENTICATION, CanRecordSchedulerEvents, CanReportIncidents
+from diagnosis.api.errors import invalid, paths_and_messages
+from diagnosis.api.responses import AlertBatchReceivedSerializer, EventsReceivedSerializer
 from diagnosis.api.serializers import EventBatchSerializer
 from diagnosis.choices import SenderKind
 from diagnosis.edge.schedulers.base import EventBatch
@@ -30,7 +32,7 @@ class SchedulerEventsView(APIView):
     permission_classes = [CanRecordSchedulerEvents]
     throttle_classes = [SenderRateThrottle]
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=EventBatchSerializer, responses=EventsReceivedSerializer)
     def post(self, request: Request, cluster: str) -> Response:
         target = get_cluster_for_sender(request.auth, cluster, SenderKind.EVENTS)
         batch = EventBatchSerializer(data=request.data)
@@ -57,12 +59,17 @@ class AlertmanagerWebhookView(APIView):
     permission_classes = [CanReportIncidents]
     throttle_classes = [SenderRateThrottle]
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        # Alertmanager's own document (its webhook_config reference), parsed by the edge
+        request=OpenApiTypes.OBJECT,
+        responses={202: AlertBatchReceivedSerializer},
+        parameters=[OpenApiParameter("cluster", str, description="the alerts' cluster's name")],
+    )
     def post(self, request: Request) -> Response:
         try:
             message = alertmanager.parse_webhook(request.data)
         except alertmanager.AlertmanagerPayloadError as exc:
-            return Response({"errors": exc.errors}, status=status.HTTP_400_BAD_REQUEST)
+            return invalid(paths_and_messages(exc.errors), "not an Alertmanager webhook payload")
         received = receive_alert_batch(
             request.user,
             message,

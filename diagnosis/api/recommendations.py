@@ -23,8 +23,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.utils import timezone
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -38,6 +37,12 @@ from diagnosis.access import (
 )
 from diagnosis.actions.workflow.base import ApplyNotSent, HarmNotConfirmed, WorkflowError
 from diagnosis.actions.workflow.outcome import outcome_of
+from diagnosis.api.responses import (
+    ClusterWritesSerializer,
+    RecommendationStepSerializer,
+    StepConflictSerializer,
+)
+from diagnosis.api.schema import error
 from diagnosis.api.serializers import (
     ApproveSerializer,
     RecommendationDetailSerializer,
@@ -57,6 +62,25 @@ def workflow(module: str, name: str) -> Any:
     return getattr({"apply": apply, "review": review}[module], name)
 
 
+# The answers of a workflow step beside its 200 (201 for a rollback: the new recommendation).
+STEP_ERRORS = {
+    409: OpenApiResponse(
+        StepConflictSerializer,
+        description="The recommendation's state does not allow this step (the reason is "
+        "`detail`); or its estimate predicts `harm`, to approve with `confirm_harm`.",
+    ),
+    503: error("The task broker refused the apply: nothing is left applying; retry."),
+}
+
+
+def step(body: type[serializers.Serializer] | None = None, *, code: int = 200) -> Any:
+    """The schema of a workflow step: its body, its answer and its errors."""
+    return extend_schema(
+        request=body, responses={code: RecommendationStepSerializer, **STEP_ERRORS}
+    )
+
+
+@extend_schema_view(list=extend_schema(parameters=[RecommendationFilter]))
 class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
     """Recommendations of the clusters the caller may read, and the workflow's actions."""
 
@@ -133,10 +157,12 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
         )
 
+    @step()
     @action(detail=True, methods=["post"], url_path="request")
     def request_change(self, request: Request, pk: str) -> Response:
         return self._act(request, pk, workflow("review", "request_recommendation"))
 
+    @step(ApproveSerializer)
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
         """Approve; a change predicted to harm needs ``{"confirm_harm": true}`` (else 409 with
@@ -148,6 +174,7 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
             request, pk, partial(workflow("review", "approve_recommendation"), confirm_harm=confirm)
         )
 
+    @step(RejectSerializer)
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:
         body = RejectSerializer(data=request.data)
@@ -155,19 +182,23 @@ class RecommendationViewSet(viewsets.ReadOnlyModelViewSet):
         reason = body.validated_data.get("reason", "")
         return self._act(request, pk, workflow("review", "reject_recommendation"), reason)
 
+    @step()
     @action(detail=True, methods=["post"], url_path="dry-run")
     def dry_run(self, request: Request, pk: str) -> Response:
         return self._act(request, pk, workflow("review", "request_dry_run"))
 
+    @step()
     @action(detail=True, methods=["post"])
     def apply(self, request: Request, pk: str) -> Response:
         return self._act(request, pk, workflow("review", "request_apply"))
 
+    @step()
     @action(detail=True, methods=["post"], url_path="re-check")
     def recheck(self, request: Request, pk: str) -> Response:
         """Send a stuck apply again (409 while it is still in progress)."""
         return self._act(request, pk, workflow("apply", "recheck_apply"))
 
+    @step(code=201)
     @action(detail=True, methods=["post"])
     def rollback(self, request: Request, pk: str) -> Response:
         return self._act(request, pk, workflow("review", "request_rollback"), created=True)
@@ -178,12 +209,16 @@ class ClusterWritesView(APIView):
     cluster's scheduler; ``POST {"enabled": true|false}`` turns writing on or off (admins only;
     audited). Off (dry-run only) by default."""
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses=ClusterWritesSerializer, operation_id="clusters_writes_retrieve")
     def get(self, request: Request, cluster: str) -> Response:
         target = get_cluster_for_user(request.user, cluster)
         return Response({"cluster": target.name, "enabled": not target.dry_run})
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        request=WriteSwitchSerializer,
+        responses=ClusterWritesSerializer,
+        operation_id="clusters_writes_set",
+    )
     def post(self, request: Request, cluster: str) -> Response:
         target = get_cluster_for_user(request.user, cluster)
         body = WriteSwitchSerializer(data=request.data)

@@ -295,8 +295,12 @@ class IncidentSerializer(serializers.ModelSerializer):
     as ``context["tenants"]``), its drain and, with ``context["history"]``, its timeline."""
 
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    acknowledged_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    resolved_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    acknowledged_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
+    resolved_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
     jobs = serializers.SerializerMethodField()
     tenants = serializers.SerializerMethodField()
     xid = serializers.SerializerMethodField()

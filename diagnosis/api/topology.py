@@ -7,7 +7,7 @@ is no topology matrix (nothing stored)."""
 from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
@@ -17,6 +17,8 @@ from rest_framework.views import APIView
 from diagnosis.access import get_cluster_for_sender
 from diagnosis.actions.records.topology import record_node_topology
 from diagnosis.api.auth import AUTHENTICATION, CanUploadTopology
+from diagnosis.api.errors import invalid
+from diagnosis.api.responses import TopologyStoredSerializer
 from diagnosis.choices import SenderKind
 from diagnosis.edge.topology import MAX_TEXT_BYTES, TopologyError
 
@@ -35,14 +37,21 @@ class NodeTopologyView(APIView):
     permission_classes = [CanUploadTopology]
     parser_classes = [RawTextParser]
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        # the raw text, sent as any content type (curl --data-binary); named as bytes
+        request={"application/octet-stream": OpenApiTypes.BINARY},
+        responses={
+            200: OpenApiResponse(TopologyStoredSerializer, description="replaced the stored one"),
+            201: OpenApiResponse(TopologyStoredSerializer, description="stored a new one"),
+        },
+    )
     def post(self, request: Request, cluster: str, node: str) -> Response:
         target = get_cluster_for_sender(request.auth, cluster, SenderKind.TOPOLOGY)
         body = request.data if isinstance(request.data, bytes) else b""  # empty: DRF gives {}
         try:
             row, created = record_node_topology(target, node, body, user=request.user)
         except TopologyError as exc:
-            return Response({"errors": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
+            return invalid({"body": str(exc)}, str(exc))
         return Response(
             {
                 "cluster": target.name,

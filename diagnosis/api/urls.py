@@ -17,6 +17,9 @@ def endpoint(target: str) -> LazyView:
     return LazyView(f"diagnosis.api.{target}")
 
 
+# Each action on an incident is its own path (diagnosis/api/incidents.py, ACTIONS).
+INCIDENT_ACTIONS = ("acknowledge", "resolve", "note", "drain")
+
 router = DefaultRouter()
 router.register("clusters", clusters.ClusterViewSet, basename="cluster")
 router.register("recommendations", recommendations.RecommendationViewSet, basename="recommendation")
@@ -27,15 +30,19 @@ cluster_endpoints = [
     path("nodes/<str:node>/topology", endpoint("topology:NodeTopologyView"), name="node-topology"),
     path("incidents", endpoint("incidents:IncidentListView"), name="incidents"),
     path("incidents/<int:incident_id>", endpoint("incidents:IncidentDetailView"), name="incident"),
-    path(
-        "incidents/<int:incident_id>/<slug:action>",
-        endpoint("incidents:IncidentActionView"),
-        name="incident-action",
+    *(
+        path(
+            f"incidents/<int:incident_id>/{action}",
+            endpoint(f"incidents:Incident{action.capitalize()}View"),
+            name=f"incident-{action}",
+        )
+        for action in INCIDENT_ACTIONS
     ),
     path("reports/fairness", endpoint("reports:FairnessReportView"), name="fairness-report"),
     path("jobs", endpoint("reports:JobListView"), name="jobs"),
     path("jobs/<path:job_id>", endpoint("reports:JobDetailView"), name="job"),
     path("findings", endpoint("reports:FindingListView"), name="findings"),
+    path("findings/<int:finding_id>", endpoint("reports:FindingDetailView"), name="finding"),
     path("writes", endpoint("recommendations:ClusterWritesView"), name="cluster-writes"),
     path("size", endpoint("clusters:ClusterSizeView"), name="cluster-size"),
 ]
@@ -65,6 +72,6 @@ urlpatterns = [
     path("autopilot/", include(autopilot_endpoints)),
     path("alertmanager", endpoint("receivers:AlertmanagerWebhookView"), name="alertmanager"),
     path("annotations", endpoint("annotations:AnnotationsView"), name="annotations"),
-    path("schema", endpoint("schema:SchemaView"), name="schema"),
+    path("schema", endpoint("schema_view:SchemaView"), name="schema"),
     *router.urls,
 ]

@@ -103,7 +103,7 @@ def test_accepts_rfc3339_and_refuses_nonsense(changes) -> None:
     assert sum(1 for i in listed if i["kind"] != "incident") == 3  # the three-day-old change too
     refused = client.get("/api/v1/annotations", {"from": "yesterday"})
     assert refused.status_code == 400
-    assert "from" in refused.json()
+    assert "from" in refused.json()["errors"]
 
 
 def test_needs_a_login_and_scopes_a_manager(changes, client) -> None:
@@ -158,4 +158,4 @@ def test_a_time_out_of_range_or_not_ascii_digits_is_a_400(changes, moment) -> No
     token, _ = scraper()
     refused = client_for(token).get("/api/v1/annotations", {"from": moment})
     assert refused.status_code == 400
-    assert "from" in refused.json()
+    assert "from" in refused.json()["errors"]

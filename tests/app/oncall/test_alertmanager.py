@@ -286,8 +286,8 @@ def test_a_malformed_payload_is_400_with_the_fields(prod, reporter) -> None:
     response = deliver(bearer(reporter), {"version": "4", "alerts": [{"status": "on fire"}]})
     assert response.status_code == 400
     errors = response.json()["errors"]
-    assert "alerts[0].status: expected 'firing' or 'resolved', got 'on fire'" in errors
-    assert "alerts[0].startsAt: required field is missing" in errors
+    assert errors["alerts[0].status"] == ["expected 'firing' or 'resolved', got 'on fire'"]
+    assert errors["alerts[0].startsAt"] == ["required field is missing"]
 
 
 @pytest.mark.django_db

@@ -78,7 +78,7 @@ def test_a_second_upload_replaces_the_first(cluster, uploader):
 def test_bad_text_is_refused_and_stores_nothing(cluster, uploader, body, message):
     response = upload(sender_client(uploader, "topology", cluster), body)
     assert response.status_code == 400
-    assert message in response.json()["errors"][0]
+    assert message in response.json()["errors"]["body"][0]
     assert not NodeTopology.objects.exists()
 
 
@@ -179,7 +179,7 @@ def eight_gpus(numa: list[str]) -> str:
 def test_hostile_text_is_a_400_and_stores_nothing(cluster, uploader, body, message):
     response = upload(sender_client(uploader, "topology", cluster), body)
     assert response.status_code == 400
-    assert message in response.json()["errors"][0]
+    assert message in response.json()["errors"]["body"][0]
     assert not NodeTopology.objects.exists()
 
 
@@ -204,5 +204,5 @@ def test_one_node_more_than_the_clusters_bound_is_refused(cluster, uploader, set
     assert upload(client, real_file(DGX).read_bytes(), node="dgx-01").status_code == 200
     response = upload(client, real_file(DGX).read_bytes(), node="dgx-02")
     assert response.status_code == 400
-    assert "GPUOBS_TOPOLOGY_MAX_NODES" in response.json()["errors"][0]
+    assert "GPUOBS_TOPOLOGY_MAX_NODES" in response.json()["errors"]["body"][0]
     assert list(NodeTopology.objects.values_list("node", flat=True)) == ["dgx-01"]

@@ -77,11 +77,9 @@ def test_a_malformed_batch_names_every_bad_field_and_stores_nothing(cluster, sen
     ]
     response = post(sender_client(sender, "events", cluster), bad)
     assert response.status_code == 400
-    errors = response.json()["events"]
-    assert set(errors) == {"1", "2"}
-    assert set(errors["1"]) == {"time", "kind"}
-    assert set(errors["2"]) == {"time", "nodes"}
-    assert errors["2"]["nodes"] == ["unknown field"]
+    errors = response.json()["errors"]  # each bad field by its path
+    assert set(errors) == {"events[1].time", "events[1].kind", "events[2].time", "events[2].nodes"}
+    assert errors["events[2].nodes"] == ["unknown field"]
     assert SchedulerEvent.objects.count() == 0
 
 
@@ -90,7 +88,7 @@ def test_an_empty_or_missing_batch_is_refused(cluster, sender) -> None:
     assert post(client, []).status_code == 400
     response = client.post("/api/v1/clusters/lsf-1/events", {}, format="json")
     assert response.status_code == 400
-    assert "events" in response.json()
+    assert "events" in response.json()["errors"]
 
 
 def test_bearer_keyword_is_accepted(cluster, sender) -> None:
