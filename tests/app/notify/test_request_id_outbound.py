@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from diagnosis.actions.notify.alertmanager import alertmanager_target
+from diagnosis.actions.notify.alertmanager import alertmanager_targets
 from diagnosis.edge.notify.alertmanager import PostableAlert, post_alerts
 from gpuobs.logs import request_id
 
@@ -44,10 +44,10 @@ def test_an_alertmanager_post_carries_the_request_id(receiver, settings) -> None
 
     token = request_id.set("req-h31-out")
     try:
-        post_alerts(alertmanager_target(), [alert])
+        post_alerts(alertmanager_targets()[0], [alert])
     finally:
         request_id.reset(token)
-    post_alerts(alertmanager_target(), [alert])  # outside any request: no header
+    post_alerts(alertmanager_targets()[0], [alert])  # outside any request: no header
 
     assert seen[0]["X-Request-ID"] == "req-h31-out"
     assert "X-Request-ID" not in seen[1]
