@@ -541,6 +541,9 @@ GPUOBS_ALERTMANAGER_PASSWORD_ENV = os.environ.get("GPUOBS_ALERTMANAGER_PASSWORD_
 GPUOBS_ALERTMANAGER_MIN_SEVERITY = os.environ.get("GPUOBS_ALERTMANAGER_MIN_SEVERITY", "warning")
 GPUOBS_ALERTMANAGER_RULE_SEVERITY = env_list("GPUOBS_ALERTMANAGER_RULE_SEVERITY")
 GPUOBS_ALERTMANAGER_TIMEOUT_SECONDS = env_int("GPUOBS_ALERTMANAGER_TIMEOUT_SECONDS", 5)
+# OpenTelemetry traces (docs/operations.md, "Traces"): an OTLP/HTTP collector's base URL
+# (http://otel-collector:4318); unset, tracing is off and nothing of OpenTelemetry is imported.
+GPUOBS_OTLP_ENDPOINT = os.environ.get("GPUOBS_OTLP_ENDPOINT", "").strip()
 # The external URL of gpuobs (generatorURL of its alerts, links in notices and the dashboard).
 GPUOBS_EXTERNAL_URL = os.environ.get("GPUOBS_EXTERNAL_URL", "http://127.0.0.1:8000")
 # /metrics: at most this many per-finding series (gpuobs_finding_info) per cluster.
