@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
+from django.urls import reverse
 
 from diagnosis.actions.notify.alertmanager import deliver_to_alertmanager
 from diagnosis.models import Cluster, DeliveryState
@@ -45,7 +46,7 @@ def incident_alerts(server: AlertmanagerServer) -> list[dict]:
 
 
 def test_each_alertmanager_gets_the_alert_and_a_dead_one_gets_it_once_back(
-    pair, settings, make_cluster
+    pair, settings, make_cluster, client, alice, bob
 ) -> None:
     first, second = pair
     cluster = with_an_incident(make_cluster, "am-ha")
@@ -60,6 +61,14 @@ def test_each_alertmanager_gets_the_alert_and_a_dead_one_gets_it_once_back(
     assert second.url in state.last_error
     assert "unreachable" in state.last_error
     assert first.url not in state.last_error
+    client.force_login(alice)  # an admin sees which member failed
+    page = client.get(reverse("diagnosis:cluster", args=[cluster.name])).content.decode()
+    assert "delivered, not to every Alertmanager" in page
+    assert second.url in page
+    client.force_login(bob)  # a viewer sees that, not where
+    page = client.get(reverse("diagnosis:cluster", args=[cluster.name])).content.decode()
+    assert "delivered, not to every Alertmanager" in page
+    assert second.url not in page
 
     second.start()
     state = deliver_to_alertmanager(cluster)
