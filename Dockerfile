@@ -39,8 +39,11 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends fonts-wqy-microhei \
  && rm -rf /var/lib/apt/lists/*
 
-COPY requirements.txt ./
+COPY requirements.txt requirements-tracing.txt ./
 RUN pip install --no-cache-dir -r requirements.txt
+# OpenTelemetry traces (docs/operations.md, "Traces"): --build-arg TRACING=1 adds the SDK
+ARG TRACING=0
+RUN if [ "$TRACING" = "1" ]; then pip install --no-cache-dir -r requirements-tracing.txt; fi
 
 COPY manage.py ./
 COPY gpuobs ./gpuobs

@@ -37,7 +37,7 @@ $(VENV)/.installed-runtime: requirements.txt | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	@touch $@
 
-$(VENV)/.installed-dev: requirements.txt requirements-dev.txt | $(PY)
+$(VENV)/.installed-dev: requirements.txt requirements-tracing.txt requirements-dev.txt | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	@touch $@ $(VENV)/.installed-runtime
 

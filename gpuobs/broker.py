@@ -11,7 +11,8 @@ on restarting Gossip", and celery/kombu#970 for unacked messages restored at clo
 
 :class:`RedisTransport` keeps each channel's connection settings from when it was opened and
 builds the pool from them when the transport has been detached, so the messages are restored
-and the consumer reconnects. Selected by ``CELERY_BROKER_TRANSPORT`` (gpuobs/settings.py).
+and the consumer reconnects; :class:`SentinelTransport` does the same behind Redis Sentinel.
+Selected by ``CELERY_BROKER_TRANSPORT`` (gpuobs/settings.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 
 
-class RedisChannel(kombu_redis.Channel):
+class _KeepsItsConnection:
+    """Mixed into a kombu Redis channel: remembers the ``kombu.Connection`` it was opened with."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._opened_with = args[0].client if args else None  # the kombu.Connection
         super().__init__(*args, **kwargs)
@@ -34,5 +37,20 @@ class RedisChannel(kombu_redis.Channel):
         return super()._connparams(asynchronous=asynchronous)
 
 
+class RedisChannel(_KeepsItsConnection, kombu_redis.Channel):
+    pass
+
+
 class RedisTransport(kombu_redis.Transport):
     Channel = RedisChannel
+
+
+class SentinelChannel(_KeepsItsConnection, kombu_redis.SentinelChannel):
+    pass
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """The same, for a broker behind Redis Sentinel (``REDIS_URL=sentinel://...``,
+    gpuobs/redis_sentinel.py)."""
+
+    Channel = SentinelChannel

@@ -12,6 +12,7 @@ from celery import Celery, signals
 from django.conf import settings
 from kombu import Queue
 
+from gpuobs import tracing
 from gpuobs.logs import configure_celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuobs.settings")
@@ -88,6 +89,13 @@ def schedule_report_subscriptions(sender: Celery, **kwargs) -> None:
         name="fairness report subscriptions",
         expires=3600,
     )
+
+
+@signals.worker_init.connect
+def start_tracing(sender=None, **kwargs) -> None:
+    """Spans of the tasks this worker runs and sends, when GPUOBS_OTLP_ENDPOINT is set
+    (gpuobs/tracing.py); nothing is imported when it is not."""
+    tracing.configure("worker")
 
 
 @signals.worker_init.connect

@@ -29,12 +29,12 @@ from celery import current_task, signals
 from django.core.signals import request_finished, request_started
 from pythonjsonlogger.json import JsonFormatter
 
-HEADER = "X-Request-ID"
+from diagnosis.edge.request_id import HEADER
+from diagnosis.edge.request_id import current as request_id
+
 TASK_HEADER = "gpuobs_request_id"
 FORMATS = ("text", "json")
 _VALID_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-
-request_id: contextvars.ContextVar[str] = contextvars.ContextVar("gpuobs_request_id", default="")
 
 
 def log_format() -> str:

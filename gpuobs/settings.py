@@ -17,6 +17,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from gpuobs import logs as gpuobs_logs
+from gpuobs import redis_sentinel
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -331,6 +332,20 @@ WHITENOISE_AUTOREFRESH = DEBUG
 # --- Redis, Celery, diagnosis cycles -------------------------------------------------------------
 
 REDIS_URL = os.environ.get("REDIS_URL") or None
+# REDIS_URL=sentinel://HOST:PORT;sentinel://HOST:PORT/DB: Redis behind Sentinel, this master
+# (gpuobs/redis_sentinel.py; docs/operations.md, "Redis")
+GPUOBS_REDIS_SENTINEL_MASTER = os.environ.get("GPUOBS_REDIS_SENTINEL_MASTER", "mymaster")
+_SENTINEL = redis_sentinel.is_sentinel(REDIS_URL)
+# a cache's LOCATION: a list, since Django splits a string at ";" into several servers
+_CACHE_LOCATION = [REDIS_URL] if _SENTINEL else REDIS_URL
+_CACHE_SENTINEL = (
+    {
+        "pool_class": "gpuobs.redis_sentinel.SentinelPool",
+        "master_name": GPUOBS_REDIS_SENTINEL_MASTER,
+    }
+    if _SENTINEL
+    else {}
+)
 
 # Django's default cache stays each process's own memory. The pages' cache of rendered fragments
 # (diagnosis/pages/support/page_cache.py) is shared in Redis when there is one, else each
@@ -352,17 +367,17 @@ CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "throttle": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": REDIS_URL,
+        "LOCATION": _CACHE_LOCATION,
         "KEY_PREFIX": "gpuobs-throttle",
-        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5, **_CACHE_SENTINEL},
     }
     if REDIS_URL
     else _THROTTLE_IN_MEMORY,
     "pages": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": REDIS_URL,
+        "LOCATION": _CACHE_LOCATION,
         "KEY_PREFIX": "gpuobs-pages",
-        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5, **_CACHE_SENTINEL},
     }
     if REDIS_URL
     else _PAGES_IN_MEMORY,
@@ -424,7 +439,13 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_RETRY = True
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_BROKER_CONNECTION_TIMEOUT = 5
-CELERY_BROKER_TRANSPORT = "gpuobs.broker:RedisTransport" if REDIS_URL else None
+CELERY_BROKER_TRANSPORT = (
+    None
+    if not REDIS_URL
+    else "gpuobs.broker:SentinelTransport"
+    if _SENTINEL
+    else "gpuobs.broker:RedisTransport"
+)
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "socket_timeout": 10,
     "socket_connect_timeout": 5,
@@ -435,6 +456,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     # than any task may run (the hard time limit) plus the longest apply retry backoff (120 s).
     "visibility_timeout": CELERY_TASK_TIME_LIMIT + 180,
 }
+if _SENTINEL:
+    CELERY_BROKER_TRANSPORT_OPTIONS["master_name"] = GPUOBS_REDIS_SENTINEL_MASTER
+    CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"master_name": GPUOBS_REDIS_SENTINEL_MASTER}
 CELERY_REDIS_SOCKET_TIMEOUT = 10
 CELERY_REDIS_SOCKET_CONNECT_TIMEOUT = 5
 CELERY_REDIS_RETRY_ON_TIMEOUT = True
@@ -541,6 +565,9 @@ GPUOBS_ALERTMANAGER_PASSWORD_ENV = os.environ.get("GPUOBS_ALERTMANAGER_PASSWORD_
 GPUOBS_ALERTMANAGER_MIN_SEVERITY = os.environ.get("GPUOBS_ALERTMANAGER_MIN_SEVERITY", "warning")
 GPUOBS_ALERTMANAGER_RULE_SEVERITY = env_list("GPUOBS_ALERTMANAGER_RULE_SEVERITY")
 GPUOBS_ALERTMANAGER_TIMEOUT_SECONDS = env_int("GPUOBS_ALERTMANAGER_TIMEOUT_SECONDS", 5)
+# OpenTelemetry traces (docs/operations.md, "Traces"): an OTLP/HTTP collector's base URL
+# (http://otel-collector:4318); unset, tracing is off and nothing of OpenTelemetry is imported.
+GPUOBS_OTLP_ENDPOINT = os.environ.get("GPUOBS_OTLP_ENDPOINT", "").strip()
 # The external URL of gpuobs (generatorURL of its alerts, links in notices and the dashboard).
 GPUOBS_EXTERNAL_URL = os.environ.get("GPUOBS_EXTERNAL_URL", "http://127.0.0.1:8000")
 # /metrics: at most this many per-finding series (gpuobs_finding_info) per cluster.

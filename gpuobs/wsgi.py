@@ -4,9 +4,13 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
+from gpuobs import tracing
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuobs.settings")
 # the web's database statements end before gunicorn's worker timeout (gpuobs/settings.py)
 os.environ.setdefault("GPUOBS_WEB_PROCESS", "1")
+
+tracing.configure("web")  # before the handler loads its middleware; nothing when off
 
 application = get_wsgi_application()
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from diagnosis.edge.errors import SchedulerError
+from diagnosis.edge.request_id import current as request_id
 from diagnosis.edge.schedulers.registry import adapter_for
 from diagnosis.edge.schedulers.slurm.adapter import CONF_DIR_ENV, SlurmAdapter
 from tests.conftest import REPO_ROOT
@@ -89,6 +90,18 @@ def test_slurmrestd_reads_the_same_state_as_the_commands(version, monkeypatch, t
     assert {r.headers["x-slurm-user-token"] for r in server.requests} == {TOKEN}
     assert {r.headers["x-slurm-user-name"] for r in server.requests} == {"gpuobs"}
     assert all(TOKEN not in c["command"] for c in slurm.log.commands)
+
+
+def test_slurmrestd_reads_carry_the_request_id(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    token = request_id.set("req-31i-slurm")
+    try:
+        with serving(routes("v0.0.44")) as server:
+            adapter(server.url, "v0.0.44", tmp_path).read_state()
+    finally:
+        request_id.reset(token)
+
+    assert {r.headers["x-request-id"] for r in server.requests} == {"req-31i-slurm"}
 
 
 def test_a_missing_token_is_a_permanent_error_naming_the_variable(monkeypatch, tmp_path) -> None:

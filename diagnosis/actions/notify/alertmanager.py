@@ -19,11 +19,18 @@ delivery failed loses nothing: the next success sends what is still firing and e
 resolved meanwhile. Retries with backoff are the edge client's
 (:mod:`diagnosis.edge.notify.alertmanager`); each send's outcome is kept in :class:`DeliveryState`
 (``/metrics`` counts it, the cluster page shows it).
+
+``GPUOBS_ALERTMANAGER_URL`` may name several Alertmanagers (comma-separated: the members of an
+HA cluster); each gets every alert, in parallel (``post_to_each`` of the edge client).
+A send counts as delivered when at least one member took every batch (the members share the
+notification log, so one page goes out); a member that did not is named in ``last_error`` and
+gets the firing alerts again with the next cycle, as Prometheus does it.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -42,9 +49,8 @@ from diagnosis.core.rules.registry import all_rules
 from diagnosis.edge import secrets
 from diagnosis.edge.notify.alertmanager import (
     AlertmanagerTarget,
-    NotifyError,
     PostableAlert,
-    post_alerts,
+    post_to_each,
 )
 from diagnosis.models import (
     Cluster,
@@ -75,8 +81,13 @@ class NotifyConfigError(ValueError):
     """The Alertmanager settings are wrong (names the setting)."""
 
 
+def alertmanager_urls() -> list[str]:
+    """The Alertmanagers to send to (``GPUOBS_ALERTMANAGER_URL``, comma- or space-separated)."""
+    return [url for url in re.split(r"[,\s]+", settings.GPUOBS_ALERTMANAGER_URL.strip()) if url]
+
+
 def alertmanager_configured() -> bool:
-    return bool(settings.GPUOBS_ALERTMANAGER_URL)
+    return bool(alertmanager_urls())
 
 
 def _secret(setting: str) -> str:
@@ -88,21 +99,49 @@ def _secret(setting: str) -> str:
         raise NotifyConfigError(f"{setting}: {exc}") from None
 
 
-def alertmanager_target() -> AlertmanagerTarget:
-    """The target from the settings; secrets are read from the environment variables named."""
+def alertmanager_targets() -> list[AlertmanagerTarget]:
+    """One target per configured Alertmanager; secrets are read from the environment variables
+    named (the same credentials for every member of the cluster)."""
     token = None
     basic = None
     if settings.GPUOBS_ALERTMANAGER_TOKEN_ENV:
         token = _secret("GPUOBS_ALERTMANAGER_TOKEN_ENV")
     if settings.GPUOBS_ALERTMANAGER_USERNAME:
         basic = (settings.GPUOBS_ALERTMANAGER_USERNAME, _secret("GPUOBS_ALERTMANAGER_PASSWORD_ENV"))
-    return AlertmanagerTarget(
-        url=settings.GPUOBS_ALERTMANAGER_URL,
-        bearer_token=token,
-        basic_auth=basic,
-        timeout_s=float(settings.GPUOBS_ALERTMANAGER_TIMEOUT_SECONDS),
-        request_id=gpuobs_logs.request_id.get(),  # docs/operations.md, "Logs"
+    return [
+        AlertmanagerTarget(
+            url=url,
+            bearer_token=token,
+            basic_auth=basic,
+            timeout_s=float(settings.GPUOBS_ALERTMANAGER_TIMEOUT_SECONDS),
+            request_id=gpuobs_logs.request_id.get(),  # docs/operations.md, "Logs"
+        )
+        for url in alertmanager_urls()
+    ]
+
+
+def post_to_alertmanagers(alerts: list[PostableAlert] | tuple[PostableAlert, ...]) -> SendResult:
+    """Post ``alerts`` to every configured Alertmanager at once; raises nothing for one that is
+    down (:class:`SendResult` says which)."""
+    outcomes = post_to_each(alertmanager_targets(), alerts)
+    failed = [o for o in outcomes if o.error is not None]
+    return SendResult(
+        attempts=sum(o.attempts for o in outcomes),
+        sent=max((o.delivery.alerts for o in outcomes if o.delivery), default=0),
+        delivered=len(failed) < len(outcomes),
+        errors=tuple(str(o.error) for o in failed),
     )
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """One post to every Alertmanager: requests made, alerts the best member took, whether some
+    member took them, and each failed member's error (it names its URL)."""
+
+    attempts: int
+    sent: int
+    delivered: bool
+    errors: tuple[str, ...] = ()
 
 
 def severity_thresholds() -> dict[str, str]:
@@ -317,8 +356,10 @@ def record_delivery(
     sent: int,
     error: str = "",
     pending: int = 0,
+    degraded: str = "",
 ) -> None:
-    """Count one send of a channel (success when ``error`` is empty)."""
+    """Count one send of a channel (success when ``error`` is empty; ``degraded``: what failed
+    on a success, one Alertmanager of several down, kept as its last error)."""
     with transaction.atomic():
         row = delivery_state(cluster, channel)
         state = DeliveryState.objects.select_for_update().get(pk=row.pk)
@@ -334,7 +375,7 @@ def record_delivery(
             state.alerts_sent_total = F("alerts_sent_total") + sent
             state.consecutive_failures = 0
             state.last_success_at = now
-            state.last_error = ""
+            state.last_error = degraded
             state.pending = 0
         state.save()
 
@@ -344,22 +385,23 @@ def deliver_to_alertmanager(cluster: Cluster, *, now: datetime | None = None) ->
     unreachable or refusing Alertmanager (the next cycle sends again)."""
     now = now or timezone.now()
     state = delivery_state(cluster, NotifyChannel.ALERTMANAGER)
-    attempts, sent, error = 0, 0, ""
+    attempts, sent, error, degraded = 0, 0, "", ""
     batch = AlertBatch((), 0, 0)
     try:
-        target = alertmanager_target()
+        alertmanager_targets()  # the settings, checked before anything is read
         batch = alerts_for(cluster, now=now, since=state.last_success_at)
         for start in range(0, len(batch.alerts), BATCH):
-            delivery = post_alerts(target, batch.alerts[start : start + BATCH])
-            attempts += delivery.attempts
-            sent += delivery.alerts
-    except NotifyError as exc:
-        attempts += exc.attempts
-        error = str(exc)
+            result = post_to_alertmanagers(batch.alerts[start : start + BATCH])
+            attempts += result.attempts
+            if not result.delivered:
+                error = "; ".join(result.errors)
+                break
+            sent += result.sent
+            degraded = degraded or "; ".join(result.errors)
     except NotifyConfigError as exc:
         error = str(exc)
-    if error:
-        logger.warning("alerts of cluster %s not delivered: %s", cluster.name, error)
+    if error or degraded:
+        logger.warning("alerts of cluster %s not delivered: %s", cluster.name, error or degraded)
     record_delivery(
         cluster,
         NotifyChannel.ALERTMANAGER,
@@ -368,6 +410,7 @@ def deliver_to_alertmanager(cluster: Cluster, *, now: datetime | None = None) ->
         sent=sent,
         error=error,
         pending=len(batch.alerts) - sent,
+        degraded=degraded,
     )
     state.refresh_from_db()
     return state

@@ -27,13 +27,13 @@ from django.utils import timezone
 
 from diagnosis.actions.notify.alertmanager import (
     alertmanager_configured,
-    alertmanager_target,
     finding_url,
+    post_to_alertmanagers,
     record_delivery,
 )
 from diagnosis.choices import FindingState
 from diagnosis.core.rules.registry import all_rules
-from diagnosis.edge.notify.alertmanager import PostableAlert, post_alerts
+from diagnosis.edge.notify.alertmanager import NotifyError, PostableAlert
 from diagnosis.models import (
     Cluster,
     ClusterCycle,
@@ -223,7 +223,9 @@ def _send(policy: OwnerNoticePolicy, preview: NoticePreview, finding: Finding) -
             ends_at=timezone.now() + timedelta(hours=1),
             generator_url=finding_url(finding.cluster, finding.pk),
         )
-        post_alerts(alertmanager_target(), [alert])
+        result = post_to_alertmanagers([alert])
+        if not result.delivered:
+            raise NotifyError("; ".join(result.errors))
         return
     EmailMessage(
         subject=preview.subject,

@@ -30,6 +30,8 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
+from gpuobs import redis_sentinel
+
 if TYPE_CHECKING:
     import redis
 
@@ -58,13 +60,15 @@ def redis_client(url: str) -> redis.Redis:
     """A Redis client with short socket timeouts (locks, interval keys, heartbeats)."""
     import redis  # noqa: PLC0415 -- its package loads redis.asyncio: not at start-up (#35)
 
-    return redis.Redis.from_url(
-        url,
-        socket_timeout=REDIS_TIMEOUT_S,
-        socket_connect_timeout=REDIS_TIMEOUT_S,
-        health_check_interval=10,
-        retry_on_timeout=True,
-    )
+    options: dict[str, Any] = {
+        "socket_timeout": REDIS_TIMEOUT_S,
+        "socket_connect_timeout": REDIS_TIMEOUT_S,
+        "health_check_interval": 10,
+        "retry_on_timeout": True,
+    }
+    if redis_sentinel.is_sentinel(url):
+        return redis_sentinel.master_client(url, settings.GPUOBS_REDIS_SENTINEL_MASTER, **options)
+    return redis.Redis.from_url(url, **options)
 
 
 def database_now() -> datetime:

@@ -8,12 +8,17 @@ generatorURL}``, labels required, every label and annotation value a string. Ale
 Retries with backoff happen here and nowhere else: a refused connection, a timeout, 429 or 5xx
 is retried ``retries`` times waiting ``backoff_s × 2^n`` (at most 30 s); a 4xx is permanent. No
 Django: the caller passes the URL, the credentials it read from the environment and the alerts.
+
+An Alertmanager cluster in high availability wants every alert from every client (its members
+gossip silences and the notification log, not alerts): :func:`post_to_each` posts the same alerts
+to each URL in a thread of its own, so a dead member's retries hold up no live one.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -127,3 +132,39 @@ def post_alerts(
             error.attempts = attempt
             raise error
         sleep(min(MAX_PAUSE_S, target.backoff_s * 2 ** (attempt - 1)))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What posting to one of several Alertmanagers did: its delivery, or the error it ended in."""
+
+    url: str
+    delivery: Delivery | None = None
+    error: NotifyError | None = None
+
+    @property
+    def attempts(self) -> int:
+        if self.delivery is not None:
+            return self.delivery.attempts
+        return self.error.attempts if self.error is not None else 0
+
+
+def post_to_each(
+    targets: Sequence[AlertmanagerTarget],
+    alerts: Sequence[PostableAlert],
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[Outcome]:
+    """Post ``alerts`` to every target at once (a thread each, its own retries); one
+    :class:`Outcome` per target, in their order. Never raises :class:`NotifyError`."""
+
+    def one(target: AlertmanagerTarget) -> Outcome:
+        try:
+            return Outcome(target.url, delivery=post_alerts(target, alerts, sleep=sleep))
+        except NotifyError as exc:
+            return Outcome(target.url, error=exc)
+
+    if len(targets) <= 1:
+        return [one(target) for target in targets]
+    with ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="alertmanager") as pool:
+        return list(pool.map(one, targets))

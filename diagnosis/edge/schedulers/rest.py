@@ -15,6 +15,7 @@ from typing import Any
 import requests
 
 from diagnosis.edge.errors import SchedulerError
+from diagnosis.edge.request_id import outbound_headers
 
 MAX_BYTES = 64 * 2**20
 CHUNK = 1 << 16
@@ -34,11 +35,13 @@ def get_json(
     A request carrying ``headers`` (credentials: slurmrestd's ``X-SLURM-USER-TOKEN``) follows no
     redirect: requests would forward such a header to wherever the redirect points (another
     port, another host), so a 3xx is an error naming where it pointed, and nothing is sent
-    there. Without headers (YARN's standby ResourceManager) redirects are followed."""
+    there. Without headers (YARN's standby ResourceManager) redirects are followed. The request
+    id of the request or task being served goes too (``X-Request-ID``, docs/operations.md
+    "Logs"): no credential, so it changes nothing about redirects."""
     try:
         response = session.get(
             url,
-            headers=dict(headers or {}),
+            headers={**outbound_headers(), **(headers or {})},
             params=params,
             timeout=timeout_s,
             stream=True,

@@ -16,7 +16,8 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from diagnosis.lazy_views import LazyView
 from tests.conftest import REPO_ROOT
 
-HEAVY = ("pandas", "numpy", "plotly", "reportlab", "scipy")  # and redis.asyncio
+# and redis.asyncio; opentelemetry: tracing is off by default (gpuobs/tracing.py)
+HEAVY = ("pandas", "numpy", "plotly", "reportlab", "scipy", "opentelemetry")
 
 LOADED_AFTER = """
 import json, os, sys

@@ -9,7 +9,7 @@ import socket
 import pytest
 from django.contrib.auth.models import Permission
 
-from diagnosis.actions.notify.alertmanager import NotifyConfigError, alertmanager_target
+from diagnosis.actions.notify.alertmanager import NotifyConfigError, alertmanager_targets
 from diagnosis.actions.records.cycles import run_cluster_cycle
 from diagnosis.models import ClusterCycle
 from tests.support.world import create_user, logged_in_client
@@ -121,11 +121,11 @@ def test_an_env_setting_naming_the_django_secret_key_is_refused(
     for name, value in {setting: "DJANGO_SECRET_KEY", **extra}.items():
         setattr(settings, name, value)
     with pytest.raises(NotifyConfigError, match=f"{setting}: must name an environment variable"):
-        alertmanager_target()
+        alertmanager_targets()[0]
 
 
 def test_an_env_setting_naming_a_gpuobs_secret_is_read(settings, monkeypatch):
     monkeypatch.setenv("GPUOBS_SECRET_AM_TOKEN", "t0ken")
     settings.GPUOBS_ALERTMANAGER_URL = "http://127.0.0.1:9/"
     settings.GPUOBS_ALERTMANAGER_TOKEN_ENV = "GPUOBS_SECRET_AM_TOKEN"
-    assert alertmanager_target().bearer_token == "t0ken"
+    assert alertmanager_targets()[0].bearer_token == "t0ken"

@@ -18,6 +18,7 @@ from prometheus_api_client import PrometheusConnect
 from urllib3 import exceptions as urllib3_exceptions
 from urllib3.util.retry import Retry
 
+from diagnosis.edge.request_id import outbound_headers
 from diagnosis.edge.sources.prometheus.config import PrometheusConfig
 from diagnosis.edge.sources.prometheus.wire import (
     Matrix,
@@ -178,8 +179,10 @@ class PrometheusClient:
         self.report = report or SourceReport()
         self.sleep = sleep
         headers, auth = config.auth()
+        custom = config.custom_headers()
         self.session = requests.Session()
         self.session.verify = config.ca_bundle()
+        self.session.cert = config.client_cert()
         self.connection = PrometheusConnect(
             url=config.url,
             headers=headers,
@@ -190,7 +193,13 @@ class PrometheusClient:
             timeout=config.timeout_s,
             method="POST",
         )
-        self.headers = {**headers, "Accept-Encoding": "gzip", "User-Agent": USER_AGENT}
+        self.headers = {
+            **custom,
+            **headers,
+            **outbound_headers(),
+            "Accept-Encoding": "gzip",
+            "User-Agent": USER_AGENT,
+        }
         self.auth = auth
         self.deadline = time.monotonic() + config.deadline_s
         self.aborted = threading.Event()
@@ -312,6 +321,8 @@ class PrometheusClient:
                     auth=self.auth,
                     timeout=timeout,
                     stream=True,
+                    # given per request: requests lets REQUESTS_CA_BUNDLE override the session's
+                    verify=self.session.verify,
                 )
                 try:
                     wire = _read_capped(response.raw, MAX_WIRE_BYTES)

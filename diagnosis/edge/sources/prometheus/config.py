@@ -9,17 +9,23 @@
      "verify_tls": true, "ca_file": "prom-ca.pem",  # under GPUOBS_SECRETS_DIR
      "bearer_token_env": "GPUOBS_SECRET_PROM_TOKEN",  # or "bearer_token_file", or basic auth:
      "username": "gpuobs", "password_env": "GPUOBS_SECRET_PROM_PASSWORD",
+     "headers": {"X-Scope-OrgID": "GPUOBS_SECRET_MIMIR_TENANT"},  # or "file:NAME"
+     "client_cert_file": "prom-client.crt", "client_key_file": "prom-client.key",
      "window_s": 900, "scrape_interval_s": 15, "min_coverage": 0.95,
      "shard_min_gpus": 4096}
 
 Secrets never sit in the config: it names the environment variable (``GPUOBS_SECRET_*``) or the
 file (under the deployment's secrets directory) holding them (:mod:`diagnosis.edge.secrets`);
-those keys are declared ``secret``. The URL carries no user or password.
+those keys are declared ``secret``. The URL carries no user or password. A custom header's
+value (a tenant id for Mimir's ``X-Scope-OrgID``, a Thanos tenant, a gateway's API key) is such a
+reference too, bound like the token to ``prometheus`` and the URL's host; so is the client key of
+mutual TLS (docs/integrations.md "Prometheus-compatible back ends").
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +44,27 @@ from diagnosis.edge.sources.prometheus.promql import (
 )
 
 MIN_COVERAGE = 0.95
+# RFC 9110 "token": what a header's name may be made of.
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
+# Headers the client sets itself (framing, auth, compression, the request id): not configurable.
+RESERVED_HEADERS = frozenset(
+    {
+        "accept-encoding",
+        "authorization",
+        "connection",
+        "content-length",
+        "content-type",
+        "cookie",
+        "host",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "user-agent",
+        "x-request-id",
+    }
+)
 
 
 class PrometheusConfigError(errors.ConfigError, errors.CollectError):
@@ -79,6 +106,29 @@ def _label_values(value: dict) -> dict:
 def _label_names(value: list) -> list:
     if not all(isinstance(n, str) and LABEL_NAME.fullmatch(n) for n in value):
         raise ValueError("expected a list of label names")
+    return value
+
+
+def _header_references(value: dict) -> dict:
+    """Header name -> the secret reference of its value (``GPUOBS_SECRET_*`` or ``file:NAME``)."""
+    problems = []
+    for name, reference in value.items():
+        if not HEADER_NAME.fullmatch(name):
+            problems.append(f"{name[:64]!r} is not a header name")
+        elif name.lower() in RESERVED_HEADERS:
+            problems.append(f"{name} is set by gpuobs itself")
+        elif not isinstance(reference, str):
+            problems.append(f"{name}: expected a secret reference (GPUOBS_SECRET_* or file:NAME)")
+        else:
+            try:
+                if reference.startswith("file:"):
+                    secrets.check_file_reference(reference.removeprefix("file:"))
+                else:
+                    secrets.check_env_reference(reference)
+            except secrets.SecretError as exc:
+                problems.append(f"{name}: {exc}")
+    if problems:
+        raise ValueError("; ".join(problems))
     return value
 
 
@@ -125,6 +175,8 @@ class _Settings(ConfigSpec):
             for name in values["matchers"]
             if name not in ALLOWED_LABELS and name not in values["extra_label_names"]
         ]
+        if bool(values["client_cert_file"]) != bool(values["client_key_file"]):
+            problems.append("client_cert_file and client_key_file: give both or neither")
         if problems:
             raise errors.ConfigError(problems, what=self.what, side=self.side)
         return values
@@ -205,6 +257,32 @@ CONFIG = _Settings(
             "environment variable (GPUOBS_SECRET_*) holding the basic-auth password",
             secret=True,
             check=_optional,
+        ),
+        Setting(
+            "headers",
+            dict,
+            {},
+            "header name -> secret reference (GPUOBS_SECRET_* or file:NAME) of its value, sent "
+            "with every query (X-Scope-OrgID for Mimir, THANOS-TENANT, a gateway's key)",
+            check=_header_references,
+        ),
+        Setting(
+            "client_cert_file",
+            str,
+            None,
+            "client certificate (PEM) for mutual TLS, a file under the secrets directory",
+            check=_secret_file,
+            reference="file",
+        ),
+        Setting(
+            "client_key_file",
+            str,
+            None,
+            "its private key (PEM, unencrypted), a file under the secrets directory bound to "
+            "prometheus and this host",
+            secret=True,
+            check=_secret_file,
+            reference="file",
         ),
         Setting(
             "window_s",
@@ -288,6 +366,9 @@ class PrometheusConfig:
     bearer_token_file: str | None
     username: str | None
     password_env: str | None
+    headers: tuple[tuple[str, str], ...]
+    client_cert_file: str | None
+    client_key_file: str | None
     window_s: int
     scrape_interval_s: float | None
     max_data_age_s: float | None
@@ -312,6 +393,7 @@ class PrometheusConfig:
             raise PrometheusConfigError(problems) from None
         values["matchers"] = tuple(sorted(values["matchers"].items()))
         values["extra_label_names"] = frozenset(values["extra_label_names"])
+        values["headers"] = tuple(sorted(values["headers"].items()))
         return cls(**values)
 
     def as_dict(self) -> dict[str, Any]:
@@ -319,7 +401,7 @@ class PrometheusConfig:
         out: dict[str, Any] = {}
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
-            if name == "matchers":
+            if name in ("matchers", "headers"):
                 value = dict(value)
             elif name == "extra_label_names":
                 value = sorted(value)
@@ -353,6 +435,43 @@ class PrometheusConfig:
             )
             raise PrometheusConfigError(f"metrics_config.{key}: {exc}") from None
         return headers, None
+
+    def custom_headers(self) -> dict[str, str]:
+        """The declared headers with their values, read now from the references bound to
+        ``prometheus`` and this URL's host (:class:`PrometheusConfigError` naming the header)."""
+        use = secrets.Use("prometheus", self.url)
+        values: dict[str, str] = {}
+        for name, reference in self.headers:
+            try:
+                if reference.startswith("file:"):
+                    value = secrets.read_file(reference.removeprefix("file:"), use)
+                else:
+                    value = secrets.read_env(reference, use)
+            except secrets.SecretError as exc:
+                raise PrometheusConfigError(f"metrics_config.headers.{name}: {exc}") from None
+            if not value or any(c in value for c in "\r\n\0"):
+                raise PrometheusConfigError(
+                    f"metrics_config.headers.{name}: {reference} holds no single-line value"
+                )
+            values[name] = value
+        return values
+
+    def client_cert(self) -> tuple[str, str] | None:
+        """The real paths of the client certificate and key for ``requests`` (the key's
+        reference bound to ``prometheus`` and this host), or None without mutual TLS."""
+        if not (self.client_cert_file and self.client_key_file):
+            return None
+        use = secrets.Use("prometheus", self.url)
+        try:
+            cert = secrets.resolve_file(self.client_cert_file)
+        except secrets.SecretError as exc:
+            raise PrometheusConfigError(f"metrics_config.client_cert_file: {exc}") from None
+        try:
+            key = secrets.resolve_file(self.client_key_file)
+            secrets.check_use(f"file:{self.client_key_file}", use)
+        except secrets.SecretError as exc:
+            raise PrometheusConfigError(f"metrics_config.client_key_file: {exc}") from None
+        return str(cert), str(key)
 
     def ca_bundle(self) -> str | bool:
         """What ``requests`` verifies the server with: the CA file's real path, or the flag."""
