@@ -5,7 +5,8 @@
 
 Not a timed test: it prints figures (docs/ui.md, "Nodes and GPUs" and "Jobs", quotes them).
 Budget (issue 19): the heatmap and the job list under 150 ms server time at 16,384 GPUs /
-20,000 jobs; (issue 35) every page's cold request at most 1 s. The cluster: the snapshot of bench/rules.py recorded as real cycles
+20,000 jobs; (issue 35) every page's cold request at most 1 s. The cluster: the snapshot of
+bench/rules.py recorded as real cycles
 (``record_cycle``, as bench/metrics.py does), then each page requested through Django's test
 client (every middleware, a logged-in viewer's session). The first request after a cycle reads
 the new snapshot from the database ("cold"); later ones find what they need in the process's

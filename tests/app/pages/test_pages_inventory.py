@@ -201,6 +201,7 @@ def test_a_snapshot_stored_before_the_index_is_read_from_its_document(
     bob_client: Client, seed
 ) -> None:
     paths = pages(seed)
+
     def shown(path: str) -> str:  # without the data's age, which moves on
         return re.sub(r"updated \d+ \w+ ago", "", text_of(bob_client.get(path)))
 
