@@ -8,6 +8,7 @@ tasks read them or call an action.
 
 from diagnosis.models.cycles import ClusterCycle, Snapshot, SnapshotDocumentError
 from diagnosis.models.findings import Finding, FindingEvent, RuleOverride
+from diagnosis.models.forecasts import JobForecast
 from diagnosis.models.impact import ReplayOutcome
 from diagnosis.models.inbound import InboundAlertBatch, InboundState
 from diagnosis.models.incidents import Incident, IncidentEvent
@@ -61,6 +62,7 @@ __all__ = [
     "Incident",
     "IncidentEvent",
     "Job",
+    "JobForecast",
     "Node",
     "NodeTopology",
     "NotifyChannel",
