@@ -173,6 +173,7 @@ def simulated_starts(
                 sim.submit(a for a in arrivals if a.pool is None or a.pool in sim.pool_number)
             watched = [sim.job_by_id[j] for j in job_ids if j in sim.job_by_id]
             t = 0.0
+            sim.apply([])  # a scheduling pass at once, even with no event due (nothing runs)
             sim.step(0)
             while t < settings.horizon_s:
                 if all(job.first_started is not None for job in watched):
