@@ -14,14 +14,20 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from diagnosis.core.forecast.causes import BlockingCause, blocking_causes
-from diagnosis.core.forecast.runtimes import RuntimeSample, learn_runtimes, work_for_seed
+from diagnosis.core.forecast.runtimes import (
+    LearnedRuntimes,
+    RuntimeSample,
+    learn_runtimes,
+    work_for_seed,
+)
 from diagnosis.core.gc_pause import paused_gc
 from diagnosis.core.simulate.replay import (
     DEFAULT_LOOKBACK_S,
@@ -31,7 +37,10 @@ from diagnosis.core.simulate.replay import (
 )
 from diagnosis.core.snapshot import ClusterSnapshot
 
-REDUCED_FROM_GPUS = 4096
+REDUCED_FROM_GPUS = 8192  # the impact estimates' default (GPUOBS_IMPACT_REDUCED_FROM_GPUS)
+REDUCED_SEEDS = 2
+REDUCED_HORIZON_S = 6 * 3600.0
+WorkOfSeed = Callable[[int], Mapping[str, float]]
 
 
 @dataclass(frozen=True)
@@ -44,17 +53,23 @@ class ForecastSettings:
 
 
 def forecast_settings_for(
-    gpus: int, settings: ForecastSettings | None = None, *, reduced_from_gpus: int = 0
+    gpus: int,
+    settings: ForecastSettings | None = None,
+    *,
+    reduced_from_gpus: int = REDUCED_FROM_GPUS,
 ) -> tuple[ForecastSettings, str]:
     """The settings for a cluster of ``gpus`` GPUs and the model's name: ``full``, or from
-    ``reduced_from_gpus`` (default :data:`REDUCED_FROM_GPUS`) on ``reduced`` (two seeds, six
-    hours), so that a forecast stays within the impact queue's bound on a big cluster."""
+    ``reduced_from_gpus`` on ``reduced`` (two seeds, six hours), so that a forecast stays within
+    the impact queue's bound on a big cluster."""
     settings = settings or ForecastSettings()
-    if gpus < (reduced_from_gpus or REDUCED_FROM_GPUS):
+    if gpus < reduced_from_gpus:
         return settings, "full"
-    return replace(
-        settings, seeds=settings.seeds[:2], horizon_s=min(settings.horizon_s, 21600.0)
-    ), ("reduced")
+    reduced = replace(
+        settings,
+        seeds=settings.seeds[:REDUCED_SEEDS],
+        horizon_s=min(settings.horizon_s, REDUCED_HORIZON_S),
+    )
+    return reduced, "reduced"
 
 
 @dataclass(frozen=True)
@@ -86,13 +101,12 @@ class StartForecast:
 
 @dataclass(frozen=True)
 class Forecast:
-    as_of: Any  # the snapshot's as_of (a pandas Timestamp)
+    as_of: pd.Timestamp  # the snapshot's
     jobs: tuple[StartForecast, ...]
     settings: ForecastSettings
     model: str = "full"
     runtime_samples: int = 0
     cpu_s: float = 0.0
-    figures: Mapping[str, Any] = field(default_factory=dict)
 
     def by_job(self) -> dict[str, StartForecast]:
         return {f.job: f for f in self.jobs}
@@ -144,10 +158,10 @@ def forecast_starts(
     )
 
 
-def runtimes_work(snap: ClusterSnapshot, runtimes: Any) -> Any:
+def runtimes_work(snap: ClusterSnapshot, runtimes: LearnedRuntimes) -> WorkOfSeed:
     """A seed -> per-job work function over learned runtimes."""
 
-    def work(seed: int) -> dict[str, float]:
+    def work(seed: int) -> Mapping[str, float]:
         return work_for_seed(snap, runtimes, np.random.default_rng([seed, 0xF0CA]))
 
     return work
@@ -156,7 +170,7 @@ def runtimes_work(snap: ClusterSnapshot, runtimes: Any) -> Any:
 def simulated_starts(
     snap: ClusterSnapshot,
     job_ids: Sequence[str],
-    work: Any,
+    work: WorkOfSeed,
     settings: ForecastSettings,
 ) -> dict[str, np.ndarray]:
     """Per job id, its start (seconds after ``as_of``) in each seed; +inf: not within the
