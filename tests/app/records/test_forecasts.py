@@ -5,6 +5,8 @@ the API and /metrics show them; a manager sees only their tenants' jobs."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -14,6 +16,7 @@ from diagnosis.api.metrics import exposition, readable_clusters
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.simulate.scenarios import seed_scenario
 from diagnosis.models import Cluster, Job, JobForecast, Tenant
+from tests.support.builders import SnapshotBuilder
 from tests.support.world import logged_in_client, token_client
 
 pytestmark = pytest.mark.django_db
@@ -126,3 +129,39 @@ def test_metrics_has_the_predicted_wait_histogram(forecast_cluster, alice) -> No
     assert samples[("gpuobs_forecast_wait_seconds_bucket", "+Inf")] == 3
     known = JobForecast.objects.filter(cluster=forecast_cluster, start_at__isnull=False).count()
     assert samples[("gpuobs_forecast_wait_seconds_bucket", "86400.0")] == known
+
+
+def test_a_manager_reads_no_other_tenants_gang_in_a_cause(make_cluster, mallory, bob) -> None:
+    """team-a's job waits for GPUs team-b's partial gang holds: the cause names the gang to
+    readers, and "(another tenant's job)" to team-a's manager (access.text_for_user)."""
+    snap = (
+        SnapshotBuilder(cluster="scoped")
+        .pool("a100", nodes=1, gpus=8)
+        .job(
+            "gang-b",
+            state="pending",
+            pods=2,
+            gpus_per_pod=4,
+            tenant="team-b",
+            bound=1,
+            node="a100-000",
+            partial_since="20m",
+        )
+        .job("wait-a", state="pending", gpus_per_pod=8, tenant="team-a", waited="10m")
+        .build()
+    )
+    cluster = make_cluster("scoped")
+    record_cycle(cluster, snap)
+    assert record_forecasts(cluster.pk)["jobs"] == 2
+    path = "/api/v1/clusters/scoped/jobs/wait-a/forecast"
+    whole = token_client(bob).get(path).json()
+    assert whole["cause"] == "partial-gangs"
+    assert whole["figures"]["gangs"] == ["gang-b"]
+    assert "gang-b" in whole["cause_text"]
+    Tenant.objects.get(cluster=cluster, name="team-a").managers.add(mallory)
+    scoped = token_client(mallory).get(path).json()
+    assert "gang-b" not in json.dumps(scoped)
+    assert scoped["figures"]["gangs"] == ["(another tenant's job)"]
+    page = logged_in_client(mallory).get("/clusters/scoped/jobs/wait-a/").content.decode()
+    assert 'id="job-forecast"' in page
+    assert "gang-b" not in page
