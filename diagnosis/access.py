@@ -30,6 +30,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Model, Q, QuerySet
 from django.http import Http404
 
+from diagnosis.choices import JobState
 from diagnosis.models import (
     ApiToken,
     Cluster,
@@ -37,6 +38,7 @@ from diagnosis.models import (
     Finding,
     Incident,
     Job,
+    JobForecast,
     Recommendation,
     RemediationPolicy,
     Tenant,
@@ -141,6 +143,13 @@ def jobs_for_user(user: User, cluster: Cluster) -> QuerySet[Job]:
 def get_job_for_user(user: User, cluster: Cluster, external_id: str) -> Job:
     """One job of the cluster by the scheduler's id, or 404 (also another tenant's job)."""
     return _one_or_404(jobs_for_user(user, cluster), "job", external_id=external_id)
+
+
+def forecasts_for_user(user: User, cluster: Cluster) -> QuerySet[JobForecast]:
+    """The start-time forecasts of the pending jobs of a cluster the user may see (a manager:
+    their tenants' jobs), with their jobs."""
+    rows = JobForecast.objects.filter(cluster=cluster, job__state=JobState.PENDING)
+    return _tenant_scoped(user, rows, "job__tenant__managers").select_related("job")
 
 
 def findings_for_user(user: User, cluster: Cluster) -> QuerySet[Finding]:

@@ -43,6 +43,7 @@ from diagnosis.actions.records.cycles import (
     record_skipped_cycle,
     run_cluster_cycle,
 )
+from diagnosis.actions.records.forecasts import record_forecasts
 from diagnosis.actions.upkeep.health import (
     clock_skew_s,
     count_same_interval_skip,
@@ -433,6 +434,13 @@ def estimate_impact(recommendation_id: int, latest: bool = False) -> dict:
     if latest:
         return reestimate_recommendation_impact(recommendation_id)
     return estimate_recommendation_impact(recommendation_id)
+
+
+@shared_task(name="diagnosis.tasks.estimate_forecasts")
+def estimate_forecasts(cluster_id: int) -> dict:
+    """The start-time forecasts of one cluster's pending jobs, on the ``impact`` queue: the cycle
+    sends this after it commits (``diagnosis.actions.records.forecasts``)."""
+    return record_forecasts(cluster_id)
 
 
 @shared_task(name="diagnosis.tasks.prune_retention")

@@ -613,6 +613,13 @@ if GPUOBS_EMBEDDED_IMPACTS not in {"deferred", "inline"}:
         f"GPUOBS_EMBEDDED_IMPACTS must be deferred or inline, not {GPUOBS_EMBEDDED_IMPACTS!r}"
     )
 
+# --- start-time forecasts of pending jobs (diagnosis/actions/records/forecasts.py,
+# docs/forecasts.md) ---
+# After a cycle, a cluster's pending jobs are forecast on the ``impact`` queue, at most once per
+# GPUOBS_FORECAST_SECONDS of snapshot time (0: never); clusters of
+# GPUOBS_IMPACT_REDUCED_FROM_GPUS GPUs or more with the reduced model (2 seeds, 6 h).
+GPUOBS_FORECAST_SECONDS = env_int("GPUOBS_FORECAST_SECONDS", 300)
+
 # --- retention (diagnosis/actions/upkeep/retention.py, docs/operations.md "Retention") ------------
 # Days each table keeps its rows (0: forever); rollups older than GPUOBS_ROLLUP_HOURLY_AFTER_DAYS
 # are merged into one row per scope and hour. Beat prunes every GPUOBS_RETENTION_SECONDS, at most

@@ -24,6 +24,7 @@ DRY_RUN = "diagnosis.tasks.actuate_dry_run"
 APPLY = "diagnosis.tasks.actuate_recommendation"
 NOTIFY = "diagnosis.tasks.notify_cluster"
 ESTIMATE_IMPACT = "diagnosis.tasks.estimate_impact"
+ESTIMATE_FORECASTS = "diagnosis.tasks.estimate_forecasts"
 RECORD_ALERT_BATCH = "diagnosis.tasks.record_alert_batch"
 AUTOPILOT = "diagnosis.tasks.run_autopilot"
 
@@ -135,10 +136,11 @@ def reestimate_on_commit(recommendation_id: int) -> None:
 # a long-running embedded process (the demo's loop) works through in its idle time between cycles
 # (run_deferred_impacts, bounded by the time left) and the embedded web process in a thread of its
 # own (run_impacts_in_background); a one-shot command leaves them pending and says how many
-# (deferred_impacts). A pending impact is sent again by a later cycle.
+# (deferred_impacts). A pending impact is sent again by a later cycle. A cluster's start-time
+# forecast (docs/forecasts.md) is an estimate of the same weight and waits in the same list.
 
 DEFERRED_LIMIT = 64  # estimates kept waiting in one process; beyond them the impact stays pending
-_deferred: list[int] = []
+_deferred: list[tuple[str, tuple[int, ...]]] = []  # (task name, its arguments)
 _lock = threading.Lock()
 _wake = threading.Event()
 _stopping = threading.Event()
@@ -147,13 +149,29 @@ _background: threading.Thread | None = None
 
 def send_impact(recommendation_id: int) -> None:
     """Send (or, in the embedded mode, defer) the estimate of one recommendation's impact."""
+    _send_or_defer(ESTIMATE_IMPACT, (recommendation_id,))
+
+
+def forecast_on_commit(cluster_id: int) -> None:
+    """Forecast the starts of a cluster's pending jobs on the ``impact`` queue once the cycle
+    commits (deferred like an impact estimate in the embedded mode); a failed send is logged:
+    the forecasts stay those of an earlier snapshot, and say so."""
+
+    def send_after_commit() -> None:
+        _send_or_defer(ESTIMATE_FORECASTS, (cluster_id,))
+
+    send_after_commit.__qualname__ = f"send_forecast({cluster_id})"
+    transaction.on_commit(send_after_commit, robust=True)
+
+
+def _send_or_defer(name: str, args: tuple[int, ...]) -> None:
     if current_app.conf.task_always_eager and settings.GPUOBS_EMBEDDED_IMPACTS == "deferred":
         with _lock:
-            if recommendation_id not in _deferred and len(_deferred) < DEFERRED_LIMIT:
-                _deferred.append(recommendation_id)
+            if (name, args) not in _deferred and len(_deferred) < DEFERRED_LIMIT:
+                _deferred.append((name, args))
         _wake.set()
         return
-    send_task(ESTIMATE_IMPACT, (recommendation_id,))
+    send_task(name, args)
 
 
 def deferred_impacts() -> int:
@@ -170,11 +188,11 @@ def run_deferred_impacts(*, until: float | None = None) -> int:
         with _lock:
             if not _deferred:
                 break
-            recommendation_id = _deferred.pop(0)
+            name, args = _deferred.pop(0)
         try:
-            send_task(ESTIMATE_IMPACT, (recommendation_id,))  # tasks run in-process here
+            send_task(name, args)  # tasks run in-process here
         except Exception:
-            logger.exception("deferred impact estimate of %s failed", recommendation_id)
+            logger.exception("deferred estimate %s%s failed", name, args)
         ran += 1
     return ran
 

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
 from django.conf import settings
 from django.db.models import (
     Case,
@@ -67,6 +68,7 @@ from diagnosis.models import (
     DeliveryState,
     Finding,
     Incident,
+    JobForecast,
     PoolRollup,
     Recommendation,
     TenantRollup,
@@ -78,6 +80,8 @@ HOUR = timedelta(hours=1)
 # upper bounds of gpuobs_cycle_duration_seconds's buckets: a cycle takes seconds (the budget
 # in docs/architecture.md), a slow one minutes, the task time limit is 300 s by default
 CYCLE_SECONDS_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# predicted waits of pending jobs (docs/forecasts.md): a minute to a day
+FORECAST_WAIT_BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0)
 OPEN_FINDING_STATES = (FindingState.PENDING, FindingState.FIRING)
 OPEN_INCIDENT_STATES = (IncidentState.OPEN, IncidentState.ACKNOWLEDGED, IncidentState.MITIGATING)
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
@@ -144,6 +148,7 @@ class GpuobsCollector(Collector):
         yield from self._recommendation_families(names, ids)
         yield from self._incident_families(names, ids)
         yield from self._delivery_families(names, ids)
+        yield from self._forecast_families(names, ids)
 
     # -- the build, cycles ------------------------------------------------------------------------
 
@@ -202,6 +207,32 @@ class GpuobsCollector(Collector):
         yield family
 
     # -- cycles ---------------------------------------------------------------------------------
+
+    def _forecast_families(self, names, ids) -> Iterator[Metric]:
+        """The pending jobs' predicted waits from their forecast's snapshot to their start (one
+        query); a job the forecast puts past its horizon counts only in ``+Inf`` and not in the
+        sum (issue #33, docs/forecasts.md)."""
+        family = HistogramMetricFamily(
+            "gpuobs_forecast_wait_seconds",
+            "Predicted time from the forecast's snapshot to the start of each pending job.",
+            labels=["cluster"],
+        )
+        waits: dict[int, list[float | None]] = defaultdict(list)
+        for cluster_id, as_of, start_at in JobForecast.objects.filter(
+            cluster_id__in=ids, job__state="pending"
+        ).values_list("cluster_id", "as_of", "start_at"):
+            waits[cluster_id].append(
+                None if start_at is None else max((start_at - as_of).total_seconds(), 0.0)
+            )
+        for cluster_id in sorted(waits):
+            known = np.array([w for w in waits[cluster_id] if w is not None], dtype=float)
+            buckets = [(str(b), int((known <= b).sum())) for b in FORECAST_WAIT_BUCKETS]
+            family.add_metric(
+                [names[cluster_id]],
+                [*buckets, ("+Inf", len(waits[cluster_id]))],
+                float(known.sum()),
+            )
+        yield family
 
     def _cycle_families(self, names, good, last) -> Iterator[Metric]:
         def gauge(name: str, doc: str, unit_rows: dict[int, float | None]) -> Metric:

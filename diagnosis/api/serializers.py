@@ -398,3 +398,45 @@ class IncidentDrainSerializer(serializers.Serializer):
     expected_jobs = serializers.ListField(
         child=serializers.CharField(max_length=255), required=False, allow_null=True, default=None
     )
+
+
+class JobForecastSerializer(serializers.Serializer):
+    """A pending job's start-time forecast (docs/forecasts.md), as ``forecast_text.forecast_view``
+    makes it for the reader: texts and named jobs through their tenant scope."""
+
+    job = serializers.CharField(help_text="The scheduler's id of the job.")
+    as_of = serializers.DateTimeField(help_text="Snapshot time the forecast was made from.")
+    start_at = serializers.DateTimeField(
+        allow_null=True, help_text="Median start over the seeds; null: later than the horizon."
+    )
+    low_at = serializers.DateTimeField(allow_null=True, help_text="Earliest seed's start.")
+    high_at = serializers.DateTimeField(
+        allow_null=True, help_text="Latest seed's start; null: a seed did not start it."
+    )
+    predicted_wait_s = serializers.FloatField(
+        allow_null=True, help_text="Seconds from submission to the median start."
+    )
+    horizon_s = serializers.FloatField()
+    seeds = serializers.IntegerField()
+    started_in = serializers.IntegerField(help_text="Seeds in which it started.")
+    cause = serializers.ChoiceField(
+        choices=[
+            "partial-gang",
+            "quota",
+            "too-big",
+            "fragmentation",
+            "partial-gangs",
+            "capacity",
+            "order",
+        ],
+        help_text="The blocking cause (docs/forecasts.md, Blocking causes).",
+    )
+    figures = serializers.DictField(help_text="The cause's figures (GPUs, queue, pool...).")
+    cause_text = serializers.CharField()
+    unblock_text = serializers.CharField(help_text="What would make it start sooner.")
+    finding = serializers.IntegerField(allow_null=True, help_text="The linked finding's id.")
+    finding_url = serializers.CharField(allow_null=True)
+    recommendation = serializers.IntegerField(
+        allow_null=True, help_text="The open recommendation of that finding."
+    )
+    recommendation_url = serializers.CharField(allow_null=True)

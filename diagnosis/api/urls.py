@@ -40,6 +40,12 @@ cluster_endpoints = [
     ),
     path("reports/fairness", endpoint("reports:FairnessReportView"), name="fairness-report"),
     path("jobs", endpoint("reports:JobListView"), name="jobs"),
+    path("forecasts", endpoint("forecasts:ForecastListView"), name="forecasts"),
+    path(
+        "jobs/<path:job_id>/forecast",
+        endpoint("forecasts:JobForecastView"),
+        name="job-forecast",
+    ),
     path("jobs/<path:job_id>", endpoint("reports:JobDetailView"), name="job"),
     path("findings", endpoint("reports:FindingListView"), name="findings"),
     path("findings/<int:finding_id>", endpoint("reports:FindingDetailView"), name="finding"),

@@ -17,6 +17,7 @@ from diagnosis.models.autopilot import (
 )
 from diagnosis.models.cycles import ClusterCycle, Snapshot, SnapshotDocumentError
 from diagnosis.models.findings import Finding, FindingEvent, RuleOverride
+from diagnosis.models.forecasts import JobForecast
 from diagnosis.models.impact import ReplayOutcome
 from diagnosis.models.inbound import InboundAlertBatch, InboundState
 from diagnosis.models.incidents import Incident, IncidentEvent
@@ -73,6 +74,7 @@ __all__ = [
     "Incident",
     "IncidentEvent",
     "Job",
+    "JobForecast",
     "Node",
     "NodeTopology",
     "NotifyChannel",

@@ -37,6 +37,7 @@ from diagnosis.core.rules.facts import peak_tflops
 from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import Cluster, Finding, Job, Queue, SchedulerEvent, Snapshot, Tenant
 from diagnosis.pages.incidents import job_drains
+from diagnosis.pages.support.forecasts import job_forecast
 from diagnosis.pages.support.pagination import paginate
 from diagnosis.pages.support.snapshots import (
     GpuKey,
@@ -433,6 +434,7 @@ def job_detail(request: HttpRequest, name: str, job_id: str) -> HttpResponse:
         "preemption_events": preemptions,
         "pending_reason": allocation.record.get("pending_reason"),
         "preemption_kinds": dict(SchedulerEventKind.choices),
+        "forecast": job_forecast(request.user, cluster, job),  # issue #33
     }
     if series:
         for metric, element in (

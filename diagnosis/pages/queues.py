@@ -26,6 +26,7 @@ from diagnosis.core.fairness import tree_water_fill
 from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import Cluster
 from diagnosis.pages.jobs import findings_naming_jobs
+from diagnosis.pages.support.forecasts import forecast_table
 from diagnosis.pages.support.snapshots import StoredSnapshot, latest_snapshot, queue_members
 from diagnosis.roles import is_tenant_scoped
 
@@ -283,6 +284,7 @@ def queue_detail(request: HttpRequest, name: str, queue: str) -> HttpResponse:
             for j in shown
         ],
         "pending_total": len(pending),
+        "forecasts": forecast_table(request.user, cluster, queues=members),  # issue #33
     }
     return render(request, "diagnosis/queue_detail.html", context)
 

@@ -35,6 +35,7 @@ from diagnosis.charts.figures import embed
 from diagnosis.core.fairness import SIZE_CLASSES
 from diagnosis.models import Cluster, Job, ReportFrequency, ReportSubscription
 from diagnosis.pages.support import page_cache
+from diagnosis.pages.support.forecasts import forecast_table
 from diagnosis.pages.support.pagination import paginate
 from diagnosis.reports import figures
 from diagnosis.reports.csv_export import render_csv
@@ -238,6 +239,7 @@ def tenant_detail(request: HttpRequest, name: str, tenant: str) -> HttpResponse:
         "job_rows": [(job, _wait_s(job)) for job in page.object_list],
         "findings": shown_findings,
         "findings_total": findings.count(),
+        "forecasts": forecast_table(request.user, cluster, tenant=row_tenant),  # issue #33
         "period_query": urlencode(period.query()),
         "report_url": f"{reverse('diagnosis:fairness', args=[cluster.name])}?"
         + urlencode(period.query()),

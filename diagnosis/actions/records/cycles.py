@@ -22,6 +22,7 @@ from diagnosis.actions.oncall.incidents import record_cycle_incidents
 from diagnosis.actions.records.cluster_size import size_of, size_refusal
 from diagnosis.actions.records.events import SchedulerEventError, record_scheduler_events
 from diagnosis.actions.records.findings import cluster_overrides, record_findings
+from diagnosis.actions.records.forecasts import forecast_after_cycle
 from diagnosis.actions.records.rollups_hourly import add_cycle_to_hours, record_accounting_slice
 from diagnosis.actions.records.tenancy import record_tenancy
 from diagnosis.actions.records.topology import merge_stored_topology
@@ -328,6 +329,8 @@ def record_cycle_steps(
     record_recommendation_step(cluster, snap, diagnosis, cycle)
     autopilot_after_cycle(cluster, cycle)  # after the commit: policies act on what it stored
     notify_after_cycle(cluster)  # step 5, enqueued on commit: the cycle never waits for it
+    pending = int((snap.jobs["state"] == "pending").sum())
+    forecast_after_cycle(cluster, as_of, pending)  # the impact queue's, like impact estimates
     return cycle
 
 

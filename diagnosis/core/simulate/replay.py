@@ -199,8 +199,12 @@ def simulator_from_snapshot(
     seed: int = 0,
     *,
     remaining: Callable[[float], float] = remaining_from_age,
+    work: Mapping[str, float] | None = None,
 ) -> Simulator:
-    """A simulator holding the snapshot's cluster, queues and live jobs at its ``as_of``."""
+    """A simulator holding the snapshot's cluster, queues and live jobs at its ``as_of``.
+
+    ``work``, when given, overrides the estimates per job id: a running job's remaining work, a
+    pending job's whole work (the start-time forecast's learned runtimes, docs/forecasts.md)."""
     snap = load_snapshot(source)
     spec = cluster_of(snap)
     sim = Simulator(spec, policy or policy_of(snap), seed)
@@ -212,7 +216,7 @@ def simulator_from_snapshot(
 
     as_of = snap.as_of
     profiles = infer_profiles(snap)
-    work = typical_work_by_size(snap)
+    typical = typical_work_by_size(snap)
     pods_of = _allocations_by_job(snap)
     default_pool = spec.pools[0].name
     live = snap.jobs[snap.jobs["state"].isin(["pending", "running"])]
@@ -236,7 +240,9 @@ def simulator_from_snapshot(
             duration = remaining(job.age_s)
         else:
             gpus = int(job.pods) * int(job.gpus_per_pod)
-            duration = work.get(size_class(gpus), work["*"])
+            duration = typical.get(size_class(gpus), typical["*"])
+        if work is not None and job.id in work:
+            duration = work[job.id]
         pool = job.pool if isinstance(job.pool, str) and job.pool in sim.pool_number else None
         spec_job = JobSpec(
             job.id,

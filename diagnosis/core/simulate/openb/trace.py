@@ -8,6 +8,7 @@ Every problem is reported as a :class:`TraceFormatError` naming the file, line a
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,10 @@ class PodTable:
     gpu_milli: np.ndarray
     gpu_spec: tuple[tuple[str, ...], ...]
     creation_time: np.ndarray | None
+    # seconds, NaN where the trace has none (a pod never scheduled); read when the columns are
+    # there, for the start-time backtest's replay over time (docs/forecasts.md)
+    deletion_time: np.ndarray | None = None
+    scheduled_time: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.names)
@@ -112,6 +117,7 @@ def read_pods(path: Path | str) -> PodTable:
     gpu_milli: list[int] = []
     specs: list[tuple[str, ...]] = []
     created: list[float] = []
+    later: dict[str, list[float]] = {"deletion_time": [], "scheduled_time": []}
     for line, row in _rows(path, POD_COLUMNS):
         field = _FieldReader(path, line, row)
         names.append(field.text("name", required=True))
@@ -131,6 +137,9 @@ def read_pods(path: Path | str) -> PodTable:
         specs.append(tuple(m for m in spec.split("|") if m) if gpus else ())
         if "creation_time" in row:
             created.append(field.number("creation_time"))
+        for column, values in later.items():
+            if column in row:
+                values.append(field.number(column) if field.text(column) else math.nan)
     if not names:
         raise TraceFormatError(path, "no pods in the file")
     return PodTable(
@@ -141,7 +150,13 @@ def read_pods(path: Path | str) -> PodTable:
         gpu_milli=np.array(gpu_milli, dtype=np.int64),
         gpu_spec=tuple(specs),
         creation_time=np.array(created, dtype=np.float64) if created else None,
+        deletion_time=_times(later["deletion_time"], len(names)),
+        scheduled_time=_times(later["scheduled_time"], len(names)),
     )
+
+
+def _times(values: list[float], count: int) -> np.ndarray | None:
+    return np.array(values, dtype=np.float64) if len(values) == count else None
 
 
 def _rows(path: Path | str, required: Iterable[str]) -> Iterable[tuple[int, dict[str, str]]]:
