@@ -1,0 +1,65 @@
+"""Which price per GPU-hour each cluster has (docs/accounting.md "Cost"), for the pages, the
+API, the reports and ``/metrics``: the company's table (``GPUOBS_GPU_HOUR_PRICES``) overridden
+model by model by the cluster's declared ``gpu_hour_prices``, applied to the GPU models of the
+cluster's latest good cycle (``ClusterCycle.accounting["gpu_models"]``, written at cycle time), so a
+page reads one small column and never a snapshot. The maths: ``diagnosis.core.cost``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db.models import JSONField, OuterRef, Subquery
+from django.db.models.fields.json import KT
+
+from diagnosis.core.cost import PriceError, Pricing, cluster_pricing, parse_price_table
+from diagnosis.core.cost import parse_price_text as parse_price_text
+from diagnosis.models import Cluster, ClusterCycle
+
+INVALID_PRICES = "invalid-prices"
+
+
+def price_table(cluster: Cluster) -> dict[str, Decimal]:
+    """The setting's prices with the cluster's own over them (both validated on the way in:
+    at start-up and by ``clusters apply``)."""
+    table = parse_price_text(settings.GPUOBS_GPU_HOUR_PRICES, where="GPUOBS_GPU_HOUR_PRICES")
+    return table | parse_price_table(cluster.gpu_hour_prices or {}, where="gpu_hour_prices")
+
+
+def _models_of(models: Any) -> dict[str, float] | None:
+    if not isinstance(models, Mapping):
+        return None
+    return {str(m): float(n) for m, n in models.items() if isinstance(n, int | float)}
+
+
+def pricing_of(cluster: Cluster, models: Any) -> Pricing:
+    """The pricing of ``cluster`` whose latest good cycle counted ``models`` (GPUs per model)."""
+    currency = settings.GPUOBS_CURRENCY
+    try:
+        table = price_table(cluster)
+    except PriceError:
+        return Pricing(currency, None, INVALID_PRICES)
+    return cluster_pricing(_models_of(models), table, currency)
+
+
+def pricings(clusters: Iterable[Cluster]) -> dict[int, Pricing]:
+    """Each cluster's pricing by id, in one query (the GPU models of each one's latest good
+    cycle, one key of its accounting document)."""
+    rows = list(clusters)
+    latest = (
+        ClusterCycle.objects.filter(cluster=OuterRef("pk"), ok=True)
+        .order_by("-as_of", "-id")
+        .values(models=KT("accounting__gpu_models"))
+    )
+    found = dict(
+        Cluster.objects.filter(pk__in=[c.pk for c in rows])
+        .annotate(latest_models=Subquery(latest[:1], output_field=JSONField()))
+        .values_list("pk", "latest_models")
+    )
+    return {c.pk: pricing_of(c, found.get(c.pk)) for c in rows}
+
+
+def pricing_for(cluster: Cluster) -> Pricing:
+    return pricings([cluster])[cluster.pk]
