@@ -68,6 +68,7 @@ from diagnosis.models import Cluster, ClusterCycle, DeliveryState, Finding, Inci
 from diagnosis.pages.support import page_cache
 from diagnosis.pages.support.time_range import TimeRange, range_picker
 from diagnosis.reports.period import PeriodError
+from diagnosis.reports.pricing import waterfall_costs
 from diagnosis.roles import Role, can_administer, can_read_failure_cause, has_role, is_tenant_scoped
 
 OPEN_STATES = (FindingState.PENDING, FindingState.FIRING)
@@ -659,6 +660,7 @@ def _overview_panels(
             "time_range": time_range,
             "breakdown": breakdown,
             "bucket_rows": bucket_rows,
+            **waterfall_costs(cluster, breakdown),  # docs/accounting.md "Cost"
             "waterfall": embed(
                 gpu_hours_waterfall(breakdown, links),
                 "gpu-hours-waterfall",

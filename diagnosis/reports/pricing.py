@@ -14,7 +14,13 @@ from django.conf import settings
 from django.db.models import JSONField, OuterRef, Subquery
 from django.db.models.fields.json import KT
 
-from diagnosis.core.cost import PriceError, Pricing, cluster_pricing, parse_price_table
+from diagnosis.core.cost import (
+    PriceError,
+    Pricing,
+    bucket_costs,
+    cluster_pricing,
+    parse_price_table,
+)
 from diagnosis.core.cost import parse_price_text as parse_price_text
 from diagnosis.models import Cluster, ClusterCycle
 
@@ -63,3 +69,15 @@ def pricings(clusters: Iterable[Cluster]) -> dict[int, Pricing]:
 
 def pricing_for(cluster: Cluster) -> Pricing:
     return pricings([cluster])[cluster.pk]
+
+
+def waterfall_costs(cluster: Cluster, breakdown: Any) -> dict[str, Any]:
+    """The overview waterfall's money (a ``GpuHoursBreakdown``): each bucket's cost and the
+    capacity's, for the template; empty costs when the cluster is not priced."""
+    pricing = pricing_for(cluster)
+    hours = {b.bucket: b.gpu_hours for b in breakdown.buckets}
+    return {
+        "pricing": pricing,
+        "bucket_costs": bucket_costs(pricing, hours),
+        "capacity_cost": pricing.cost(breakdown.capacity_gpu_hours),
+    }

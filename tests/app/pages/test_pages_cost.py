@@ -1,0 +1,48 @@
+"""Money on the overview's GPU-hour waterfall (docs/accounting.md "Cost"): each bucket's cost is
+its GPU-hours × the cluster's price, to the cent, and the capacity's the same; without a price
+the table has no cost column at all. The cluster is the recorded two-tenant world of
+tests/support/fairness_world.py (A100-SXM4-80GB nodes, the snapshot format's example model)."""
+
+from __future__ import annotations
+
+import re
+from decimal import ROUND_HALF_UP, Decimal
+
+import pytest
+from django.urls import reverse
+
+from tests.support.fairness_world import record_two_tenant_cycles
+from tests.support.world import logged_in_client
+
+pytestmark = pytest.mark.django_db
+PRICE = Decimal("2.35")
+
+
+def cents(hours: float) -> str:
+    return f"{(Decimal(repr(hours)) * PRICE).quantize(Decimal('0.01'), ROUND_HALF_UP):,.2f}"
+
+
+def test_each_waterfall_bucket_shows_its_cost_to_the_cent(bob, settings) -> None:
+    settings.GPUOBS_GPU_HOUR_PRICES = f"*={PRICE}"
+    record_two_tenant_cycles(idle=True)
+
+    response = logged_in_client(bob).get(reverse("diagnosis:cluster", args=["acme"]))
+
+    breakdown = response.context["breakdown"]
+    html = response.content.decode()
+    assert breakdown.capacity_gpu_hours > 0
+    for bucket in breakdown.buckets:
+        row = html[html.index(f'id="bucket-{bucket.bucket}"') :]
+        cell = re.search(r'class="num cost">([^<]*)<', row).group(1)
+        assert cell == f"{cents(bucket.gpu_hours)} USD", bucket.bucket
+    capacity = re.search(r'id="capacity-cost">([^<]*)<', html).group(1)
+    assert capacity == f"{cents(breakdown.capacity_gpu_hours)} USD"
+
+
+def test_without_a_price_the_waterfall_shows_no_money(bob, settings) -> None:
+    settings.GPUOBS_GPU_HOUR_PRICES = ""
+    record_two_tenant_cycles(idle=True)
+
+    html = logged_in_client(bob).get(reverse("diagnosis:cluster", args=["acme"])).content
+    assert b'class="num cost"' not in html
+    assert b"USD" not in html
