@@ -27,11 +27,11 @@ from diagnosis.models import Cluster, ClusterCycle
 INVALID_PRICES = "invalid-prices"
 
 
-def price_table(cluster: Cluster) -> dict[str, Decimal]:
-    """The setting's prices with the cluster's own over them (both validated on the way in:
-    at start-up and by ``clusters apply``)."""
+def price_table(declared: Any) -> dict[str, Decimal]:
+    """The setting's prices with a cluster's ``declared`` ones over them (both validated on
+    the way in: at start-up and by ``clusters apply``)."""
     table = parse_price_text(settings.GPUOBS_GPU_HOUR_PRICES, where="GPUOBS_GPU_HOUR_PRICES")
-    return table | parse_price_table(cluster.gpu_hour_prices or {}, where="gpu_hour_prices")
+    return table | parse_price_table(declared or {}, where="gpu_hour_prices")
 
 
 def _models_of(models: Any) -> dict[str, float] | None:
@@ -40,31 +40,33 @@ def _models_of(models: Any) -> dict[str, float] | None:
     return {str(m): float(n) for m, n in models.items() if isinstance(n, int | float)}
 
 
-def pricing_of(cluster: Cluster, models: Any) -> Pricing:
-    """The pricing of ``cluster`` whose latest good cycle counted ``models`` (GPUs per model)."""
+def pricing_of(declared: Any, models: Any) -> Pricing:
+    """The pricing of a cluster that declares ``declared`` prices and whose latest good cycle
+    counted ``models`` (GPUs per model)."""
     currency = settings.GPUOBS_CURRENCY
     try:
-        table = price_table(cluster)
+        table = price_table(declared)
     except PriceError:
         return Pricing(currency, None, INVALID_PRICES)
     return cluster_pricing(_models_of(models), table, currency)
 
 
 def pricings(clusters: Iterable[Cluster]) -> dict[int, Pricing]:
-    """Each cluster's pricing by id, in one query (the GPU models of each one's latest good
-    cycle, one key of its accounting document)."""
-    rows = list(clusters)
+    """Each cluster's pricing by id, in one query: its declared prices and the GPU models of
+    its latest good cycle (one key of that cycle's accounting document)."""
+    ids = [c.pk for c in clusters]
     latest = (
         ClusterCycle.objects.filter(cluster=OuterRef("pk"), ok=True)
         .order_by("-as_of", "-id")
         .values(models=KT("accounting__gpu_models"))
     )
-    found = dict(
-        Cluster.objects.filter(pk__in=[c.pk for c in rows])
+    rows = (
+        Cluster.objects.filter(pk__in=ids)
         .annotate(latest_models=Subquery(latest[:1], output_field=JSONField()))
-        .values_list("pk", "latest_models")
+        .values_list("pk", "gpu_hour_prices", "latest_models")
     )
-    return {c.pk: pricing_of(c, found.get(c.pk)) for c in rows}
+    found = {pk: pricing_of(declared, models) for pk, declared, models in rows}
+    return {pk: found[pk] for pk in ids if pk in found}
 
 
 def pricing_for(cluster: Cluster) -> Pricing:
