@@ -22,6 +22,7 @@ from diagnosis.core.cost import (
     parse_price_table,
 )
 from diagnosis.core.cost import parse_price_text as parse_price_text
+from diagnosis.core.numbers import finite_number
 from diagnosis.models import Cluster, ClusterCycle
 
 INVALID_PRICES = "invalid-prices"
@@ -83,3 +84,13 @@ def waterfall_costs(cluster: Cluster, breakdown: Any) -> dict[str, Any]:
         "bucket_costs": bucket_costs(pricing, hours),
         "capacity_cost": pricing.cost(breakdown.capacity_gpu_hours),
     }
+
+
+def money_at_stake(cluster: Cluster, impact: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A recommendation's GPU-hours at stake (its impact estimate's ``stake_gpu_h``: the GPUs
+    of the jobs it would help × the replay horizon) and their cost; None without a stake, and
+    no cost without a price."""
+    hours = finite_number(impact.get("stake_gpu_h"))
+    if hours is None or hours <= 0:
+        return None
+    return {"gpu_hours": hours, "cost": pricing_for(cluster).cost(hours)}

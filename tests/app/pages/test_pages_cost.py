@@ -12,6 +12,7 @@ import pytest
 from django.urls import reverse
 
 from tests.support.fairness_world import record_two_tenant_cycles
+from tests.support.records import make_recommendation
 from tests.support.world import logged_in_client
 
 pytestmark = pytest.mark.django_db
@@ -46,3 +47,28 @@ def test_without_a_price_the_waterfall_shows_no_money(bob, settings) -> None:
     html = logged_in_client(bob).get(reverse("diagnosis:cluster", args=["acme"])).content
     assert b'class="num cost"' not in html
     assert b"USD" not in html
+
+
+def test_a_recommendation_shows_the_money_at_stake(bob, settings) -> None:
+    # stake_gpu_h as the impact's pending estimate stores it (diagnosis/core/recommend/impact.py)
+    settings.GPUOBS_GPU_HOUR_PRICES = f"*={PRICE}"
+    cluster = record_two_tenant_cycles()
+    rec = make_recommendation(cluster, impact={"verdict": "pending", "stake_gpu_h": 96.5})
+
+    page = logged_in_client(bob).get(reverse("diagnosis:recommendation", args=["acme", rec.pk]))
+
+    stake = re.search(r'id="money-at-stake">([^<]*)<', page.content.decode()).group(1)
+    assert "96.5" in stake
+    assert f"{cents(96.5)} USD" in stake
+
+
+def test_without_a_price_the_stake_is_in_gpu_hours_only(bob, settings) -> None:
+    settings.GPUOBS_GPU_HOUR_PRICES = ""
+    cluster = record_two_tenant_cycles()
+    rec = make_recommendation(cluster, impact={"verdict": "pending", "stake_gpu_h": 96.5})
+
+    page = logged_in_client(bob).get(reverse("diagnosis:recommendation", args=["acme", rec.pk]))
+
+    stake = re.search(r'id="money-at-stake">([^<]*)<', page.content.decode()).group(1)
+    assert "96.5" in stake
+    assert "USD" not in stake
