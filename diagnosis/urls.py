@@ -68,6 +68,7 @@ cluster_pages = [
 urlpatterns = [
     path("", page("clusters:cluster_list"), name="cluster_list"),
     path("people/", page("people:people"), name="people"),  # the admin role's (docs/ui.md)
+    path("fleet/", page("fleet:fleet_page"), name="fleet"),  # every cluster (docs/ui.md)
     path("clusters/", RedirectView.as_view(pattern_name="diagnosis:cluster_list")),
     path("clusters/<slug:name>/", include(cluster_pages)),
 ]

@@ -257,12 +257,12 @@ class ClusterRow:
     open_incidents: int = 0
 
 
-def _open_incidents(request: HttpRequest, clusters: list[Cluster]) -> dict[int, int]:
+def _open_incidents(user: Any, clusters: list[Cluster]) -> dict[int, int]:
     """Cluster id -> its unresolved incidents the reader may see: one grouped query, or for a
     manager (whose incidents are picked by the jobs they hit) one per cluster."""
-    if is_tenant_scoped(request.user):
+    if is_tenant_scoped(user):
         return {
-            c.pk: incidents_for_user(request.user, c).exclude(state=IncidentState.RESOLVED).count()
+            c.pk: incidents_for_user(user, c).exclude(state=IncidentState.RESOLVED).count()
             for c in clusters
         }
     grouped = (
@@ -278,13 +278,18 @@ def _open_incidents(request: HttpRequest, clusters: list[Cluster]) -> dict[int, 
 @require_safe
 def cluster_list(request: HttpRequest) -> HttpResponse:
     """Every cluster the user may read, with its headline figures."""
-    clusters = clusters_for_user(request.user)
-    cycles = cycles_for_user(request.user)
+    return render(request, "diagnosis/cluster_list.html", {"rows": cluster_rows(request.user)})
+
+
+def cluster_rows(user: Any) -> list[ClusterRow]:
+    """The cluster list's rows (and the fleet's, diagnosis/pages/fleet.py)."""
+    clusters = clusters_for_user(user)
+    cycles = cycles_for_user(user)
     latest = ran_by_now(cycles).filter(cluster=OuterRef("pk")).order_by("-as_of", "-id")
     latest = latest.values("pk")
     open_q = Q(findings__state__in=OPEN_STATES)
-    if is_tenant_scoped(request.user):  # count only the findings a manager may see
-        open_q &= Q(findings__tenant__managers=request.user)
+    if is_tenant_scoped(user):  # count only the findings a manager may see
+        open_q &= Q(findings__tenant__managers=user)
     rows = list(
         clusters.annotate(
             latest_cycle_id=Subquery(latest[:1]),
@@ -300,7 +305,7 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
         {c.pk: c for c in cycles.filter(pk__in=ids - {None}).only(*CYCLE_FIELDS)} if rows else {}
     )
     now = timezone.now()
-    incidents = _open_incidents(request, rows) if rows else {}
+    incidents = _open_incidents(user, rows) if rows else {}
     table = []
     for cluster in rows:
         latest_cycle = by_id.get(cluster.latest_cycle_id)
@@ -316,7 +321,7 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
                 open_incidents=incidents.get(cluster.pk, 0),
             )
         )
-    return render(request, "diagnosis/cluster_list.html", {"rows": table})
+    return table
 
 
 # -- the cluster overview ------------------------------------------------------------------------
