@@ -100,7 +100,6 @@ def test_the_page_shows_the_api_s_rows_and_parts(fleet, bob) -> None:
 
 
 def test_a_manager_of_the_tenant_sees_only_it(fleet, mallory) -> None:
-    east, west = fleet
     for cluster in fleet:
         Tenant.objects.get(cluster=cluster, name="alpha").managers.add(mallory)
     client = logged_in_client(mallory)
