@@ -68,7 +68,7 @@ from diagnosis.models import Cluster, ClusterCycle, DeliveryState, Finding, Inci
 from diagnosis.pages.support import page_cache
 from diagnosis.pages.support.time_range import TimeRange, range_picker
 from diagnosis.reports.period import PeriodError
-from diagnosis.reports.pricing import waterfall_costs
+from diagnosis.reports.pricing import price_key, waterfall_costs
 from diagnosis.roles import Role, can_administer, can_read_failure_cause, has_role, is_tenant_scoped
 
 OPEN_STATES = (FindingState.PENDING, FindingState.FIRING)
@@ -610,6 +610,7 @@ def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
             time_range,
             range_error,
             tuple(mark_rows),
+            price_key(cluster),
         ),
     )
     return render(request, "diagnosis/cluster_overview.html", context)

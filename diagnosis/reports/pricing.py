@@ -6,6 +6,7 @@ page reads one small column and never a snapshot. The maths: ``diagnosis.core.co
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
@@ -68,6 +69,13 @@ def pricings(clusters: Iterable[Cluster]) -> dict[int, Pricing]:
     )
     found = {pk: pricing_of(declared, models) for pk, declared, models in rows}
     return {pk: found[pk] for pk in ids if pk in found}
+
+
+def price_key(cluster: Cluster) -> str:
+    """What a cached page's money depends on besides the cycles (which change its data
+    version): the setting, the currency and the cluster's declared prices -- no query."""
+    declared = json.dumps(cluster.gpu_hour_prices or {}, sort_keys=True)
+    return f"{settings.GPUOBS_CURRENCY}|{settings.GPUOBS_GPU_HOUR_PRICES}|{declared}"
 
 
 def pricing_for(cluster: Cluster) -> Pricing:

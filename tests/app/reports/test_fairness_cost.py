@@ -141,3 +141,16 @@ def test_a_model_without_a_price_leaves_the_cluster_unpriced(priced, bob, settin
     assert document["pricing"]["reason"] == "unpriced-model"
     assert document["pricing"]["unpriced_models"] == ["A100-SXM4-80GB"]
     assert document["cost"] is None
+
+
+def test_a_new_declared_price_shows_at_once_on_the_cached_page(priced, bob, settings) -> None:
+    settings.GPUOBS_PAGE_CACHE_SECONDS = 300
+    client = logged_in_client(bob)
+    before = client.get(url("fairness")).content.decode()
+    priced.gpu_hour_prices = {"A100-SXM4-80GB": "100"}
+    priced.save(update_fields=["gpu_hour_prices"])
+
+    after = client.get(url("fairness")).content.decode()
+
+    assert "At 3.37 EUR per GPU-hour" in before
+    assert "At 100 EUR per GPU-hour" in after
