@@ -72,3 +72,16 @@ def test_without_a_price_the_stake_is_in_gpu_hours_only(bob, settings) -> None:
     stake = re.search(r'id="money-at-stake">([^<]*)<', page.content.decode()).group(1)
     assert "96.5" in stake
     assert "USD" not in stake
+
+
+def test_the_api_gives_each_recommendation_its_money_at_stake(bob, settings) -> None:
+    settings.GPUOBS_GPU_HOUR_PRICES = f"*={PRICE}"
+    cluster = record_two_tenant_cycles()
+    rec = make_recommendation(cluster, impact={"verdict": "pending", "stake_gpu_h": 96.5})
+    make_recommendation(cluster, target="queue:team-c", impact={"verdict": "pending"})
+
+    listed = logged_in_client(bob).get("/api/v1/recommendations/").json()["results"]
+
+    stakes = {row["id"]: row["money_at_stake"] for row in listed}
+    assert stakes[rec.pk] == {"gpu_hours": 96.5, "cost": cents(96.5), "currency": "USD"}
+    assert [s for s in stakes.values() if s is None]  # no stake: null, not 0
