@@ -642,6 +642,7 @@ def _overview_panels(
         breakdown = gpu_hours_breakdown(hour_rows, end=hour_end, period_s=WATERFALL_PERIOD_S)
         bucket_rows = _bucket_rows(request, cluster, breakdown)
         links = {row.bucket.bucket: row.list_url for row in bucket_rows if row.list_url}
+        money = waterfall_costs(cluster, breakdown)  # docs/accounting.md "Cost"
         trend_rows = list(
             cycles.filter(ok=True, as_of__gt=time_range.start, as_of__lte=time_range.end)
             .order_by("as_of")
@@ -666,9 +667,9 @@ def _overview_panels(
             "time_range": time_range,
             "breakdown": breakdown,
             "bucket_rows": bucket_rows,
-            **waterfall_costs(cluster, breakdown),  # docs/accounting.md "Cost"
+            **money,
             "waterfall": embed(
-                gpu_hours_waterfall(breakdown, links),
+                gpu_hours_waterfall(breakdown, links, money["hover_costs"]),
                 "gpu-hours-waterfall",
                 label=gettext("GPU-hours of the last hour by bucket (the table below lists them)"),
             ),

@@ -87,10 +87,13 @@ def waterfall_costs(cluster: Cluster, breakdown: Any) -> dict[str, Any]:
     capacity's, for the template; empty costs when the cluster is not priced."""
     pricing = pricing_for(cluster)
     hours = {b.bucket: b.gpu_hours for b in breakdown.buckets}
+    costs = bucket_costs(pricing, hours)
+    capacity = pricing.cost(breakdown.capacity_gpu_hours)
     return {
         "pricing": pricing,
-        "bucket_costs": bucket_costs(pricing, hours),
-        "capacity_cost": pricing.cost(breakdown.capacity_gpu_hours),
+        "bucket_costs": costs,
+        "capacity_cost": capacity,
+        "hover_costs": {**costs, "capacity": capacity} if capacity else {},
     }
 
 

@@ -11,6 +11,7 @@ from decimal import ROUND_HALF_UP, Decimal
 import pytest
 from django.urls import reverse
 
+from diagnosis.charts.figures import gpu_hours_waterfall
 from tests.support.fairness_world import record_two_tenant_cycles
 from tests.support.records import make_recommendation
 from tests.support.world import logged_in_client
@@ -85,3 +86,17 @@ def test_the_api_gives_each_recommendation_its_money_at_stake(bob, settings) -> 
     stakes = {row["id"]: row["money_at_stake"] for row in listed}
     assert stakes[rec.pk] == {"gpu_hours": 96.5, "cost": cents(96.5), "currency": "USD"}
     assert [s for s in stakes.values() if s is None]  # no stake: null, not 0
+
+
+def test_the_waterfall_chart_shows_each_bar_s_cost_on_hover(bob, settings) -> None:
+    settings.GPUOBS_GPU_HOUR_PRICES = f"*={PRICE}"
+    record_two_tenant_cycles(idle=True)
+    response = logged_in_client(bob).get(reverse("diagnosis:cluster", args=["acme"]))
+    breakdown, hover = response.context["breakdown"], response.context["hover_costs"]
+
+    bars = gpu_hours_waterfall(breakdown, {}, hover).data[0].customdata
+
+    shown = [bar[2] for bar in bars]
+    expected = [f"<br>{cents(b.gpu_hours)} USD" for b in breakdown.buckets]
+    assert shown == [*expected, f"<br>{cents(breakdown.capacity_gpu_hours)} USD"]
+    assert all(bar[2] == "" for bar in gpu_hours_waterfall(breakdown, {}, {}).data[0].customdata)
