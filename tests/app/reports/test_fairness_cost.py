@@ -15,6 +15,7 @@ import pypdf
 import pytest
 from django.urls import reverse
 
+from diagnosis.models import Tenant
 from tests.support.fairness_world import PERIOD, record_two_tenant_cycles
 from tests.support.world import logged_in_client
 
@@ -154,3 +155,18 @@ def test_a_new_declared_price_shows_at_once_on_the_cached_page(priced, bob, sett
 
     assert "At 3.37 EUR per GPU-hour" in before
     assert "At 100 EUR per GPU-hour" in after
+
+
+def test_a_tenant_s_page_shows_its_own_cost_only(priced, mallory) -> None:
+    # a manager of alpha: her drill-down prices alpha, and bravo is nowhere on it
+    Tenant.objects.get(cluster=priced, name="alpha").managers.add(mallory)
+    client = logged_in_client(mallory)
+    alpha = {row["tenant"]: row for row in api(client)["tenants"]}["alpha"]
+
+    page = client.get(
+        f"{reverse('diagnosis:tenant', args=['acme', 'alpha'])}?{QUERY}"
+    ).content.decode()
+
+    table = page[page.index('id="cost-table"') :]
+    assert f'class="num cost">{alpha["cost"]["held"]} EUR<' in table
+    assert "bravo" not in page
