@@ -130,6 +130,13 @@ def tenants_for_user(user: User, cluster: Cluster) -> QuerySet[Tenant]:
     return _tenant_scoped(user, Tenant.objects.filter(cluster=cluster), "managers")
 
 
+def fleet_tenants_for_user(user: User) -> QuerySet[Tenant]:
+    """The tenants of every cluster the user may read, as :func:`tenants_for_user` scopes them
+    (the fleet's cross-cluster report)."""
+    clusters = clusters_for_user(user)
+    return _tenant_scoped(user, Tenant.objects.filter(cluster__in=clusters), "managers")
+
+
 def get_tenant_for_user(user: User, cluster: Cluster, name: str) -> Tenant:
     """One tenant of the cluster by name, or 404 (also when it is someone else's)."""
     return _one_or_404(tenants_for_user(user, cluster), "tenant", name=name)

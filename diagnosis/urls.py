@@ -79,6 +79,7 @@ urlpatterns = [
         page("autopilot:policy_action"),
         name="autopilot-action",
     ),
+    path("fleet/", page("fleet:fleet_page"), name="fleet"),  # every cluster (docs/ui.md)
     path("clusters/", RedirectView.as_view(pattern_name="diagnosis:cluster_list")),
     path("clusters/<slug:name>/", include(cluster_pages)),
 ]

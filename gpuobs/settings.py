@@ -16,6 +16,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from diagnosis.core.cost import PriceError, parse_price_text
 from gpuobs import logs as gpuobs_logs
 from gpuobs import redis_sentinel
 
@@ -382,6 +383,17 @@ CACHES = {
     if REDIS_URL
     else _PAGES_IN_MEMORY,
 }
+# What GPU-hours cost (docs/accounting.md, Cost): a price per GPU-hour per GPU model,
+# "MODEL=PRICE,MODEL=PRICE" ("*=PRICE": any other model), which a cluster's declared
+# gpu_hour_prices override model by model; empty: nothing is priced. One currency for all.
+GPUOBS_GPU_HOUR_PRICES = os.environ.get("GPUOBS_GPU_HOUR_PRICES", "")
+GPUOBS_CURRENCY = os.environ.get("GPUOBS_CURRENCY", "USD").strip() or "USD"
+try:
+    parse_price_text(GPUOBS_GPU_HOUR_PRICES, where="GPUOBS_GPU_HOUR_PRICES")
+except PriceError as error:
+    raise ImproperlyConfigured(str(error)) from None
+if len(GPUOBS_CURRENCY) > 8 or not GPUOBS_CURRENCY.isalpha():
+    raise ImproperlyConfigured(f"GPUOBS_CURRENCY: a currency code, not {GPUOBS_CURRENCY!r}")
 # How long a cached page fragment lives at most (0: no page cache); a new cycle replaces it.
 GPUOBS_PAGE_CACHE_SECONDS = env_int("GPUOBS_PAGE_CACHE_SECONDS", 300)
 

@@ -125,6 +125,9 @@ class ClusterSpecSerializer(serializers.Serializer):
     enabled = serializers.BooleanField(default=True)
     dry_run = serializers.BooleanField(default=True)
     auto_rollback = serializers.BooleanField(default=False)
+    gpu_hour_prices = serializers.DictField(
+        required=False, help_text='price per GPU-hour per GPU model ("*": any other), as text'
+    )
 
 
 class ClusterDocumentSerializer(serializers.Serializer):

@@ -62,6 +62,7 @@ from diagnosis.api.auth import AUTHENTICATION
 from diagnosis.choices import FindingState, IncidentState
 from diagnosis.core import fairness
 from diagnosis.core.accounting import BUCKETS
+from diagnosis.core.cost import tenant_cost
 from diagnosis.models import (
     Cluster,
     ClusterCycle,
@@ -73,6 +74,7 @@ from diagnosis.models import (
     Recommendation,
     TenantRollup,
 )
+from diagnosis.reports.pricing import pricings
 from diagnosis.roles import can_read, is_tenant_scoped
 from gpuobs import __version__
 
@@ -448,6 +450,20 @@ class GpuobsCollector(Collector):
             "Jain's index over the fairness ratios of tenants with demand, last hour.",
             labels=["cluster"],
         )
+        # money only for priced clusters: no series at all rather than a 0 (docs/accounting.md)
+        held_cost = GaugeMetricFamily(
+            "gpuobs_tenant_last_hour_cost",
+            "Allocated GPU-hours of the tenant's jobs in the last hour × the cluster's price per "
+            "GPU-hour, to the cent; priced clusters only.",
+            labels=["cluster", "tenant", "currency"],
+        )
+        wasted_cost = GaugeMetricFamily(
+            "gpuobs_tenant_last_hour_wasted_cost",
+            "GPU-hours the tenant's jobs held by partial gangs, hung, idle or data-starved in the "
+            "last hour × the price per GPU-hour, to the cent; priced clusters only.",
+            labels=["cluster", "tenant", "currency"],
+        )
+        prices = pricings(self.clusters)
         for cid, tenants in sorted(by_cluster.items()):
             report = fairness.fairness_report(tenants, cluster_sums.get(cid, {}))
             for row in report.tenants:
@@ -457,9 +473,14 @@ class GpuobsCollector(Collector):
                     usage.add_metric([names[cid], row.tenant], row.usage)
                 if row.fair_share is not None:
                     fair.add_metric([names[cid], row.tenant], row.fair_share)
+                cost = tenant_cost(prices[cid], row.allocated_gpu_hours, row.buckets)
+                if cost is not None:
+                    key = [names[cid], row.tenant, cost.held.currency]
+                    held_cost.add_metric(key, float(cost.held.amount))
+                    wasted_cost.add_metric(key, float(cost.wasted.amount))
             if report.jain_index is not None:
                 jain.add_metric([names[cid]], report.jain_index)
-        yield from (ratio, usage, fair, jain)
+        yield from (ratio, usage, fair, jain, held_cost, wasted_cost)
 
     # -- recommendations, incidents, notifications ---------------------------------------------
 

@@ -12,7 +12,9 @@ from diagnosis.choices import (
     RecommendationState,
     SchedulerEventKind,
 )
+from diagnosis.core.numbers import finite_number
 from diagnosis.models import AuditEntry, Cluster, Finding, Incident, Job, Recommendation
+from diagnosis.reports.pricing import pricings
 
 MAX_EVENTS_PER_BATCH = 5000
 
@@ -116,6 +118,10 @@ class RecommendationSerializer(serializers.ModelSerializer):
     approved_by = serializers.SerializerMethodField()
     applied_by = serializers.SerializerMethodField()
     motivating_findings = serializers.SerializerMethodField()
+    money_at_stake = serializers.SerializerMethodField(
+        help_text="the GPU-hours the impact estimate puts at stake and, on a priced cluster, "
+        "their cost (docs/accounting.md, Cost); null without a stake"
+    )
     stage = serializers.CharField(
         read_only=True, help_text="The state as the badge shows it: `requested` when asked for."
     )
@@ -137,6 +143,7 @@ class RecommendationSerializer(serializers.ModelSerializer):
             "harm",
             "impact",
             "motivating_findings",
+            "money_at_stake",
             "requested_by",
             "requested_at",
             "approved_by",
@@ -173,6 +180,20 @@ class RecommendationSerializer(serializers.ModelSerializer):
 
     def get_applied_by(self, rec: Recommendation) -> str | None:
         return _username(rec.applied_by)
+
+    def get_money_at_stake(self, rec: Recommendation) -> dict[str, Any] | None:
+        hours = finite_number((rec.impact or {}).get("stake_gpu_h"))
+        if hours is None or hours <= 0:
+            return None
+        prices = self.context.setdefault("pricing_by_cluster", {})  # one read per cluster
+        if rec.cluster_id not in prices:
+            prices[rec.cluster_id] = pricings([rec.cluster])[rec.cluster_id]
+        cost = prices[rec.cluster_id].cost(hours)
+        return {
+            "gpu_hours": hours,
+            "cost": cost.as_text() if cost else None,
+            "currency": cost.currency if cost else None,
+        }
 
     def get_motivating_findings(self, rec: Recommendation) -> list[dict[str, Any]]:
         return [

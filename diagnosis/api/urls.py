@@ -79,5 +79,7 @@ urlpatterns = [
     path("alertmanager", endpoint("receivers:AlertmanagerWebhookView"), name="alertmanager"),
     path("annotations", endpoint("annotations:AnnotationsView"), name="annotations"),
     path("schema", endpoint("schema_view:SchemaView"), name="schema"),
+    path("fleet", endpoint("fleet:FleetView"), name="fleet"),
+    path("fleet/tenants", endpoint("fleet:FleetTenantsView"), name="fleet-tenants"),
     *router.urls,
 ]

@@ -62,14 +62,19 @@ def _gpu_hours_text(value: float) -> str:
 
 
 def gpu_hours_waterfall(
-    breakdown: GpuHoursBreakdown, links: Mapping[str, str] | None = None
+    breakdown: GpuHoursBreakdown,
+    links: Mapping[str, str] | None = None,
+    costs: Mapping[str, Any] | None = None,
 ) -> go.Figure:
     """The buckets in docs/accounting.md bucket order, each adding its GPU-hours, up to the
     capacity.
 
     ``links`` maps a bucket to the URL of the findings behind it; a click on its bar goes there.
+    ``costs`` maps a bucket (and ``capacity``) to its cost, shown on hover (docs/accounting.md
+    "Cost"); empty when the cluster is not priced.
     """
     links = links or {}
+    costs = costs or {}
     names = [b.bucket for b in breakdown.buckets]
     # two lines per label: after the comma (English ", ", Chinese "，")
     labels = [
@@ -84,7 +89,7 @@ def gpu_hours_waterfall(
     ]
     helps = [gettext(BUCKET_HELP[name]) for name in names] + [gettext("every GPU of the cluster")]
     customdata = [
-        [links.get(name, ""), help_text]
+        [links.get(name, ""), help_text, f"<br>{costs[name]}" if name in costs else ""]
         for name, help_text in zip([*names, "capacity"], helps, strict=True)
     ]
     waterfall = go.Waterfall(
@@ -97,7 +102,7 @@ def gpu_hours_waterfall(
         customdata=customdata,
         hovertemplate="<b>%{x}</b><br>%{y:,.1f} "
         + gettext("GPU-hours")
-        + "<br>%{customdata[1]}<extra></extra>",
+        + "%{customdata[2]}<br>%{customdata[1]}<extra></extra>",
         increasing={"marker": {"color": ACCENT}},
         decreasing={"marker": {"color": ACCENT}},
         totals={"marker": {"color": INK}},

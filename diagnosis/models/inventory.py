@@ -48,6 +48,12 @@ class Cluster(models.Model):
         help_text="When an applied change makes its target metric worse, roll it back at once "
         "(otherwise a rollback is proposed for approval).",
     )
+    gpu_hour_prices = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Price per GPU-hour per GPU model ({"A100-SXM4-80GB": "2.10", "*": "1.00"}), '
+        "over GPUOBS_GPU_HOUR_PRICES; empty: the setting's (docs/accounting.md, Cost).",
+    )
     last_cycle_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(
         max_length=16, choices=DataSourceStatus.choices, default=DataSourceStatus.UNKNOWN

@@ -68,6 +68,7 @@ from diagnosis.models import Cluster, ClusterCycle, DeliveryState, Finding, Inci
 from diagnosis.pages.support import page_cache
 from diagnosis.pages.support.time_range import TimeRange, range_picker
 from diagnosis.reports.period import PeriodError
+from diagnosis.reports.pricing import price_key, waterfall_costs
 from diagnosis.roles import Role, can_administer, can_read_failure_cause, has_role, is_tenant_scoped
 
 OPEN_STATES = (FindingState.PENDING, FindingState.FIRING)
@@ -256,12 +257,12 @@ class ClusterRow:
     open_incidents: int = 0
 
 
-def _open_incidents(request: HttpRequest, clusters: list[Cluster]) -> dict[int, int]:
+def _open_incidents(user: Any, clusters: list[Cluster]) -> dict[int, int]:
     """Cluster id -> its unresolved incidents the reader may see: one grouped query, or for a
     manager (whose incidents are picked by the jobs they hit) one per cluster."""
-    if is_tenant_scoped(request.user):
+    if is_tenant_scoped(user):
         return {
-            c.pk: incidents_for_user(request.user, c).exclude(state=IncidentState.RESOLVED).count()
+            c.pk: incidents_for_user(user, c).exclude(state=IncidentState.RESOLVED).count()
             for c in clusters
         }
     grouped = (
@@ -277,13 +278,18 @@ def _open_incidents(request: HttpRequest, clusters: list[Cluster]) -> dict[int, 
 @require_safe
 def cluster_list(request: HttpRequest) -> HttpResponse:
     """Every cluster the user may read, with its headline figures."""
-    clusters = clusters_for_user(request.user)
-    cycles = cycles_for_user(request.user)
+    return render(request, "diagnosis/cluster_list.html", {"rows": cluster_rows(request.user)})
+
+
+def cluster_rows(user: Any) -> list[ClusterRow]:
+    """The cluster list's rows (and the fleet's, diagnosis/pages/fleet.py)."""
+    clusters = clusters_for_user(user)
+    cycles = cycles_for_user(user)
     latest = ran_by_now(cycles).filter(cluster=OuterRef("pk")).order_by("-as_of", "-id")
     latest = latest.values("pk")
     open_q = Q(findings__state__in=OPEN_STATES)
-    if is_tenant_scoped(request.user):  # count only the findings a manager may see
-        open_q &= Q(findings__tenant__managers=request.user)
+    if is_tenant_scoped(user):  # count only the findings a manager may see
+        open_q &= Q(findings__tenant__managers=user)
     rows = list(
         clusters.annotate(
             latest_cycle_id=Subquery(latest[:1]),
@@ -299,7 +305,7 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
         {c.pk: c for c in cycles.filter(pk__in=ids - {None}).only(*CYCLE_FIELDS)} if rows else {}
     )
     now = timezone.now()
-    incidents = _open_incidents(request, rows) if rows else {}
+    incidents = _open_incidents(user, rows) if rows else {}
     table = []
     for cluster in rows:
         latest_cycle = by_id.get(cluster.latest_cycle_id)
@@ -315,7 +321,7 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
                 open_incidents=incidents.get(cluster.pk, 0),
             )
         )
-    return render(request, "diagnosis/cluster_list.html", {"rows": table})
+    return table
 
 
 # -- the cluster overview ------------------------------------------------------------------------
@@ -604,6 +610,7 @@ def cluster_overview(request: HttpRequest, name: str) -> HttpResponse:
             time_range,
             range_error,
             tuple(mark_rows),
+            price_key(cluster),
         ),
     )
     return render(request, "diagnosis/cluster_overview.html", context)
@@ -635,6 +642,7 @@ def _overview_panels(
         breakdown = gpu_hours_breakdown(hour_rows, end=hour_end, period_s=WATERFALL_PERIOD_S)
         bucket_rows = _bucket_rows(request, cluster, breakdown)
         links = {row.bucket.bucket: row.list_url for row in bucket_rows if row.list_url}
+        money = waterfall_costs(cluster, breakdown)  # docs/accounting.md "Cost"
         trend_rows = list(
             cycles.filter(ok=True, as_of__gt=time_range.start, as_of__lte=time_range.end)
             .order_by("as_of")
@@ -659,8 +667,9 @@ def _overview_panels(
             "time_range": time_range,
             "breakdown": breakdown,
             "bucket_rows": bucket_rows,
+            **money,
             "waterfall": embed(
-                gpu_hours_waterfall(breakdown, links),
+                gpu_hours_waterfall(breakdown, links, money["hover_costs"]),
                 "gpu-hours-waterfall",
                 label=gettext("GPU-hours of the last hour by bucket (the table below lists them)"),
             ),

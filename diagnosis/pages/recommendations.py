@@ -61,6 +61,7 @@ from diagnosis.core.recommend.impact import format_delta, format_value
 from diagnosis.models import AuditEntry, Recommendation
 from diagnosis.pages.support.pagination import paginate
 from diagnosis.pages.support.recommendation_rows import list_rows
+from diagnosis.reports.pricing import money_at_stake
 
 State = RecommendationState
 PER_PAGE = 50
@@ -262,6 +263,7 @@ def recommendation_detail(request: HttpRequest, name: str, recommendation_id: in
             .distinct()
         ),
         "impact_rows": _impact_rows(impact, (rec.verification or {}).get("effect")),
+        "stake": money_at_stake(cluster, impact),  # docs/accounting.md "Cost"
         "impact_as_of": _minute((impact.get("estimate") or {}).get("snapshot_as_of")),
         "reestimating_as_of": _minute((impact.get("reestimating") or {}).get("snapshot_as_of")),
         "audit": [

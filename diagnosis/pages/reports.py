@@ -42,6 +42,7 @@ from diagnosis.reports.csv_export import render_csv
 from diagnosis.reports.fairness_report import FairnessReportData, build_fairness_report, default_end
 from diagnosis.reports.pdf import render_pdf
 from diagnosis.reports.period import PRESET_LABELS, PeriodError, ReportPeriod
+from diagnosis.reports.pricing import price_key
 
 JOBS_PER_PAGE = 50
 FINDINGS_SHOWN = 100
@@ -89,7 +90,7 @@ def fairness_report(request: HttpRequest, name: str) -> HttpResponse:
         request,
         cluster,
         lambda: {"body": _fairness_body(request, cluster, period)},
-        parts=(period.start, period.end, period.preset),
+        parts=(period.start, period.end, period.preset, price_key(cluster)),
     )
     context = {
         "cluster": cluster,

@@ -75,6 +75,9 @@ CSV_COLUMNS: dict[str, str] = {
     "productively_starved": "1 when the allocated ratio looks fair (>= 0.8) while the "
     "productive ratio is under half of it, else 0",
     "productive_jain_index": "Jain's index of the productive ratios (the cluster's)",
+    "currency": "the currency of cost and wasted_cost (empty: the cluster is not priced)",
+    "cost": "allocated GPU-hours × the cluster's price per GPU-hour, to the cent",
+    "wasted_cost": "GPU-hours held by partial gangs, hung, idle or data-starved × the price",
 }
 
 
@@ -130,6 +133,10 @@ def csv_rows(data: FairnessReportData) -> list[dict[str, Any]]:
         row["mfu_weighted_ratio"] = useful.get("mfu_weighted_ratio")
         row["productively_starved"] = int(bool(useful.get("productively_starved")))
         row["productive_jain_index"] = document["productive"]["jain_index"]
+        money = tenant["cost"] or {}
+        row["currency"] = document["pricing"]["currency"] if money else None
+        row["cost"] = money.get("held")
+        row["wasted_cost"] = money.get("wasted")
         rows.append(row)
     return rows
 

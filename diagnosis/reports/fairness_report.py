@@ -49,6 +49,7 @@ from diagnosis.access import (
 from diagnosis.actions.records.rollups_hourly import hour_of
 from diagnosis.core import fairness
 from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core.cost import NO_PRICES, Money, Pricing, TenantCost, tenant_cost, total
 from diagnosis.core.productive_share import ProductiveFairness, productive_fairness
 from diagnosis.core.vocabulary import format_time
 from diagnosis.edge.schedulers.registry import capabilities_of
@@ -63,6 +64,7 @@ from diagnosis.models import (
     TenantRollupHour,
 )
 from diagnosis.reports.period import ReportPeriod
+from diagnosis.reports.pricing import pricing_for
 from diagnosis.roles import User, is_tenant_scoped
 
 REPORT_FORMAT = "gpuobs.fairness-report/v1"
@@ -97,6 +99,29 @@ class FairnessReportData:
     # (Volcano/KAI parent queues, Kueue cohorts and their weights); () without a hierarchy
     tree: tuple[fairness.TreeNode, ...] = ()
     tree_as_of: datetime | None = None
+    # the cluster's price per GPU-hour (diagnosis/reports/pricing.py); None or unpriced: no cost
+    pricing: Pricing | None = None
+
+    @property
+    def priced(self) -> bool:
+        return self.pricing is not None and self.pricing.priced
+
+    def cost_of(self, row: fairness.TenantRow) -> TenantCost | None:
+        """What the tenant's GPU-hours cost (None when the cluster is not priced)."""
+        if self.pricing is None:
+            return None
+        return tenant_cost(self.pricing, row.allocated_gpu_hours, row.buckets)
+
+    def costs(self) -> list[tuple[fairness.TenantRow, TenantCost | None]]:
+        return [(row, self.cost_of(row)) for row in self.tenants]
+
+    def total_cost(self) -> Money | None:
+        """The shown tenants' held GPU-hours priced, summed unrounded and rounded once."""
+        pricing = self.pricing
+        if pricing is None or not pricing.priced:
+            return None
+        exact = [pricing.exact(row.allocated_gpu_hours) for row in self.tenants]
+        return total(exact, pricing.currency)
 
     @property
     def tenants(self) -> tuple[fairness.TenantRow, ...]:
@@ -128,13 +153,22 @@ class FairnessReportData:
                 "all": report.wait.as_dict(),
                 **{name: stats.as_dict() for name, stats in report.waits.items()},
             },
-            "tenants": [row.as_dict() for row in report.tenants],
+            "tenants": [
+                {**row.as_dict(), "cost": cost.as_dict() if cost else None}
+                for row, cost in self.costs()
+            ],
+            "pricing": (self.pricing or Pricing("", None, NO_PRICES)).as_dict(),
+            "cost": _money_text(self.total_cost()),
             "productive": self.productive.as_dict(),
             "tree": {
                 "as_of": format_time(self.tree_as_of) if self.tree_as_of else None,
                 "nodes": [_tree_node(node) for node in self.tree],
             },
         }
+
+
+def _money_text(money: Money | None) -> str | None:
+    return money.as_text() if money is not None else None
 
 
 def _tree_node(node: fairness.TreeNode) -> dict[str, Any]:
@@ -271,6 +305,7 @@ def build_fairness_report(
         productive=productive_fairness(tenant_sums, cluster_sums, visible=visible, report=report),
         tree=tree,
         tree_as_of=tree_as_of,
+        pricing=pricing_for(cluster),
     )
 
 

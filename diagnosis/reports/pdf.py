@@ -245,6 +245,24 @@ def productive_table_rows(data: FairnessReportData) -> list[list[str]]:
     return [header, *body]
 
 
+def cost_table_rows(data: FairnessReportData) -> list[list[str]]:
+    """Header and one line per tenant of the "Cost" table, and the total (empty when the
+    cluster is not priced: no 0.00 is ever printed then)."""
+    if not data.priced:
+        return []
+    header = [_("Tenant"), _("Allocated GPU-h"), _("Cost"), _("Wasted cost")]
+    body = [
+        [row.tenant, _fmt_hours(row.allocated_gpu_hours), str(cost.held), str(cost.wasted)]
+        for row, cost in data.costs()
+        if cost is not None
+    ]
+    total = data.total_cost()
+    if total is not None:
+        hours = sum(row.allocated_gpu_hours for row in data.tenants)
+        body.append([_("Total"), _fmt_hours(hours), str(total), ""])
+    return [header, *body]
+
+
 def _tenant_grid(rows: list[list[str]], styles: dict[str, ParagraphStyle]) -> Table:
     """A table of a line per tenant: the headers wrap (Paragraphs), the tenant takes 13%."""
     header = [rows[0][0]] + [Paragraph(_esc(h), styles["head"]) for h in rows[0][1:]]
@@ -495,6 +513,15 @@ def render_pdf(data: FairnessReportData) -> bytes:
             Spacer(1, 4),
             _tenant_grid(productive_table_rows(data), styles),
         ]
+        if data.priced and data.pricing is not None:
+            price = f"{data.pricing.price} {data.pricing.currency}"
+            story += [
+                Spacer(1, 8),
+                Paragraph(_esc(_("Cost")), styles["h2"]),
+                Paragraph(_esc(_("At %(price)s per GPU-hour.") % {"price": price}), styles["body"]),
+                Spacer(1, 4),
+                _tenant_grid(cost_table_rows(data), styles),
+            ]
     story += [
         PageBreak(),
         Paragraph(_esc(_("Share of the usable GPUs over time, per tenant")), styles["h2"]),

@@ -14,6 +14,7 @@ A document (YAML or JSON, one or several per file) is::
         enabled: true        # default true
         dry_run: true        # default true: approved changes are never written
         auto_rollback: false # default false
+        gpu_hour_prices: {A100-SXM4-80GB: "2.10", "*": "1.00"}  # default {}: the setting's
 
 It is parsed at the boundary into :class:`ClusterSpec` rows, every problem named by its place
 (``clusters.yaml: clusters[0].metrics.config.url: required``). Each config is validated by the
@@ -34,6 +35,7 @@ from typing import Any
 import yaml
 from django.db import transaction
 
+from diagnosis.core.cost import PriceError, parse_price_table
 from diagnosis.edge.errors import ConfigError, IntegrationError
 from diagnosis.models import AuditEntry, Cluster
 from diagnosis.models.inventory import INTEGRATIONS
@@ -49,6 +51,7 @@ FIELDS = (
     "enabled",
     "dry_run",
     "auto_rollback",
+    "gpu_hour_prices",
 )
 FLAGS = {"enabled": True, "dry_run": True, "auto_rollback": False}
 
@@ -71,6 +74,7 @@ class ClusterSpec:
     enabled: bool = True
     dry_run: bool = True
     auto_rollback: bool = False
+    gpu_hour_prices: dict[str, str] = field(default_factory=dict)  # GPU model -> price text
 
     def document(self) -> dict[str, Any]:
         """This cluster as a ``clusters:`` entry (what :func:`parse_documents` reads back)."""
@@ -81,6 +85,7 @@ class ClusterSpec:
             "enabled": self.enabled,
             "dry_run": self.dry_run,
             "auto_rollback": self.auto_rollback,
+            "gpu_hour_prices": dict(self.gpu_hour_prices),
         }
 
 
@@ -112,7 +117,7 @@ def _entry(raw: Any, where: str, problems: list[str]) -> ClusterSpec | None:
     if not isinstance(raw, Mapping):
         problems.append(f"{where}: expected an object")
         return None
-    known = {"name", "scheduler", "metrics", *FLAGS}
+    known = {"name", "scheduler", "metrics", "gpu_hour_prices", *FLAGS}
     problems.extend(f"{where}.{key}: unknown field" for key in sorted(set(raw) - known, key=str))
     name = raw.get("name")
     if not isinstance(name, str) or not name or len(name) > 63 or set(name) - SLUG_CHARS:
@@ -143,6 +148,12 @@ def _entry(raw: Any, where: str, problems: list[str]) -> ClusterSpec | None:
         if not isinstance(value, bool):
             problems.append(f"{where}.{flag}: expected true or false")
         values[flag] = value
+    try:
+        prices = parse_price_table(raw.get("gpu_hour_prices"), where=f"{where}.gpu_hour_prices")
+    except PriceError as exc:
+        problems.extend(exc.problems)
+    else:
+        values["gpu_hour_prices"] = {model: str(price) for model, price in prices.items()}
     if len(values) != len(FIELDS) or not isinstance(name, str):
         return None
     return ClusterSpec(name=name, **values)

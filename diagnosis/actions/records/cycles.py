@@ -30,6 +30,7 @@ from diagnosis.actions.upkeep.health import database_now
 from diagnosis.actions.workflow.proposals import record_recommendations
 from diagnosis.choices import DataSourceStatus
 from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core.cost import gpu_models
 from diagnosis.core.diagnose import diagnose
 from diagnosis.core.rules.engine import Diagnosis
 from diagnosis.core.rules.registry import all_rules
@@ -297,7 +298,8 @@ def record_cycle_steps(
             allocated_gpus=report["allocated_gpus"],
             allocation_utilization=report["allocation_utilization"],
             activity_utilization=report["activity_utilization"],
-            accounting=accounting.as_dict(),
+            # its GPU models too: what the pages price the cycle's GPU-hours by (reports/pricing.py)
+            accounting={**accounting.as_dict(), "gpu_models": gpu_models(snap)},
             findings=counts,
             rule_errors=[e.as_dict() for e in diagnosis.errors],
             not_judged={
