@@ -233,10 +233,11 @@ def record_cycle(
     collection: Mapping[str, Any] | None = None,
 ) -> ClusterCycle:
     """Store a collected snapshot, diagnose it, record the findings and the GPU-hour rollup
-    (:func:`record_cycle_steps`), every value storable (a name longer than its column clipped
-    with a hash, as a collection clips it, and said); a big cluster's with one full garbage collection before
-    instead of several inside (:func:`full_collections_first`; a small cycle's full collections
-    are rare and cheap, and one before each would cost more than they do)."""
+    (:func:`record_cycle_steps`), every value storable (a name longer than its column
+    clipped with a hash, as a collection clips it, and said); a big cluster's with one full
+    garbage collection before instead of several inside (:func:`full_collections_first`; a
+    small cycle's full collections are rare and cheap, and one before each would cost more
+    than they do)."""
     snap, repaired = storable_snapshot(snap)  # a collected one is already: this costs a check
     if repaired:  # kept on the cycle and shown as a degraded status, as a collection's
         collection = dict(collection or {})
