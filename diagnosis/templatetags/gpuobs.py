@@ -15,6 +15,7 @@ from django import template
 from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from diagnosis.core.numbers import finite_number
 from diagnosis.templatetags.links import evidence_label, evidence_link, link, unit_of
@@ -217,6 +218,42 @@ def _more(count: int) -> SafeString:
     if count <= MAX_ROWS:
         return mark_safe("")
     return format_html(' <span class="more">… and {} more</span>', count - MAX_ROWS)
+
+
+# -- audit trail ---------------------------------------------------------------------------------
+
+# What each step of a recommendation's audit trail did, for people (the stored id in the tooltip).
+AUDIT_ACTIONS: dict[str, Any] = {
+    "request": _("Asked for approval"),
+    "approve": _("Approved"),
+    "reject": _("Rejected"),
+    "dry-run": _("Dry run"),
+    "apply-requested": _("Apply requested"),
+    "apply": _("Applied"),
+    "apply-dry-run": _("Applied as a dry run (writes off)"),
+    "apply-failed": _("Apply failed"),
+    "apply-not-sent": _("Apply not sent"),
+    "apply-already-in-place": _("Already in place"),
+    "apply-rechecked": _("Apply re-checked"),
+    "apply-stopped-target-changed": _("Apply stopped: the target changed"),
+    "approval-withdrawn-estimate-changed": _("Approval withdrawn: the estimate changed"),
+    "expire": _("Expired"),
+    "verify": _("Verification"),
+    "verified": _("Verified"),
+    "rolled-back": _("Rolled back"),
+    "rollback-approved": _("Rollback approved"),
+    "writes-enabled": _("Writes turned on"),
+}
+
+
+@register.filter
+def audit_action(action: Any) -> SafeString:
+    """An audit row's action as words (``apply-dry-run`` → "Applied as a dry run (writes
+    off)"), the stored id in its tooltip; an id without words is shown as it is."""
+    label = AUDIT_ACTIONS.get(str(action))
+    if label is None:
+        return format_html("<code>{}</code>", action)
+    return format_html('<span title="{}">{}</span>', action, label)
 
 
 # -- links ---------------------------------------------------------------------------------------
