@@ -98,5 +98,6 @@ def test_the_incident_timeline_reads_on_one_clock_in_the_readers_zone(
         page.goto(f"{base}/clusters/{CLUSTER}/")
         ticks = page.locator("[data-figure][data-drawn] .xtick text")
         expect(ticks.first).to_be_visible()
-        assert any("月" in tick for tick in ticks.all_inner_texts())
+        labels = ticks.evaluate_all("texts => texts.map(text => text.textContent)")
+        assert any("月" in label for label in labels), labels
     assert errors == []
