@@ -18,6 +18,8 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from diagnosis.core.numbers import finite_number
+from diagnosis.core.vocabulary import parse_time
+from diagnosis.templatetags.clock import moment
 from diagnosis.templatetags.links import evidence_label, evidence_link, link, unit_of
 
 register = template.Library()
@@ -25,6 +27,9 @@ register = template.Library()
 EMPTY = mark_safe('<span class="none">—</span>')
 MAX_ROWS = 50  # rows of a sub-table, items of a list, before "… and N more"
 MAX_DEPTH = 4  # deeper structures are shown as JSON text
+# an RFC 3339 time (the snapshot's times in evidence): shown as every time is, in the reader's
+# zone to the second, never "2026-11-29T07:51:12.123456+00:00"
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}")
 
 
 # -- numbers and durations -----------------------------------------------------------------------
@@ -145,7 +150,10 @@ class _EvidenceContext:
             return _evidence_number(value, unit_of(key) if key is not None else "")
         kind = evidence_link(key, parent) if key is not None else None
         if isinstance(value, str):
-            return link(kind, value, self.cluster) if kind and self.cluster else escape(value)
+            if kind and self.cluster:
+                return link(kind, value, self.cluster)
+            when = parse_time(value) if RFC3339.match(value) else None
+            return moment(when) if when is not None else escape(value)
         if depth > MAX_DEPTH:
             return format_html("<code>{}</code>", json.dumps(value, default=str))
         if isinstance(value, Mapping):

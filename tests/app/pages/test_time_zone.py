@@ -197,3 +197,15 @@ def test_a_wall_moment_never_passes_the_next_cycles_snapshot():
     clock = ClusterClock.around(cluster, [wall + timedelta(seconds=30)])
 
     assert clock.at(wall + timedelta(seconds=30)) < wall + timedelta(seconds=1)
+
+
+def test_an_evidence_time_reads_as_every_time_does():
+    """Issue #32 item 12: evidence showed ISO timestamps with microseconds."""
+    from diagnosis.templatetags.gpuobs import evidence_table  # noqa: PLC0415
+
+    with timezone.override(zone_named("Asia/Shanghai")):
+        html = str(evidence_table({"held_since": "2026-07-01T06:05:07.123456+00:00"}))
+
+    assert "2026-07-01 14:05:07 UTC+8" in html
+    assert ".123456" not in html.split("datetime=")[0]
+    assert "06:05:07.123456" not in html
