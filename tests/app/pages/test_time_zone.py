@@ -16,6 +16,7 @@ from diagnosis.pages.support.cluster_clock import ClusterClock, simulated_clock
 from diagnosis.pages.support.time_range import TimeRange, range_picker
 from diagnosis.pages.support.time_zone import COOKIE, zone_label, zone_named
 from diagnosis.templatetags.clock import moment, on_clock
+from tests.support.world import logged_in_client
 
 AT = datetime(2026, 7, 1, 6, 5, 7, 123456, tzinfo=UTC)
 
@@ -209,3 +210,15 @@ def test_an_evidence_time_reads_as_every_time_does():
     assert "2026-07-01 14:05:07 UTC+8" in html
     assert ".123456" not in html.split("datetime=")[0]
     assert "06:05:07.123456" not in html
+
+
+@pytest.mark.django_db
+def test_the_demos_clock_is_its_own_and_a_real_time_simulation_is_the_wall_clock(make_cluster, bob):
+    demo = make_cluster("demo", scheduler_kind="sim", scheduler_config={"scenario": "seed"})
+    real_time = make_cluster("sim-1x", scheduler_kind="sim", scheduler_config={"speed": 1})
+    client = logged_in_client(bob)
+
+    assert simulated_clock(demo) == {"speed": 60.0}
+    assert simulated_clock(real_time) is None
+    assert "runs 60× the wall clock" in client.get("/clusters/demo/").content.decode()
+    assert 'id="cluster-clock-note"' not in client.get("/clusters/sim-1x/").content.decode()
