@@ -6,13 +6,16 @@ translated here, at the Django layer: :func:`render_rule_catalog` writes
 ``makemessages`` finds, and pages show them through the ``core_text`` filter
 (``diagnosis/templatetags/core_text.py``), which looks the English text up in the catalog of the
 active language. Regenerate it with ``python manage.py rule_catalog`` when a rule's text changes
-(a test checks it is up to date), then ``makemessages`` and translate the new entries.
+(a test checks it is up to date), then ``makemessages`` and translate the new entries. The
+Xid catalog's meanings and actions (on-call's most important text) go the same way, into
+``diagnosis/xid_text.py`` (:func:`render_xid_catalog`), written by the same command.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from diagnosis.core import xid_catalog
 from diagnosis.core.rules.base import Rule
 
 HEADER = '''# ruff: noqa: E501
@@ -65,3 +68,33 @@ def render_rule_catalog(rules: Mapping[str, Rule]) -> str:
         lines.append("    ),\n")
     lines.append("}\n")
     return "".join(lines)
+
+
+XID_HEADER = '''# ruff: noqa: E501
+"""Every Xid meaning and action of the catalog, marked for translation (generated: do not edit).
+
+Written by ``python manage.py rule_catalog`` from diagnosis/core/data/xid_catalog.json
+(diagnosis/rule_text.py): ``makemessages`` reads these literals; the incident pages translate
+the catalog's English with the ``core_text`` filter.
+"""
+
+from django.utils.translation import gettext_noop
+
+XID_TEXT: tuple[str, ...] = (
+'''
+
+
+def xid_texts() -> list[str]:
+    """The English texts of the Xid catalog a page may show (each once): meanings, then the
+    actions, then the placeholder of an unknown code."""
+    infos = [xid_catalog.lookup(code) for code in xid_catalog.all_codes()]
+    unknown = xid_catalog.lookup(-1)
+    texts = [i.meaning for i in infos] + [i.action_text for i in infos]
+    texts += [unknown.meaning, unknown.action_text]
+    return list(dict.fromkeys(texts))
+
+
+def render_xid_catalog() -> str:
+    """The source of ``diagnosis/xid_text.py``: :func:`xid_texts` as ``gettext_noop`` literals."""
+    body = "".join(_entry(text).replace("        ", "    ", 1) for text in xid_texts())
+    return XID_HEADER + body.replace("\n        ", "\n    ") + ")\n"

@@ -97,6 +97,8 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     # the language: set_language's cookie, else Accept-Language, else LANGUAGE_CODE (docs/ui.md)
     "django.middleware.locale.LocaleMiddleware",
+    # the reader's time zone: their cookie's, else UTC (docs/ui.md "Clocks and time zones")
+    "diagnosis.pages.support.time_zone.ReaderTimeZoneMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",

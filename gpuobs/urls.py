@@ -1,5 +1,6 @@
 """URLs of gpuobs. Public: /accounts/login/, /oidc/, /healthz, /livez, /readyz,
-/i18n/setlang/, /static/; /metrics needs a token or basic auth; everything else needs a login."""
+/i18n/setlang/, /time-zone/, /static/; /metrics needs a token or basic auth; everything else
+needs a login."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
@@ -31,6 +32,8 @@ urlpatterns = [
     path("readyz", readyz, name="readyz"),
     # POST language=en|zh-hans: the language switch in the page header (docs/ui.md "Language")
     path("i18n/setlang/", login_not_required(set_language), name="set_language"),
+    # POST time_zone=<IANA name>: the time zone list beside it (docs/ui.md "Clocks and time zones")
+    path("time-zone/", LazyView("diagnosis.pages.accounts:set_time_zone"), name="set_time_zone"),
     # Prometheus exposition for a scrape job (token or basic auth; docs/integrations.md).
     path("metrics", LazyView("diagnosis.api.metrics:MetricsView"), name="metrics"),
     path("admin/", admin.site.urls),

@@ -9,18 +9,20 @@ import html
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, gettext_noop
 from plotly.subplots import make_subplots
 
 from diagnosis.charts.gpu_hours import BUCKET_HELP, BUCKET_LABELS, GpuHoursBreakdown
+from diagnosis.pages.support.time_zone import zone_label
 
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif"
 INK = "#1d2430"
@@ -54,6 +56,26 @@ def figure_layout(**overrides: Any) -> dict[str, Any]:
 def axis_style(**overrides: Any) -> dict[str, Any]:
     axis = {"gridcolor": GRID, "zerolinecolor": GRID, "linecolor": GRID, "automargin": True}
     axis.update(overrides)
+    return axis
+
+
+def reader_epoch_ms(times: Iterable[datetime] | pd.Series) -> np.ndarray:
+    """Moments as a date axis reads them: milliseconds since the epoch of their wall time in the
+    reader's zone (plotly draws dates without a zone; docs/ui.md "Clocks and time zones"), as
+    plain floats (binary typed arrays: datetimes cost ~10 ms of JSON)."""
+    series = times if isinstance(times, pd.Series) else pd.Series(list(times))
+    local = pd.to_datetime(series, utc=True).dt.tz_convert(timezone.get_current_timezone_name())
+    naive = local.dt.tz_localize(None)
+    return naive.to_numpy(dtype="datetime64[ms]").astype(np.int64).astype(float)
+
+
+def time_axis(*, titled: bool = True, **overrides: Any) -> dict[str, Any]:
+    """A date axis in the reader's zone, labelled with it (``UTC+8``) under the axis (unless
+    ``titled`` is off: a stack of panels labels its last) and in the hover."""
+    label = zone_label(timezone.localtime())
+    axis = axis_style(type="date", hoverformat=f"%Y-%m-%d %H:%M:%S {label}", **overrides)
+    if titled:
+        axis["title"] = {"text": label, "standoff": 4}
     return axis
 
 
@@ -139,10 +161,7 @@ def utilization_trend(cycles: pd.DataFrame) -> go.Figure:
         if len(gaps):
             breaks = pd.DataFrame({"as_of": gaps.to_numpy()})
             frame = pd.concat([frame, breaks], ignore_index=True).sort_values("as_of")
-    # Plain float arrays, sent as binary typed arrays: times as milliseconds since the epoch,
-    # which a date axis reads as UTC (as the pages show time). Datetimes cost ~10 ms of JSON.
-    as_of = pd.to_datetime(frame["as_of"], utc=True).dt.tz_localize(None)
-    times = (as_of.to_numpy(dtype="datetime64[ms]").astype(np.int64)).astype(float)
+    times = reader_epoch_ms(frame["as_of"])
     traces = [
         go.Scatter(
             x=times,
@@ -175,7 +194,7 @@ def utilization_trend(cycles: pd.DataFrame) -> go.Figure:
             hovermode="x unified",
             legend={"orientation": "h", "x": 0, "y": 1.12},
             margin={"l": 64, "r": 16, "t": 40, "b": 40},
-            xaxis=axis_style(type="date"),
+            xaxis=time_axis(),
             yaxis=axis_style(
                 tickformat=".0%", range=[0, 1.02], title={"text": gettext("utilization")}
             ),
@@ -202,7 +221,7 @@ def add_time_marks(figure: go.Figure, marks: Iterable[TimeMark]) -> go.Figure:
     text names each)."""
     shapes, annotations = [], []
     for mark in marks:
-        x = mark.at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+        x = timezone.localtime(mark.at).strftime("%Y-%m-%d %H:%M:%S")  # the axis's zone
         colour = TIME_MARK_COLOURS.get(mark.kind, MUTED)
         shapes.append(
             {
@@ -256,7 +275,8 @@ def recommendation_impact(impact: Mapping[str, Any]) -> go.Figure | None:
         subject = (
             "" if row.get("subject") == "cluster" else f"<br>{plotly_text(row.get('subject'))}"
         )
-        titles.append(f"{plotly_text(row.get('label', row.get('metric')))}{subject}")
+        label = gettext(str(row.get("label") or row.get("metric")))  # the core's English
+        titles.append(f"{plotly_text(label)}{subject}")
     columns = min(IMPACT_COLUMNS, len(rows))
     lines = -(-len(rows) // columns)
     figure = make_subplots(
@@ -370,8 +390,7 @@ HEATMAP_UTIL_SCALE = [[0.0, HEATMAP_IDLE], [0.05, "#fdba74"], [0.5, "#8fb5f0"], 
 
 
 def _epoch_ms(times: Iterable[datetime]) -> np.ndarray:
-    series = pd.to_datetime(pd.Series(list(times)), utc=True).dt.tz_localize(None)
-    return series.to_numpy(dtype="datetime64[ms]").astype(np.int64).astype(float)
+    return reader_epoch_ms(times)
 
 
 def _column(rows: list[Mapping[str, Any]], key: str) -> np.ndarray:
@@ -412,7 +431,8 @@ def gpu_metric_series(rows: list[Mapping[str, Any]]) -> go.Figure:
         if fmt == ".0%":
             figure.layout[axis].update(range=[0, 1.02])
     for i in range(1, len(GPU_SERIES) + 1):
-        figure.layout["xaxis" if i == 1 else f"xaxis{i}"].update(axis_style(type="date"))
+        axis = time_axis(titled=i == len(GPU_SERIES))
+        figure.layout["xaxis" if i == 1 else f"xaxis{i}"].update(axis)
     figure.layout.update(
         figure_layout(
             height=150 * len(GPU_SERIES),
@@ -450,7 +470,7 @@ def gpus_util_series(
             hovermode="x unified",
             legend={"orientation": "h", "x": 0, "y": -0.18},
             margin={"l": 64, "r": 16, "t": 16, "b": 40},
-            xaxis=axis_style(type="date"),
+            xaxis=time_axis(),
             yaxis=axis_style(
                 tickformat=fmt, range=[0, 1.02] if fmt == ".0%" else None, title={"text": label}
             ),

@@ -34,6 +34,8 @@ from diagnosis.actions.oncall.drain import (
     drains_of_job,
 )
 from diagnosis.actions.oncall.incidents import (
+    SOURCE_XID,
+    SYSTEM_CYCLE,
     acknowledge_incident,
     add_incident_note,
     resolve_incident_by,
@@ -42,8 +44,9 @@ from diagnosis.actions.workflow.base import APPLIED_STATES, WorkflowDenied, Work
 from diagnosis.actions.workflow.outcome import apply_outcome
 from diagnosis.choices import IncidentState, RecommendationKind
 from diagnosis.core import xid_catalog
-from diagnosis.models import Cluster, Incident, Snapshot
+from diagnosis.models import Cluster, Incident, IncidentEvent, Snapshot
 from diagnosis.pages.live import latest_good_cycle
+from diagnosis.pages.support.cluster_clock import ClusterClock
 from diagnosis.pages.support.pagination import paginate
 
 INCIDENTS_PER_PAGE = 25
@@ -91,25 +94,50 @@ def _what_broke(incident: Incident) -> dict[str, Any]:
 
 
 def runbook(info: xid_catalog.XidInfo | None) -> list[str]:
-    """A short runbook from the catalog's action for the code."""
+    """A short runbook from the catalog's action for the code, in the reader's language."""
     if info is None:
         return [
-            "Check the GPU's health (nvidia-smi -q, dcgmi health -c).",
-            "If it keeps failing: drain the node, then run DCGM diagnostics (dcgmi diag -r 3).",
+            gettext("Check the GPU's health (nvidia-smi -q, dcgmi health -c)."),
+            gettext(
+                "If it keeps failing: drain the node, then run DCGM diagnostics (dcgmi diag -r 3)."
+            ),
         ]
     steps = []
     if info.action in ("reset-gpu", "reboot-node", "service", "check-hardware"):
-        steps.append("Drain the node (the button below): its jobs are evicted and requeued.")
-    steps.append(f"{info.action_text}")
+        steps.append(
+            gettext("Drain the node (the button below): its jobs are evicted and requeued.")
+        )
+    steps.append(gettext(info.action_text))
     if info.nvidia_immediate:
-        steps.append(f"NVIDIA's immediate action: {info.nvidia_immediate}.")
+        steps.append(
+            gettext("NVIDIA's immediate action: %(action)s.") % {"action": info.nvidia_immediate}
+        )
     if info.nvidia_investigatory:
-        steps.append(f"Then investigate: {info.nvidia_investigatory}.")
+        steps.append(
+            gettext("Then investigate: %(action)s.") % {"action": info.nvidia_investigatory}
+        )
     steps.append(
-        "Resolve the incident once the GPU is back and healthy (gpuobs resolves an "
-        "acknowledged one by itself after the healthy period)."
+        gettext(
+            "Resolve the incident once the GPU is back and healthy (gpuobs resolves an "
+            "acknowledged one by itself after the healthy period)."
+        )
     )
     return steps
+
+
+def summary_text(incident: Incident) -> str:
+    """The incident's summary in the reader's language: an ``xid`` incident's is composed
+    again from the catalog (its meaning translated, docs/xid.md); any other as recorded."""
+    info = xid_catalog.lookup(incident.xid_code) if incident.xid_code is not None else None
+    if info is None or not info.known or incident.source != SOURCE_XID:
+        return incident.summary
+    return gettext("Xid %(code)s on %(node)s GPU %(index)s: %(name)s: %(meaning)s") % {
+        "code": info.code,
+        "node": incident.node,
+        "index": incident.gpu_index,
+        "name": info.name,
+        "meaning": gettext(info.meaning),
+    }
 
 
 @require_safe
@@ -168,6 +196,40 @@ def _other_gpus(cluster: Cluster, incident: Incident, tenants: set[str] | None) 
     ]
 
 
+# The cycle's steps are on the cluster's clock (a snapshot's time, an Xid's); these of its
+# entries, and everything people and Alertmanager do, on the wall clock.
+CYCLE_WALL_KINDS = frozenset({"drain-applied"})
+
+
+def _on_wall_clock(event: IncidentEvent) -> bool:
+    return event.actor != SYSTEM_CYCLE or event.kind in CYCLE_WALL_KINDS
+
+
+def _wall_moments(incident: Incident, history: list[IncidentEvent]) -> dict[Any, Any]:
+    """The incident's wall-clock moments, by what they are: its opening (an alert's), its
+    resolution by a person, its acknowledgement, and each such timeline entry (by its id)."""
+    walls: dict[Any, Any] = {e.pk: e.time for e in history if _on_wall_clock(e)}
+    if incident.source == "alertmanager":
+        walls["opened"] = incident.opened_at
+    if incident.acknowledged_at is not None:
+        walls["acknowledged"] = incident.acknowledged_at
+    if incident.resolved_at is not None and incident.resolved_by_id is not None:
+        walls["resolved"] = incident.resolved_at
+    return walls
+
+
+def _timeline(
+    history: list[IncidentEvent], walls: dict[Any, Any], clock: ClusterClock
+) -> list[dict[str, Any]]:
+    """The timeline in the order things happened, on the page's one clock (the cluster's): a
+    person's note after the cycle that showed them the fault, never before its opening."""
+    rows = [
+        {"event": e, "wall": e.pk in walls, "at": clock.at(e.time) if e.pk in walls else e.time}
+        for e in history
+    ]
+    return sorted(rows, key=lambda row: (row["at"], row["event"].pk))
+
+
 def _detail_url(cluster: Cluster, incident: Incident) -> str:
     return reverse("diagnosis:incident", kwargs={"name": cluster.name, "incident_id": incident.pk})
 
@@ -182,15 +244,21 @@ def incident_detail(request: HttpRequest, name: str, incident_id: int) -> HttpRe
     drain = incident.drain
     history = list(incident.history.all())
     prime_texts_for_user(request.user, cluster.pk, [incident.summary, *(e.text for e in history)])
+    walls = _wall_moments(incident, history)
+    clock = ClusterClock.around(cluster, walls.values())
     context = {
         "cluster": cluster,
         "section": "incidents",
         "incident": incident,
         "broke": _what_broke(incident),
+        "summary": summary_text(incident),
         "jobs": _scoped(details.get("jobs"), tenants),
         "tenants": _tenants_hit(incident, tenants),
         "gpus": _other_gpus(cluster, incident, tenants),
-        "history": history,
+        "history": _timeline(history, walls, clock),
+        "clock": clock,
+        "opened_wall": "opened" in walls,
+        "resolved_wall": "resolved" in walls,
         "drain": drain,
         "drain_applied": drain is not None and drain.state in APPLIED_STATES,
         "drain_jobs": _scoped((details.get("drain") or {}).get("jobs"), tenants),

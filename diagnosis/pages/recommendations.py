@@ -9,9 +9,9 @@ comes back to the page with the reason. See docs/recommendations.md, "Workflow".
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
@@ -58,7 +58,9 @@ from diagnosis.actions.workflow.review import (
 from diagnosis.charts.figures import embed, recommendation_impact
 from diagnosis.choices import RecommendationKind, RecommendationState
 from diagnosis.core.recommend.impact import format_delta, format_value
+from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import AuditEntry, Recommendation
+from diagnosis.pages.support.cluster_clock import ClusterClock
 from diagnosis.pages.support.pagination import paginate
 from diagnosis.pages.support.recommendation_rows import list_rows
 from diagnosis.reports.pricing import money_at_stake
@@ -186,7 +188,7 @@ def _impact_rows(
         try:
             rows.append(
                 {
-                    "label": str(row.get("label") or row.get("metric")),
+                    "label": gettext(str(row.get("label") or row.get("metric"))),
                     "subject": str(row.get("subject")),
                     "current": format_value(row["current"]["mean"], unit),
                     "proposed": format_value(row["proposed"]["mean"], unit),
@@ -209,17 +211,31 @@ def _measured(seen: Mapping[str, Any] | None, unit: str) -> str:
     return f"{format_value(float(seen['mean']), unit)} ({int(seen['cycles'])})"
 
 
-def _minute(iso: Any) -> str:
-    """An RFC 3339 time to the minute, as the page writes times (``2026-11-29 08:15``)."""
-    return str(iso)[:16].replace("T", " ") if iso else ""
+# The figures of a static impact (no replay: a gang release's), in this order; the rest of the
+# impact (its verdict, headline, basis, the generator's id) the page shows elsewhere or not.
+STATIC_IMPACT_FIGURES = (
+    "gpus_released",
+    "gpus_unblocked",
+    "gpus_involved",
+    "idle_gpu_hours_at_most",
+)
 
 
-def compact(value: Any, limit: int = 400) -> str:
-    """A JSON value as one short line of text (audit rows)."""
-    if value is None:
-        return ""
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _static_figures(impact: Mapping[str, Any]) -> dict[str, Any]:
+    if impact.get("method") != "static":
+        return {}
+    return {key: impact[key] for key in STATIC_IMPACT_FIGURES if key in impact}
+
+
+def _moment(iso: Any) -> datetime | None:
+    """A stored RFC 3339 time as a datetime the page writes in the reader's zone."""
+    return parse_time(str(iso)) if iso else None
+
+
+def _wall_moments(rec: Recommendation) -> list[datetime | None]:
+    """The recommendation's wall-clock moments (people's steps, the apply, the dry run)."""
+    dry = _moment((rec.dry_run_result or {}).get("at"))
+    return [rec.created_at, rec.requested_at, rec.approved_at, rec.expires_at, rec.applied_at, dry]
 
 
 @require_safe
@@ -233,6 +249,7 @@ def recommendation_detail(request: HttpRequest, name: str, recommendation_id: in
     applied = rec.apply_result or {}
     buttons = available_actions(rec, request.user)
     harm = predicted_harm(rec) if any(b.action == "approve" for b in buttons) else []
+    audit = list(AuditEntry.objects.filter(recommendation=rec).order_by("time", "id"))
     context = {
         "cluster": cluster,
         "section": "recommendations",
@@ -262,14 +279,14 @@ def recommendation_detail(request: HttpRequest, name: str, recommendation_id: in
             .filter(Q(drain=rec) | Q(finding__recommendations=rec))
             .distinct()
         ),
+        "static_figures": _static_figures(impact),
         "impact_rows": _impact_rows(impact, (rec.verification or {}).get("effect")),
         "stake": money_at_stake(cluster, impact),  # docs/accounting.md "Cost"
-        "impact_as_of": _minute((impact.get("estimate") or {}).get("snapshot_as_of")),
-        "reestimating_as_of": _minute((impact.get("reestimating") or {}).get("snapshot_as_of")),
-        "audit": [
-            {"entry": e, "before": compact(e.before), "after": compact(e.after)}
-            for e in AuditEntry.objects.filter(recommendation=rec).order_by("time", "id")
-        ],
+        "impact_as_of": _moment((impact.get("estimate") or {}).get("snapshot_as_of")),
+        "reestimating_as_of": _moment((impact.get("reestimating") or {}).get("snapshot_as_of")),
+        "dry_run_at": _moment(dry.get("at")),
+        "audit": audit,
+        "clock": ClusterClock.around(cluster, [*_wall_moments(rec), *(e.time for e in audit)]),
         "rollbacks": list(rec.rollbacks.order_by("-created_at")),
         "buttons": buttons,
         "confirm_harm": harm if request.GET.get("confirm") == "harm" else [],

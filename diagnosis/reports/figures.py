@@ -17,7 +17,16 @@ import pandas as pd
 import plotly.io as pio
 from django.utils.translation import gettext
 
-from diagnosis.charts.figures import ACCENT, INK, MUTED, axis_style, figure_layout, plotly_text
+from diagnosis.charts.figures import (
+    ACCENT,
+    INK,
+    MUTED,
+    axis_style,
+    figure_layout,
+    plotly_text,
+    reader_epoch_ms,
+    time_axis,
+)
 from diagnosis.charts.gpu_hours import BUCKET_LABELS
 from diagnosis.core.fairness import SIZE_CLASSES, TENANT_BUCKETS
 from diagnosis.reports.fairness_report import FairnessReportData
@@ -51,8 +60,7 @@ Figure = dict[str, Any]
 
 
 def _times(values: pd.Series) -> np.ndarray:
-    moments = pd.to_datetime(values, utc=True).dt.tz_localize(None)
-    return moments.to_numpy(dtype="datetime64[ms]").astype(np.int64).astype(float)
+    return reader_epoch_ms(values)
 
 
 def typed_array(values: Iterable[float] | np.ndarray) -> dict[str, str]:
@@ -109,7 +117,7 @@ def share_over_time(data: FairnessReportData) -> Figure:
             hovermode="x unified",
             legend={"orientation": "v", "x": 1.02, "y": 1},
             margin={"l": 64, "r": 16, "t": 16, "b": 40},
-            xaxis=axis_style(type="date"),
+            xaxis=time_axis(),
             yaxis=axis_style(
                 tickformat=".0%",
                 rangemode="tozero",

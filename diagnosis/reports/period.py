@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
+from django.utils import timezone
+
 from diagnosis.core.vocabulary import format_time
 
 PRESETS: dict[str, timedelta] = {
@@ -66,8 +68,9 @@ class ReportPeriod:
         cls, query: Mapping[str, Any], *, default_end: datetime | Callable[[], datetime]
     ) -> ReportPeriod:
         """From ``period`` (a preset) or ``from`` and ``to`` (ISO 8601 dates or times; a date
-        means its midnight UTC, a time without zone is UTC). Without either, the default preset
-        ending at ``default_end`` (the newest data, or now; a callable is called only then)."""
+        means its midnight, a time without zone is in the reader's zone: :func:`parse_moment`).
+        Without either, the default preset ending at ``default_end`` (the newest data, or now;
+        a callable is called only then)."""
         start_text = _text(query.get("from"))
         end_text = _text(query.get("to"))
         preset = _text(query.get("period"))
@@ -89,16 +92,19 @@ class ReportPeriod:
 def parse_moment(text: str, field: str) -> datetime:
     """An ISO 8601 date or date-time as an aware UTC datetime. Wider than RFC 3339
     (:func:`diagnosis.core.vocabulary.parse_time`) on purpose: people type these ranges, so a
-    date is its midnight UTC, a time without a zone is UTC and a space may stand for the ``T``."""
+    date is its midnight and a time without a zone is a time in the reader's zone (their
+    chosen one, docs/ui.md "Clocks and time zones"; UTC for a machine, an e-mail or anyone who
+    chose none), and a space may stand for the ``T``."""
+    zone = timezone.get_current_timezone()
     try:
         if len(text) == 10:
-            moment = datetime.combine(date.fromisoformat(text), time(0), tzinfo=UTC)
+            moment = datetime.combine(date.fromisoformat(text), time(0), tzinfo=zone)
         else:
             moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise PeriodError(field, f"not an ISO 8601 date or time: {text!r}") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
+        moment = moment.replace(tzinfo=zone)
     return moment.astimezone(UTC)
 
 

@@ -25,6 +25,19 @@ CORE_WORDS = (
     # report subscriptions (diagnosis/models/subscriptions.py ReportFrequency)
     gettext_noop("Weekly (the last 7 days)"),
     gettext_noop("Monthly (the last 30 days)"),
+    # a recommendation's predicted verdicts (diagnosis/core/recommend/base.py)
+    gettext_noop("improves"),
+    gettext_noop("no measurable effect"),
+    gettext_noop("harms"),
+    gettext_noop("not simulated"),
+    gettext_noop("impact pending"),
+    # the simulated impact's metrics (diagnosis/core/recommend/impact.py MetricSpec labels)
+    gettext_noop("allocation utilization"),
+    gettext_noop("fragmented free GPUs (mean)"),
+    gettext_noop("mean wait"),
+    gettext_noop("share started"),
+    gettext_noop("wait p95"),
+    gettext_noop("share of allocated GPU-hours"),
 )
 
 

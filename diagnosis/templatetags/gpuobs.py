@@ -15,8 +15,11 @@ from django import template
 from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from diagnosis.core.numbers import finite_number
+from diagnosis.core.vocabulary import parse_time
+from diagnosis.templatetags.clock import moment
 from diagnosis.templatetags.links import evidence_label, evidence_link, link, unit_of
 
 register = template.Library()
@@ -24,6 +27,9 @@ register = template.Library()
 EMPTY = mark_safe('<span class="none">—</span>')
 MAX_ROWS = 50  # rows of a sub-table, items of a list, before "… and N more"
 MAX_DEPTH = 4  # deeper structures are shown as JSON text
+# an RFC 3339 time (the snapshot's times in evidence): shown as every time is, in the reader's
+# zone to the second, never "2026-11-29T07:51:12.123456+00:00"
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}")
 
 
 # -- numbers and durations -----------------------------------------------------------------------
@@ -144,7 +150,10 @@ class _EvidenceContext:
             return _evidence_number(value, unit_of(key) if key is not None else "")
         kind = evidence_link(key, parent) if key is not None else None
         if isinstance(value, str):
-            return link(kind, value, self.cluster) if kind and self.cluster else escape(value)
+            if kind and self.cluster:
+                return link(kind, value, self.cluster)
+            when = parse_time(value) if RFC3339.match(value) else None
+            return moment(when) if when is not None else escape(value)
         if depth > MAX_DEPTH:
             return format_html("<code>{}</code>", json.dumps(value, default=str))
         if isinstance(value, Mapping):
@@ -217,6 +226,42 @@ def _more(count: int) -> SafeString:
     if count <= MAX_ROWS:
         return mark_safe("")
     return format_html(' <span class="more">… and {} more</span>', count - MAX_ROWS)
+
+
+# -- audit trail ---------------------------------------------------------------------------------
+
+# What each step of a recommendation's audit trail did, for people (the stored id in the tooltip).
+AUDIT_ACTIONS: dict[str, Any] = {
+    "request": _("Asked for approval"),
+    "approve": _("Approved"),
+    "reject": _("Rejected"),
+    "dry-run": _("Dry run"),
+    "apply-requested": _("Apply requested"),
+    "apply": _("Applied"),
+    "apply-dry-run": _("Applied as a dry run (writes off)"),
+    "apply-failed": _("Apply failed"),
+    "apply-not-sent": _("Apply not sent"),
+    "apply-already-in-place": _("Already in place"),
+    "apply-rechecked": _("Apply re-checked"),
+    "apply-stopped-target-changed": _("Apply stopped: the target changed"),
+    "approval-withdrawn-estimate-changed": _("Approval withdrawn: the estimate changed"),
+    "expire": _("Expired"),
+    "verify": _("Verification"),
+    "verified": _("Verified"),
+    "rolled-back": _("Rolled back"),
+    "rollback-approved": _("Rollback approved"),
+    "writes-enabled": _("Writes turned on"),
+}
+
+
+@register.filter
+def audit_action(action: Any) -> SafeString:
+    """An audit row's action as words (``apply-dry-run`` → "Applied as a dry run (writes
+    off)"), the stored id in its tooltip; an id without words is shown as it is."""
+    label = AUDIT_ACTIONS.get(str(action))
+    if label is None:
+        return format_html("<code>{}</code>", action)
+    return format_html('<span title="{}">{}</span>', action, label)
 
 
 # -- links ---------------------------------------------------------------------------------------

@@ -146,6 +146,11 @@ def subject_link(subject: Any, cluster: Any) -> SafeString:
 # Human labels of the evidence keys the built-in rules write (docs/rules.md lists them per rule).
 # A key missing here is shown as its words ("free_pod_slots" -> "Free pod slots").
 EVIDENCE_LABELS: dict[str, Any] = {
+    # a static impact's figures (a gang release: diagnosis/core/recommend/builtin/gang_release.py)
+    "gpus_released": _("GPUs released"),
+    "gpus_unblocked": _("GPUs of the other gangs unblocked"),
+    "gpus_involved": _("GPUs involved"),
+    "idle_gpu_hours_at_most": _("GPU-hours held idle so far (at most)"),
     "util_mean": _("Mean GPU utilization"),
     "util": _("GPU utilization"),
     "util_spread": _("Utilization spread"),

@@ -8,6 +8,7 @@
  * Charts follow the page's theme (gpuobs-theme.js): the container's data-themes holds the text
  * and grid colours of each (diagnosis/charts/figures.py CHART_THEMES), applied before the first draw
  * and again when the reader switches. Charts that a live update swaps in (htmx) are drawn too.
+ * On a Chinese page (<html lang="zh-hans">) plotly's dates are in Chinese (its locale "zh-CN").
  */
 (function () {
   "use strict";
@@ -17,6 +18,38 @@
     displaylogo: false,
     modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"],
   };
+
+  // Chinese pages: dates on the axes and in the hover in Chinese (plotly's locale mechanism;
+  // the names are CLDR's zh month and weekday names, written here, not a fetched locale file).
+  var ZH = {
+    moduleType: "locale",
+    name: "zh-CN",
+    dictionary: {
+      "Zoom": "缩放",
+      "Pan": "平移",
+      "Zoom in": "放大",
+      "Zoom out": "缩小",
+      "Reset axes": "重置坐标轴",
+      "Download plot as a png": "下载为 PNG 图片",
+      "Double-click to zoom back out": "双击恢复缩放",
+    },
+    format: {
+      days: ["星期日", "星期一", "星期二", "星期三", "星期四", "星期五", "星期六"],
+      shortDays: ["周日", "周一", "周二", "周三", "周四", "周五", "周六"],
+      months: ["一月", "二月", "三月", "四月", "五月", "六月", "七月", "八月", "九月", "十月", "十一月", "十二月"],
+      shortMonths: ["1月", "2月", "3月", "4月", "5月", "6月", "7月", "8月", "9月", "10月", "11月", "12月"],
+      date: "%Y-%m-%d",
+    },
+  };
+
+  function useLocale() {
+    var lang = (document.documentElement.getAttribute("lang") || "").toLowerCase();
+    if (lang.indexOf("zh") !== 0 || typeof window.Plotly === "undefined" || config.locale) {
+      return;
+    }
+    window.Plotly.register(ZH);
+    config.locale = "zh-CN";
+  }
 
   function linkOf(point) {
     var data = point && point.customdata;
@@ -91,6 +124,7 @@
       container.classList.add("chart-missing");
       return;
     }
+    useLocale();
     var figure = JSON.parse(source.textContent);
     var colours = themeColours(container);
     if (colours) {

@@ -3,6 +3,7 @@
  * - the menu button folds the navigation away on narrow screens and opens it again;
  * - the theme button switches light and dark (gpuobs-theme.js keeps the choice);
  * - the language list submits its form when changed (its Go button does without JavaScript);
+ * - so does the time zone list, which also offers the browser's own zone;
  * - a range picker's custom fields are checked by the browser (from before to).
  */
 (function () {
@@ -47,6 +48,32 @@
     });
   }
 
+  function setUpTimeZone() {
+    var select = document.getElementById("time-zone-select");
+    if (!select || !select.form) {
+      return;
+    }
+    var zone = "";
+    try {
+      zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "";
+    } catch (error) {
+      zone = "";
+    }
+    var known = Array.prototype.some.call(select.options, function (option) {
+      return option.value === zone;
+    });
+    if (zone && !known) {
+      var option = document.createElement("option");
+      option.value = zone;
+      option.textContent = zone + " (" + (select.getAttribute("data-browser-label") || "browser") + ")";
+      select.appendChild(option);
+    }
+    select.form.classList.add("auto-submit");
+    select.addEventListener("change", function () {
+      select.form.submit();
+    });
+  }
+
   function setUpRangePickers() {
     var pickers = document.querySelectorAll("form.range-picker");
     Array.prototype.forEach.call(pickers, function (form) {
@@ -55,10 +82,13 @@
       if (!start || !end) {
         return;
       }
+      // both are 24-hour "YYYY-MM-DD HH:MM" text, so their order is their text's order
       function check() {
-        end.min = start.value;
+        var wrong = start.value && end.value && end.value.replace("T", " ") <= start.value.replace("T", " ");
+        end.setCustomValidity(wrong ? (end.getAttribute("data-order-message") || "to must be after from") : "");
       }
-      start.addEventListener("change", check);
+      start.addEventListener("input", check);
+      end.addEventListener("input", check);
       check();
     });
   }
@@ -67,6 +97,7 @@
     setUpMenu();
     setUpTheme();
     setUpLanguage();
+    setUpTimeZone();
     setUpRangePickers();
   }
 

@@ -69,16 +69,17 @@ def screenshot(page, name: str, folder: Path = SCREENSHOTS) -> None:
 
 
 @contextmanager
-def browser_page(chromium: str) -> Iterator[tuple[Any, list[str]]]:
+def browser_page(chromium: str, **options: Any) -> Iterator[tuple[Any, list[str]]]:
     """A 1280×900 page of a fresh headless Chromium, and the list that collects its JavaScript
-    errors and every HTTP answer >= 400 (a test asserts it stays empty)."""
+    errors and every HTTP answer >= 400 (a test asserts it stays empty). ``options`` go to
+    Playwright's ``new_page`` (``timezone_id="Europe/Paris"``: the browser's own zone)."""
     from playwright.sync_api import sync_playwright  # noqa: PLC0415 -- optional (see chromium)
 
     errors: list[str] = []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page = browser.new_page(viewport={"width": 1280, "height": 900}, **options)
             page.set_default_timeout(TIMEOUT_MS)
             page.on("pageerror", lambda error: errors.append(str(error)))
             page.on(

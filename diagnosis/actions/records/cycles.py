@@ -43,7 +43,7 @@ from diagnosis.edge.errors import (
     IntegrationError,
     SchedulerError,
 )
-from diagnosis.edge.sanitize import clean_document
+from diagnosis.edge.sanitize import clean_document, storable_snapshot
 from diagnosis.edge.schedulers.base import EventBatch
 from diagnosis.models import (
     Cluster,
@@ -103,7 +103,7 @@ def run_cluster_cycle(cluster: Cluster, *, shard_runner: ShardRunner | None = No
             cluster, refusal, time.perf_counter() - started, status=DataSourceStatus.DEGRADED
         )
     try:
-        return record_cycle(cluster, snap, started=started, collection=collection)
+        return record_cycle(cluster, snap, started=started, collection=collection, storable=True)
     except Exception as exc:  # a cycle that fails is always recorded, with its error
         committed = _committed_cycle(cluster, snap, started)
         if committed is not None:  # it failed after its commit: it stays one good row
@@ -234,11 +234,19 @@ def record_cycle(
     *,
     started: float | None = None,
     collection: Mapping[str, Any] | None = None,
+    storable: bool = False,
 ) -> ClusterCycle:
     """Store a collected snapshot, diagnose it, record the findings and the GPU-hour rollup
-    (:func:`record_cycle_steps`); a big cluster's with one full garbage collection before
-    instead of several inside (:func:`full_collections_first`; a small cycle's full collections
-    are rare and cheap, and one before each would cost more than they do)."""
+    (:func:`record_cycle_steps`), every value storable (a name longer than its column
+    clipped with a hash, as a collection clips it, and said; ``storable``: the caller made
+    it so, :func:`diagnosis.edge.sanitize.clean_document`); a big cluster's with one full
+    garbage collection before instead of several inside (:func:`full_collections_first`; a
+    small cycle's full collections are rare and cheap, and one before each would cost more
+    than they do)."""
+    snap, repaired = (snap, []) if storable else storable_snapshot(snap)
+    if repaired:  # kept on the cycle and shown as a degraded status, as a collection's
+        collection = dict(collection or {})
+        collection["repaired"] = [*(collection.get("repaired") or []), *repaired]
     big = len(snap.gpus) >= BIG_CYCLE_GPUS
     with full_collections_first() if big else nullcontext():
         return record_cycle_steps(cluster, snap, started=started, collection=collection)

@@ -124,7 +124,7 @@ def record_tenancy(
             **common,
             **figures.held_figures(),
             tenant_id=tenant_ids.get(name),
-            tenant_name=name[:128],
+            tenant_name=name,
             entitlement_s=figures.entitlement * interval,
             fair_gpu_s=figures.fair_gpu_s,
         )
@@ -165,8 +165,8 @@ def sync_tenants_and_queues(
 
     queues = snap.queues
     names = set(queues["tenant"].astype(str)) | set(fairness.job_tenants(snap).astype(str))
-    # A name longer than the column is left without a Tenant row (its jobs show no tenant).
-    names = {n for n in names if n != fairness.NO_TENANT and len(n) <= 128}
+    # every name fits its column: record_cycle clipped a longer one (and said so)
+    names = {n for n in names if n != fairness.NO_TENANT}
     tenant_ids = dict(Tenant.objects.filter(cluster=cluster).values_list("name", "pk"))
     missing = sorted(names - set(tenant_ids))
     if missing:
@@ -182,8 +182,6 @@ def sync_tenants_and_queues(
     }
     create, update = [], []
     for name, row in queues.iterrows():
-        if len(name) > 128:
-            continue
         wanted = (
             tenant_ids.get(str(row["tenant"])),
             _whole(row["weight"]) if _whole(row["weight"]) is not None else 1,

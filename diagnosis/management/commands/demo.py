@@ -12,6 +12,7 @@ child process. With ``REDIS_URL`` set, the cycles are left to real Celery worker
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -143,6 +144,7 @@ class Command(BaseCommand):
         self.stdout.flush()
 
     def _start_children(self, address: str) -> list[subprocess.Popen]:
+        refuse_taken_address(address)
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         children = [subprocess.Popen([*manage, "runserver", address, "--noreload"])]
         if settings.REDIS_URL:
@@ -152,3 +154,26 @@ class Command(BaseCommand):
             children.append(subprocess.Popen([*celery, "beat", "--loglevel=INFO"]))
         self.stdout.write(f"serving on http://{address}/ (login at /accounts/login/)")
         return children
+
+
+def refuse_taken_address(address: str) -> None:
+    """A :class:`CommandError` saying so when ``address`` (``HOST:PORT``) cannot be served: its
+    port is taken (another gpuobs, another program) or the host is not this machine's, with
+    how to choose another, before anything starts (the web server would only log it and the
+    cycles run on without a UI)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit():
+        raise CommandError(f"--serve {address!r}: expected HOST:PORT, e.g. 127.0.0.1:8000")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as runserver binds
+        try:
+            probe.bind((host, int(port)))
+        except OSError as exc:
+            raise CommandError(
+                f"cannot serve on {address}: {exc.strerror or exc} (is another gpuobs or "
+                f"another program using port {port}?). Choose another address: "
+                f"make demo DEMO_ADDRESS={host}:{int(port) + 1}, or "
+                f"python manage.py demo --serve {host}:{int(port) + 1}"
+            ) from exc

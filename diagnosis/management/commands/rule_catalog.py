@@ -4,13 +4,14 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from diagnosis.core.rules.registry import all_rules
-from diagnosis.rule_text import render_rule_catalog
+from diagnosis.rule_text import render_rule_catalog, render_xid_catalog
 
 
 class Command(BaseCommand):
     help = (
-        "Write diagnosis/rule_catalog.py, the rules' titles and docs marked for translation "
-        "(or, with --check, fail if it is stale)."
+        "Write diagnosis/rule_catalog.py, the rules' titles and docs marked for translation, "
+        "and diagnosis/xid_text.py, the Xid catalog's meanings and actions (or, with --check, "
+        "fail if either is stale)."
     )
 
     def add_arguments(self, parser):
@@ -21,16 +22,21 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, out: str, check: bool, **options):
-        text = render_rule_catalog(all_rules())
         path = Path(out)
-        if check:
-            current = path.read_text() if path.exists() else ""
-            if current != text:
-                raise CommandError(
-                    f"{path} is stale: run `python manage.py rule_catalog`, then makemessages",
-                    returncode=1,
-                )
-            self.stdout.write(f"{path} is up to date ({len(all_rules())} rules)")
-            return
-        path.write_text(text)
-        self.stdout.write(f"wrote {path} ({len(all_rules())} rules)")
+        catalogs = [
+            (path, render_rule_catalog(all_rules())),
+            (path.with_name("xid_text.py"), render_xid_catalog()),
+        ]
+        for target, text in catalogs:
+            if check:
+                current = target.read_text() if target.exists() else ""
+                if current != text:
+                    raise CommandError(
+                        f"{target} is stale: run `python manage.py rule_catalog`, then "
+                        "makemessages",
+                        returncode=1,
+                    )
+                self.stdout.write(f"{target} is up to date")
+                continue
+            target.write_text(text)
+            self.stdout.write(f"wrote {target}")

@@ -5,8 +5,9 @@ custom ``from``/``to``, in snapshot time, and the picker that chooses it
 A preset ends at the page's newest data (the latest good snapshot), not at the wall clock, so a
 simulated cluster whose clock runs ahead or behind still shows its last hour. Custom bounds are
 parsed as the fairness report's are (:func:`diagnosis.reports.period.parse_moment`: a date is
-its midnight UTC, a time without a zone is UTC), so the browser's ``datetime-local`` inputs
-work as they are.
+its midnight, a time without a zone is in the reader's zone), and the picker's inputs are
+24-hour text in that zone (``2026-12-01 14:05``), never the browser's locale-formatted
+``datetime-local`` (a 12-hour clock beside 24-hour times on the page).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.http import QueryDict
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from diagnosis.pages.support.time_zone import zone_label
 from diagnosis.reports.period import PeriodError, parse_moment
 
 RANGE_PRESETS: dict[str, timedelta] = {
@@ -34,7 +37,7 @@ RANGE_LABELS: dict[str, Any] = {
     "7d": _("7 d"),
 }
 LONGEST_RANGE = timedelta(days=31)
-INPUT_FORMAT = "%Y-%m-%dT%H:%M"  # what <input type="datetime-local"> reads and sends
+INPUT_FORMAT = "%Y-%m-%d %H:%M"  # the picker's 24-hour text, in the reader's zone
 
 
 @dataclass(frozen=True)
@@ -83,9 +86,10 @@ class PresetLink:
 
 @dataclass(frozen=True)
 class RangePicker:
-    """What ``includes/range_picker.html`` shows: preset links, the custom bounds as the
-    ``datetime-local`` inputs want them, the other query parameters as hidden fields (a page's
-    filters survive a change of range) and the error of a custom range that could not be read."""
+    """What ``includes/range_picker.html`` shows: preset links, the custom bounds as 24-hour
+    text in the reader's zone (``zone``, its label), the other query parameters as hidden
+    fields (a page's filters survive a change of range) and the error of a custom range that
+    could not be read."""
 
     time_range: TimeRange
     presets: tuple[PresetLink, ...]
@@ -93,6 +97,7 @@ class RangePicker:
     to_value: str
     kept: tuple[tuple[str, str], ...]
     error: str = ""
+    zone: str = "UTC"
 
     @property
     def current_label(self) -> Any:
@@ -118,8 +123,14 @@ def range_picker(query: QueryDict, time_range: TimeRange, error: str = "") -> Ra
     return RangePicker(
         time_range=time_range,
         presets=tuple(presets),
-        from_value=time_range.start.astimezone(UTC).strftime(INPUT_FORMAT),
-        to_value=time_range.end.astimezone(UTC).strftime(INPUT_FORMAT),
+        from_value=input_value(time_range.start),
+        to_value=input_value(time_range.end),
         kept=tuple((name, value) for name, values in kept.lists() for value in values),
         error=error,
+        zone=zone_label(timezone.localtime(time_range.end)),
     )
+
+
+def input_value(moment: datetime) -> str:
+    """A bound as the picker's text shows it: 24-hour, in the reader's zone."""
+    return timezone.localtime(moment).strftime(INPUT_FORMAT)

@@ -77,9 +77,9 @@ def test_dave_approves_and_applies_binpack_in_a_browser(
         page.click("#action-apply")
         expect(page.locator("#rec-state")).to_have_text("Applied")
         expect(page.locator("ul.messages")).to_contain_text("Applied: sim apply")
-        audit = page.locator("#audit tbody tr").last
+        audit = page.locator("#audit tr.audit-row").last  # a row's before/after are tables
         expect(audit).to_contain_text("dave")
-        expect(audit).to_contain_text("apply")
+        expect(audit).to_contain_text("Applied")
         expect(page.locator("#applied-command")).to_contain_text("placement-policy")
         expect(page.locator("#action-rollback")).to_be_visible()
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)

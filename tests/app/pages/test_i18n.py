@@ -16,7 +16,7 @@ from django.test import Client
 from django.utils import translation
 
 from diagnosis.core.rules.registry import all_rules
-from diagnosis.rule_text import render_rule_catalog
+from diagnosis.rule_text import render_rule_catalog, render_xid_catalog, xid_texts
 from tests.conftest import REPO_ROOT, running_in_ci
 from tests.support.world import logged_in_client
 
@@ -139,3 +139,41 @@ def test_the_rule_catalog_is_up_to_date() -> None:
     current = (REPO_ROOT / "diagnosis" / "rule_catalog.py").read_text()
 
     assert current == render_rule_catalog(all_rules())
+
+
+def test_the_xid_text_is_up_to_date_and_every_meaning_and_action_is_translated() -> None:
+    """Issue #32 item 12: the Xid's meaning and action, on-call's most important text, were
+    English on a Chinese page. diagnosis/xid_text.py is generated with the rule catalog."""
+    current = (REPO_ROOT / "diagnosis" / "xid_text.py").read_text()
+
+    assert current == render_xid_catalog()
+    with translation.override("zh-hans"):
+        untranslated = [text for text in xid_texts() if translation.gettext(text) == text]
+    assert untranslated == []
+    assert len(xid_texts()) > 100
+
+
+def test_the_xid_79_incident_reads_in_chinese(make_cluster, erin) -> None:
+    from diagnosis.models import Incident  # noqa: PLC0415
+
+    cluster = make_cluster("shanghai")
+    incident = Incident.objects.create(
+        cluster=cluster,
+        node="gpu-100",
+        gpu_index=3,
+        xid_code=79,
+        fingerprint="xid-79",
+        source="rule:xid",
+        summary="Xid 79 on gpu-100 GPU 3: ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS: GPU has "
+        "fallen off the bus.",
+    )
+    client = logged_in_client(erin)
+
+    text = client.get(
+        f"/clusters/shanghai/incidents/{incident.pk}/", HTTP_ACCEPT_LANGUAGE="zh-Hans"
+    ).content.decode()
+
+    assert "GPU 已从总线上掉线。" in text  # the meaning, in the summary and under What broke
+    assert "排空该节点并重启（整机冷重启）" in text  # the action
+    assert "gpu-100 的 GPU 3 上发生 Xid 79" in text
+    assert "GPU has fallen off the bus" not in text

@@ -66,7 +66,8 @@ def test_the_pickers_links_keep_the_pages_other_parameters() -> None:
 
     assert picker.presets[0].query == "pool=a100&range=1h"
     assert picker.kept == (("pool", "a100"),)
-    assert (picker.from_value, picker.to_value) == ("2026-11-28T08:00", "2026-11-28T09:00")
+    # 24-hour text in the reader's zone (UTC here), never a browser's datetime-local (#32 item 6)
+    assert (picker.from_value, picker.to_value) == ("2026-11-28 08:00", "2026-11-28 09:00")
 
 
 # -- the live status fragment -------------------------------------------------------------------
