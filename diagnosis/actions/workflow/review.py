@@ -146,24 +146,7 @@ def approve_recommendation(
         harm = predicted_harm(rec)
         if harm and not confirm_harm:
             raise HarmNotConfirmed(harm)
-        now = timezone.now()
-        rec.requested_by = requester
-        rec.requested_at = rec.requested_at or now
-        rec.state = State.APPROVED
-        rec.approved_by = user
-        rec.approved_at = now
-        rec.expires_at = now + timedelta(seconds=settings.GPUOBS_APPROVAL_TTL_SECONDS)
-        rec.status_message = ""
-        save_fields(
-            rec,
-            "requested_by",
-            "requested_at",
-            "state",
-            "approved_by",
-            "approved_at",
-            "expires_at",
-            "status_message",
-        )
+        _mark_approved(rec, requested_by=requester, approved_by=user, message="")
         audit(
             rec,
             actor_name(user),
@@ -178,6 +161,35 @@ def approve_recommendation(
         dry_run_on_commit(rec.pk)
         request_reestimate(rec)  # today's figures: a material change asks the approver again
     return rec
+
+
+def _mark_approved(
+    rec: Recommendation,
+    *,
+    requested_by: AbstractBaseUser | None,
+    approved_by: AbstractBaseUser | None,
+    message: str,
+) -> None:
+    """Write a change's approval (the caller holds its lock and writes the audit row); it
+    lapses after ``GPUOBS_APPROVAL_TTL_SECONDS``."""
+    now = timezone.now()
+    rec.requested_by = requested_by
+    rec.requested_at = rec.requested_at or now
+    rec.state = State.APPROVED
+    rec.approved_by = approved_by
+    rec.approved_at = now
+    rec.expires_at = now + timedelta(seconds=settings.GPUOBS_APPROVAL_TTL_SECONDS)
+    rec.status_message = message
+    save_fields(
+        rec,
+        "requested_by",
+        "requested_at",
+        "state",
+        "approved_by",
+        "approved_at",
+        "expires_at",
+        "status_message",
+    )
 
 
 def approve_by_policy(
@@ -201,23 +213,8 @@ def approve_by_policy(
             raise WorkflowError(
                 f"requested by {rec.requested_by.get_username()}: it awaits a person's approval"
             )
-        now = timezone.now()
-        rec.requested_by = written_by
-        rec.requested_at = rec.requested_at or now
-        rec.state = State.APPROVED
-        rec.approved_by = approved_by
-        rec.approved_at = now
-        rec.expires_at = now + timedelta(seconds=settings.GPUOBS_APPROVAL_TTL_SECONDS)
-        rec.status_message = f"approved by {actor}"
-        save_fields(
-            rec,
-            "requested_by",
-            "requested_at",
-            "state",
-            "approved_by",
-            "approved_at",
-            "expires_at",
-            "status_message",
+        _mark_approved(
+            rec, requested_by=written_by, approved_by=approved_by, message=f"approved by {actor}"
         )
         audit(
             rec,
