@@ -44,6 +44,7 @@ from diagnosis.actions.workflow.base import (
     WorkflowError,
     actor_name,
 )
+from diagnosis.actions.workflow.review import create_rollback
 from diagnosis.choices import IncidentState
 from diagnosis.core import xid_catalog
 from diagnosis.core.incident_hits import HIT_WINDOW, NodeView, node_view
@@ -496,16 +497,19 @@ def _follow(
     if details != incident.details or healthy_since != incident.healthy_since:
         incident.details, incident.healthy_since = details, healthy_since
         incident.save(update_fields=["details", "healthy_since"])  # only what changed is written
+    _propose_resume(incident, health, as_of)
+    unattended = _resolves_unattended(incident)
     if (
         incident.source in FOLLOWED_SOURCES
-        and incident.state in (State.ACKNOWLEDGED, State.MITIGATING)
+        and (incident.state in (State.ACKNOWLEDGED, State.MITIGATING) or unattended)
         and incident.healthy_since is not None
         and _healthy_long_enough(incident, as_of)
     ):
         before = incident.state
-        _resolve(
-            incident, at=as_of, by=None, note="the GPU has been healthy for the healthy period"
-        )
+        note = "the GPU has been healthy for the healthy period"
+        if before == State.OPEN:
+            note += " (an application-level Xid: nothing to service, nobody had to acknowledge)"
+        _resolve(incident, at=as_of, by=None, note=note)
         record_event(
             incident,
             SYSTEM_CYCLE,
@@ -516,6 +520,55 @@ def _follow(
             text=f"healthy since {incident.healthy_since:%Y-%m-%d %H:%M} UTC",
         )
         stats["resolved"] += 1
+
+
+def _resolves_unattended(incident: Incident) -> bool:
+    """An ``xid`` incident of a code that needs no GPU service (13, 31, 43: restart the
+    application) resolves with its finding even if nobody acknowledged it; a GPU-fatal one
+    waits for a person, who has to have looked at a GPU that needed a reset or service."""
+    return (
+        incident.source == SOURCE_XID
+        and incident.xid_code is not None
+        and not xid_catalog.is_critical(incident.xid_code)
+        and Finding.objects.filter(pk=incident.finding_id, state="resolved").exists()
+    )
+
+
+def _propose_resume(incident: Incident, health: Mapping[str, Any], as_of: datetime) -> None:
+    """Once the GPU of an incident whose drain was applied is healthy again (repaired, no Xid)
+    while its node is still out, gpuobs proposes putting the node back: the drain's rollback,
+    which a person requests and another approves. Proposed once per incident (noted in
+    ``details.resume``); the finding and the incident resolve after the node is back."""
+    rec = incident.drain
+    details = incident.details or {}
+    if (
+        rec is None
+        or rec.state not in APPLIED_STATES
+        or details.get("resume")
+        or incident.gpu_index is None
+        or health["gpu_health"] != "ok"
+        or health["xids"]
+        or health["node_state"] not in ("cordoned", "drained")
+    ):
+        return
+    reason = (
+        f"incident #{incident.pk}: GPU {incident.node}/{incident.gpu_index} is healthy again;"
+        f" put {incident.node} back in service"
+    )
+    try:
+        undo = create_rollback(rec, user=None, reason=reason, approved=False)
+    except WorkflowError as exc:  # one already under way, or nothing known to go back to
+        undo, reason = None, f"no resume proposed: {exc}"
+    incident.details = {**details, "resume": undo.pk if undo else reason}
+    incident.save(update_fields=["details"])
+    record_event(
+        incident,
+        SYSTEM_CYCLE,
+        "resume-proposed" if undo else "note",
+        time=as_of,
+        text=f"resume of {incident.node} proposed (#{undo.pk})" if undo else reason,
+        details={"recommendation": undo.pk} if undo else {},
+    )
 
 
 def _healthy_long_enough(incident: Incident, as_of: datetime) -> bool:
