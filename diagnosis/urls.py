@@ -67,6 +67,7 @@ cluster_pages = [
 
 urlpatterns = [
     path("", page("clusters:cluster_list"), name="cluster_list"),
+    path("live/", page("live:fleet_live_status"), name="fleet_live"),
     path("people/", page("people:people"), name="people"),  # the admin role's (docs/ui.md)
     path("clusters/", RedirectView.as_view(pattern_name="diagnosis:cluster_list")),
     path("clusters/<slug:name>/", include(cluster_pages)),

@@ -65,6 +65,7 @@ from diagnosis.choices import FindingState, IncidentState, Severity
 from diagnosis.core.rules.base import SEVERITIES, Rule
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.models import Cluster, ClusterCycle, DeliveryState, Finding, Incident
+from diagnosis.pages.live import latest_good_cycle
 from diagnosis.pages.support import page_cache
 from diagnosis.pages.support.time_range import TimeRange, range_picker
 from diagnosis.reports.period import PeriodError
@@ -315,7 +316,8 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
                 open_incidents=incidents.get(cluster.pk, 0),
             )
         )
-    return render(request, "diagnosis/cluster_list.html", {"rows": table})
+    good = latest_good_cycle(request, None)  # the live status line (docs/ui.md)
+    return render(request, "diagnosis/cluster_list.html", {"rows": table, "good": good})
 
 
 # -- the cluster overview ------------------------------------------------------------------------

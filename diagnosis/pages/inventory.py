@@ -381,6 +381,7 @@ def node_detail(request: HttpRequest, name: str, node: str) -> HttpResponse:
             label=str(_("Utilization of each GPU of the node over the range")),
         ),
         "points": max((len(s) for s in series.values()), default=0),
+        "good": latest_good_cycle(request, cluster),  # the live status line (docs/ui.md)
     }
     return render(request, "diagnosis/node_detail.html", context)
 
@@ -436,6 +437,7 @@ def gpu_detail(request: HttpRequest, name: str, node: str, index: int) -> HttpRe
             "gpu-series",
             label=str(_("This GPU's metrics over the range, one panel each")),
         ),
+        "good": latest_good_cycle(request, cluster),  # the live status line (docs/ui.md)
     }
     return render(request, "diagnosis/gpu_detail.html", context)
 
