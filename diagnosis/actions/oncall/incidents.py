@@ -566,7 +566,12 @@ def _propose_resume(incident: Incident, health: Mapping[str, Any], as_of: dateti
         SYSTEM_CYCLE,
         "resume-proposed" if undo else "note",
         time=as_of,
-        text=f"resume of {incident.node} proposed (#{undo.pk})" if undo else reason,
+        text=(
+            f"GPU {incident.node}/{incident.gpu_index} ok again:"
+            f" resume of {incident.node} proposed (#{undo.pk})"
+            if undo
+            else reason
+        ),
         details={"recommendation": undo.pk} if undo else {},
     )
 
