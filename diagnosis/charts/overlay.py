@@ -47,6 +47,8 @@ def gpus_overlay(series: Mapping[str, list[Mapping[str, Any]]], metric: str) -> 
     times, mean, low, high, counts = spread(series, metric)
     x = epoch_ms(times)
     band = gettext("lowest to highest")
+    highest, lowest, mean_word = gettext("highest"), gettext("lowest"), gettext("mean")
+    gpus_word = gettext("GPUs")
     traces = [
         go.Scatter(
             x=x,
@@ -55,7 +57,7 @@ def gpus_overlay(series: Mapping[str, list[Mapping[str, Any]]], metric: str) -> 
             line={"width": 0},
             name=band,
             showlegend=False,
-            hovertemplate=f"%{{y:{fmt}}}<extra>{gettext('highest')}</extra>",
+            hovertemplate=f"%{{y:{fmt}}}<extra>{highest}</extra>",
         ),
         go.Scatter(
             x=x,
@@ -65,7 +67,7 @@ def gpus_overlay(series: Mapping[str, list[Mapping[str, Any]]], metric: str) -> 
             fill="tonexty",
             name=band,
             fillcolor="rgba(59, 110, 214, 0.2)",
-            hovertemplate=f"%{{y:{fmt}}}<extra>{gettext('lowest')}</extra>",
+            hovertemplate=f"%{{y:{fmt}}}<extra>{lowest}</extra>",
         ),
         go.Scatter(
             x=x,
@@ -74,7 +76,7 @@ def gpus_overlay(series: Mapping[str, list[Mapping[str, Any]]], metric: str) -> 
             name=gettext("mean of %(n)d GPUs") % {"n": len(series)},
             customdata=counts,
             connectgaps=False,
-            hovertemplate=f"%{{y:{fmt}}} (%{{customdata}} GPUs)<extra>{gettext('mean')}</extra>",
+            hovertemplate=f"%{{y:{fmt}}} (%{{customdata}} {gpus_word})<extra>{mean_word}</extra>",
         ),
     ]
     return go.Figure(data=traces, layout=series_layout(label, fmt))
