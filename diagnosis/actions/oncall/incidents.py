@@ -35,6 +35,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from diagnosis import roles
+from diagnosis.actions.oncall.history import SYSTEM_CYCLE, record_audit, record_event
+from diagnosis.actions.oncall.recovery import SOURCE_XID, propose_resume, resolves_unattended
 from diagnosis.actions.oncall.windows import DecodedSnapshots, iso, jobs_hit, window_hits
 from diagnosis.actions.records.events import DRAIN_EVICTION_WINDOW, drain_evictions
 from diagnosis.actions.records.findings import cluster_overrides
@@ -44,14 +46,12 @@ from diagnosis.actions.workflow.base import (
     WorkflowError,
     actor_name,
 )
-from diagnosis.actions.workflow.review import create_rollback
 from diagnosis.choices import IncidentState
 from diagnosis.core import xid_catalog
 from diagnosis.core.incident_hits import HIT_WINDOW, NodeView, node_view
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.core.vocabulary import UNAVAILABLE_NODE_STATES, parse_time
 from diagnosis.models import (
-    AuditEntry,
     Cluster,
     Finding,
     Incident,
@@ -61,10 +61,8 @@ from diagnosis.models import (
 
 State = IncidentState
 
-SOURCE_XID = "rule:xid"
 SOURCE_NODE_HEALTH = "node-health"  # every GPU of a node unhealthy, no GPU named
 FOLLOWED_SOURCES = (SOURCE_XID, SOURCE_NODE_HEALTH)  # the cycle follows and resolves these
-SYSTEM_CYCLE = "system:cycle"
 NOT_HEALTHY_NODE_STATES = UNAVAILABLE_NODE_STATES  # the xid rule's test too
 UNRESOLVED = (State.OPEN, State.ACKNOWLEDGED, State.MITIGATING)
 
@@ -75,42 +73,6 @@ def healthy_period(cluster: Cluster) -> timedelta:
     rule = all_rules()["xid"]
     thresholds = rule.resolve(cluster_overrides(cluster).get(rule.id))
     return timedelta(seconds=rule.keep_firing_for(thresholds))
-
-
-# -- history -------------------------------------------------------------------------------------
-
-
-def record_event(
-    incident: Incident,
-    actor: str,
-    kind: str,
-    *,
-    before: str = "",
-    after: str = "",
-    text: str = "",
-    details: Mapping[str, Any] | None = None,
-    time: datetime | None = None,
-) -> IncidentEvent:
-    return IncidentEvent.objects.create(
-        incident=incident,
-        time=time or timezone.now(),
-        actor=actor,
-        kind=kind,
-        state_before=before,
-        state_after=after,
-        text=text,
-        details=dict(details or {}),
-    )
-
-
-def record_audit(incident: Incident, user: AbstractBaseUser, action: str, **values: Any) -> None:
-    AuditEntry.objects.create(
-        actor=actor_name(user),
-        action=action,
-        target=f"incident:{incident.pk}",
-        cluster_id=incident.cluster_id,
-        **values,
-    )
 
 
 def lock_incident(incident: Incident) -> Incident:
@@ -497,8 +459,8 @@ def _follow(
     if details != incident.details or healthy_since != incident.healthy_since:
         incident.details, incident.healthy_since = details, healthy_since
         incident.save(update_fields=["details", "healthy_since"])  # only what changed is written
-    _propose_resume(incident, health, as_of)
-    unattended = _resolves_unattended(incident)
+    propose_resume(incident, health, as_of)
+    unattended = resolves_unattended(incident)
     if (
         incident.source in FOLLOWED_SOURCES
         and (incident.state in (State.ACKNOWLEDGED, State.MITIGATING) or unattended)
@@ -520,60 +482,6 @@ def _follow(
             text=f"healthy since {incident.healthy_since:%Y-%m-%d %H:%M} UTC",
         )
         stats["resolved"] += 1
-
-
-def _resolves_unattended(incident: Incident) -> bool:
-    """An ``xid`` incident of a code that needs no GPU service (13, 31, 43: restart the
-    application) resolves with its finding even if nobody acknowledged it; a GPU-fatal one
-    waits for a person, who has to have looked at a GPU that needed a reset or service."""
-    return (
-        incident.source == SOURCE_XID
-        and incident.xid_code is not None
-        and not xid_catalog.is_critical(incident.xid_code)
-        and Finding.objects.filter(pk=incident.finding_id, state="resolved").exists()
-    )
-
-
-def _propose_resume(incident: Incident, health: Mapping[str, Any], as_of: datetime) -> None:
-    """Once the GPU of an incident whose drain was applied is healthy again (repaired, no Xid)
-    while its node is still out, gpuobs proposes putting the node back: the drain's rollback,
-    which a person requests and another approves. Proposed once per incident (noted in
-    ``details.resume``); the finding and the incident resolve after the node is back."""
-    rec = incident.drain
-    details = incident.details or {}
-    if (
-        rec is None
-        or rec.state not in APPLIED_STATES
-        or details.get("resume")
-        or incident.gpu_index is None
-        or health["gpu_health"] != "ok"
-        or health["xids"]
-        or health["node_state"] not in ("cordoned", "drained")
-    ):
-        return
-    reason = (
-        f"incident #{incident.pk}: GPU {incident.node}/{incident.gpu_index} is healthy again;"
-        f" put {incident.node} back in service"
-    )
-    try:
-        undo = create_rollback(rec, user=None, reason=reason, approved=False)
-    except WorkflowError as exc:  # one already under way, or nothing known to go back to
-        undo, reason = None, f"no resume proposed: {exc}"
-    incident.details = {**details, "resume": undo.pk if undo else reason}
-    incident.save(update_fields=["details"])
-    record_event(
-        incident,
-        SYSTEM_CYCLE,
-        "resume-proposed" if undo else "note",
-        time=as_of,
-        text=(
-            f"GPU {incident.node}/{incident.gpu_index} ok again:"
-            f" resume of {incident.node} proposed (#{undo.pk})"
-            if undo
-            else reason
-        ),
-        details={"recommendation": undo.pk} if undo else {},
-    )
 
 
 def _healthy_long_enough(incident: Incident, as_of: datetime) -> bool:
