@@ -31,7 +31,8 @@ from diagnosis.pages.support.snapshots import (
     GpuMetrics,
     gpu_metrics,
     gpu_series,
-    latest_document,
+    latest_snapshot,
+    snapshot_document,
 )
 from diagnosis.pages.support.time_range import TimeRange, range_picker
 from diagnosis.reports.period import PeriodError
@@ -113,10 +114,10 @@ def gpu_overlay(request: HttpRequest, name: str) -> HttpResponse:
         "max_lines": MAX_LINES,
         "good": latest_good_cycle(request, cluster),  # the live status line (docs/ui.md)
     }
-    latest, document = latest_document(cluster)
+    latest = latest_snapshot(cluster)
     if latest is None:
         return render(request, "diagnosis/gpu_overlay.html", context)
-    metrics = gpu_metrics(latest.id, document)
+    metrics = gpu_metrics(latest.id)  # the GPUs alone: the jobs are read only for ``?job=``
     errors: list[str] = context["errors"]
     if len(refs) > MAX_ASKED:
         errors.append(
@@ -130,7 +131,7 @@ def gpu_overlay(request: HttpRequest, name: str) -> HttpResponse:
             % {"refs": ", ".join(unknown)}
         )
     if job is not None:
-        held = job_keys(document, job.external_id, metrics)
+        held = job_keys(snapshot_document(latest.id), job.external_id, metrics)
         if not held:
             errors.append(_("Job %(job)s holds no GPU in the latest snapshot.") % {"job": job_id})
         keys += [k for k in held if k not in keys]
