@@ -294,7 +294,7 @@ def record_incidents(
     loaded.prefetch_jobs(cluster, {job_id for hit in hits for job_id in hit})
     for incident in followed:
         _follow(incident, document, as_of, stats, loaded, nodes)
-    _note_recent_drains(cluster, document, as_of)
+    _note_recent_drains(cluster, document, as_of, nodes)
     return stats
 
 
@@ -554,9 +554,12 @@ def drain_decided_at(incident: Incident) -> datetime | None:
 RECENT_DRAIN_LOOKBACK = timedelta(days=1)
 
 
-def _note_recent_drains(cluster: Cluster, document: Mapping[str, Any], as_of: datetime) -> None:
+def _note_recent_drains(
+    cluster: Cluster, document: Mapping[str, Any], as_of: datetime, nodes: NodeView
+) -> None:
     """The evictions of drains that ended their incident (resolved right after the drain) while
-    their window is open: an unresolved incident's are noted as it is followed."""
+    their window is open: an unresolved incident's are noted as it is followed. Such an
+    incident's node, still out once its GPU is healthy again, gets its resume proposed too."""
     recently = timezone.now() - RECENT_DRAIN_LOOKBACK  # our clock: when it was resolved
     for incident in (
         Incident.objects.select_for_update()
@@ -565,6 +568,8 @@ def _note_recent_drains(cluster: Cluster, document: Mapping[str, Any], as_of: da
         )
         .select_related("drain")
     ):
+        if incident.source in FOLLOWED_SOURCES:
+            propose_resume(incident, _gpu_health(nodes, incident.node, incident.gpu_index), as_of)
         since = drain_decided_at(incident)
         if since is None or as_of > since + DRAIN_EVICTION_WINDOW:
             continue

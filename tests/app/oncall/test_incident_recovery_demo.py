@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from diagnosis.actions.oncall.drain import drain_for_incident
+from diagnosis.actions.oncall.incidents import resolve_incident_by
 from diagnosis.actions.workflow.review import set_cluster_writes
 from diagnosis.models import Cluster, Finding, Incident, Recommendation
 from tests.support.records import request_approve_apply, run_cycles, seed_demo_cluster
@@ -78,6 +79,23 @@ def test_the_repaired_gpu_resolves_its_incident_through_a_resume(
     assert incident.resolved_by is None
     assert incident.history.filter(kind="resolved", actor="system:cycle").exists()
     assert drain.rollbacks.count() == 1  # proposed once
+
+
+def test_a_drained_incident_resolved_by_hand_still_gets_its_resume(
+    demo, erin, django_capture_on_commit_callbacks, celery_eager
+):
+    """erin resolves the incident right after the drain (the GPU "reseated"): the node must not
+    stay out for good."""
+    incident = xid_incident(demo, "gpu-100", 3)
+    with django_capture_on_commit_callbacks(execute=True):
+        drain = drain_for_incident(incident, erin)
+    resolve_incident_by(xid_incident(demo, "gpu-100", 3), erin, note="GPU reseated")
+
+    cycles_until(demo, lambda: drain.rollbacks.exists(), limit=6)
+
+    undo = drain.rollbacks.get()
+    assert (undo.state, undo.change["to"]) == ("proposed", "ready")
+    assert xid_incident(demo, "gpu-100", 3).history.filter(kind="resume-proposed").exists()
 
 
 def test_the_application_level_xid_incident_resolves_with_its_finding_unacknowledged(demo):
