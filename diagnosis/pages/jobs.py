@@ -47,6 +47,7 @@ from diagnosis.core.rules.facts import peak_tflops
 from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import Cluster, Finding, Job, Queue, SchedulerEvent, Snapshot, Tenant
 from diagnosis.pages.incidents import job_drains
+from diagnosis.pages.live import latest_good_cycle
 from diagnosis.pages.support.pagination import paginate
 from diagnosis.pages.support.snapshots import (
     GpuKey,
@@ -152,6 +153,7 @@ def job_list(request: HttpRequest, name: str) -> HttpResponse:
         ),
         "as_of": as_of,
         "rows": [(job, wait_s(job, as_of)) for job in page.object_list],
+        "good": latest_good_cycle(request, cluster),  # the live status line (docs/ui.md)
     }
     return render(request, "diagnosis/job_list.html", context)
 

@@ -26,6 +26,7 @@ from diagnosis.core.fairness import tree_water_fill
 from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import Cluster
 from diagnosis.pages.jobs import findings_naming_jobs
+from diagnosis.pages.live import latest_good_cycle
 from diagnosis.pages.support.snapshots import StoredSnapshot, latest_document
 from diagnosis.pages.support.sorting import TableSort
 from diagnosis.roles import is_tenant_scoped
@@ -257,6 +258,7 @@ def queue_list(request: HttpRequest, name: str) -> HttpResponse:
         "tenant": tenant,
         "pending_only": pending_only,
         "tenant_choices": sorted({r.tenant for r in rows.values() if r.tenant}),
+        "good": latest_good_cycle(request, cluster),  # the live status line (docs/ui.md)
     }
     return render(request, "diagnosis/queue_list.html", context)
 
