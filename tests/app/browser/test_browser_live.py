@@ -1,10 +1,10 @@
 """Issue #32 item 8 in a real browser (Debian's headless Chromium via Playwright): every page
 that shows the latest cycle follows new cycles without a reload -- the cluster list, the
-incidents, findings, node, job and queue lists, a node's page and a GPU's page (the overview's own test is
-in test_browser_chrome.py). On each page a cycle is stored while it is open; the test waits
-for the status line's poll to name the new cycle, then for the page's live region to be
-swapped for the server's new version (a mark set on the old region is gone) showing the new
-cycle's data, and checks the page was never reloaded. Screenshots: var/screenshots/live/."""
+incidents, findings, node, job and queue lists, a node's page and a GPU's page (the overview's
+own test is in test_browser_chrome.py). On each page a cycle is stored while it is open; the
+test waits for the status line's poll to name the new cycle, then for the page's live region
+to be swapped for the server's new version (a mark set on the old region is gone) showing the
+new cycle's data, and checks the page was never reloaded. Screenshots: var/screenshots/live/."""
 
 from __future__ import annotations
 
