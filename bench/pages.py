@@ -77,12 +77,21 @@ def main(argv: list[str] | None = None) -> int:
             ("job list (pending or running)", f"{base}/jobs/"),
             ("job list, search 'team-a'", f"{base}/jobs/?q=team-a&state=all"),
             ("job list, page 200 of all", f"{base}/jobs/?state=all&page=200"),
+            ("job list, all by longest wait", f"{base}/jobs/?state=all&sort=-wait"),
+            ("job list, all by most GPUs", f"{base}/jobs/?state=all&sort=-gpus"),
+            ("node table, unhealthy, most Xids", f"{base}/nodes/?health=unhealthy&sort=-xids"),
             ("queue list", f"{base}/queues/"),
+            ("queue list by use", f"{base}/queues/?sort=-used"),
             ("node page", f"{base}/nodes/{node}/"),
             ("GPU page", f"{base}/nodes/{node}/gpus/0/"),
             ("queue page", f"{base}/queues/{pending['queue']}/"),
             ("job page (running)", f"{base}/jobs/{running['id']}/"),
             ("job page (pending)", f"{base}/jobs/{pending['id']}/"),
+            (
+                "overlay, 4 nodes' 32 GPUs",
+                f"{base}/overlay/?gpu="
+                + "+".join(f"{n['name']}/{i}" for n in document["nodes"][:4] for i in range(8)),
+            ),
         ]
         for label, path in pages:
             snapshots.forget_cached()

@@ -57,6 +57,7 @@ cluster_pages = [
     path("nodes/<str:node>/", page("inventory:node_detail"), name="node"),
     path("nodes/<str:node>/gpus/<int:index>/", page("inventory:gpu_detail"), name="gpu"),
     path("gpus/<str:uuid>/", page("inventory:gpu_by_uuid"), name="gpu_uuid"),
+    path("overlay/", page("overlay:gpu_overlay"), name="gpu_overlay"),  # issue #32
     path("queues/", page("queues:queue_list"), name="queues"),
     path("queues/<str:queue>/", page("queues:queue_detail"), name="queue"),
     path("jobs/", page("jobs:job_list"), name="jobs"),
@@ -67,6 +68,7 @@ cluster_pages = [
 
 urlpatterns = [
     path("", page("clusters:cluster_list"), name="cluster_list"),
+    path("live/", page("live:fleet_live_status"), name="fleet_live"),
     path("people/", page("people:people"), name="people"),  # the admin role's (docs/ui.md)
     # the autopilot's remediation policies (docs/autopilot.md)
     path("autopilot/", page("autopilot:autopilot_list"), name="autopilot"),

@@ -389,10 +389,6 @@ HEATMAP_IDLE = "#d9480f"
 HEATMAP_UTIL_SCALE = [[0.0, HEATMAP_IDLE], [0.05, "#fdba74"], [0.5, "#8fb5f0"], [1.0, "#1d3f9e"]]
 
 
-def _epoch_ms(times: Iterable[datetime]) -> np.ndarray:
-    return reader_epoch_ms(times)
-
-
 def _column(rows: list[Mapping[str, Any]], key: str) -> np.ndarray:
     return np.array(
         [np.nan if row.get(key) is None else float(row[key]) for row in rows], dtype=float
@@ -409,7 +405,7 @@ def gpu_metric_series(rows: list[Mapping[str, Any]]) -> go.Figure:
         vertical_spacing=0.035,
         subplot_titles=[gettext(label) for _key, label, _fmt, _unit in GPU_SERIES],
     )
-    times = _epoch_ms(row["as_of"] for row in rows)
+    times = reader_epoch_ms(row["as_of"] for row in rows)
     for i, (key, english, fmt, unit) in enumerate(GPU_SERIES, start=1):
         label = gettext(english)
         figure.add_trace(
@@ -449,12 +445,10 @@ def gpus_util_series(
 ) -> go.Figure:
     """Several GPUs' ``metric`` over time, a line each (the node page, the job page): ``series``
     maps a GPU's label to its rows (``as_of`` and the metric)."""
-    label, fmt = next(
-        ((gettext(lbl), f) for k, lbl, f, _u in GPU_SERIES if k == metric), (metric, ".2f")
-    )
+    label, fmt = metric_label(metric)
     traces = [
         go.Scatter(
-            x=_epoch_ms(row["as_of"] for row in rows),
+            x=reader_epoch_ms(row["as_of"] for row in rows),
             y=_column(list(rows), metric),
             name=plotly_text(name),
             mode="lines",
@@ -463,17 +457,26 @@ def gpus_util_series(
         )
         for name, rows in series.items()
     ]
-    return go.Figure(
-        data=traces,
-        layout=figure_layout(
-            height=300,
-            hovermode="x unified",
-            legend={"orientation": "h", "x": 0, "y": -0.18},
-            margin={"l": 64, "r": 16, "t": 16, "b": 40},
-            xaxis=time_axis(),
-            yaxis=axis_style(
-                tickformat=fmt, range=[0, 1.02] if fmt == ".0%" else None, title={"text": label}
-            ),
+    return go.Figure(data=traces, layout=series_layout(label, fmt))
+
+
+def metric_label(metric: str) -> tuple[str, str]:
+    """The translated name and the plotly number format of a :data:`GPU_SERIES` metric."""
+    return next(((gettext(lbl), f) for k, lbl, f, _u in GPU_SERIES if k == metric), (metric, ".2f"))
+
+
+def series_layout(label: str, fmt: str) -> dict[str, Any]:
+    """The layout of a chart of GPUs' metric over time: the metric ``label`` on the y axis in
+    plotly format ``fmt`` (0..102% for fractions), time in the reader's zone on the x axis, the
+    legend below."""
+    return figure_layout(
+        height=300,
+        hovermode="x unified",
+        legend={"orientation": "h", "x": 0, "y": -0.18},
+        margin={"l": 64, "r": 16, "t": 16, "b": 40},
+        xaxis=time_axis(),
+        yaxis=axis_style(
+            tickformat=fmt, range=[0, 1.02] if fmt == ".0%" else None, title={"text": label}
         ),
     )
 

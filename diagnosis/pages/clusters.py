@@ -65,6 +65,7 @@ from diagnosis.choices import FindingState, IncidentState, Severity
 from diagnosis.core.rules.base import SEVERITIES, Rule
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.models import Cluster, ClusterCycle, DeliveryState, Finding, Incident
+from diagnosis.pages.live import latest_good_cycle
 from diagnosis.pages.support import page_cache
 from diagnosis.pages.support.time_range import TimeRange, range_picker
 from diagnosis.reports.period import PeriodError
@@ -278,7 +279,9 @@ def _open_incidents(user: Any, clusters: list[Cluster]) -> dict[int, int]:
 @require_safe
 def cluster_list(request: HttpRequest) -> HttpResponse:
     """Every cluster the user may read, with its headline figures."""
-    return render(request, "diagnosis/cluster_list.html", {"rows": cluster_rows(request.user)})
+    good = latest_good_cycle(request, None)  # the live status line (docs/ui.md)
+    context = {"rows": cluster_rows(request.user), "good": good}
+    return render(request, "diagnosis/cluster_list.html", context)
 
 
 def cluster_rows(user: Any) -> list[ClusterRow]:

@@ -42,7 +42,7 @@ from diagnosis.actions.oncall.incidents import (
 )
 from diagnosis.actions.workflow.base import APPLIED_STATES, WorkflowDenied, WorkflowError
 from diagnosis.actions.workflow.outcome import apply_outcome
-from diagnosis.choices import IncidentState, RecommendationKind
+from diagnosis.choices import FindingState, IncidentState, RecommendationKind
 from diagnosis.core import xid_catalog
 from diagnosis.models import Cluster, Incident, IncidentEvent, Snapshot
 from diagnosis.pages.live import latest_good_cycle
@@ -261,6 +261,10 @@ def incident_detail(request: HttpRequest, name: str, incident_id: int) -> HttpRe
         "resolved_wall": "resolved" in walls,
         "drain": drain,
         "drain_applied": drain is not None and drain.state in APPLIED_STATES,
+        "resume": drain.rollbacks.order_by("-id").first() if drain is not None else None,
+        "waits_for_acknowledgement": incident.state == IncidentState.OPEN
+        and incident.finding_id is not None
+        and incident.finding.state == FindingState.RESOLVED,
         "drain_jobs": _scoped((details.get("drain") or {}).get("jobs"), tenants),
         "can_handle": roles.can_handle_incidents(request.user),
         "can_drain": roles.can_apply(request.user, RecommendationKind.DRAIN_NODE)

@@ -44,6 +44,7 @@ from diagnosis.pages.support.snapshots import (
     latest_snapshot,
     node_view,
 )
+from diagnosis.pages.support.sorting import TableSort
 from diagnosis.pages.support.time_range import TimeRange, range_picker
 from diagnosis.reports.period import PeriodError
 from diagnosis.roles import is_tenant_scoped
@@ -174,19 +175,61 @@ def _has_problem(row: NodeRow) -> bool:
     return row.state != "ready" or row.unhealthy > 0 or row.xids > 0 or row.reported < row.gpus
 
 
-# The node table's orders (?sort=); the heatmap keeps pool and name order whatever the table's.
+# The node table's orders (?sort=KEY or -KEY, diagnosis/pages/support/sorting.py); the heatmap
+# keeps pool and name order whatever the table's. ``problems``: not ready, unhealthy GPUs or
+# Xids first, the worst first.
 NODE_SORTS: dict[str, Any] = {
     "name": lambda r: (r.pool, r.name),
-    "problems": lambda r: (not _has_problem(r), -r.unhealthy, -r.xids, r.pool, r.name),
-    "util": lambda r: (r.util_mean is None, r.util_mean or 0.0, r.pool, r.name),
+    "pool": lambda r: r.pool,
+    "state": lambda r: r.state,
+    "gpus": lambda r: r.gpus,
+    "util": lambda r: r.util_mean,
+    "unhealthy": lambda r: r.unhealthy,
+    "xids": lambda r: r.xids,
+    "problems": lambda r: (not _has_problem(r), -r.unhealthy, -r.xids),
+}
+NODE_SORTS_DESCENDING_FIRST = ("gpus", "unhealthy", "xids")
+NODE_STATES = ("ready", "cordoned", "drained", "down")
+NODE_HEALTH: dict[str, Any] = {
+    "unhealthy": _("with an unhealthy GPU or an Xid"),
+    "ok": _("every GPU healthy, no Xid"),
 }
 
 
-def _table_rows(rows: list[NodeRow], sort: str, problems_only: bool) -> list[NodeRow]:
-    """The node table's rows: ``?problems=1`` keeps the nodes not ready, with unhealthy GPUs,
-    Xids or GPUs that did not report; ``?sort=`` orders them (:data:`NODE_SORTS`)."""
-    chosen = [r for r in rows if _has_problem(r)] if problems_only else list(rows)
-    return sorted(chosen, key=NODE_SORTS[sort])
+@dataclass(frozen=True)
+class NodeFilter:
+    """The node table's filters: ``?state=`` (one of :data:`NODE_STATES`), ``?health=``
+    (:data:`NODE_HEALTH`), ``?problems=1`` (not ready, unhealthy GPUs, Xids or GPUs that did not
+    report)."""
+
+    state: str = ""
+    health: str = ""
+    problems_only: bool = False
+
+    @classmethod
+    def parse(cls, query: Mapping[str, Any]) -> NodeFilter:
+        state = query.get("state") or ""
+        health = query.get("health") or ""
+        return cls(
+            state=state if state in NODE_STATES else "",
+            health=health if health in NODE_HEALTH else "",
+            problems_only=query.get("problems") == "1",
+        )
+
+    def keeps(self, row: NodeRow) -> bool:
+        bad = row.unhealthy > 0 or row.xids > 0
+        return (
+            (not self.state or row.state == self.state)
+            and (not self.health or bad == (self.health == "unhealthy"))
+            and (not self.problems_only or _has_problem(row))
+        )
+
+
+def _table_rows(rows: list[NodeRow], sort: TableSort, filters: NodeFilter) -> list[NodeRow]:
+    """The node table's rows: those ``filters`` keep, in ``sort``'s order (:data:`NODE_SORTS`),
+    ties by pool and name."""
+    chosen = [r for r in rows if filters.keeps(r)]
+    return sort.apply(chosen, NODE_SORTS, tie=lambda r: (r.pool, r.name))
 
 
 def heatmap_matrix(
@@ -268,11 +311,17 @@ def node_list(request: HttpRequest, name: str) -> HttpResponse:
     latest = latest_snapshot(cluster)
     colorby = "health" if request.GET.get("color") == "health" else "util"
     pool = (request.GET.get("pool") or "").strip()
-    sort = request.GET.get("sort") if request.GET.get("sort") in NODE_SORTS else "name"
-    problems_only = request.GET.get("problems") == "1"
+    sort = TableSort.parse(
+        request.GET, NODE_SORTS, "name", descending_first=NODE_SORTS_DESCENDING_FIRST
+    )
+    filters = NodeFilter.parse(request.GET)
     context: dict[str, Any] = {
-        "sort": sort,
-        "problems_only": problems_only,
+        "sort": sort.param,
+        "table": sort,
+        "filters": filters,
+        "node_states": NODE_STATES,
+        "node_health": NODE_HEALTH,
+        "problems_only": filters.problems_only,
         "cluster": cluster,
         "section": "nodes",
         "latest": latest,
@@ -285,7 +334,7 @@ def node_list(request: HttpRequest, name: str) -> HttpResponse:
             ("heatmap", latest.id, cluster.name, colorby, pool, get_language()),
             lambda: _heatmap_view(cluster, latest, colorby, pool),
         )
-        rows = _table_rows(view["rows"], sort, problems_only)
+        rows = _table_rows(view["rows"], sort, filters)
         page, query = paginate(request, rows, NODES_PER_PAGE)
         context |= view | {"page": page, "query": query}
     return render(request, "diagnosis/node_list.html", context)
@@ -379,6 +428,7 @@ def node_detail(request: HttpRequest, name: str, node: str) -> HttpResponse:
             label=str(_("Utilization of each GPU of the node over the range")),
         ),
         "points": max((len(s) for s in series.values()), default=0),
+        "good": latest_good_cycle(request, cluster),  # the live status line (docs/ui.md)
     }
     return render(request, "diagnosis/node_detail.html", context)
 
@@ -435,6 +485,7 @@ def gpu_detail(request: HttpRequest, name: str, node: str, index: int) -> HttpRe
             "gpu-series",
             label=str(_("This GPU's metrics over the range, one panel each")),
         ),
+        "good": latest_good_cycle(request, cluster),  # the live status line (docs/ui.md)
     }
     return render(request, "diagnosis/gpu_detail.html", context)
 

@@ -15,7 +15,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import (
+    Case,
+    DateTimeField,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 from django.utils.translation import gettext_lazy as _
@@ -37,6 +47,7 @@ from diagnosis.core.rules.facts import peak_tflops
 from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import Cluster, Finding, Job, Queue, SchedulerEvent, Snapshot, Tenant
 from diagnosis.pages.incidents import job_drains
+from diagnosis.pages.live import latest_good_cycle
 from diagnosis.pages.support.forecasts import job_forecast
 from diagnosis.pages.support.pagination import paginate
 from diagnosis.pages.support.snapshots import (
@@ -46,6 +57,7 @@ from diagnosis.pages.support.snapshots import (
     job_records,
     node_view,
 )
+from diagnosis.pages.support.sorting import TableSort
 
 JOBS_PER_PAGE = 50
 LIFE_POINTS = 60
@@ -117,19 +129,20 @@ def job_list(request: HttpRequest, name: str) -> HttpResponse:
     filtered by state, tenant, queue and pool; 50 a page, the newest first."""
     cluster = get_cluster_for_user(request.user, name)
     filters = JobFilter.parse(request.GET)
-    jobs = (
-        filters.apply(jobs_for_user(request.user, cluster), cluster)
-        .select_related("tenant", "queue")
-        .order_by("-submitted_at", "-id")
+    sort = TableSort.parse(
+        request.GET, JOB_SORTS, "-submitted", descending_first=JOB_SORTS_DESCENDING_FIRST
     )
-    page, query = paginate(request, jobs, JOBS_PER_PAGE)
     as_of = (
         Snapshot.objects.filter(cluster=cluster)
         .order_by("-as_of")
         .values_list("as_of", flat=True)
         .first()
     )
+    jobs = filters.apply(jobs_for_user(request.user, cluster), cluster)
+    jobs = sorted_jobs(jobs, sort, as_of).select_related("tenant", "queue")
+    page, query = paginate(request, jobs, JOBS_PER_PAGE)
     context = {
+        "table": sort,
         "cluster": cluster,
         "section": "jobs",
         "page": page,
@@ -141,8 +154,48 @@ def job_list(request: HttpRequest, name: str) -> HttpResponse:
         ),
         "as_of": as_of,
         "rows": [(job, wait_s(job, as_of)) for job in page.object_list],
+        "good": latest_good_cycle(request, cluster),  # the live status line (docs/ui.md)
     }
     return render(request, "diagnosis/job_list.html", context)
+
+
+# The job table's orders (?sort=KEY or -KEY, diagnosis/pages/support/sorting.py): a column each,
+# done by the database (one indexed, paginated query), ties by id.
+JOB_SORTS: dict[str, Any] = {
+    "id": F("external_id"),
+    "name": F("name"),
+    "tenant": F("tenant__name"),
+    "queue": F("queue__name"),
+    "state": F("state"),
+    "gpus": F("pods") * F("gpus_per_pod"),
+    "submitted": F("submitted_at"),
+    "wait": None,  # the wait so far (see sorted_jobs)
+}
+JOB_SORTS_DESCENDING_FIRST = ("gpus", "submitted", "wait")
+NULLABLE_JOB_SORTS = ("tenant", "queue", "wait")
+
+
+def sorted_jobs(jobs: QuerySet[Job], sort: TableSort, as_of: datetime | None) -> QuerySet[Job]:
+    """``jobs`` in ``sort``'s order, nulls last either way. The wait is what the table shows
+    (:func:`wait_s`): until its start, or until the snapshot time ``as_of`` while pending; a
+    job that never started and is not pending has none."""
+    if sort.key == "wait":
+        end = Case(
+            When(started_at__isnull=False, then=F("started_at")),
+            When(state=JobState.PENDING, then=Value(as_of)),
+            default=None,
+            output_field=DateTimeField(),
+        )
+        value = ExpressionWrapper(end - F("submitted_at"), output_field=DurationField())
+    else:
+        value = JOB_SORTS[sort.key]
+    # nulls last only where there can be any: a plain order keeps the default one indexed
+    nulls_last = True if sort.key in NULLABLE_JOB_SORTS else None
+    order = (
+        value.desc(nulls_last=nulls_last) if sort.descending else value.asc(nulls_last=nulls_last)
+    )
+    tie = "-id" if sort.descending else "id"
+    return jobs.order_by(order, tie)
 
 
 def wait_s(job: Job, as_of: datetime | None) -> float | None:

@@ -26,8 +26,10 @@ from diagnosis.core.fairness import tree_water_fill
 from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import Cluster
 from diagnosis.pages.jobs import findings_naming_jobs
+from diagnosis.pages.live import latest_good_cycle
 from diagnosis.pages.support.forecasts import forecast_table
 from diagnosis.pages.support.snapshots import StoredSnapshot, latest_snapshot, queue_members
+from diagnosis.pages.support.sorting import TableSort
 from diagnosis.roles import is_tenant_scoped
 
 PENDING_SHOWN = 200
@@ -207,18 +209,57 @@ def _snapshot_or_404(cluster: Cluster) -> tuple[StoredSnapshot, Mapping[str, Any
     return latest, queue_members(latest)
 
 
+# The queue table's orders (?sort=KEY or -KEY, diagnosis/pages/support/sorting.py); ``tree``
+# (the default) is the scheduler's tree, parents before their members. Any other order, or a
+# filter, lists the rows flat.
+QUEUE_SORTS: dict[str, Any] = {
+    "tree": lambda r: 0,
+    "name": lambda r: r.name,
+    "tenant": lambda r: r.tenant,
+    "weight": lambda r: r.weight,
+    "deserved": lambda r: r.deserved_gpus,
+    "capability": lambda r: r.capability_gpus,
+    "used": lambda r: r.used_gpus,
+    "borrowed": lambda r: r.borrowed_gpus,
+    "fair": lambda r: r.fair_gpus,
+    "running": lambda r: r.running_jobs,
+    "pending": lambda r: r.pending_gpus,
+}
+QUEUE_SORTS_DESCENDING_FIRST = tuple(sorted(set(QUEUE_SORTS) - {"tree", "name", "tenant"}))
+
+
 @require_safe
 def queue_list(request: HttpRequest, name: str) -> HttpResponse:
     """Every queue and cohort the reader may see, as a tree, with its figures."""
     cluster = get_cluster_for_user(request.user, name)
     latest = latest_snapshot(cluster)
     rows = _visible(request, cluster, queue_tree(queue_members(latest))) if latest else {}
+    sort = TableSort.parse(
+        request.GET, QUEUE_SORTS, "tree", descending_first=QUEUE_SORTS_DESCENDING_FIRST
+    )
+    tenant = (request.GET.get("tenant") or "").strip()
+    pending_only = request.GET.get("pending") == "1"
+    shown = [
+        r
+        for r in rows.values()
+        if (not tenant or r.tenant == tenant) and (not pending_only or r.pending_jobs > 0)
+    ]
+    flat = sort.key != "tree" or bool(tenant) or pending_only
+    if sort.key != "tree":
+        shown = sort.apply(shown, QUEUE_SORTS, tie=lambda r: r.name)
     context = {
         "cluster": cluster,
         "section": "queues",
         "latest": latest,
-        "rows": list(rows.values()),
-        "has_tree": any(r.parent for r in rows.values()),
+        "rows": shown,
+        "queue_count": len(rows),
+        "has_tree": any(r.parent for r in rows.values()) and not flat,
+        "flat": flat,
+        "table": sort,
+        "tenant": tenant,
+        "pending_only": pending_only,
+        "tenant_choices": sorted({r.tenant for r in rows.values() if r.tenant}),
+        "good": latest_good_cycle(request, cluster),  # the live status line (docs/ui.md)
     }
     return render(request, "diagnosis/queue_list.html", context)
 

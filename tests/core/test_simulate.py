@@ -10,7 +10,13 @@ from diagnosis.core.rules.engine import run_rules
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.core.simulate.cluster import A100_SXM4_TOPOLOGY, ClusterSpec, PoolSpec, QueueSpec
-from diagnosis.core.simulate.faults import DeadlockingGangs, Misplace, NodeDown, Xid
+from diagnosis.core.simulate.faults import (
+    DeadlockingGangs,
+    Misplace,
+    NodeDown,
+    RepairAfterDrain,
+    Xid,
+)
 from diagnosis.core.simulate.jobs import DATA_STARVED, HUNG, IDLE, LOW_MFU, JobSpec
 from diagnosis.core.simulate.placement import choose_gpus, choose_node
 from diagnosis.core.simulate.policy import Policy, drain_node, set_placement, set_queue_weight
@@ -264,6 +270,37 @@ def test_node_down_fails_its_jobs():
     sim.run_until(200)
     assert sim.job_state("on-0") == "failed"
     assert sim.node_state_of("a100-000") == "down"
+
+
+def gpu_health(sim: Simulator, node: str, index: int) -> str:
+    gpus = sim.snapshot()["gpus"]
+    return next(g["health"] for g in gpus if (g["node"], g["index"]) == (node, index))
+
+
+def test_a_gpu_fatal_xid_is_repaired_only_after_its_node_is_drained():
+    """Issue #32 item 13: the demo's recovery -- the technician comes once the node is out."""
+    sim = simulator(2)
+    sim.inject([Xid(100, "a100-000", 3, 79), RepairAfterDrain(100, "a100-000", 3, after_s=600)])
+    sim.run_until(3 * HOUR)
+    assert gpu_health(sim, "a100-000", 3) == "unhealthy"  # nobody drained it: no repair
+    sim.apply(drain_node("a100-000", "Xid 79"))
+    sim.run_until(3 * HOUR + 599)
+    assert gpu_health(sim, "a100-000", 3) == "unhealthy"
+    sim.run_until(3 * HOUR + 600)
+    assert gpu_health(sim, "a100-000", 3) == "ok"
+    assert sim.node_state_of("a100-000") == "drained"  # back in service only when resumed
+
+
+def test_a_repair_watch_set_on_a_drained_node_starts_at_once():
+    sim = simulator(1)
+    sim.inject(Xid(10, "a100-000", 0, 79))
+    sim.apply(drain_node("a100-000", "Xid 79"))
+    sim.run_until(100)
+    sim.inject(RepairAfterDrain(100, "a100-000", 0, after_s=50))
+    sim.run_until(149)
+    assert gpu_health(sim, "a100-000", 0) == "unhealthy"
+    sim.run_until(150)
+    assert gpu_health(sim, "a100-000", 0) == "ok"
 
 
 # -- changes ---------------------------------------------------------------------------------

@@ -35,6 +35,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from diagnosis import roles
+from diagnosis.actions.oncall.history import SYSTEM_CYCLE, record_audit, record_event
+from diagnosis.actions.oncall.recovery import SOURCE_XID, propose_resume, resolves_unattended
 from diagnosis.actions.oncall.windows import DecodedSnapshots, iso, jobs_hit, window_hits
 from diagnosis.actions.records.events import DRAIN_EVICTION_WINDOW, drain_evictions
 from diagnosis.actions.records.findings import cluster_overrides
@@ -50,7 +52,6 @@ from diagnosis.core.incident_hits import HIT_WINDOW, NodeView, node_view
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.core.vocabulary import UNAVAILABLE_NODE_STATES, parse_time
 from diagnosis.models import (
-    AuditEntry,
     Cluster,
     Finding,
     Incident,
@@ -60,10 +61,8 @@ from diagnosis.models import (
 
 State = IncidentState
 
-SOURCE_XID = "rule:xid"
 SOURCE_NODE_HEALTH = "node-health"  # every GPU of a node unhealthy, no GPU named
 FOLLOWED_SOURCES = (SOURCE_XID, SOURCE_NODE_HEALTH)  # the cycle follows and resolves these
-SYSTEM_CYCLE = "system:cycle"
 NOT_HEALTHY_NODE_STATES = UNAVAILABLE_NODE_STATES  # the xid rule's test too
 UNRESOLVED = (State.OPEN, State.ACKNOWLEDGED, State.MITIGATING)
 
@@ -74,45 +73,6 @@ def healthy_period(cluster: Cluster) -> timedelta:
     rule = all_rules()["xid"]
     thresholds = rule.resolve(cluster_overrides(cluster).get(rule.id))
     return timedelta(seconds=rule.keep_firing_for(thresholds))
-
-
-# -- history -------------------------------------------------------------------------------------
-
-
-def record_event(
-    incident: Incident,
-    actor: str,
-    kind: str,
-    *,
-    before: str = "",
-    after: str = "",
-    text: str = "",
-    details: Mapping[str, Any] | None = None,
-    time: datetime | None = None,
-) -> IncidentEvent:
-    return IncidentEvent.objects.create(
-        incident=incident,
-        time=time or timezone.now(),
-        actor=actor,
-        kind=kind,
-        state_before=before,
-        state_after=after,
-        text=text,
-        details=dict(details or {}),
-    )
-
-
-def record_audit(
-    incident: Incident, user: AbstractBaseUser | str, action: str, **values: Any
-) -> None:
-    """An audit row on the incident, by a person or by a ``system:``/``policy:`` actor."""
-    AuditEntry.objects.create(
-        actor=user if isinstance(user, str) else actor_name(user),
-        action=action,
-        target=f"incident:{incident.pk}",
-        cluster_id=incident.cluster_id,
-        **values,
-    )
 
 
 def lock_incident(incident: Incident) -> Incident:
@@ -334,7 +294,7 @@ def record_incidents(
     loaded.prefetch_jobs(cluster, {job_id for hit in hits for job_id in hit})
     for incident in followed:
         _follow(incident, document, as_of, stats, loaded, nodes)
-    _note_recent_drains(cluster, document, as_of)
+    _note_recent_drains(cluster, document, as_of, nodes)
     return stats
 
 
@@ -499,16 +459,19 @@ def _follow(
     if details != incident.details or healthy_since != incident.healthy_since:
         incident.details, incident.healthy_since = details, healthy_since
         incident.save(update_fields=["details", "healthy_since"])  # only what changed is written
+    propose_resume(incident, health, as_of)
+    unattended = resolves_unattended(incident)
     if (
         incident.source in FOLLOWED_SOURCES
-        and incident.state in (State.ACKNOWLEDGED, State.MITIGATING)
+        and (incident.state in (State.ACKNOWLEDGED, State.MITIGATING) or unattended)
         and incident.healthy_since is not None
         and _healthy_long_enough(incident, as_of)
     ):
         before = incident.state
-        _resolve(
-            incident, at=as_of, by=None, note="the GPU has been healthy for the healthy period"
-        )
+        note = "the GPU has been healthy for the healthy period"
+        if before == State.OPEN:
+            note += " (an application-level Xid: nothing to service, nobody had to acknowledge)"
+        _resolve(incident, at=as_of, by=None, note=note)
         record_event(
             incident,
             SYSTEM_CYCLE,
@@ -592,9 +555,12 @@ def drain_decided_at(incident: Incident) -> datetime | None:
 RECENT_DRAIN_LOOKBACK = timedelta(days=1)
 
 
-def _note_recent_drains(cluster: Cluster, document: Mapping[str, Any], as_of: datetime) -> None:
+def _note_recent_drains(
+    cluster: Cluster, document: Mapping[str, Any], as_of: datetime, nodes: NodeView
+) -> None:
     """The evictions of drains that ended their incident (resolved right after the drain) while
-    their window is open: an unresolved incident's are noted as it is followed."""
+    their window is open: an unresolved incident's are noted as it is followed. Such an
+    incident's node, still out once its GPU is healthy again, gets its resume proposed too."""
     recently = timezone.now() - RECENT_DRAIN_LOOKBACK  # our clock: when it was resolved
     for incident in (
         Incident.objects.select_for_update()
@@ -603,6 +569,8 @@ def _note_recent_drains(cluster: Cluster, document: Mapping[str, Any], as_of: da
         )
         .select_related("drain")
     ):
+        if incident.source in FOLLOWED_SOURCES:
+            propose_resume(incident, _gpu_health(nodes, incident.node, incident.gpu_index), as_of)
         since = drain_decided_at(incident)
         if since is None or as_of > since + DRAIN_EVICTION_WINDOW:
             continue

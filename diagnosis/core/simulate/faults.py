@@ -67,6 +67,18 @@ class GpuRepaired:
 
 
 @dataclass(frozen=True)
+class RepairAfterDrain:
+    """From ``at`` on, the first time ``node`` turns ``drained`` a technician takes GPU ``gpu``
+    out and puts it back repaired ``after_s`` later (a :class:`GpuRepaired` then): the node
+    itself stays drained until an operator resumes it. Nothing happens while nobody drains it."""
+
+    at: float
+    node: str
+    gpu: int
+    after_s: float = 1800.0
+
+
+@dataclass(frozen=True)
 class ProfileSwitch:
     """A job's GPUs change behaviour, e.g. its input pipeline starts starving it."""
 
@@ -105,4 +117,13 @@ class DeadlockingGangs:
     priority: int = 0
 
 
-Fault = Xid | NodeDown | NodeRepaired | GpuRepaired | ProfileSwitch | Misplace | DeadlockingGangs
+Fault = (
+    Xid
+    | NodeDown
+    | NodeRepaired
+    | GpuRepaired
+    | RepairAfterDrain
+    | ProfileSwitch
+    | Misplace
+    | DeadlockingGangs
+)

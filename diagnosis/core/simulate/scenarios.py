@@ -19,7 +19,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from diagnosis.core.simulate.cluster import A100_SXM4_TOPOLOGY, ClusterSpec, PoolSpec, QueueSpec
-from diagnosis.core.simulate.faults import DeadlockingGangs, Fault, ProfileSwitch, Xid
+from diagnosis.core.simulate.faults import (
+    DeadlockingGangs,
+    Fault,
+    ProfileSwitch,
+    RepairAfterDrain,
+    Xid,
+)
 from diagnosis.core.simulate.jobs import (
     DATA_STARVED,
     HOT,
@@ -310,6 +316,9 @@ SEED_QUEUES = (
 )
 
 
+SEED_REPAIR_S = 1800.0  # from the drain of gpu-100 to its GPU 3 healthy again
+
+
 def seed_scenario(seed: int = 0, *, hours: float = 7 * 24) -> Scenario:
     """The demo cluster (docs/architecture.md#command-line): 128 nodes x 8 A100-SXM4-80GB in pool
     ``a100`` under ``spread``, with the faults listed in ``notes`` (rule -> when and where it
@@ -453,6 +462,8 @@ def seed_scenario(seed: int = 0, *, hours: float = 7 * 24) -> Scenario:
             duration_s=12 * HOUR,
         ),
         Xid(2 * HOUR, "gpu-100", 3, 79),
+        # recovery: once someone drains gpu-100 its GPU 3 is reseated, healthy 30 min later
+        RepairAfterDrain(2 * HOUR, "gpu-100", 3, after_s=SEED_REPAIR_S),
         Xid(2 * HOUR + 600, "gpu-090", 1, 13),
     )
     return Scenario(
@@ -475,6 +486,7 @@ def seed_scenario(seed: int = 0, *, hours: float = 7 * 24) -> Scenario:
             "gang-partial-hold": "sweep-gang-a/-b while growing (1:45-2:30), before the deadlock",
             "starvation": "research-big (4 x 8 GPUs) overtaken by small jobs from 0:20",
             "xid": "Xid 79 on gpu-100 GPU 3 at 2:00, Xid 13 on gpu-090 GPU 1 at 2:10",
+            "recovery": "gpu-100 GPU 3 is repaired 30 min after gpu-100 is drained",
         },
     )
 

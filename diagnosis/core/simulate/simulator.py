@@ -35,6 +35,7 @@ from diagnosis.core.simulate.faults import (
     NodeDown,
     NodeRepaired,
     ProfileSwitch,
+    RepairAfterDrain,
     Xid,
 )
 from diagnosis.core.simulate.jobs import PARTIAL, JobSpec
@@ -51,6 +52,7 @@ from diagnosis.core.simulate.policy import (
 from diagnosis.core.simulate.state import (
     CHANGE,
     DOWN,
+    DRAINED,
     FAULT,
     PARTIALLY_BOUND,
     QUEUE_CAPABILITY,
@@ -289,6 +291,11 @@ class Simulator(StateTransitions):
         elif isinstance(fault, GpuRepaired):
             gid = self._gid(fault.node, fault.gpu)
             self._set_healthy(gid, True)
+        elif isinstance(fault, RepairAfterDrain):
+            n = self._node(fault.node)
+            self.repairs_on_drain.setdefault(n, []).append(fault)
+            if self.node_state[n] == DRAINED:
+                self._set_node_state(n, DRAINED)  # drained already: the repair starts now
         elif isinstance(fault, ProfileSwitch):
             self._switch_profile(self._job(fault.job), fault.profile)
         elif isinstance(fault, Misplace):

@@ -367,6 +367,7 @@ class ClusterState:
         self.node_drain_reason: list[str | None] = [None] * len(nodes)
         self.node_draining = np.zeros(len(nodes), dtype=bool)
         self.node_cordoned_by_operator = np.zeros(len(nodes), dtype=bool)
+        self.repairs_on_drain: dict[int, list[Any]] = {}  # node -> RepairAfterDrain faults
 
         total = int(self.node_gpus.sum())
         self.gpu_node = np.repeat(np.arange(len(nodes)), self.node_gpus)

@@ -17,7 +17,13 @@ from typing import Any
 import numpy as np
 
 from diagnosis.core.simulate.cluster import QueueSpec
-from diagnosis.core.simulate.faults import NodeDown, NodeRepaired, Xid, xid_consequence
+from diagnosis.core.simulate.faults import (
+    GpuRepaired,
+    NodeDown,
+    NodeRepaired,
+    Xid,
+    xid_consequence,
+)
 from diagnosis.core.simulate.jobs import PARTIAL, JobSpec
 from diagnosis.core.simulate.metrics import NOMINAL_UTIL
 from diagnosis.core.simulate.placement import choose_gpus
@@ -27,6 +33,7 @@ from diagnosis.core.simulate.state import (
     CORDONED,
     DOWN,
     DRAINED,
+    FAULT,
     PARTIALLY_BOUND,
     QUEUED,
     READY,
@@ -219,6 +226,10 @@ class StateTransitions(ClusterState):
 
     def _set_node_state(self, n: int, state: int) -> None:
         self.node_state[n] = state
+        if state == DRAINED:
+            for repair in self.repairs_on_drain.pop(n, ()):
+                fixed = GpuRepaired(self._now + repair.after_s, repair.node, repair.gpu)
+                self._push(fixed.at, FAULT, "fault", fixed)
         if state != CORDONED:
             self.node_draining[n] = False
         self._refresh_node(n)

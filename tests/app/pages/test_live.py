@@ -160,3 +160,42 @@ def test_sres_and_admins_read_the_cause_of_a_failed_collection(cycled, bob, caro
     assert "10.0.0.7:9090 answered 503" in seen["carol"]
     assert "10.0.0.7" not in seen["bob"]
     assert "temporary failure" in seen["bob"]
+
+
+# -- the cluster list's (the fleet's) status ----------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_fleet_status_triggers_a_refresh_when_any_cluster_got_a_newer_cycle(
+    cycled, make_cluster, bob
+) -> None:
+    client = logged_in_client(bob)
+    shown = latest_id(cycled)
+    assert "HX-Trigger" not in client.get(f"/live/?cycle={shown}")
+    other = make_cluster("live-other", enabled=False)
+    record_cycle(
+        other, SnapshotBuilder(as_of=END, cluster="live-other").pool("a100", nodes=1).build()
+    )
+
+    response = client.get(f"/live/?cycle={shown}")
+
+    assert response["HX-Trigger"] == "gpuobs:new-cycle"
+    assert f'data-cycle="{latest_id(other)}"' in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_fleet_status_counts_only_clusters_the_reader_may_see(cycled, nobody) -> None:
+    html = logged_in_client(nobody).get("/live/?cycle=").content.decode()
+    assert 'data-cycle=""' in html
+    assert "waiting for the first cycle" in html
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "path", ["/", "/clusters/live/nodes/a100-000/", "/clusters/live/nodes/a100-000/gpus/0/"]
+)
+def test_the_cluster_list_node_and_gpu_pages_poll_and_follow_new_cycles(cycled, bob, path) -> None:
+    html = logged_in_client(bob).get(path).content.decode()
+    assert 'id="live-status"' in html
+    assert f'?cycle={latest_id(cycled)}"' in html
+    assert 'id="live-region"' in html
