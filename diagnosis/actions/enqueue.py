@@ -25,6 +25,7 @@ APPLY = "diagnosis.tasks.actuate_recommendation"
 NOTIFY = "diagnosis.tasks.notify_cluster"
 ESTIMATE_IMPACT = "diagnosis.tasks.estimate_impact"
 RECORD_ALERT_BATCH = "diagnosis.tasks.record_alert_batch"
+RECORD_CLUSTER_BATCH = "diagnosis.tasks.record_cluster_batch"
 
 logger = logging.getLogger(__name__)
 

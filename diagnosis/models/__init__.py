@@ -9,7 +9,12 @@ tasks read them or call an action.
 from diagnosis.models.cycles import ClusterCycle, Snapshot, SnapshotDocumentError
 from diagnosis.models.findings import Finding, FindingEvent, RuleOverride
 from diagnosis.models.impact import ReplayOutcome
-from diagnosis.models.inbound import InboundAlertBatch, InboundState
+from diagnosis.models.inbound import (
+    InboundAlertBatch,
+    InboundClusterBatch,
+    InboundKind,
+    InboundState,
+)
 from diagnosis.models.incidents import Incident, IncidentEvent
 from diagnosis.models.inventory import (
     Cluster,
@@ -57,6 +62,8 @@ __all__ = [
     "FindingEvent",
     "Gpu",
     "InboundAlertBatch",
+    "InboundClusterBatch",
+    "InboundKind",
     "InboundState",
     "Incident",
     "IncidentEvent",
