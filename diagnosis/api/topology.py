@@ -22,6 +22,7 @@ from diagnosis.actions.records.inbound import receive_node_topology
 from diagnosis.api.auth import AUTHENTICATION, CanUploadTopology
 from diagnosis.choices import SenderKind
 from diagnosis.edge.topology import MAX_TEXT_BYTES, TopologyError
+from diagnosis.throttling import SenderRateThrottle
 
 
 class RawTextParser(BaseParser):
@@ -37,6 +38,7 @@ class NodeTopologyView(APIView):
     authentication_classes = AUTHENTICATION
     permission_classes = [CanUploadTopology]
     parser_classes = [RawTextParser]
+    throttle_classes = [SenderRateThrottle]
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, cluster: str, node: str) -> Response:
