@@ -36,6 +36,8 @@ from diagnosis.models import (
     Cluster,
     ClusterCycle,
     Finding,
+    InboundClusterBatch,
+    InboundKind,
     Incident,
     Job,
     JobForecast,
@@ -100,6 +102,23 @@ def clusters_for_sender(credential: object, kind: str) -> QuerySet[Cluster]:
 def get_cluster_for_sender(credential: object, name: str, kind: str) -> Cluster:
     """The cluster called ``name`` if the credential may write ``kind`` to it, else 404."""
     return _one_or_404(clusters_for_sender(credential, kind), "cluster", name=name)
+
+
+def get_inbound_batch_for_sender(
+    credential: object, cluster: str, batch_id: int
+) -> InboundClusterBatch:
+    """A received events or topology batch of ``cluster`` if the credential may send that kind
+    there (:func:`clusters_for_sender`), else 404."""
+    allowed = [
+        kind
+        for kind in InboundKind.values
+        if clusters_for_sender(credential, kind).filter(name=cluster).exists()
+    ]
+    return _one_or_404(
+        InboundClusterBatch.objects.filter(cluster__name=cluster, kind__in=allowed),
+        "batch",
+        pk=batch_id,
+    )
 
 
 def cycles_for_user(user: User, cluster: Cluster | None = None) -> QuerySet[ClusterCycle]:

@@ -16,6 +16,7 @@ from diagnosis.models import (
     FindingEvent,
     Gpu,
     InboundAlertBatch,
+    InboundClusterBatch,
     Incident,
     Job,
     Node,
@@ -167,6 +168,15 @@ class InboundAlertBatchAdmin(AdminRoleOnly, ReadOnly, admin.ModelAdmin):
 
     list_display = ["received_at", "sender", "alerts", "state", "attempts", "processed_at"]
     list_filter = ["state"]
+
+
+@admin.register(InboundClusterBatch)
+class InboundClusterBatchAdmin(AdminRoleOnly, ReadOnly, admin.ModelAdmin):
+    """Received scheduler-event and topology batches and what storing each did
+    (docs/operations.md, "Inbound webhooks"); the receivers and their task write them."""
+
+    list_display = ["received_at", "cluster", "kind", "node", "items", "state", "processed_at"]
+    list_filter = ["state", "kind", "cluster"]
 
 
 @admin.register(Snapshot)

@@ -44,6 +44,8 @@ from diagnosis.actions.records.cycles import (
     run_cluster_cycle,
 )
 from diagnosis.actions.records.forecasts import record_forecasts
+from diagnosis.actions.records.inbound import record_cluster_batch as store_cluster_batch
+from diagnosis.actions.records.inbound import record_pending_cluster_batches
 from diagnosis.actions.upkeep.health import (
     clock_skew_s,
     count_same_interval_skip,
@@ -386,6 +388,20 @@ def sweep_alert_batches() -> list[int]:
     """Beat, every cycle period: read the stored alert batches no task took (a send lost with
     Redis, a killed worker); returns their ids."""
     return record_pending_alert_batches()
+
+
+@shared_task(name="diagnosis.tasks.record_cluster_batch")
+def record_cluster_batch(batch_id: int) -> dict:
+    """Store one received batch of scheduler events or a node's topology (the receiver sends
+    this after it stores the batch; ``diagnosis.actions.records.inbound``)."""
+    return store_cluster_batch(batch_id)
+
+
+@shared_task(name="diagnosis.tasks.sweep_cluster_batches")
+def sweep_cluster_batches() -> list[int]:
+    """Beat, every cycle period: store the received event and topology batches no task took
+    (a send lost with Redis, a killed worker); returns their ids."""
+    return record_pending_cluster_batches()
 
 
 @shared_task(name="diagnosis.tasks.actuate_dry_run")

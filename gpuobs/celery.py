@@ -60,9 +60,9 @@ signals.setup_logging.connect(configure_celery)
 @app.on_after_configure.connect
 def schedule_diagnosis_cycles(sender: Celery, **kwargs) -> None:
     """Beat runs ``diagnosis.tasks.run_cycles`` every GPUOBS_CYCLE_SECONDS, and with it the worker
-    heartbeat, the stuck-apply sweep and the sweep of stored alert batches no task took. No
-    absolute ``expires``: a worker whose clock runs fast would drop every message; the cycle
-    itself drops a stale fan-out by the database's clock.
+    heartbeat, the stuck-apply sweep and the sweeps of stored alert, event and topology batches no
+    task took. No absolute ``expires``: a worker whose clock runs fast would drop every message;
+    the cycle itself drops a stale fan-out by the database's clock.
     A second beat is harmless: a cluster's cycle starts at most once per interval."""
 
     seconds = settings.GPUOBS_CYCLE_SECONDS
@@ -70,6 +70,7 @@ def schedule_diagnosis_cycles(sender: Celery, **kwargs) -> None:
         ("diagnosis cycles", "diagnosis.tasks.run_cycles"),
         ("stuck apply sweep", "diagnosis.tasks.sweep_stuck_applies"),
         ("alert batch sweep", "diagnosis.tasks.sweep_alert_batches"),
+        ("event and topology batch sweep", "diagnosis.tasks.sweep_cluster_batches"),
     ):
         sender.add_periodic_task(seconds, sender.signature(task), name=name)
     # every GPUOBS_HEARTBEAT_SECONDS (at most 15 s): a dead worker or beat shows within 50 s

@@ -421,6 +421,10 @@ GPUOBS_MAX_CLOCK_SKEW_SECONDS = env_int("GPUOBS_MAX_CLOCK_SKEW_SECONDS", 30)
 # cycles (diagnosis/actions/records/cluster_size.py)
 GPUOBS_SIZE_DROP_SHARE = env_int("GPUOBS_SIZE_DROP_PERCENT", 50) / 100
 GPUOBS_SIZE_HOLD_CYCLES = env_int("GPUOBS_SIZE_HOLD_CYCLES", 5)
+# ... and so is one whose live (running + pending) jobs fell by more than this percentage (or to
+# zero) from at least GPUOBS_SIZE_JOBS_MIN: a scheduler that lost its jobs but not its nodes
+GPUOBS_SIZE_JOB_DROP_SHARE = env_int("GPUOBS_SIZE_JOB_DROP_PERCENT", 50) / 100
+GPUOBS_SIZE_JOBS_MIN = env_int("GPUOBS_SIZE_JOBS_MIN", 10)
 
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL

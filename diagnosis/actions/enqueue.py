@@ -27,6 +27,7 @@ ESTIMATE_IMPACT = "diagnosis.tasks.estimate_impact"
 ESTIMATE_FORECASTS = "diagnosis.tasks.estimate_forecasts"
 RECORD_ALERT_BATCH = "diagnosis.tasks.record_alert_batch"
 AUTOPILOT = "diagnosis.tasks.run_autopilot"
+RECORD_CLUSTER_BATCH = "diagnosis.tasks.record_cluster_batch"
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
-"""Receivers of the machine API: scheduler events and Alertmanager webhooks. Thin: parse the
-body, check access, call an action."""
+"""Receivers of the machine API: scheduler events and Alertmanager webhooks, and what became of
+a received batch. Thin: parse the body, check access, call an action."""
 
 from __future__ import annotations
 
@@ -10,23 +10,28 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from diagnosis.access import clusters_for_sender, get_cluster_for_sender
+from diagnosis.access import (
+    clusters_for_sender,
+    get_cluster_for_sender,
+    get_inbound_batch_for_sender,
+)
 from diagnosis.actions.oncall.inbound import receive_alert_batch
-from diagnosis.actions.records.events import record_scheduler_events
+from diagnosis.actions.records.inbound import receive_scheduler_events
 from diagnosis.api.auth import AUTHENTICATION, CanRecordSchedulerEvents, CanReportIncidents
 from diagnosis.api.errors import invalid, paths_and_messages
 from diagnosis.api.responses import AlertBatchReceivedSerializer, EventsReceivedSerializer
 from diagnosis.api.serializers import EventBatchSerializer
 from diagnosis.choices import SenderKind
-from diagnosis.edge.schedulers.base import EventBatch
 from diagnosis.edge.sources import alertmanager
 from diagnosis.throttling import SenderRateThrottle
 
 
 class SchedulerEventsView(APIView):
     """``POST /api/v1/clusters/{cluster}/events``: a batch of normalized scheduler events, for
-    schedulers without an adapter. Stored idempotently; a malformed batch is refused whole (400
-    naming every bad field) and stores nothing."""
+    schedulers without an adapter. Validated whole in the request (a malformed batch is refused
+    whole, 400 naming every bad field, and stores nothing), kept as one stored batch and answered
+    202 at once, naming it; a worker stores the events, de-duplicated
+    (``diagnosis.actions.records.inbound``). ``GET .../inbound/{batch}`` says how that went."""
 
     authentication_classes = AUTHENTICATION
     permission_classes = [CanRecordSchedulerEvents]
@@ -37,10 +42,38 @@ class SchedulerEventsView(APIView):
         target = get_cluster_for_sender(request.auth, cluster, SenderKind.EVENTS)
         batch = EventBatchSerializer(data=request.data)
         batch.is_valid(raise_exception=True)
-        events = batch.normalized()
-        recorded = record_scheduler_events(target, EventBatch(events=events, cursor=None))
+        stored = receive_scheduler_events(request.user, target, batch.normalized())
         return Response(
-            {"received": len(events), "stored": recorded.stored, "duplicates": recorded.duplicates}
+            {"batch": stored.pk, "received": stored.items, "state": stored.state},
+            status=status.HTTP_202_ACCEPTED,
+        )
+
+
+class InboundBatchView(APIView):
+    """``GET /api/v1/clusters/{cluster}/inbound/{batch}``: a received events or topology batch,
+    for a token that may send that kind to the cluster: its state (``pending``, ``done``,
+    ``failed``), what storing it did (``result``) and its error. 404 for another cluster's batch
+    or one of a kind the token may not send."""
+
+    authentication_classes = AUTHENTICATION
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request, cluster: str, batch_id: int) -> Response:
+        batch = get_inbound_batch_for_sender(request.auth, cluster, batch_id)
+        return Response(
+            {
+                "batch": batch.pk,
+                "cluster": cluster,
+                "kind": batch.kind,
+                "node": batch.node or None,
+                "items": batch.items,
+                "state": batch.state,
+                "received_at": batch.received_at,
+                "processed_at": batch.processed_at,
+                "attempts": batch.attempts,
+                "result": batch.result,
+                "error": batch.error or None,
+            }
         )
 
 

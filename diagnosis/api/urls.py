@@ -28,6 +28,7 @@ router.register("recommendations", recommendations.RecommendationViewSet, basena
 cluster_endpoints = [
     path("events", endpoint("receivers:SchedulerEventsView"), name="cluster-events"),
     path("nodes/<str:node>/topology", endpoint("topology:NodeTopologyView"), name="node-topology"),
+    path("inbound/<int:batch_id>", endpoint("receivers:InboundBatchView"), name="inbound-batch"),
     path("incidents", endpoint("incidents:IncidentListView"), name="incidents"),
     path("incidents/<int:incident_id>", endpoint("incidents:IncidentDetailView"), name="incident"),
     *(

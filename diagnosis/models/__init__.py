@@ -19,7 +19,12 @@ from diagnosis.models.cycles import ClusterCycle, Snapshot, SnapshotDocumentErro
 from diagnosis.models.findings import Finding, FindingEvent, RuleOverride
 from diagnosis.models.forecasts import JobForecast
 from diagnosis.models.impact import ReplayOutcome
-from diagnosis.models.inbound import InboundAlertBatch, InboundState
+from diagnosis.models.inbound import (
+    InboundAlertBatch,
+    InboundClusterBatch,
+    InboundKind,
+    InboundState,
+)
 from diagnosis.models.incidents import Incident, IncidentEvent
 from diagnosis.models.inventory import (
     Cluster,
@@ -70,6 +75,8 @@ __all__ = [
     "FindingEvent",
     "Gpu",
     "InboundAlertBatch",
+    "InboundClusterBatch",
+    "InboundKind",
     "InboundState",
     "Incident",
     "IncidentEvent",

@@ -149,8 +149,8 @@ class ClusterCycle(ClusterTimeline):
     size = models.JSONField(
         default=dict,
         blank=True,
-        help_text='The snapshot\'s {"nodes": n, "gpus": g}: what the next cycle\'s size is '
-        "compared with (diagnosis/actions/records/cluster_size.py).",
+        help_text='The snapshot\'s {"nodes": n, "gpus": g, "jobs": live jobs}: what the next '
+        "cycle's size is compared with (diagnosis/actions/records/cluster_size.py).",
     )
     data_age_s = models.FloatField(null=True, blank=True, help_text="ran_at - as_of, seconds.")
     coverage = models.FloatField(

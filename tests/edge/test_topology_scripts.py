@@ -81,7 +81,9 @@ def receiver():
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
-@pytest.mark.parametrize(("status", "exit_code"), [(201, 0), (200, 0), (400, 2), (500, 1)])
+@pytest.mark.parametrize(
+    ("status", "exit_code"), [(202, 0), (201, 0), (200, 0), (400, 2), (500, 1)]
+)
 def test_upload_posts_the_raw_text_with_the_token(receiver, tmp_path, status, exit_code):
     Receiver.status = status
     token = tmp_path / "token"

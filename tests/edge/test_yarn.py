@@ -149,10 +149,33 @@ def test_pending_diagnostics_are_failed_scheduling_events_reported_when_they_cha
 
 @pytest.mark.parametrize(
     "document",
-    [{}, {"nodes": None}, {"nodes": {"node": "x"}}, {"nodes": {"node": [1, None, {"state": 3}]}}],
+    [{"nodes": None}, {"nodes": {}}, {"nodes": {"node": [1, None, {"state": 3}]}}],
 )
-def test_odd_node_answers_give_no_nodes_not_a_crash(document) -> None:
+def test_none_or_odd_node_records_give_no_nodes_not_a_crash(document) -> None:
     assert parse.parse_nodes(document, SETTINGS) == []
+
+
+@pytest.mark.parametrize(
+    ("document", "named"),
+    [
+        ({}, "has no 'nodes'"),
+        ({"nodes": 7}, "'nodes' is int '7', not an object or null"),
+        ({"nodes": [{"nodeHostName": "gpu-1"}]}, "'nodes' is list"),
+        ({"nodes": {"node": "x"}}, "nodes.node is str, not a list"),
+    ],
+)
+def test_a_malformed_node_answer_is_an_error_never_an_empty_cluster(document, named) -> None:
+    with pytest.raises(SchedulerError, match="/ws/v1/cluster/nodes answer") as raised:
+        parse.parse_nodes(document, SETTINGS)
+    assert named in str(raised.value)
+
+
+def test_apps_null_is_no_application_and_apps_7_is_malformed() -> None:
+    """``{"apps": null}`` is what the ResourceManager answers when no application matches
+    (Jersey prints an empty list as null; ResourceManagerRest.md, Cluster Applications API)."""
+    assert parse.parse_apps([{"apps": None}], SETTINGS).jobs == []
+    with pytest.raises(SchedulerError, match="'apps' is int"):
+        parse.parse_apps([{"apps": 7}], SETTINGS)
 
 
 def test_a_deeply_nested_queue_tree_is_cut_at_a_bounded_depth() -> None:

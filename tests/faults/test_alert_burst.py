@@ -4,10 +4,15 @@ The receiver only validates and stores each batch (202), a Celery worker reads t
 incidents; the overview stays quick, and once the worker is through every alert is one incident.
 
 Scaled for the shared 2-core machine (BURST_RATE posts a second for BURST_S seconds); the
-full-size figure (10 posts a second for 30 s) is in docs/operations.md's matrix."""
+environment may set the issue's full size, ``GPUOBS_BURST_RATE=10 GPUOBS_BURST_S=30`` (with
+``GPUOBS_BURST_WORKERS=2``, as the issue ran it, ``GPUOBS_BURST_DRAIN_S``, how long the
+workers may take to read every batch, and ``GPUOBS_BURST_WORKER_NICE``, the workers' CPU
+niceness where they share the web's cores), whose measured figures are in docs/operations.md's
+matrix."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -25,8 +30,11 @@ from tests.support.world import create_machine_user, logged_in_client, sender_to
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.lab("lab-burst")]
 
-BURST_RATE = 3  # posts a second (the issue's burst: 10)
-BURST_S = 10  # seconds (the issue's: 30)
+BURST_RATE = int(os.environ.get("GPUOBS_BURST_RATE", "3"))  # posts a second (the issue's: 10)
+BURST_S = int(os.environ.get("GPUOBS_BURST_S", "10"))  # seconds (the issue's: 30)
+WORKERS = int(os.environ.get("GPUOBS_BURST_WORKERS", "1"))
+DRAIN_S = int(os.environ.get("GPUOBS_BURST_DRAIN_S", "240"))
+WORKER_NICE = int(os.environ.get("GPUOBS_BURST_WORKER_NICE", "0"))
 ALERTS_PER_POST = 100
 DISTINCT = 200  # fingerprints the burst draws its alerts from: Alertmanager re-sends groups
 OVERVIEW_P95_S = 1.0  # the issue's bound; measured figures in docs/operations.md
@@ -64,6 +72,7 @@ def batch(number: int, nodes: list[str], starts: datetime) -> dict:
     }
 
 
+@pytest.mark.timeout(BURST_S + DRAIN_S + 120)
 def test_a_webhook_burst_leaves_the_overview_quick_and_stores_every_alert_once(
     fault_stack, lab, alice
 ) -> None:
@@ -73,7 +82,9 @@ def test_a_webhook_burst_leaves_the_overview_quick_and_stores_every_alert_once(
     token = sender_token(create_machine_user("alertmanager"), "alerts", lab)
     cookie = logged_in_client(alice).cookies[settings.SESSION_COOKIE_NAME].value
     web = fault_stack.start_web()
-    fault_stack.start_worker()
+    fault_stack.start_workers(
+        WORKERS, prefix=["nice", "-n", str(WORKER_NICE)] if WORKER_NICE else None
+    )
     overview = f"{web.url}/clusters/{lab.name}/"
     reader = requests.Session()
     reader.cookies.set(settings.SESSION_COOKIE_NAME, cookie)
@@ -115,29 +126,35 @@ def test_a_webhook_burst_leaves_the_overview_quick_and_stores_every_alert_once(
     reading.join(timeout=30)
 
     stored = InboundAlertBatch.objects.count()
-    drained = wait_until(
-        lambda: not InboundAlertBatch.objects.exclude(state=InboundState.DONE).exists(),
-        "the worker to read every stored batch",
-        300,
-    )
-    drained_s = time.monotonic() - begun
     p95 = statistics.quantiles(overview_s, n=20)[18] if len(overview_s) > 1 else overview_s[0]
     post_s = sorted(s for _, s in posts)
     print(
         f"fault matrix: webhook burst {len(bodies)} posts x {ALERTS_PER_POST} alerts in "
         f"{burst_s:.1f} s: posts p50 {statistics.median(post_s) * 1000:.0f} ms, max "
         f"{post_s[-1] * 1000:.0f} ms; overview p50 {statistics.median(overview_s):.2f} s, p95 "
-        f"{p95:.2f} s over {len(overview_s)} loads; every batch read {drained_s:.1f} s after "
-        f"the burst began; rows before {before}, after {row_counts(lab)}"
+        f"{p95:.2f} s over {len(overview_s)} loads; {stored} batches stored",
+        flush=True,
+    )
+    drained = wait_until(
+        lambda: not InboundAlertBatch.objects.exclude(state=InboundState.DONE).exists(),
+        f"{WORKERS} worker(s) to read every stored batch",
+        DRAIN_S,
+    )
+    drained_s = time.monotonic() - begun
+    print(
+        f"fault matrix: every batch read {drained_s:.1f} s after the burst began by {WORKERS} "
+        f"worker(s) at nice {WORKER_NICE}; rows before {before}, after {row_counts(lab)}",
+        flush=True,
     )
 
+    # what was stored first, then how quickly: a slow machine still checks every alert once
     assert drained
     assert {code for code, _ in posts} == {202}
-    assert post_s[-1] < POST_MAX_S
     assert stored == len(bodies)
-    assert set(overview_codes) == {200}
-    assert p95 < OVERVIEW_P95_S
     incidents = Incident.objects.filter(cluster=lab, source="alertmanager")
     assert incidents.count() == DISTINCT  # every alert once, however often it was delivered
     deliveries = sum(i.details["deliveries"] for i in incidents)
     assert deliveries == len(bodies) * ALERTS_PER_POST
+    assert set(overview_codes) == {200}
+    assert post_s[-1] < POST_MAX_S
+    assert p95 < OVERVIEW_P95_S

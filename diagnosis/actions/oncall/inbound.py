@@ -27,7 +27,7 @@ from django.db import (
     connection,
     transaction,
 )
-from django.db.models import F, Q, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from diagnosis.actions.enqueue import RECORD_ALERT_BATCH, send_robustly_on_commit, send_task
@@ -35,15 +35,12 @@ from diagnosis.actions.oncall.alerts import (
     open_or_update_incident_from_alert,
     resolve_incident_from_alert,
 )
+from diagnosis.actions.records.inbound import SWEEP_AFTER_S, claim_batch
 from diagnosis.edge.sources import alertmanager
 from diagnosis.models import Cluster, InboundAlertBatch, InboundState
 
 logger = logging.getLogger(__name__)
 
-# a batch claimed longer ago than a task may live belongs to a dead task: another may take it
-CLAIM_STALE_S_AFTER_TIME_LIMIT = 5
-# a batch whose task has not claimed it this long is read by the sweep (its send was lost)
-SWEEP_AFTER_S = 5
 # what a task has read is saved this often; a batch stopped this many times is failed
 SAVE_EVERY = 10
 MAX_ATTEMPTS = 5
@@ -119,21 +116,6 @@ def receive_alert_batch(
     return ReceivedBatch(batch, results)
 
 
-def _claim(batch_id: int) -> bool:
-    """Take a pending batch for this task (one ``UPDATE``): False when another task holds a live
-    claim on it or it is already read."""
-    now = timezone.now()
-    stale = now - timedelta(
-        seconds=settings.CELERY_TASK_TIME_LIMIT + CLAIM_STALE_S_AFTER_TIME_LIMIT
-    )
-    return (
-        InboundAlertBatch.objects.filter(pk=batch_id, state=InboundState.PENDING)
-        .filter(Q(claimed_at__isnull=True) | Q(claimed_at__lt=stale))
-        .update(claimed_at=now, attempts=F("attempts") + 1)
-        == 1
-    )
-
-
 def record_alert_batch(batch_id: int, *, budget_s: float | None = None) -> dict[str, Any]:
     """Read one stored batch into incidents (the task's body); says what it did. Each alert has
     its own transaction: one that cannot be stored is recorded as ``rejected`` and the batch goes
@@ -144,7 +126,7 @@ def record_alert_batch(batch_id: int, *, budget_s: float | None = None) -> dict[
     sweep; after :data:`MAX_ATTEMPTS` such stops the batch is ``failed`` with the error.
     Idempotent: a batch already read, or held by a live task, is left alone."""
 
-    if not _claim(batch_id):
+    if not claim_batch(InboundAlertBatch, batch_id):
         return {"batch": batch_id, "outcome": "taken"}
     if budget_s is None:
         budget_s = settings.CELERY_TASK_SOFT_TIME_LIMIT / 2

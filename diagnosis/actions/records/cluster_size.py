@@ -1,11 +1,13 @@
 """A cluster that shrinks too much at once is not judged (docs/operations.md, "A cluster that
 shrinks at once").
 
-A scheduler that answers 200 with an empty or half cluster (``{"nodes": null}``) would otherwise
-make every finding on the missing nodes resolve. When the snapshot's node or GPU count falls
-below ``1 - GPUOBS_SIZE_DROP_SHARE`` of the last good cycle's (or to zero), the cycle is recorded
-as not judged (a failed cycle row naming the drop, the cluster's status degraded), nothing is
-diagnosed and every finding stays as it was, until a person with the SRE or admin role
+A scheduler that answers 200 with an empty or half cluster (``{"nodes": null}``), or with its
+nodes but no jobs (``{"apps": null}``), would otherwise make every finding on what is missing
+resolve. When the snapshot's node or GPU count falls below ``1 - GPUOBS_SIZE_DROP_SHARE`` of the
+last good cycle's (or to zero), or its live (running and pending) jobs below
+``1 - GPUOBS_SIZE_JOB_DROP_SHARE`` of a count of at least ``GPUOBS_SIZE_JOBS_MIN``, the cycle is
+recorded as not judged (a failed cycle row naming the drop, the cluster's status degraded),
+nothing is diagnosed and every finding stays as it was, until a person with the SRE or admin role
 confirms the new size (audited ``cluster-size-confirm``) or the same size holds for
 ``GPUOBS_SIZE_HOLD_CYCLES`` cycles in a row (audited ``cluster-size-held``, by gpuobs)."""
 
@@ -28,19 +30,34 @@ if TYPE_CHECKING:  # the snapshot package loads pandas; the URLconf must not (#3
 SYSTEM_SIZE = "system:cluster-size"
 
 
+LIVE_JOB_STATES = ("running", "pending")
+
+
 def size_of(snap: snapshot_format.ClusterSnapshot) -> dict[str, int]:
-    return {"nodes": len(snap.nodes), "gpus": len(snap.gpus)}
+    jobs = snap.jobs
+    live = int(jobs["state"].isin(LIVE_JOB_STATES).sum()) if len(jobs) else 0
+    return {"nodes": len(snap.nodes), "gpus": len(snap.gpus), "jobs": live}
 
 
-def _dropped(before: dict[str, Any], now: dict[str, int]) -> list[str]:
-    """What fell too far since ``before`` ("GPUs 512 → 0"); empty when nothing did."""
-    share = settings.GPUOBS_SIZE_DROP_SHARE
-    falls = []
-    for key, label in (("nodes", "nodes"), ("gpus", "GPUs")):
+def _dropped(before: dict[str, Any], now: dict[str, int]) -> dict[str, str]:
+    """What fell too far since ``before``, each as its words ("GPUs 512 → 0"); empty when
+    nothing did. A cycle stored before jobs were counted has no ``jobs``: never a fall."""
+    falls = {}
+    for key, label, share, floor in (
+        ("nodes", "nodes", settings.GPUOBS_SIZE_DROP_SHARE, 1),
+        ("gpus", "GPUs", settings.GPUOBS_SIZE_DROP_SHARE, 1),
+        ("jobs", "jobs", settings.GPUOBS_SIZE_JOB_DROP_SHARE, settings.GPUOBS_SIZE_JOBS_MIN),
+    ):
         was = int(before.get(key) or 0)
-        if was > 0 and (now[key] == 0 or now[key] < was * (1 - share)):
-            falls.append(f"{label} {was} → {now[key]}")
+        if was >= max(floor, 1) and (now[key] == 0 or now[key] < was * (1 - share)):
+            falls[key] = f"{label} {was} → {now[key]}"
     return falls
+
+
+def _held(now: dict[str, int], fallen: dict[str, str]) -> dict[str, Any]:
+    """The size a hold keeps and a person confirms: nodes and GPUs as counted, jobs only as
+    having fallen (live jobs change every cycle; a drop that stays is the same drop)."""
+    return {"nodes": now["nodes"], "gpus": now["gpus"], "fallen": sorted(fallen)}
 
 
 def size_refusal(cluster: Cluster, snap: snapshot_format.ClusterSnapshot) -> str | None:
@@ -48,18 +65,20 @@ def size_refusal(cluster: Cluster, snap: snapshot_format.ClusterSnapshot) -> str
     ``size_hold`` (the held size and its cycles); a confirmed or long-held size is judged."""
     now = size_of(snap)
     last = ClusterCycle.objects.filter(cluster=cluster, ok=True).order_by("-as_of").first()
-    falls = _dropped(last.size if last is not None else {}, now)
+    fallen = _dropped(last.size if last is not None else {}, now)
     # read again: a person may have confirmed since this cycle loaded the cluster
     stored = Cluster.objects.filter(pk=cluster.pk).values_list("size_hold", flat=True).first()
     hold = dict(stored or {})
-    if not falls:
+    if not fallen:
         if hold:
             _save_hold(cluster, {})
         return None
-    if hold.get("confirmed") == now:
+    held = _held(now, fallen)
+    if hold.get("confirmed") == held:
         _save_hold(cluster, {})
         return None
-    cycles = int(hold.get("cycles") or 0) + 1 if hold.get("size") == now else 1
+    same = hold.get("match") == held
+    cycles = int(hold.get("cycles") or 0) + 1 if same else 1
     needed = settings.GPUOBS_SIZE_HOLD_CYCLES
     if cycles >= needed:
         with transaction.atomic():
@@ -73,8 +92,11 @@ def size_refusal(cluster: Cluster, snap: snapshot_format.ClusterSnapshot) -> str
                 cluster=cluster,
             )
         return None
-    since = hold.get("since") if hold.get("size") == now else timezone.now().isoformat()
-    _save_hold(cluster, {"size": now, "cycles": cycles, "since": since, "falls": falls})
+    since = hold.get("since") if same else timezone.now().isoformat()
+    falls = list(fallen.values())
+    _save_hold(
+        cluster, {"size": now, "match": held, "cycles": cycles, "since": since, "falls": falls}
+    )
     return (
         f"not judged: the scheduler reports {', '.join(falls)} since the last good cycle; "
         f"findings are kept until an SRE confirms the new size or it holds for {needed} "
@@ -98,7 +120,7 @@ def confirm_cluster_size(cluster: Cluster, user: AbstractBaseUser) -> dict[str, 
     hold = dict(locked.size_hold or {})
     if not hold.get("size"):
         raise WorkflowError(f"cluster {cluster.name} holds no drop in size to confirm")
-    hold["confirmed"] = hold["size"]
+    hold["confirmed"] = hold.get("match") or hold["size"]
     hold["confirmed_by"] = actor_name(user)
     _save_hold(locked, hold)
     AuditEntry.objects.create(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from django.core.validators import slug_re as SLUG
 from django.db import transaction
@@ -24,6 +25,21 @@ class ImportedSnapshot:
     snapshot: Snapshot
     cluster_created: bool
     cycle: ClusterCycle | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """What :meth:`describe` says, for ``snapshot import --json``."""
+        cycle = self.cycle
+        written = ((cycle.steps or {}).get("findings_written") or {}) if cycle else {}
+        return {
+            "cluster": self.cluster.name,
+            "cluster_created": self.cluster_created,
+            "as_of": self.snapshot.as_of.isoformat(),
+            "json_bytes": self.snapshot.json_bytes,
+            "stored_bytes": self.snapshot.stored_bytes,
+            "cycle": cycle.pk if cycle else None,
+            "transitions": dict(written.get("transitions") or {}),
+            "recommend_error": (cycle.recommendations or {}).get("error") if cycle else None,
+        }
 
     def describe(self) -> str:
         text = (

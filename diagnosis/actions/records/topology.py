@@ -40,15 +40,7 @@ def record_node_topology(
         raise TopologyError(f"node: {node[:64]!r} is not a node name")
     topology = parse_topo_matrix(text)
     Cluster.objects.select_for_update().filter(pk=cluster.pk).first()  # one upload at a time
-    stored = NodeTopology.objects.filter(cluster=cluster)
-    if (
-        not stored.filter(node=node).exists()
-        and stored.count() >= settings.GPUOBS_TOPOLOGY_MAX_NODES
-    ):
-        raise TopologyError(
-            f"cluster {cluster.name} already stores the topology of "
-            f"{settings.GPUOBS_TOPOLOGY_MAX_NODES} nodes (GPUOBS_TOPOLOGY_MAX_NODES)"
-        )
+    check_room_for(cluster, node)
     raw = text.decode("utf-8") if isinstance(text, bytes) else text
     row, created = NodeTopology.objects.update_or_create(
         cluster=cluster,
@@ -63,6 +55,20 @@ def record_node_topology(
         },
     )
     return row, created
+
+
+def check_room_for(cluster: Cluster, node: str) -> None:
+    """Raise :class:`~diagnosis.edge.topology.TopologyError` when ``node`` would be one node
+    more than the cluster may store (``GPUOBS_TOPOLOGY_MAX_NODES``; two indexed queries)."""
+    stored = NodeTopology.objects.filter(cluster=cluster)
+    if (
+        not stored.filter(node=node).exists()
+        and stored.count() >= settings.GPUOBS_TOPOLOGY_MAX_NODES
+    ):
+        raise TopologyError(
+            f"cluster {cluster.name} already stores the topology of "
+            f"{settings.GPUOBS_TOPOLOGY_MAX_NODES} nodes (GPUOBS_TOPOLOGY_MAX_NODES)"
+        )
 
 
 def merge_stored_topology(cluster: Cluster, document: Mapping[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,8 @@
   ``alerts``; each repeatable) the token may write those kinds to those clusters, and nothing
   else (docs/integrations.md#senders-are-scoped); a missing user is then made as a machine user
   (no password, no role);
-- ``list`` shows each token's user, name, prefix, scope, expiry and last use (never the secret);
+- ``list [--json]`` shows each token's user, name, prefix, scope, expiry and last use (never the
+  secret);
 - ``revoke --prefix P [--user U]`` deletes the one token whose prefix (the 8 characters
   ``list`` shows) is P, of U when given; a prefix matching several tokens revokes none;
 - ``scope --prefix P [--user U] --cluster C ... --kind K ...`` gives an existing token (one
@@ -16,6 +17,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
@@ -37,6 +39,9 @@ class Command(BaseCommand):
         parser.add_argument("--name", default="api")
         parser.add_argument("--days", type=int, default=None)
         parser.add_argument("--prefix")
+        parser.add_argument(
+            "--json", action="store_true", dest="as_json", help="list: one JSON array"
+        )
         parser.add_argument("--cluster", action="append", default=[], dest="clusters")
         parser.add_argument(
             "--kind", action="append", default=[], dest="kinds", choices=SenderKind.values
@@ -70,8 +75,12 @@ class Command(BaseCommand):
         what = f"{name}, {_scope_text(row)}, expires {until}"
         self.stdout.write(f"token for {owner} ({what}), shown only now: {key}")
 
-    def list(self, **_: object) -> None:
-        for row in ApiToken.objects.select_related("user").prefetch_related("clusters"):
+    def list(self, *, as_json: bool = False, **_: object) -> None:
+        rows = ApiToken.objects.select_related("user").prefetch_related("clusters")
+        if as_json:
+            self.stdout.write(json.dumps([_token_json(row) for row in rows]))
+            return
+        for row in rows:
             self.stdout.write(
                 f"{row.user}\t{row.name}\t{row.prefix}…\t{_scope_text(row)}\t"
                 f"expires {row.expires_at or 'never'}\tlast used {row.last_used_at or 'never'}"
@@ -157,3 +166,15 @@ def _one_token(prefix: str | None, user: str | None, *, doing: str) -> ApiToken 
             returncode=2,
         )
     return matched[0] if matched else None
+
+
+def _token_json(row: ApiToken) -> dict[str, object]:
+    return {
+        "user": row.user.get_username(),
+        "name": row.name,
+        "prefix": row.prefix,
+        "clusters": sorted(c.name for c in row.clusters.all()),
+        "kinds": list(row.kinds or []),
+        "expires_at": row.expires_at.isoformat() if row.expires_at else None,
+        "last_used_at": row.last_used_at.isoformat() if row.last_used_at else None,
+    }

@@ -12,7 +12,10 @@ coverage, data age, queries, bytes, warnings) that ``manage.py diagnose`` reads.
 
 A configured cluster's cycles, through the same path Celery beat uses::
 
-    manage.py collect --cluster NAME [--cycles N] [--interval SECONDS]
+    manage.py collect --cluster NAME [--cycles N] [--interval SECONDS] [--json]
+
+Exit 2 for bad options or an unknown cluster, 1 when Prometheus fails
+(diagnosis/management/cli.py).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -31,6 +35,7 @@ from diagnosis.core import snapshot as snapshot_format
 from diagnosis.edge.errors import CollectError
 from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document
 from diagnosis.edge.sources.prometheus.promql import PromQLError
+from diagnosis.management.cli import bad_input, cluster_named
 from diagnosis.management.deferred_impacts import write_deferred_note
 from diagnosis.models import Cluster
 from diagnosis.tasks import run_collect_shards
@@ -60,6 +65,9 @@ class Command(BaseCommand):
         parser.add_argument("--cluster", help="run this configured cluster's cycles instead")
         parser.add_argument("--cycles", type=int, default=1, help="with --cluster (0: forever)")
         parser.add_argument("--interval", type=float, default=60.0, help="with --cluster")
+        parser.add_argument(
+            "--json", action="store_true", help="with --cluster: one JSON object per cycle"
+        )
 
     def handle(self, *args, **options):
         if options["cluster"]:
@@ -68,7 +76,7 @@ class Command(BaseCommand):
         missing = [f"--{n}" for n in ("prometheus", "scheduler_snapshot", "out") if not options[n]]
         if missing:
             names = ", ".join(m.replace("_", "-") for m in missing)
-            raise CommandError(f"{names} required (or --cluster NAME)")
+            raise bad_input(f"{names} required (or --cluster NAME)")
         config = self._config(options)
         scheduler = self._scheduler(options["scheduler_snapshot"])
         as_of = self._as_of(options["as_of"])
@@ -101,7 +109,7 @@ class Command(BaseCommand):
         for text in options["match"]:
             name, sep, value = text.partition("=")
             if not sep:
-                raise CommandError(f"--match: expected NAME=VALUE, got {text!r}")
+                raise bad_input(f"--match: expected NAME=VALUE, got {text!r}")
             matchers[name] = value
         if matchers:
             raw["matchers"] = matchers
@@ -116,22 +124,20 @@ class Command(BaseCommand):
         try:
             return PrometheusConfig.parse(raw, prefix="options")
         except CollectError as exc:
-            raise CommandError(str(exc)) from exc
+            raise bad_input(str(exc)) from exc
 
     @staticmethod
     def _scheduler(path: Path) -> dict:
         try:
             document = json.loads(path.read_bytes())
         except OSError as exc:
-            raise CommandError(
-                f"--scheduler-snapshot: cannot read {path}: {exc.strerror}"
-            ) from None
+            raise bad_input(f"--scheduler-snapshot: cannot read {path}: {exc.strerror}") from None
         except ValueError as exc:
-            raise CommandError(f"--scheduler-snapshot: {path} is not JSON: {exc}") from None
+            raise bad_input(f"--scheduler-snapshot: {path} is not JSON: {exc}") from None
         errors = snapshot_format.validate(document)
         if errors:
             shown = "\n  ".join(errors[:20])
-            raise CommandError(f"--scheduler-snapshot: {path} is not a valid snapshot:\n  {shown}")
+            raise bad_input(f"--scheduler-snapshot: {path} is not a valid snapshot:\n  {shown}")
         return document
 
     @staticmethod
@@ -140,21 +146,22 @@ class Command(BaseCommand):
             return datetime.now(UTC).replace(microsecond=0)
         moment = snapshot_format.parse_time(text)
         if moment is None:
-            raise CommandError(f"--as-of: {text!r} is not an RFC 3339 time with a zone")
+            raise bad_input(f"--as-of: {text!r} is not an RFC 3339 time with a zone")
         return moment.to_pydatetime()
 
     def _cycles(self, options) -> None:
 
-        cluster = Cluster.objects.filter(name=options["cluster"]).first()
-        if cluster is None:
-            raise CommandError(f"no cluster {options['cluster']!r}")
+        cluster = cluster_named(options["cluster"])
         number = 0
         while options["cycles"] <= 0 or number < options["cycles"]:
             started = time.monotonic()
             number += 1
             cluster.refresh_from_db()
             cycle = run_cluster_cycle(cluster, shard_runner=run_collect_shards)
-            if not cycle.ok:
+            if options["json"]:
+                cluster.refresh_from_db(fields=["status", "status_message"])
+                self.stdout.write(json.dumps(_cycle_json(number, cycle, cluster)))
+            elif not cycle.ok:
                 self.stdout.write(f"cycle {number}: FAILED: {cycle.error}")
             else:
                 coverage = "n/a" if cycle.coverage is None else f"{cycle.coverage:.1%}"
@@ -169,4 +176,18 @@ class Command(BaseCommand):
                 # idle time: the impact estimates deferred in the embedded mode (enqueue.py)
                 run_deferred_impacts(until=started + options["interval"])
                 time.sleep(max(0.0, options["interval"] - (time.monotonic() - started)))
-        write_deferred_note(self.stdout)
+        if not options["json"]:
+            write_deferred_note(self.stdout)
+
+
+def _cycle_json(number: int, cycle: Any, cluster: Cluster) -> dict[str, Any]:
+    return {
+        "cycle": number,
+        "ok": cycle.ok,
+        "as_of": cycle.as_of.isoformat() if cycle.as_of else None,
+        "gpus": cycle.gpus,
+        "coverage": cycle.coverage,
+        "error": cycle.error or None,
+        "status": cluster.status,
+        "status_message": cluster.status_message or None,
+    }

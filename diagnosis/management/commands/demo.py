@@ -19,11 +19,12 @@ import time
 from datetime import UTC, datetime
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from diagnosis.actions.enqueue import run_deferred_impacts
 from diagnosis.actions.records.cycles import run_cluster_cycle
 from diagnosis.edge.sim import runtime as sim_runtime
+from diagnosis.management.cli import bad_input
 from diagnosis.management.deferred_impacts import write_deferred_note
 from diagnosis.models import Cluster
 from diagnosis.tasks import run_collect_shards
@@ -108,7 +109,7 @@ class Command(BaseCommand):
             cluster.save(update_fields=["scheduler_config"])
             sim_runtime.forget(DEMO)
         if cluster.scheduler_kind != "sim" or cluster.metrics_kind != "sim":
-            raise CommandError(f"cluster {DEMO!r} exists and is not a simulated cluster")
+            raise bad_input(f"cluster {DEMO!r} exists and is not a simulated cluster")
         return cluster
 
     def _run_cycles(self, cluster: Cluster, count: int) -> None:

@@ -20,6 +20,7 @@ from diagnosis.edge.errors import CollectError
 from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.edge.sources.dcgm.exporter import SimExporter
 from diagnosis.edge.sources.prometheus.promql import LABEL_NAME
+from diagnosis.management.cli import bad_input, cluster_named
 from diagnosis.models import Cluster, ClusterCycle
 
 
@@ -27,7 +28,7 @@ def parse_label(text: str) -> tuple[str, str]:
     """``NAME=VALUE`` with a valid Prometheus label name."""
     name, sep, value = text.partition("=")
     if not sep or not LABEL_NAME.fullmatch(name):
-        raise CommandError(f"--label: expected NAME=VALUE with a label name, got {text!r}")
+        raise bad_input(f"--label: expected NAME=VALUE with a label name, got {text!r}")
     return name, value
 
 
@@ -46,11 +47,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         if options["hours"] <= 0 or options["step"] <= 0:
-            raise CommandError("--hours and --step must be positive")
+            raise bad_input("--hours and --step must be positive")
         labels = dict(parse_label(text) for text in options["label"])
-        cluster = Cluster.objects.filter(name=options["cluster"]).first()
-        if cluster is None or cluster.scheduler_kind != "sim":
-            raise CommandError(f"no simulated cluster {options['cluster']!r}")
+        cluster = cluster_named(options["cluster"], sim_only=True)
         try:
             runtime = sim_runtime.runtime_for(cluster)
             end = self._end(cluster, runtime, options["end"])
@@ -81,7 +80,7 @@ class Command(BaseCommand):
         if end:
             moment = snapshot_format.parse_time(end)
             if moment is None:
-                raise CommandError(f"--end: {end!r} is not an RFC 3339 time with a zone")
+                raise bad_input(f"--end: {end!r} is not an RFC 3339 time with a zone")
             return max(0.0, (moment.to_pydatetime() - runtime.started_at).total_seconds())
         latest = (
             ClusterCycle.objects.filter(cluster=cluster, ok=True)

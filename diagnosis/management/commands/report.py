@@ -17,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.http import Http404
 
 from diagnosis.access import get_cluster_for_user
+from diagnosis.management.cli import bad_input
 from diagnosis.reports.csv_export import render_csv
 from diagnosis.reports.fairness_report import build_fairness_report, default_end
 from diagnosis.reports.pdf import render_pdf
@@ -55,11 +56,11 @@ class Command(BaseCommand):
         if options["user"]:
             reader = get_user_model().objects.filter(username=options["user"]).first()
             if reader is None:
-                raise CommandError(f"--user: no user {options['user']!r}")
+                raise bad_input(f"--user: no user {options['user']!r}")
         try:
             cluster = get_cluster_for_user(reader, options["cluster"])
         except Http404:
-            raise CommandError(f"--cluster: no cluster {options['cluster']!r}") from None
+            raise bad_input(f"--cluster: no cluster {options['cluster']!r}") from None
         query = {"from": options["start"] or "", "to": options["end"] or ""}
         query["period"] = options["period"] or ""
         try:

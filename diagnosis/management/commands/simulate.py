@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from diagnosis.core.simulate.openb.replay import DEFAULT_ARRIVE, POLICIES, replay_openb
 from diagnosis.core.simulate.openb.trace import TraceFormatError, read_nodes, read_pods
+from diagnosis.management.cli import Progress
 
 
 class Command(BaseCommand):
@@ -51,11 +52,17 @@ class Command(BaseCommand):
     def handle_openb(self, options):
         if not options["arrive"] > 0:
             raise CommandError("--arrive must be positive", returncode=2)
+        progress = Progress.of(self, options)
+        progress.step(f"reading {options['nodes']} and {options['pods']}")
         try:
             nodes = read_nodes(options["nodes"])
             pods = read_pods(options["pods"])
         except TraceFormatError as exc:
             raise CommandError(str(exc), returncode=2) from exc
+        progress.step(
+            f"replaying {len(pods)} pods on {len(nodes)} nodes under {options['policy']} "
+            f"(arrive {options['arrive']}, seed {options['seed']})"
+        )
         started = time.perf_counter()
         result = replay_openb(
             nodes,
@@ -66,6 +73,7 @@ class Command(BaseCommand):
             shuffle=not options["no_shuffle"],
         )
         figures = result.as_dict() | {"seconds": round(time.perf_counter() - started, 2)}
+        progress.step(f"done: {figures['pods_placed']} of {figures['pods_arrived']} pods placed")
         if options["json"]:
             self.stdout.write(json.dumps(figures, allow_nan=False))
         else:

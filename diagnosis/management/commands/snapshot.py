@@ -5,11 +5,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from diagnosis.actions.enqueue import deferred_impacts
 from diagnosis.actions.records.snapshots import import_snapshot
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.edge.collection import collect_snapshot
 from diagnosis.edge.errors import CollectError
 from diagnosis.edge.schedulers.registry import ADAPTERS
+from diagnosis.management.cli import Progress, cluster_named
 from diagnosis.management.deferred_impacts import write_deferred_note
 from diagnosis.management.snapshot_input import load_snapshot_argument
 from diagnosis.models import Cluster, Snapshot
@@ -33,6 +35,9 @@ class Command(BaseCommand):
             action="store_true",
             help="also run the stored cycle a scheduled cycle runs: cycle row, findings, tenancy "
             "and rollups, incidents, recommendations",
+        )
+        imported.add_argument(
+            "--json", action="store_true", help="print one JSON object (no progress on stderr)"
         )
         read = sub.add_parser(
             "read",
@@ -62,16 +67,14 @@ class Command(BaseCommand):
                 options["scheduler"], options["config"], options.get("cluster"), options.get("out")
             )
         else:
-            self._import(options["file"], options.get("cluster"), options["diagnose"])
+            self._import(options, Progress.of(self, options))
 
     def _load(self, path: str, *, storable: bool = False) -> snapshot_format.ClusterSnapshot:
         return load_snapshot_argument(self, path, storable=storable)
 
     def _export(self, cluster_name: str, out: str | None) -> None:
 
-        cluster = Cluster.objects.filter(name=cluster_name).first()
-        if cluster is None:
-            raise CommandError(f"no cluster named {cluster_name!r}", returncode=2)
+        cluster = cluster_named(cluster_name)
         stored = Snapshot.objects.filter(cluster=cluster).order_by("-as_of").first()
         if stored is None:
             raise CommandError(f"cluster {cluster_name!r} has no snapshot yet", returncode=2)
@@ -82,7 +85,8 @@ class Command(BaseCommand):
         else:
             self.stdout.write(text)
 
-    def _import(self, path: str, cluster_name: str | None, diagnose: bool) -> None:
+    def _import(self, options: dict[str, Any], progress: Progress) -> None:
+        path, cluster_name, diagnose = options["file"], options.get("cluster"), options["diagnose"]
         if cluster_name and not Cluster.objects.filter(name=cluster_name).exists():
             # --cluster names where the file goes; declaring a cluster is `clusters apply`'s
             raise CommandError(
@@ -90,11 +94,21 @@ class Command(BaseCommand):
                 '`manage.py clusters apply -f FILE` (docs/operations.md, "Clusters as code")',
                 returncode=2,
             )
+        progress.step(f"reading {path}")
         snap = self._load(path, storable=True)
+        progress.step(
+            f"read {len(snap.nodes)} nodes, {len(snap.gpus)} GPUs, {len(snap.jobs)} jobs; "
+            + ("diagnosing and recording the cycle" if diagnose else "storing")
+        )
         try:
             result = import_snapshot(snap, cluster_name=cluster_name, diagnose=diagnose)
         except snapshot_format.SnapshotError as exc:
             raise CommandError(f"{path}: {exc}", returncode=2) from exc
+        progress.step("done")
+        if options["json"]:
+            figures = result.as_json() | {"deferred_impacts": deferred_impacts()}
+            self.stdout.write(json.dumps(figures))
+            return
         self.stdout.write(result.describe())
         write_deferred_note(self.stdout)
 

@@ -104,8 +104,9 @@ def test_export_writes_back_what_was_imported(busy_snapshot, tmp_path):
 
 @pytest.mark.django_db
 def test_export_of_an_unknown_cluster_fails_clearly():
-    with pytest.raises(CommandError, match="no cluster named 'ghost'"):
+    with pytest.raises(CommandError, match="--cluster: no cluster 'ghost'") as raised:
         call_command("snapshot", "export", "--cluster", "ghost")
+    assert raised.value.returncode == 2
 
 
 # -- diagnose --------------------------------------------------------------------------------------

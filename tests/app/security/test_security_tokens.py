@@ -83,7 +83,7 @@ def test_create_with_cluster_and_kind_issues_a_token_that_uploads_there_only(mak
             .status_code
         )
 
-    assert upload("dgx-pod") == 201
+    assert upload("dgx-pod") == 202
     assert upload("other") == 404
 
 

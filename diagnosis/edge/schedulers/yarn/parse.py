@@ -22,6 +22,7 @@ from typing import Any
 
 from diagnosis.core.numbers import finite_number
 from diagnosis.core.vocabulary import format_time
+from diagnosis.edge.errors import SchedulerError
 
 GPU = "yarn.io/gpu"
 MAX_RECORDS = 100_000  # nodes or applications read from one answer
@@ -56,6 +57,30 @@ def _list(value: Any) -> list[Any]:
     if isinstance(value, list):
         return value[:MAX_RECORDS]
     return [value] if isinstance(value, Mapping) else []
+
+
+def _records(document: Mapping[str, Any], outer: str, inner: str, path: str) -> list[Any]:
+    """The records of a list answer, ``{outer: {inner: [...]}}``. ``{outer: null}`` is how the
+    ResourceManager says "none"; an answer whose ``outer`` is missing or is no object
+    (``{"nodes": 7}``), or whose ``inner`` is neither a list nor an object, is malformed: a
+    :class:`SchedulerError` naming it, never an empty cluster. Odd records inside are skipped."""
+    if not isinstance(document, Mapping) or outer not in document:
+        raise SchedulerError(f"the ResourceManager's {path} answer has no {outer!r}")
+    wrapper = document[outer]
+    if wrapper is None:
+        return []
+    if not isinstance(wrapper, Mapping):
+        raise SchedulerError(
+            f"the ResourceManager's {path} answer is malformed: {outer!r} is "
+            f"{type(wrapper).__name__} {str(wrapper)[:40]!r}, not an object or null"
+        )
+    records = wrapper.get(inner)
+    if records is not None and not isinstance(records, list | Mapping):
+        raise SchedulerError(
+            f"the ResourceManager's {path} answer is malformed: {outer}.{inner} is "
+            f"{type(records).__name__}, not a list"
+        )
+    return _list(records)
 
 
 def _text(value: Any) -> str:
@@ -95,7 +120,7 @@ def parse_nodes(document: Mapping[str, Any], settings: YarnSettings) -> list[dic
     ``yarn.io/gpu``: YARN schedules none there)."""
     nodes: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for record in _list(_mapping(document.get("nodes")).get("node")):
+    for record in _records(document, "nodes", "node", "/ws/v1/cluster/nodes"):
         record = _mapping(record)
         name = _text(record.get("nodeHostName")) or _text(record.get("id")).rpartition(":")[0]
         if not name or name in seen:
@@ -239,7 +264,7 @@ def parse_apps(documents: list[Mapping[str, Any]], settings: YarnSettings) -> Pa
     message."""
     parsed = ParsedApps()
     for document in documents:
-        for record in _list(_mapping(document.get("apps")).get("app")):
+        for record in _records(document, "apps", "app", "/ws/v1/cluster/apps"):
             record = _mapping(record)
             ident = _text(record.get("id"))
             submitted = ms_time(record.get("startedTime"))
