@@ -158,21 +158,21 @@ class Command(BaseCommand):
 
 
 def refuse_taken_address(address: str) -> None:
-    """A :class:`CommandError` saying so when ``address`` (``HOST:PORT``) cannot be served: its
+    """The exit-2 error saying so when ``address`` (``HOST:PORT``) cannot be served: its
     port is taken (another gpuobs, another program) or the host is not this machine's, with
     how to choose another, before anything starts (the web server would only log it and the
     cycles run on without a UI)."""
     host, _, port = address.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     if not port.isdigit():
-        raise CommandError(f"--serve {address!r}: expected HOST:PORT, e.g. 127.0.0.1:8000")
+        raise bad_input(f"--serve {address!r}: expected HOST:PORT, e.g. 127.0.0.1:8000")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as runserver binds
         try:
             probe.bind((host, int(port)))
         except OSError as exc:
-            raise CommandError(
+            raise bad_input(
                 f"cannot serve on {address}: {exc.strerror or exc} (is another gpuobs or "
                 f"another program using port {port}?). Choose another address: "
                 f"make demo DEMO_ADDRESS={host}:{int(port) + 1}, or "
