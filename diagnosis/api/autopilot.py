@@ -5,9 +5,9 @@
   approval);
 - ``GET|PUT /api/v1/autopilot/policies/{id}`` (the detail adds its approvals and decisions; a
   ``PUT`` is a new version awaiting approval again);
-- ``POST /api/v1/autopilot/policies/{id}/approve``, ``.../reject``, ``.../retire`` (``{"reason"}``,
-  optional): each action is its own path and operation (:data:`ACTIONS`); another word there
-  is no path (404);
+- ``POST /api/v1/autopilot/policies/{id}/approve`` (no body), ``.../reject`` and ``.../retire``
+  (``{"reason"}``, optional): each action is its own path and operation (:data:`ACTIONS`);
+  another word there is no path (404);
 - ``GET /api/v1/autopilot/policies/{id}/replay[?days=7]``: what it would have done;
 - ``GET /api/v1/autopilot/decisions[?policy=&cluster=&outcome=]``;
 - ``GET|POST /api/v1/autopilot/switch`` (``{"stopped": true, "reason"}``: admins).
