@@ -97,6 +97,12 @@ def test_every_read_answers_what_the_schema_says(
         "/api/v1/fleet/tenants",
     ):
         assert path in checked
+    # the replay's rows were checked too: it found the drain the Xid 79 proposed (held: the
+    # node is all of its pool)
+    policy = values["policy_id"]
+    replay = admin_session.get(f"{live_server.url}/api/v1/autopilot/policies/{policy}/replay")
+    rows = replay.json()["would_apply"] + replay.json()["held"]
+    assert [row["target"] for row in rows] == ["node:n1"]
 
 
 def test_the_error_bodies_are_what_the_schema_says(
