@@ -273,6 +273,9 @@ SPECTACULAR_SETTINGS = {
         "NodeStateEnum": "diagnosis.choices.NodeState",
         "AnnotationKindEnum": "diagnosis.api.annotations.ANNOTATION_KINDS",
         "RecommendationKindEnum": "diagnosis.choices.RecommendationKind",
+        "PolicyKindEnum": "diagnosis.models.autopilot.PolicyKind",
+        "PolicyStateEnum": "diagnosis.models.autopilot.PolicyState",
+        "PolicyModeEnum": "diagnosis.models.autopilot.PolicyMode",
     },
 }
 

@@ -5,7 +5,9 @@
   approval);
 - ``GET|PUT /api/v1/autopilot/policies/{id}`` (the detail adds its approvals and decisions; a
   ``PUT`` is a new version awaiting approval again);
-- ``POST /api/v1/autopilot/policies/{id}/approve|reject|retire``;
+- ``POST /api/v1/autopilot/policies/{id}/approve`` (no body), ``.../reject`` and ``.../retire``
+  (``{"reason"}``, optional): each action is its own path and operation (:data:`ACTIONS`);
+  another word there is no path (404);
 - ``GET /api/v1/autopilot/policies/{id}/replay[?days=7]``: what it would have done;
 - ``GET /api/v1/autopilot/decisions[?policy=&cluster=&outcome=]``;
 - ``GET|POST /api/v1/autopilot/switch`` (``{"stopped": true, "reason"}``: admins).
@@ -15,9 +17,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_view,
+)
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -28,6 +37,7 @@ from diagnosis.access import clusters_for_user, get_policy_for_user, policies_fo
 from diagnosis.actions.autopilot import policies as actions
 from diagnosis.actions.autopilot.preview import replay_preview
 from diagnosis.actions.workflow.base import WorkflowDenied, WorkflowError
+from diagnosis.api.errors import ErrorSerializer, invalid
 from diagnosis.models import (
     AuditEntry,
     AutopilotDecision,
@@ -135,9 +145,22 @@ class DecisionSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class PolicyApprovalSerializer(serializers.Serializer):
+    """One step of a policy's audit trail."""
+
+    time = serializers.DateTimeField()
+    actor = serializers.CharField()
+    action = serializers.CharField(help_text="policy-write, policy-approve, policy-reject, ...")
+    after = serializers.JSONField(allow_null=True, help_text="the terms or state after it")
+
+
 class PolicyDetailSerializer(PolicySerializer):
-    approvals = serializers.SerializerMethodField()
-    decisions = serializers.SerializerMethodField()
+    approvals = extend_schema_field(PolicyApprovalSerializer(many=True))(
+        serializers.SerializerMethodField()
+    )
+    decisions = extend_schema_field(DecisionSerializer(many=True))(
+        serializers.SerializerMethodField()
+    )
 
     class Meta(PolicySerializer.Meta):
         fields = [*PolicySerializer.Meta.fields, "approvals", "decisions"]
@@ -166,8 +189,37 @@ class SwitchSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
 
 
-class CloseSerializer(serializers.Serializer):
+class PolicyCloseSerializer(serializers.Serializer):
+    """The body of a rejection or a retirement."""
+
     reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+
+
+class ReplayRowSerializer(serializers.Serializer):
+    """One thing the replayed policy would have applied or held back."""
+
+    as_of = serializers.DateTimeField(help_text="the stored cycle's snapshot time")
+    cluster = serializers.CharField()
+    recommendation = serializers.IntegerField()
+    kind = serializers.CharField()
+    target = serializers.CharField()
+    pool = serializers.CharField(allow_null=True)
+    outcome = serializers.CharField(help_text="would-apply or held")
+    guard = serializers.CharField(help_text="the guard that held it back; empty: none")
+    reason = serializers.CharField()
+
+
+class PolicyReplaySerializer(serializers.Serializer):
+    """What a policy's current terms would have done over the stored history."""
+
+    policy = serializers.CharField()
+    days = serializers.IntegerField()
+    cycles_with_candidates = serializers.IntegerField()
+    would_apply = ReplayRowSerializer(many=True)
+    held = ReplayRowSerializer(many=True, help_text="the last reason of each held back")
+    held_by_guard = serializers.DictField(
+        child=serializers.IntegerField(), help_text="how many each guard held back"
+    )
 
 
 def policy_trail(policy: RemediationPolicy) -> list[AuditEntry]:
@@ -179,11 +231,14 @@ def _invalid(exc: actions.PolicyInvalid) -> Response:
     for error in exc.errors:
         name = error.split(":", 1)[0].split(".", 1)[0].replace("quiet window", "quiet_window")
         fields.setdefault(name, []).append(error)
-    return Response(fields, status=status.HTTP_400_BAD_REQUEST)
+    return invalid(fields)
 
 
 def _conflict(exc: WorkflowError) -> Response:
     return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+
+
+CONFLICT = OpenApiResponse(ErrorSerializer, description="The policy's state does not allow it.")
 
 
 class PolicyListView(APIView):
@@ -211,7 +266,9 @@ class PolicyDetailView(APIView):
     def get(self, request: Request, policy_id: int) -> Response:
         return Response(PolicyDetailSerializer(get_policy_for_user(request.user, policy_id)).data)
 
-    @extend_schema(request=PolicyTermsSerializer, responses=PolicyDetailSerializer)
+    @extend_schema(
+        request=PolicyTermsSerializer, responses={200: PolicyDetailSerializer, 409: CONFLICT}
+    )
     def put(self, request: Request, policy_id: int) -> Response:
         policy = get_policy_for_user(request.user, policy_id)
         if not roles.can_write_policy(request.user):
@@ -227,29 +284,72 @@ class PolicyDetailView(APIView):
         return Response(PolicyDetailSerializer(policy).data)
 
 
-class PolicyActionView(APIView):
-    """``approve`` (an SRE other than the writer), ``reject`` (a proposed version), ``retire``."""
+# Each action on a policy: the serializer of its body (None: it takes none), and the call that does
+# it, given the policy, the caller and the body's reason.
+_Do = Callable[[RemediationPolicy, Any, str], RemediationPolicy]
+ACTIONS: dict[str, tuple[type[serializers.Serializer] | None, _Do, str]] = {
+    "approve": (
+        None,
+        lambda policy, user, _: actions.approve_policy(policy, user),
+        "Approve the policy's proposed version (an SRE other than its writer)",
+    ),
+    "reject": (
+        PolicyCloseSerializer,
+        lambda policy, user, reason: actions.close_policy(
+            policy, user, state=PolicyState.REJECTED, reason=reason
+        ),
+        "Reject the policy's proposed version",
+    ),
+    "retire": (
+        PolicyCloseSerializer,
+        lambda policy, user, reason: actions.close_policy(
+            policy, user, state=PolicyState.RETIRED, reason=reason
+        ),
+        "Retire the policy",
+    ),
+}
 
-    @extend_schema(request=CloseSerializer, responses=PolicyDetailSerializer)
-    def post(self, request: Request, policy_id: int, action: str) -> Response:
+
+class PolicyActionView(APIView):
+    """One of :data:`ACTIONS` (``policy_action``): each has its view below, and its path."""
+
+    policy_action = ""
+
+    def post(self, request: Request, policy_id: int) -> Response:
         policy = get_policy_for_user(request.user, policy_id)
-        body = CloseSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        reason = body.validated_data["reason"]
+        form_class, do, _ = ACTIONS[self.policy_action]
+        reason = ""
+        if form_class is not None:
+            body = form_class(data=request.data)
+            body.is_valid(raise_exception=True)
+            reason = body.validated_data["reason"]
         try:
-            if action == "approve":
-                policy = actions.approve_policy(policy, request.user)
-            elif action in ("reject", "retire"):
-                state = PolicyState.REJECTED if action == "reject" else PolicyState.RETIRED
-                policy = actions.close_policy(policy, request.user, state=state, reason=reason)
-            else:
-                return Response(
-                    {"action": [f"one of approve, reject, retire, not {action}"]},
-                    status=status.HTTP_404_NOT_FOUND,
-                )
+            policy = do(policy, request.user, reason)
         except WorkflowError as exc:
             return _conflict(exc)
         return Response(PolicyDetailSerializer(policy).data)
+
+
+def _action_view(name: str) -> type[PolicyActionView]:
+    """The view of one action: its own path, body and operation in the schema."""
+    body, _, summary = ACTIONS[name]
+    view = type(
+        f"Policy{name.capitalize()}View",
+        (PolicyActionView,),
+        {"policy_action": name, "__module__": __name__, "__doc__": f"``POST .../{name}``."},
+    )
+    schema = extend_schema(
+        request=body,
+        responses={200: PolicyDetailSerializer, 409: CONFLICT},
+        operation_id=f"autopilot_policy_{name}",
+        summary=summary,
+    )
+    return extend_schema_view(post=schema)(view)
+
+
+PolicyApproveView = _action_view("approve")
+PolicyRejectView = _action_view("reject")
+PolicyRetireView = _action_view("retire")
 
 
 class PolicyReplayView(APIView):
@@ -258,7 +358,7 @@ class PolicyReplayView(APIView):
 
     @extend_schema(
         parameters=[OpenApiParameter("days", int, description="1 to 14, default 7")],
-        responses=serializers.DictField(),
+        responses=PolicyReplaySerializer,
     )
     def get(self, request: Request, policy_id: int) -> Response:
         policy = get_policy_for_user(request.user, policy_id)
@@ -266,7 +366,7 @@ class PolicyReplayView(APIView):
         try:
             wanted = days.run_validation(request.query_params.get("days", "7"))
         except serializers.ValidationError as exc:
-            return Response({"days": exc.detail}, status=status.HTTP_400_BAD_REQUEST)
+            return invalid({"days": exc.detail})
         terms = actions.terms_of(policy)
         return Response(
             {"policy": policy.name, **replay_preview(terms, days=wanted, policy_id=policy.pk)}

@@ -11,16 +11,17 @@ tenants they manage, nothing of another tenant).
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from diagnosis.api.auth import AUTHENTICATION
+from diagnosis.api.errors import invalid
+from diagnosis.api.responses import FleetSerializer, FleetTenantReportSerializer
 from diagnosis.pages.fleet import build_fleet, fleet_period
 from diagnosis.reports.fleet_report import build_fleet_tenant_report
-from diagnosis.reports.period import PeriodError
+from diagnosis.reports.period import PRESETS, PeriodError
 
 
 class FleetView(APIView):
@@ -28,7 +29,7 @@ class FleetView(APIView):
 
     authentication_classes = AUTHENTICATION
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses=FleetSerializer)
     def get(self, request: Request) -> Response:
         return Response(build_fleet(request.user).as_dict())
 
@@ -38,10 +39,17 @@ class FleetTenantsView(APIView):
 
     authentication_classes = AUTHENTICATION
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        responses=FleetTenantReportSerializer,
+        parameters=[
+            OpenApiParameter("period", str, enum=list(PRESETS), description="a preset period"),
+            OpenApiParameter("from", str, description="start, ISO 8601 (a date: its midnight)"),
+            OpenApiParameter("to", str, description="end, ISO 8601"),
+        ],
+    )
     def get(self, request: Request) -> Response:
         try:
             period = fleet_period(request.query_params, request.user)
         except PeriodError as error:
-            return Response({"errors": {error.field: str(error)}}, status=400)
+            return invalid({error.field: str(error)})
         return Response(build_fleet_tenant_report(request.user, period).as_dict())

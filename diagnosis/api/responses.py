@@ -223,3 +223,109 @@ FairnessReportSerializer = type(
         "tree": TreeSerializer(),
     },
 )
+
+
+class PricingSerializer(serializers.Serializer):
+    """A cluster's one price per GPU-hour (docs/fairness.md "Cost")."""
+
+    priced = serializers.BooleanField()
+    currency = serializers.CharField(allow_null=True, help_text="null: not priced")
+    price_per_gpu_hour = serializers.CharField(
+        allow_null=True, help_text="exact decimal text; null: not priced"
+    )
+    reason = serializers.CharField(allow_null=True, help_text="why not priced; null: priced")
+    gpu_models = serializers.ListField(child=serializers.CharField())
+    unpriced_models = serializers.ListField(child=serializers.CharField())
+
+
+class FleetWasteSerializer(serializers.Serializer):
+    """A cluster's top waste bucket of its last good hour."""
+
+    bucket = serializers.CharField()
+    gpu_hours = serializers.FloatField()
+    share = serializers.FloatField(**NUMBER)
+    cost = serializers.CharField(allow_null=True, help_text="two decimals; null: not priced")
+
+
+class FleetClusterSerializer(serializers.Serializer):
+    cluster = serializers.CharField()
+    gpus = serializers.IntegerField(**NUMBER)
+    allocated_gpus = serializers.IntegerField(**NUMBER)
+    allocation_utilization = serializers.FloatField(**NUMBER)
+    activity_utilization = serializers.FloatField(**NUMBER)
+    as_of = serializers.DateTimeField(allow_null=True, help_text="null: no good cycle yet")
+    stale = serializers.BooleanField()
+    has_data = serializers.BooleanField()
+    open_incidents = serializers.IntegerField()
+    open_findings = serializers.IntegerField()
+    top_waste = FleetWasteSerializer(allow_null=True, help_text="null: no waste measured")
+    pricing = PricingSerializer()
+
+
+class FleetSerializer(serializers.Serializer):
+    """Every cluster the caller may read, with the fleet's totals."""
+
+    format = serializers.CharField()
+    gpus = serializers.IntegerField()
+    allocation_utilization = serializers.FloatField(**NUMBER)
+    activity_utilization = serializers.FloatField(**NUMBER)
+    stale_clusters = serializers.IntegerField()
+    open_incidents = serializers.IntegerField()
+    top_waste_cost = serializers.CharField(
+        allow_null=True, help_text="null: no waste, or a cluster with waste is not priced"
+    )
+    clusters = FleetClusterSerializer(many=True)
+
+
+class FleetTenantPartSerializer(serializers.Serializer):
+    """One cluster's part of a fleet tenant."""
+
+    cluster = serializers.CharField()
+    allocated_gpu_hours = serializers.FloatField(**NUMBER)
+    fair_gpu_hours = serializers.FloatField(**NUMBER)
+    demand_gpu_hours = serializers.FloatField(**NUMBER)
+    wasted_gpu_hours = serializers.FloatField(**NUMBER)
+    ratio = serializers.FloatField(**NUMBER)
+    cost = serializers.CharField(allow_null=True, help_text="two decimals; null: not priced")
+    wasted_cost = serializers.CharField(allow_null=True)
+
+
+class FleetTenantSerializer(serializers.Serializer):
+    """One tenant name across the clusters, with each cluster's part."""
+
+    tenant = serializers.CharField()
+    clusters = serializers.ListField(child=serializers.CharField())
+    allocated_gpu_hours = serializers.FloatField(**NUMBER)
+    fair_gpu_hours = serializers.FloatField(**NUMBER)
+    demand_gpu_hours = serializers.FloatField(**NUMBER)
+    wasted_gpu_hours = serializers.FloatField(**NUMBER)
+    ratio = serializers.FloatField(**NUMBER)
+    cost = serializers.CharField(allow_null=True, help_text="two decimals; null: not priced")
+    wasted_cost = serializers.CharField(allow_null=True)
+    parts = FleetTenantPartSerializer(many=True)
+
+
+class FleetScopeSerializer(serializers.Serializer):
+    tenant_scoped = serializers.BooleanField()
+
+
+# The fleet's tenant report (docs/fairness.md "The fleet"); built from a dict because one of its
+# fields is called "from".
+FleetTenantReportSerializer = type(
+    "FleetTenantReportSerializer",
+    (serializers.Serializer,),
+    {
+        "__doc__": "The cross-cluster tenant report over a period.",
+        "__module__": __name__,
+        "format": serializers.CharField(),
+        "from": serializers.DateTimeField(),
+        "to": serializers.DateTimeField(),
+        "preset": serializers.CharField(allow_null=True),
+        "generated_at": serializers.DateTimeField(),
+        "scope": FleetScopeSerializer(),
+        "clusters": serializers.ListField(child=serializers.CharField(), help_text="read, by name"),
+        "pricing": serializers.DictField(child=PricingSerializer(), help_text="per cluster"),
+        "cost": serializers.CharField(allow_null=True, help_text="null: some part not priced"),
+        "tenants": FleetTenantSerializer(many=True),
+    },
+)

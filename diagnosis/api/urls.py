@@ -19,6 +19,8 @@ def endpoint(target: str) -> LazyView:
 
 # Each action on an incident is its own path (diagnosis/api/incidents.py, ACTIONS).
 INCIDENT_ACTIONS = ("acknowledge", "resolve", "note", "drain")
+# Each action on an autopilot policy is its own path (diagnosis/api/autopilot.py, ACTIONS).
+POLICY_ACTIONS = ("approve", "reject", "retire")
 
 router = DefaultRouter()
 router.register("clusters", clusters.ClusterViewSet, basename="cluster")
@@ -65,10 +67,13 @@ autopilot_endpoints = [
         endpoint("autopilot:PolicyReplayView"),
         name="autopilot-replay",
     ),
-    path(
-        "policies/<int:policy_id>/<slug:action>",
-        endpoint("autopilot:PolicyActionView"),
-        name="autopilot-policy-action",
+    *(
+        path(
+            f"policies/<int:policy_id>/{action}",
+            endpoint(f"autopilot:Policy{action.capitalize()}View"),
+            name=f"autopilot-policy-{action}",
+        )
+        for action in POLICY_ACTIONS
     ),
     path("decisions", endpoint("autopilot:DecisionListView"), name="autopilot-decisions"),
     path("switch", endpoint("autopilot:SwitchView"), name="autopilot-switch"),

@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from diagnosis.api.autopilot import ACTIONS
+from diagnosis.api.urls import POLICY_ACTIONS
 from diagnosis.models import AutopilotSwitch, RemediationPolicy
 from tests.support.autopilot import approved_policy
 from tests.support.world import logged_in_client
@@ -87,7 +89,8 @@ def test_bad_terms_are_a_400_naming_the_field(carol, change, field, words) -> No
     answer = api(carol).post(POLICIES, {**DRAIN, **change}, format="json")
 
     assert answer.status_code == 400
-    assert words in str(answer.json()[field])
+    assert words in str(answer.json()["errors"][field])
+    assert answer.json()["detail"].startswith("invalid request")
     assert not RemediationPolicy.objects.exists()
 
 
@@ -130,6 +133,58 @@ def test_the_schema_describes_the_autopilot(bob) -> None:
 
     assert "/api/v1/autopilot/policies/{policy_id}/replay" in schema
     assert "PolicyTerms" in schema
+
+
+def test_a_proposed_version_is_rejected_with_its_reason_and_only_once(carol, dave) -> None:
+    policy = api(carol).post(POLICIES, DRAIN, format="json").json()
+    url = f"{POLICIES}/{policy['id']}/reject"
+
+    rejected = api(dave).post(url, {"reason": "too wide"}, format="json")
+
+    assert rejected.status_code == 200
+    assert rejected.json()["state"] == "rejected"
+    assert rejected.json()["approvals"][-1]["after"] == {"state": "rejected", "reason": "too wide"}
+    again = api(dave).post(url, format="json")
+    assert again.status_code == 409
+    assert "cannot reject a policy that is rejected" in again.json()["detail"]
+    too_long = api(dave).post(f"{POLICIES}/{policy['id']}/retire", {"reason": "x" * 501})
+    assert list(too_long.json()["errors"]) == ["reason"]
+
+
+def test_an_approved_policy_is_retired_and_acts_no_more(carol, dave) -> None:
+    policy = approved_policy(carol, dave)
+
+    retired = api(carol).post(f"{POLICIES}/{policy.pk}/retire", format="json")
+
+    assert retired.status_code == 200
+    policy.refresh_from_db()
+    assert policy.state == "retired"
+
+
+def test_an_unknown_policy_action_is_no_path(carol, dave) -> None:
+    policy = approved_policy(carol, dave)
+
+    assert api(carol).post(f"{POLICIES}/{policy.pk}/explode").status_code == 404
+    policy.refresh_from_db()
+    assert policy.state == "approved"
+
+
+def test_each_policy_action_is_its_own_operation(bob) -> None:
+    schema = api(bob).get("/api/v1/schema", HTTP_ACCEPT="application/json").json()
+    prefix = "/api/v1/autopilot/policies/{policy_id}/"
+    actions = {
+        path.removeprefix(prefix): item["post"]
+        for path, item in schema["paths"].items()
+        if path.startswith(prefix) and "post" in item
+    }
+
+    assert set(POLICY_ACTIONS) == set(ACTIONS) == set(actions)
+    assert "requestBody" not in actions["approve"]
+    assert "requestBody" in actions["reject"]
+    assert {o["operationId"] for o in actions.values()} == {
+        f"autopilot_policy_{name}" for name in ACTIONS
+    }
+    assert all("409" in o["responses"] for o in actions.values())
 
 
 # -- the pages ------------------------------------------------------------------------------------
