@@ -189,6 +189,11 @@ if os.environ.get("DATABASE_URL"):
             conn_health_checks=True,
         )
     }
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # test databases are copied from template0, which nobody can connect to: a session on
+        # template1 (psql, another CREATE DATABASE) would fail CREATE DATABASE ... TEMPLATE
+        # template1 with "being accessed by other users"
+        DATABASES["default"]["TEST"] = {"TEMPLATE": "template0"}
     # A web request's statement is cancelled after this many seconds (0: never), less than
     # gunicorn's own 30 s worker timeout (docs/operations.md, "Inbound webhooks"), so a request
     # stuck in the database ends in an answer, not in a killed worker. Web processes only
