@@ -31,6 +31,7 @@ from diagnosis.access import (
     incidents_for_user,
     prime_texts_for_user,
     recommendations_for_user,
+    stored_summary_text,
     subject_for_user,
 )
 from diagnosis.actions.notify.owner_notices import preview_notice
@@ -171,6 +172,7 @@ def finding_detail(request: HttpRequest, name: str, finding_id: int) -> HttpResp
     """One finding: summary, evidence, history and the rule's documentation."""
     cluster = get_cluster_for_user(request.user, name)
     finding = get_finding_for_user(request.user, cluster, finding_id)
+    finding.summary_text = stored_summary_text(finding)  # before the evidence is scoped
     finding.evidence = evidence_for_user(request.user, cluster.pk, finding.evidence)  # shown only
     finding.subject = subject_for_user(request.user, cluster.pk, finding.subject)  # shown only
     context = {

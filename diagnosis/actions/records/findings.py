@@ -21,6 +21,7 @@ from diagnosis.core.rules.base import Finding as RuleFinding
 from diagnosis.core.rules.base import Rule, ThresholdError
 from diagnosis.core.rules.engine import Diagnosis
 from diagnosis.core.rules.registry import all_rules
+from diagnosis.core.text import SUMMARY_TEXT_KEY
 from diagnosis.db_timestamps import fast_rows
 from diagnosis.models import (
     Cluster,
@@ -345,6 +346,8 @@ def _written_row(
         finding.severity = hit.severity
         finding.summary = hit.summary
         finding.evidence = dict(hit.evidence)
+        if hit.text is not None:  # the summary's template and values, for the reader's language
+            finding.evidence[SUMMARY_TEXT_KEY] = hit.text.as_json()
         finding.evidence_digest = digest or ""
     else:
         finding.pk = row.pk if row else None
