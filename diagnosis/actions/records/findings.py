@@ -167,8 +167,10 @@ def _clock_step(match: re.Match[str]) -> str:
 def evidence_digest(hit: RuleFinding) -> str:
     """A short digest of what a hit judged (severity and evidence, its clock durations in 25%
     steps; the summary is derived from them): equal digests mean the stored row needs no
-    rewrite."""
-    text = orjson.dumps([hit.severity, hit.evidence], default=str, option=_DIGEST_OPTIONS)
+    rewrite. A summary given as a template counts once (not its values, derived like the
+    summary): a row stored before summaries had one is rewritten once, to store it."""
+    judged_of = [hit.severity, hit.evidence] + (["text"] if hit.text is not None else [])
+    text = orjson.dumps(judged_of, default=str, option=_DIGEST_OPTIONS)
     judged = _CLOCK_VALUE.sub(_clock_step, text.decode())
     return hashlib.blake2b(judged.encode(), digest_size=16).hexdigest()
 
