@@ -28,6 +28,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.db.models import Model, Q, QuerySet
+from django.db.models.fields.json import KeyTransform
 from django.http import Http404
 from django.utils.translation import gettext
 
@@ -354,8 +355,19 @@ def stored_summary_text(finding: Any) -> Text | None:
     kept = getattr(finding, "summary_text", None)
     if isinstance(kept, Text):
         return kept
+    if isinstance(kept, dict):  # the list pages' annotation (:func:`with_summary_text`)
+        return Text.from_json(kept)
+    deferred = getattr(finding, "get_deferred_fields", None)
+    if deferred is not None and "evidence" in deferred():
+        return None  # never one query per finding: such a page annotates it
     evidence = getattr(finding, "evidence", None)
     return Text.from_json(evidence.get(SUMMARY_TEXT_KEY)) if isinstance(evidence, dict) else None
+
+
+def with_summary_text(findings: QuerySet[Finding]) -> QuerySet[Finding]:
+    """Findings whose evidence is deferred, with their summary's stored template annotated
+    (``summary_text``) for :func:`summary_for_user`: read in the same query."""
+    return findings.annotate(summary_text=KeyTransform(SUMMARY_TEXT_KEY, "evidence"))
 
 
 def summary_for_user(user: User | None, cluster_id: int | None, finding: Any) -> str:

@@ -33,6 +33,7 @@ from diagnosis.access import (
     recommendations_for_user,
     stored_summary_text,
     subject_for_user,
+    with_summary_text,
 )
 from diagnosis.actions.notify.owner_notices import preview_notice
 from diagnosis.choices import FindingState, Severity
@@ -131,11 +132,9 @@ def finding_list(request: HttpRequest, name: str) -> HttpResponse:
 def _finding_list_body(request: HttpRequest, cluster: Cluster) -> SafeString:
     rules = all_rules()
     filters = FindingFilter.parse(request.GET)
-    findings = (
-        filters.apply(findings_for_user(request.user, cluster))
-        .defer("evidence")
-        .order_by(SEVERITY_RANK, STATE_RANK, "-last_seen", "-id")
-    )
+    findings = with_summary_text(
+        filters.apply(findings_for_user(request.user, cluster)).defer("evidence")
+    ).order_by(SEVERITY_RANK, STATE_RANK, "-last_seen", "-id")
     page, query = paginate(request, findings, FINDINGS_PER_PAGE)
     page.object_list = list(page.object_list)
     prime_texts_for_user(
