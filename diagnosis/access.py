@@ -28,9 +28,12 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.db.models import Model, Q, QuerySet
+from django.db.models.fields.json import KeyTransform
 from django.http import Http404
+from django.utils.translation import gettext
 
 from diagnosis.choices import JobState
+from diagnosis.core.text import SUMMARY_TEXT_KEY, Text
 from diagnosis.models import (
     ApiToken,
     Cluster,
@@ -337,9 +340,55 @@ def prime_texts_for_user(user: User, cluster_id: int, texts: Iterable[str]) -> N
 
 def evidence_for_user(user: User, cluster_id: int, evidence: object) -> object:
     """A finding's evidence (or any stored record about jobs) as ``user`` may read it: whole for
-    a reading role; for a tenant-scoped manager, through :class:`TextScope`."""
+    a reading role; for a tenant-scoped manager, through :class:`TextScope`. The summary's
+    stored template (:data:`~diagnosis.core.text.SUMMARY_TEXT_KEY`) is no evidence: left out."""
+    if isinstance(evidence, dict) and SUMMARY_TEXT_KEY in evidence:
+        evidence = {k: v for k, v in evidence.items() if k != SUMMARY_TEXT_KEY}
     scope = scope_for_user(user, cluster_id)
     return evidence if scope is None else scope.value(evidence)
+
+
+def stored_summary_text(finding: Any) -> Text | None:
+    """The template and values a finding's summary was written from (docs/ui.md "Language"):
+    kept aside by a page that scoped the evidence (``summary_text``), else in the evidence;
+    None for a finding written before summaries had one."""
+    kept = getattr(finding, "summary_text", None)
+    if isinstance(kept, Text):
+        return kept
+    if isinstance(kept, dict):  # the list pages' annotation (:func:`with_summary_text`)
+        return Text.from_json(kept)
+    deferred = getattr(finding, "get_deferred_fields", None)
+    if deferred is not None and "evidence" in deferred():
+        return None  # never one query per finding: such a page annotates it
+    evidence = getattr(finding, "evidence", None)
+    return Text.from_json(evidence.get(SUMMARY_TEXT_KEY)) if isinstance(evidence, dict) else None
+
+
+def with_summary_text(findings: QuerySet[Finding]) -> QuerySet[Finding]:
+    """Findings whose evidence is deferred, with their summary's stored template annotated
+    (``summary_text``) for :func:`summary_for_user`: read in the same query."""
+    return findings.annotate(summary_text=KeyTransform(SUMMARY_TEXT_KEY, "evidence"))
+
+
+def summary_for_user(user: User | None, cluster_id: int | None, finding: Any) -> str:
+    """A finding's summary in the active language as ``user`` may read it: its template
+    translated (``gettext``) with its values, each value through the manager's
+    :class:`TextScope` as :func:`text_for_user` treats the stored English summary; that English
+    summary when the finding has no template or the translation does not fit its values. No
+    user or cluster (a page rendered without a request): the text whole, as today."""
+    english = "" if getattr(finding, "summary", None) is None else str(finding.summary)
+    scoped = user is not None and cluster_id is not None
+    stored = stored_summary_text(finding)
+    if stored is not None:
+        scope = scope_for_user(user, cluster_id) if scoped else None
+        if scope is not None:
+            scope.learn(stored.strings())
+            stored = stored.map_strings(scope.text)
+        try:
+            return stored.render(gettext)
+        except (KeyError, ValueError, TypeError):
+            pass
+    return text_for_user(user, cluster_id, english) if scoped and english else english
 
 
 def subject_for_user(user: User, cluster_id: int, subject: str) -> str:

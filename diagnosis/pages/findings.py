@@ -31,7 +31,9 @@ from diagnosis.access import (
     incidents_for_user,
     prime_texts_for_user,
     recommendations_for_user,
+    stored_summary_text,
     subject_for_user,
+    with_summary_text,
 )
 from diagnosis.actions.notify.owner_notices import preview_notice
 from diagnosis.choices import FindingState, Severity
@@ -130,11 +132,9 @@ def finding_list(request: HttpRequest, name: str) -> HttpResponse:
 def _finding_list_body(request: HttpRequest, cluster: Cluster) -> SafeString:
     rules = all_rules()
     filters = FindingFilter.parse(request.GET)
-    findings = (
-        filters.apply(findings_for_user(request.user, cluster))
-        .defer("evidence")
-        .order_by(SEVERITY_RANK, STATE_RANK, "-last_seen", "-id")
-    )
+    findings = with_summary_text(
+        filters.apply(findings_for_user(request.user, cluster)).defer("evidence")
+    ).order_by(SEVERITY_RANK, STATE_RANK, "-last_seen", "-id")
     page, query = paginate(request, findings, FINDINGS_PER_PAGE)
     page.object_list = list(page.object_list)
     prime_texts_for_user(
@@ -171,6 +171,7 @@ def finding_detail(request: HttpRequest, name: str, finding_id: int) -> HttpResp
     """One finding: summary, evidence, history and the rule's documentation."""
     cluster = get_cluster_for_user(request.user, name)
     finding = get_finding_for_user(request.user, cluster, finding_id)
+    finding.summary_text = stored_summary_text(finding)  # before the evidence is scoped
     finding.evidence = evidence_for_user(request.user, cluster.pk, finding.evidence)  # shown only
     finding.subject = subject_for_user(request.user, cluster.pk, finding.subject)  # shown only
     context = {

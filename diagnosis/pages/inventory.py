@@ -29,6 +29,7 @@ from diagnosis.access import (
     get_cluster_for_user,
     incidents_for_user,
     jobs_for_user,
+    with_summary_text,
 )
 from diagnosis.charts.figures import embed, gpu_heatmap, gpu_metric_series, gpus_util_series
 from diagnosis.models import Cluster
@@ -368,10 +369,9 @@ def _node_findings(
     if shown:
         subjects |= Q(subject__in=shown)
     return list(
-        findings_for_user(request.user, cluster)
-        .filter(subjects)
-        .defer("evidence")
-        .order_by("-last_seen", "-id")[:FINDINGS_SHOWN]
+        with_summary_text(
+            findings_for_user(request.user, cluster).filter(subjects).defer("evidence")
+        ).order_by("-last_seen", "-id")[:FINDINGS_SHOWN]
     )
 
 

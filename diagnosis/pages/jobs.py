@@ -39,6 +39,7 @@ from diagnosis.access import (
     jobs_for_user,
     prime_texts_for_user,
     tenants_for_user,
+    with_summary_text,
 )
 from diagnosis.charts.figures import embed, gpus_util_series
 from diagnosis.choices import FindingState, JobState, SchedulerEventKind
@@ -223,10 +224,14 @@ def findings_naming_jobs(
     findings = findings_for_user(request.user, cluster)
     if open_only:
         findings = findings.filter(state__in=OPEN_STATES)
-    direct = findings.filter(subject__in=[f"job:{j}" for j in ids]).defer("evidence")
+    direct = with_summary_text(
+        findings.filter(subject__in=[f"job:{j}" for j in ids]).defer("evidence")
+    )
     for finding in direct:
         named[finding.subject.partition(":")[2]].append(finding)
-    for finding in findings.filter(subject__startswith="jobs:").defer("evidence"):
+    for finding in with_summary_text(
+        findings.filter(subject__startswith="jobs:").defer("evidence")
+    ):
         for member in finding.subject.partition(":")[2].split("+"):
             if member in named:
                 named[member].append(finding)
@@ -424,13 +429,14 @@ def job_detail(request: HttpRequest, name: str, job_id: str) -> HttpResponse:
     report = efficiency(job, latest_as_of, series, allocation.record, gpu_model)
     labels = {k: f"{k[0]}/{k[1]}" + (f" MIG {k[2]}" if k[2] >= 0 else "") for k in keys}
     findings = list(
-        findings_for_user(request.user, cluster)
-        .filter(
-            Q(subject=f"job:{job.external_id}")
-            | Q(subject__startswith="jobs:", subject__contains=job.external_id)
-        )
-        .defer("evidence")
-        .order_by("-last_seen", "-id")
+        with_summary_text(
+            findings_for_user(request.user, cluster)
+            .filter(
+                Q(subject=f"job:{job.external_id}")
+                | Q(subject__startswith="jobs:", subject__contains=job.external_id)
+            )
+            .defer("evidence")
+        ).order_by("-last_seen", "-id")
     )
     findings = [
         f

@@ -18,6 +18,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from diagnosis.core.numbers import finite_number
+from diagnosis.core.text import SUMMARY_TEXT_KEY
 from diagnosis.core.vocabulary import parse_time
 from diagnosis.templatetags.clock import moment
 from diagnosis.templatetags.links import evidence_label, evidence_link, link, unit_of
@@ -119,6 +120,8 @@ def evidence_table(evidence: Any, cluster: Any = None) -> SafeString:
     their unit (fractions as percents, seconds as durations); with ``cluster``, the names of
     jobs, tenants, queues and nodes link to their pages."""
     context = _EvidenceContext(cluster)
+    if isinstance(evidence, Mapping) and SUMMARY_TEXT_KEY in evidence:  # the summary's, no row
+        evidence = {k: v for k, v in evidence.items() if k != SUMMARY_TEXT_KEY}
     if isinstance(evidence, Mapping) and evidence:
         return context.mapping_table(evidence, depth=0, css="evidence")
     return context.value(evidence, depth=0)

@@ -31,7 +31,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 from markdown_it import MarkdownIt
 
-from diagnosis.access import text_for_user
+from diagnosis.access import summary_for_user, text_for_user
 
 register = template.Library()
 
@@ -334,9 +334,12 @@ def markdown_inline(text: Any) -> SafeString:
 
 @register.simple_tag(takes_context=True)
 def summary_of(context: template.Context, finding: Any) -> str:
-    """A finding's summary as the page's reader may read it (a manager: another tenant's job
-    or tenant named in it is the placeholder); escaped like any variable."""
-    return _for_reader(context, getattr(finding, "summary", ""), finding.cluster_id)
+    """A finding's summary as the page's reader may read it: in the page's language (its stored
+    template translated, :func:`diagnosis.access.summary_for_user`), a manager reading another
+    tenant's job or tenant named in it as the placeholder; escaped like any variable."""
+    request = context.get("request")
+    user = request.user if request is not None else None
+    return summary_for_user(user, getattr(finding, "cluster_id", None), finding)
 
 
 @register.simple_tag(takes_context=True)

@@ -33,6 +33,7 @@ from diagnosis.actions.notify.alertmanager import (
 )
 from diagnosis.choices import FindingState
 from diagnosis.core.rules.registry import all_rules
+from diagnosis.core.text import SUMMARY_TEXT_KEY
 from diagnosis.edge.notify.alertmanager import NotifyError, PostableAlert
 from diagnosis.models import (
     Cluster,
@@ -97,7 +98,8 @@ def plain_address(recipient: str) -> bool:
 
 def _evidence_lines(evidence: Mapping[str, Any]) -> list[tuple[str, str]]:
     lines = []
-    for key, value in list((evidence or {}).items())[:EVIDENCE_LINES]:
+    shown = {k: v for k, v in (evidence or {}).items() if k != SUMMARY_TEXT_KEY}
+    for key, value in list(shown.items())[:EVIDENCE_LINES]:
         text = f"{value:.3g}" if isinstance(value, float) else str(value)
         lines.append((key, text if len(text) <= 200 else text[:197] + "..."))
     return lines

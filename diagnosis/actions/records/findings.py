@@ -21,6 +21,7 @@ from diagnosis.core.rules.base import Finding as RuleFinding
 from diagnosis.core.rules.base import Rule, ThresholdError
 from diagnosis.core.rules.engine import Diagnosis
 from diagnosis.core.rules.registry import all_rules
+from diagnosis.core.text import SUMMARY_TEXT_KEY
 from diagnosis.db_timestamps import fast_rows
 from diagnosis.models import (
     Cluster,
@@ -166,8 +167,10 @@ def _clock_step(match: re.Match[str]) -> str:
 def evidence_digest(hit: RuleFinding) -> str:
     """A short digest of what a hit judged (severity and evidence, its clock durations in 25%
     steps; the summary is derived from them): equal digests mean the stored row needs no
-    rewrite."""
-    text = orjson.dumps([hit.severity, hit.evidence], default=str, option=_DIGEST_OPTIONS)
+    rewrite. A summary given as a template counts once (not its values, derived like the
+    summary): a row stored before summaries had one is rewritten once, to store it."""
+    judged_of = [hit.severity, hit.evidence] + (["text"] if hit.text is not None else [])
+    text = orjson.dumps(judged_of, default=str, option=_DIGEST_OPTIONS)
     judged = _CLOCK_VALUE.sub(_clock_step, text.decode())
     return hashlib.blake2b(judged.encode(), digest_size=16).hexdigest()
 
@@ -345,6 +348,8 @@ def _written_row(
         finding.severity = hit.severity
         finding.summary = hit.summary
         finding.evidence = dict(hit.evidence)
+        if hit.text is not None:  # the summary's template and values, for the reader's language
+            finding.evidence[SUMMARY_TEXT_KEY] = hit.text.as_json()
         finding.evidence_digest = digest or ""
     else:
         finding.pk = row.pk if row else None

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from diagnosis.core.text import Text
+
 if TYPE_CHECKING:
     from diagnosis.core.rules.facts import SnapshotFacts
     from diagnosis.core.snapshot import ClusterSnapshot
@@ -91,6 +93,8 @@ class Finding:
     severity: Severity
     summary: str
     evidence: Mapping[str, Any]
+    # The summary as a template and its values (diagnosis.core.text), for the reader's language.
+    text: Text | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -162,8 +166,12 @@ class Rule:
     def finding(
         self,
         subject: str,
-        summary: str,
+        summary: str | Text,
         evidence: Mapping[str, Any],
         severity: Severity | None = None,
     ) -> Finding:
+        """A finding of this rule; a :class:`Text` summary is kept with its English text."""
+        if isinstance(summary, Text):
+            english = summary.render()
+            return Finding(self.id, subject, severity or self.severity, english, evidence, summary)
         return Finding(self.id, subject, severity or self.severity, summary, evidence)

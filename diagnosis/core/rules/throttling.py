@@ -29,6 +29,7 @@ from diagnosis.core.rules.base import (
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.rules.running_jobs import at_least
 from diagnosis.core.snapshot import ClusterSnapshot
+from diagnosis.core.text import Param, gettext_noop, message
 
 # Clock event reason bits (NVIDIA/DCGM testing/python3/dcgm_fields.py,
 # DCGM_CLOCKS_EVENT_REASON_*; the same values as NVML's nvmlClocksEventReason*).
@@ -56,6 +57,11 @@ class Reason:
     column: str  # e.g. "throttle_thermal_frac"
     word: str  # "thermal", "power"
     bits: int
+
+    @property
+    def phrase(self) -> str:
+        """The reason's word as a message to translate (its English is :attr:`word`)."""
+        return {"thermal": gettext_noop("thermal"), "power": gettext_noop("power")}[self.word]
 
     @property
     def bit_names(self) -> list[str]:
@@ -102,12 +108,34 @@ def judge(
         holder = None if job is None or job != job else str(job)
         ratio = clock / max_clock if max_clock and max_clock > 0 else float("nan")
         gpu = f"{node}/{int(index)}"
-        clocks = "" if ratio != ratio else f" (SM clock {clock:.0f} of {max_clock:.0f} MHz)"
-        slows = f", slowing job {holder}" if holder else ""
-        summary = (
-            f"GPU {gpu} ran with clocks held down for {reason.word} reasons {frac:.0%} of the "
-            f"window{clocks}{slows}."
-        )
+        template = {
+            (False, False): gettext_noop(
+                "GPU %(gpu)s ran with clocks held down for %(reason)s reasons %(frac)s of the "
+                "window."
+            ),
+            (True, False): gettext_noop(
+                "GPU %(gpu)s ran with clocks held down for %(reason)s reasons %(frac)s of the "
+                "window (SM clock %(clock)s of %(max_clock)s MHz)."
+            ),
+            (False, True): gettext_noop(
+                "GPU %(gpu)s ran with clocks held down for %(reason)s reasons %(frac)s of the "
+                "window, slowing job %(job)s."
+            ),
+            (True, True): gettext_noop(
+                "GPU %(gpu)s ran with clocks held down for %(reason)s reasons %(frac)s of the "
+                "window (SM clock %(clock)s of %(max_clock)s MHz), slowing job %(job)s."
+            ),
+        }[ratio == ratio, bool(holder)]
+        params: dict[str, Param] = {
+            "gpu": gpu,
+            "reason": message(reason.phrase),
+            "frac": f"{frac:.0%}",
+        }
+        if ratio == ratio:
+            params.update(clock=f"{clock:.0f}", max_clock=f"{max_clock:.0f}")
+        if holder:
+            params["job"] = holder
+        summary = message(template, **params)
         evidence = {
             "gpu": gpu,
             "node": node,

@@ -23,6 +23,7 @@ from diagnosis.actions.oncall.incidents import add_incident_note
 from diagnosis.actions.records.cycles import record_cycle
 from diagnosis.models import (
     Finding,
+    InboundClusterBatch,
     Incident,
     Job,
     Recommendation,
@@ -101,6 +102,7 @@ def _values(cluster: Any) -> dict[str, list[Any]]:
         ),
         "id": [cluster.pk],
         "policy_id": list(RemediationPolicy.objects.values_list("pk", flat=True)),  # autopilot
+        "batch_id": list(InboundClusterBatch.objects.values_list("pk", flat=True)),  # inbound
     }
 
 

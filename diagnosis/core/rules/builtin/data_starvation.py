@@ -16,6 +16,7 @@ from diagnosis.core.rules.running_jobs import (
     running_jobs_with_stats,
 )
 from diagnosis.core.snapshot import ClusterSnapshot
+from diagnosis.core.text import gettext_noop, message, no_tenant
 
 NO_FB = "no framebuffer-used metric on any of its GPUs"
 NO_TRIGGER_METRICS = "burst (p10/p90) or host-CPU metric missing, and the other does not fire"
@@ -53,18 +54,26 @@ def evaluate(
         strict=True,
     ):
         trigger = "both" if is_bursty and is_cpu else "bursty" if is_bursty else "host-cpu"
+        spread, cpu = f"{job['util_spread']:.2f}", f"{job['host_cpu_max']:.0%}"
         why = {
-            "bursty": f"bursty (p90 - p10 = {job['util_spread']:.2f})",
-            "host-cpu": f"its host CPU is at {job['host_cpu_max']:.0%}",
-            "both": (
-                f"bursty (p90 - p10 = {job['util_spread']:.2f}) and its host CPU is at "
-                f"{job['host_cpu_max']:.0%}"
+            "bursty": message(gettext_noop("bursty (p90 - p10 = %(spread)s)"), spread=spread),
+            "host-cpu": message(gettext_noop("its host CPU is at %(cpu)s"), cpu=cpu),
+            "both": message(
+                gettext_noop("bursty (p90 - p10 = %(spread)s) and its host CPU is at %(cpu)s"),
+                spread=spread,
+                cpu=cpu,
             ),
         }[trigger]
-        summary = (
-            f"Job {job_id} ({job['tenant'] or 'no tenant'}) keeps "
-            f"{job['fb_used_frac_mean']:.0%} of GPU memory but averages "
-            f"{job['util_mean']:.0%} utilisation, {why}: its GPUs wait for input."
+        summary = message(
+            gettext_noop(
+                "Job %(job)s (%(tenant)s) keeps %(memory)s of GPU memory but averages "
+                "%(util)s utilisation, %(why)s: its GPUs wait for input."
+            ),
+            job=str(job_id),
+            tenant=no_tenant(job["tenant"]),
+            memory=f"{job['fb_used_frac_mean']:.0%}",
+            util=f"{job['util_mean']:.0%}",
+            why=why,
         )
         evidence = {
             **job_evidence(job_id, job),

@@ -13,6 +13,7 @@ import numpy as np
 from diagnosis.core.rules.base import Finding, Judgement, Rule, RuleDoc, evidence_number
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.snapshot import ClusterSnapshot
+from diagnosis.core.text import gettext_noop, message
 
 NO_REMAP = "no row-remapper fields reported"
 COLUMNS = ("row_remap_pending", "row_remap_failure", "row_remap_uncorrectable")
@@ -49,16 +50,32 @@ def evaluate(
         holder = None if job is None or job != job else str(job)
         gpu = f"{node}/{int(index)}"
         if is_failure:
-            what, action = "a row remap failure", "drain the node and have the GPU serviced (RMA)"
+            what = message(gettext_noop("a row remap failure"))
+            action = gettext_noop("drain the node and have the GPU serviced (RMA)")
         elif is_pending:
-            what, action = "a pending row remap", "drain the node, then reset the GPU"
+            what = message(gettext_noop("a pending row remap"))
+            action = gettext_noop("drain the node, then reset the GPU")
         else:
-            what, action = (
-                f"{int(rows_new)} new row(s) remapped for uncorrectable errors",
-                "drain the node and reset the GPU at the next chance",
+            what = message(
+                gettext_noop("%(rows)s new row(s) remapped for uncorrectable errors"),
+                rows=int(rows_new),
             )
-        on = f" under job {holder}" if holder else ""
-        summary = f"GPU {gpu} reports {what}{on}: {action}."
+            action = gettext_noop("drain the node and reset the GPU at the next chance")
+        if holder:
+            summary = message(
+                gettext_noop("GPU %(gpu)s reports %(what)s under job %(job)s: %(action)s."),
+                gpu=gpu,
+                what=what,
+                job=holder,
+                action=message(action),
+            )
+        else:
+            summary = message(
+                gettext_noop("GPU %(gpu)s reports %(what)s: %(action)s."),
+                gpu=gpu,
+                what=what,
+                action=message(action),
+            )
         evidence = {
             "gpu": gpu,
             "node": node,

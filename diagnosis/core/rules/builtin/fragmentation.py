@@ -22,6 +22,7 @@ import pandas as pd
 from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.snapshot import ClusterSnapshot
+from diagnosis.core.text import gettext_noop, message
 
 MAX_LISTED_JOBS = 50
 
@@ -133,11 +134,23 @@ def evaluate(
         }
         critical = share >= thresholds["critical_demand_frac"] - 1e-12  # float rounding
         subject = f"cluster:{snapshot.cluster}" if whole_cluster else f"pool:{scope}"
-        summary = (
-            f"{label.capitalize()}: {len(group)} pending job(s) asking {demand} GPUs cannot be "
-            f"placed although {free_total} GPUs are free, scattered over "
-            f"{int((scope_free > 0).sum())} nodes (largest blocked pod {largest} GPUs, "
-            f"frag_ratio {ratio:.2f})."
+        # as the English summary always showed it: "Cluster x" / "Pool x", capitalized
+        where_name = label.capitalize().split(" ", 1)[1]
+        summary = message(
+            gettext_noop(
+                "%(where)s: %(jobs)s pending job(s) asking %(demand)s GPUs cannot be placed "
+                "although %(free)s GPUs are free, scattered over %(nodes)s nodes (largest "
+                "blocked pod %(largest)s GPUs, frag_ratio %(ratio)s)."
+            ),
+            where=message(gettext_noop("Cluster %(name)s"), name=where_name)
+            if whole_cluster
+            else message(gettext_noop("Pool %(name)s"), name=where_name),
+            jobs=len(group),
+            demand=demand,
+            free=free_total,
+            nodes=int((scope_free > 0).sum()),
+            largest=largest,
+            ratio=f"{ratio:.2f}",
         )
         findings.append(
             RULE.finding(subject, summary, evidence, severity="critical" if critical else None)

@@ -14,6 +14,7 @@ import pandas as pd
 from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.snapshot import ClusterSnapshot
+from diagnosis.core.text import gettext_noop, message
 
 
 def gang_evidence(job_id: str, row: Any) -> dict[str, Any]:
@@ -53,11 +54,23 @@ def evaluate(
                 for job_id, row in zip(members, rows.itertuples(index=False), strict=True)
             ],
         }
-        where = "jobs without a pool" if pd.isna(pool) else f"pool {pool}"
-        summary = (
-            f"{len(members)} partial gangs in {where} ({', '.join(members)}) hold {held} GPUs "
-            f"and each waits for GPUs the others hold; {scope_free} GPUs are free "
-            f"(held for up to {float(rows['hold_s'].max()) / 60:.0f} min)."
+        where = (
+            message(gettext_noop("jobs without a pool"))
+            if pd.isna(pool)
+            else message(gettext_noop("pool %(pool)s"), pool=str(pool))
+        )
+        summary = message(
+            gettext_noop(
+                "%(count)s partial gangs in %(where)s (%(members)s) hold %(held)s GPUs and each "
+                "waits for GPUs the others hold; %(free)s GPUs are free (held for up to "
+                "%(minutes)s min)."
+            ),
+            count=len(members),
+            where=where,
+            members=", ".join(members),
+            held=held,
+            free=scope_free,
+            minutes=f"{float(rows['hold_s'].max()) / 60:.0f}",
         )
         findings.append(RULE.finding("jobs:" + "+".join(members), summary, evidence))
     return Judgement(findings=tuple(findings))

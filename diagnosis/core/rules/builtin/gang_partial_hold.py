@@ -12,6 +12,7 @@ from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold
 from diagnosis.core.rules.builtin.gang_deadlock import gang_evidence
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.snapshot import ClusterSnapshot
+from diagnosis.core.text import gettext_noop, message
 
 
 def evaluate(
@@ -38,11 +39,19 @@ def evaluate(
                 "pool_free_gpus": int(row.scope_free),
             }
         )
-        summary = (
-            f"Gang {job_id} has held {int(row.held_gpus)} GPUs for "
-            f"{float(row.hold_s) / 60:.0f} min with {int(row.bound_pods)}/{int(row.min_member)} "
-            f"pods bound; its {int(row.missing_pods)} missing pod(s) of {int(row.gpus_per_pod)} "
-            f"GPUs do not fit on the free GPUs."
+        summary = message(
+            gettext_noop(
+                "Gang %(job)s has held %(held)s GPUs for %(minutes)s min with "
+                "%(bound)s/%(min_member)s pods bound; its %(missing)s missing pod(s) of "
+                "%(per_pod)s GPUs do not fit on the free GPUs."
+            ),
+            job=str(job_id),
+            held=int(row.held_gpus),
+            minutes=f"{float(row.hold_s) / 60:.0f}",
+            bound=int(row.bound_pods),
+            min_member=int(row.min_member),
+            missing=int(row.missing_pods),
+            per_pod=int(row.gpus_per_pod),
         )
         findings.append(RULE.finding(f"job:{job_id}", summary, evidence))
     return Judgement(findings=tuple(findings))

@@ -19,6 +19,7 @@ from diagnosis.core.rules.running_jobs import (
     running_jobs_with_stats,
 )
 from diagnosis.core.snapshot import ClusterSnapshot
+from diagnosis.core.text import gettext_noop, message, no_tenant
 
 NO_UTIL_ALL = "utilisation not reported on every GPU"
 NO_POWER = "no power reading with a known power limit"
@@ -102,10 +103,18 @@ def evaluate(
         strict=True,
     ):
         gpus = int(stat["gpus"])
-        summary = (
-            f"Job {job_id} ({job['tenant'] or 'no tenant'}) shows {stat['util_min']:.0%}+ "
-            f"utilisation on all {gpus} GPUs at {stat['power_frac']:.0%} of their power limit "
-            f"and {stat['tensor']:.1%} tensor activity: a hung collective, not work."
+        summary = message(
+            gettext_noop(
+                "Job %(job)s (%(tenant)s) shows %(util)s+ utilisation on all %(gpus)s GPUs at "
+                "%(power)s of their power limit and %(tensor)s tensor activity: a hung "
+                "collective, not work."
+            ),
+            job=str(job_id),
+            tenant=no_tenant(job["tenant"]),
+            util=f"{stat['util_min']:.0%}",
+            gpus=gpus,
+            power=f"{stat['power_frac']:.0%}",
+            tensor=f"{stat['tensor']:.1%}",
         )
         evidence = {
             **job_evidence(job_id, job),

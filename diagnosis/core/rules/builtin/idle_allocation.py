@@ -19,6 +19,7 @@ from diagnosis.core.rules.running_jobs import (
     running_jobs_with_stats,
 )
 from diagnosis.core.snapshot import GPU_KEY, WHOLE_GPU, ClusterSnapshot
+from diagnosis.core.text import gettext_noop, message, no_tenant
 
 
 def evaluate(
@@ -42,12 +43,24 @@ def evaluate(
         unhealthy = [g["gpu"] for g in gpus if g["health"] != "ok"]
         not_ready = sorted({g["gpu"].split("/")[0] for g in gpus if g["node_state"] != "ready"})
         hours = job["runtime_s"] / 3600
-        summary = (
-            f"Job {job_id} ({job['tenant'] or 'no tenant'}) holds {int(job['gpus'])} GPU(s) at "
-            f"{job['util_mean']:.1%} mean utilisation (< {max_util:.0%}) after {hours:.1f} h."
+        summary = message(
+            gettext_noop(
+                "Job %(job)s (%(tenant)s) holds %(gpus)s GPU(s) at %(util)s mean utilisation "
+                "(< %(max_util)s) after %(hours)s h."
+            )
+            if not (unhealthy or not_ready)
+            else gettext_noop(
+                "Job %(job)s (%(tenant)s) holds %(gpus)s GPU(s) at %(util)s mean utilisation "
+                "(< %(max_util)s) after %(hours)s h. Some of its GPUs are unhealthy or on "
+                "nodes that are not ready."
+            ),
+            job=str(job_id),
+            tenant=no_tenant(job["tenant"]),
+            gpus=int(job["gpus"]),
+            util=f"{job['util_mean']:.1%}",
+            max_util=f"{max_util:.0%}",
+            hours=f"{hours:.1f}",
         )
-        if unhealthy or not_ready:
-            summary += " Some of its GPUs are unhealthy or on nodes that are not ready."
         evidence = {
             **job_evidence(job_id, job),
             "gpus_with_util": with_util,

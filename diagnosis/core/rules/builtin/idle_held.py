@@ -23,6 +23,7 @@ from diagnosis.core.rules.running_jobs import (
     running_jobs_with_stats,
 )
 from diagnosis.core.snapshot import ClusterSnapshot
+from diagnosis.core.text import gettext_noop, message, no_tenant
 
 NO_FB = "idle, but no framebuffer metric on any of its GPUs"
 MIN_FB = 0.10  # the default of min_fb, and of idle-allocation's held_fb
@@ -48,10 +49,18 @@ def evaluate(
     findings = []
     for job_id, job in zip(held.index.tolist(), held.to_dict("records"), strict=True):
         hours = job["runtime_s"] / 3600
-        summary = (
-            f"Job {job_id} ({job['tenant'] or 'no tenant'}, {job['kind'] or 'no kind'}) keeps "
-            f"{job['fb_used_frac_mean']:.0%} of the memory of {int(job['gpus'])} GPU(s) loaded "
-            f"at {job['util_mean']:.1%} mean utilisation after {hours:.1f} h."
+        summary = message(
+            gettext_noop(
+                "Job %(job)s (%(tenant)s, %(kind)s) keeps %(memory)s of the memory of %(gpus)s "
+                "GPU(s) loaded at %(util)s mean utilisation after %(hours)s h."
+            ),
+            job=str(job_id),
+            tenant=no_tenant(job["tenant"]),
+            kind=job["kind"] or message(gettext_noop("no kind")),
+            memory=f"{job['fb_used_frac_mean']:.0%}",
+            gpus=int(job["gpus"]),
+            util=f"{job['util_mean']:.1%}",
+            hours=f"{hours:.1f}",
         )
         evidence = {
             **job_evidence(job_id, job),

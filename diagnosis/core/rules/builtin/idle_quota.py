@@ -14,6 +14,7 @@ from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold, evide
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.rules.running_jobs import below, text
 from diagnosis.core.snapshot import GPU_KEY, ClusterSnapshot
+from diagnosis.core.text import gettext_noop, message
 
 NO_UTIL = "holds GPUs, but no utilisation metric on any of them"
 
@@ -102,12 +103,23 @@ def evaluate(
             {"queue": other, "pending_jobs": len(requests), "smallest_request": min(requests)}
             for other, requests in sorted(waits[queue].items(), key=lambda kv: str(kv[0]))
         ]
-        borrowing = f", {borrowed:.0f} of them borrowed beyond its guarantee" if borrowed else ""
-        summary = (
-            f"Queue {queue} holds {held} GPU(s){borrowing} at "
-            f"{util_of[queue]:.1%} mean utilisation while "
-            f"{sum(w['pending_jobs'] for w in waiting_queues)} job(s) of "
-            f"{len(waiting_queues)} other queue(s) wait for GPUs those would cover."
+        summary = message(
+            gettext_noop(
+                "Queue %(queue)s holds %(held)s GPU(s), %(borrowed)s of them borrowed beyond its "
+                "guarantee at %(util)s mean utilisation while %(jobs)s job(s) of %(queues)s "
+                "other queue(s) wait for GPUs those would cover."
+            )
+            if borrowed
+            else gettext_noop(
+                "Queue %(queue)s holds %(held)s GPU(s) at %(util)s mean utilisation while "
+                "%(jobs)s job(s) of %(queues)s other queue(s) wait for GPUs those would cover."
+            ),
+            queue=str(queue),
+            held=held,
+            **({"borrowed": f"{borrowed:.0f}"} if borrowed else {}),
+            util=f"{util_of[queue]:.1%}",
+            jobs=sum(w["pending_jobs"] for w in waiting_queues),
+            queues=len(waiting_queues),
         )
         evidence = {
             "queue": queue,

@@ -20,6 +20,7 @@ from diagnosis.core.rules.running_jobs import (
     running_jobs_with_stats,
 )
 from diagnosis.core.snapshot import GPU_KEY, ClusterSnapshot
+from diagnosis.core.text import gettext_noop, message, no_tenant
 
 REPORTED = "reported_tflops"
 PROXY = "tensor_active_proxy"
@@ -60,11 +61,23 @@ def evaluate(
                 f"peak of {', '.join(model_names) or 'its GPU model'} is unknown: "
                 f"tensor-core activity is used instead"
             )
-        how = "reported TFLOP/s" if method == REPORTED else "tensor-core activity, a proxy"
-        summary = (
-            f"Training job {job_id} ({job['tenant'] or 'no tenant'}) keeps its "
-            f"{int(job['gpus'])} GPU(s) {job['util_mean']:.0%} busy but reaches an MFU of "
-            f"{job['mfu']:.0%} (< {thresholds['min_mfu']:.0%}, from {how})."
+        how = (
+            gettext_noop("reported TFLOP/s")
+            if method == REPORTED
+            else gettext_noop("tensor-core activity, a proxy")
+        )
+        summary = message(
+            gettext_noop(
+                "Training job %(job)s (%(tenant)s) keeps its %(gpus)s GPU(s) %(util)s busy but "
+                "reaches an MFU of %(mfu)s (< %(min_mfu)s, from %(how)s)."
+            ),
+            job=str(job_id),
+            tenant=no_tenant(job["tenant"]),
+            gpus=int(job["gpus"]),
+            util=f"{job['util_mean']:.0%}",
+            mfu=f"{job['mfu']:.0%}",
+            min_mfu=f"{thresholds['min_mfu']:.0%}",
+            how=message(how),
         )
         evidence = {
             "job": job_id,

@@ -12,6 +12,8 @@ from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.rules.running_jobs import text
 from diagnosis.core.snapshot import ClusterSnapshot, format_time
+from diagnosis.core.text import gettext_noop, no_tenant
+from diagnosis.core.text import message as summary_text
 
 UNDATED = "preemption counter spans more than the window and the events do not date them"
 
@@ -63,9 +65,15 @@ def evaluate(
     for job_id, job in zip(thrashing.index.tolist(), thrashing.to_dict("records"), strict=True):
         count = int(counts[job_id])
         preemptions = sorted(by_job.get(job_id, []), key=lambda e: e["time"] or "")
-        summary = (
-            f"Job {job_id} ({job['tenant'] or 'no tenant'}) was preempted {count} times in the "
-            f"last {window_s / 3600:g} h; each restart loses the work since its last checkpoint."
+        summary = summary_text(
+            gettext_noop(
+                "Job %(job)s (%(tenant)s) was preempted %(count)s times in the last %(hours)s h; "
+                "each restart loses the work since its last checkpoint."
+            ),
+            job=str(job_id),
+            tenant=no_tenant(job["tenant"]),
+            count=count,
+            hours=f"{window_s / 3600:g}",
         )
         evidence = {
             "job": job_id,

@@ -25,6 +25,7 @@ import pandas as pd
 from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.snapshot import ClusterSnapshot
+from diagnosis.core.text import Text, gettext_noop, message
 
 MAX_LISTED_OVERTAKERS = 20
 MAX_DISTINCT = 64
@@ -164,16 +165,24 @@ def evaluate(
                 "tenant_deserved_gpus": None if due != due else due,  # NaN: not set
                 "cause": why,
             }
-            summary = (
-                f"Job {job_id} has waited {_hours(wait_s)} while {count} later job(s) of its "
-                f"pool started (cause: {why})."
+            summary = message(
+                gettext_noop(
+                    "Job %(job)s has waited %(waited)s while %(count)s later job(s) of its pool "
+                    "started (cause: %(cause)s)."
+                ),
+                job=str(job_id),
+                waited=_hours(wait_s),
+                count=count,
+                cause=str(why),
             )
             findings.append(RULE.finding(f"job:{job_id}", summary, evidence))
     return Judgement(findings=tuple(findings))
 
 
-def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+def _hours(seconds: float) -> Text:
+    if seconds >= 3600:
+        return message(gettext_noop("%(hours)s h"), hours=f"{seconds / 3600:.1f}")
+    return message(gettext_noop("%(minutes)s min"), minutes=f"{seconds / 60:.0f}")
 
 
 RULE = Rule(

@@ -15,6 +15,7 @@ from diagnosis.core.rules.base import Finding, Judgement, Rule, RuleDoc, Severit
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.rules.running_jobs import text
 from diagnosis.core.snapshot import ClusterSnapshot
+from diagnosis.core.text import Text, gettext_noop, message, no_tenant
 
 TP_CROSS_NODE = "tp-cross-node"
 TP_CROSS_NVLINK = "tp-cross-nvlink"
@@ -442,14 +443,23 @@ def _finding(
     severity: Severity = "warning" if any(KIND_SEVERITY[k] == "warning" for k in kinds) else "info"
     tp = job["tp"]
     per_pod = job["gpus_per_pod"]
-    phrases: list[str] = []
+    phrases: list[Text] = []
     better: list[str] = []
 
     if better_tp is not None:
-        for kind, where in ((TP_CROSS_NODE, "nodes"), (TP_CROSS_NVLINK, "NVLink domains")):
+        for kind, template in (
+            (
+                TP_CROSS_NODE,
+                gettext_noop("%(n)s of %(groups)s TP group(s) of %(tp)s GPUs span nodes"),
+            ),
+            (
+                TP_CROSS_NVLINK,
+                gettext_noop("%(n)s of %(groups)s TP group(s) of %(tp)s GPUs span NVLink domains"),
+            ),
+        ):
             n = sum(1 for g in crossing_groups if g["kind"] == kind)
             if n:
-                phrases.append(f"{n} of {job['tp_groups']} TP group(s) of {tp} GPUs span {where}")
+                phrases.append(message(template, n=n, groups=job["tp_groups"], tp=tp))
         largest, per_node = better_tp.largest, better_tp.groups
         if better_tp.clique is not None:
             if per_node == 0:
@@ -478,14 +488,22 @@ def _finding(
     nvlink_pods = crossing_pods.get("nvlink", [])
     if nvlink_pods:
         node = nvlink_pods[0]["node"]
-        phrases.append(f"{len(nvlink_pods)} pod(s) span NVLink domains")
+        phrases.append(
+            message(gettext_noop("%(pods)s pod(s) span NVLink domains"), pods=len(nvlink_pods))
+        )
         largest = int(layout.max_domain[layout.names.get_loc(node)])
         better.append(
             f"Place each {per_pod}-GPU pod inside one NVLink domain (node {node} has a domain "
             f"of {largest} GPUs)."
         )
     if job["spread"]:
-        phrases.append(f"{job['nodes']} nodes used where {job['min_nodes']} would do")
+        phrases.append(
+            message(
+                gettext_noop("%(nodes)s nodes used where %(min_nodes)s would do"),
+                nodes=job["nodes"],
+                min_nodes=job["min_nodes"],
+            )
+        )
         better.append(
             f"Pack the {job['pods']} pod(s) onto {job['min_nodes']} node(s) "
             f"({job['pods_per_node']} per node) instead of {job['nodes']}."
@@ -493,7 +511,9 @@ def _finding(
     numa_pods = crossing_pods.get("numa", [])
     if numa_pods:
         node = numa_pods[0]["node"]
-        phrases.append(f"{len(numa_pods)} pod(s) span NUMA nodes")
+        phrases.append(
+            message(gettext_noop("%(pods)s pod(s) span NUMA nodes"), pods=len(numa_pods))
+        )
         fullest = int(layout.max_numa[layout.names.get_loc(node)])
         better.append(
             f"Place each {per_pod}-GPU pod on one NUMA node (node {node} has {fullest} GPUs on "
@@ -524,7 +544,15 @@ def _finding(
         "nvlink_cliques": job["cliques"],
         "better_placement": " ".join(better),
     }
-    summary = f"Job {job['id']} ({job['tenant'] or 'no tenant'}): " + "; ".join(phrases) + "."
+    said: Text | str = phrases[0] if phrases else ""
+    for phrase in phrases[1:]:
+        said = message(gettext_noop("%(said)s; %(next)s"), said=said, next=phrase)
+    summary = message(
+        gettext_noop("Job %(job)s (%(tenant)s): %(phrases)s."),
+        job=str(job["id"]),
+        tenant=no_tenant(job["tenant"]),
+        phrases=said,
+    )
     return RULE.finding(f"job:{job['id']}", summary, evidence, severity=severity)
 
 

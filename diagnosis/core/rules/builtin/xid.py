@@ -12,6 +12,7 @@ from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.rules.running_jobs import text
 from diagnosis.core.snapshot import ClusterSnapshot, format_time
+from diagnosis.core.text import Text, gettext_noop, message, no_tenant
 from diagnosis.core.vocabulary import UNAVAILABLE_NODE_STATES
 
 HEALTHY_S = Threshold(
@@ -99,21 +100,37 @@ def evaluate(
         )
         worst = min(codes, key=_urgency)
         placed_by_guess = (node, int(index)) in holder_guessed
-        who = (
-            f"job {job_list[0]['id']} ({job_list[0]['tenant'] or 'no tenant'}) is on it"
-            + (
-                " (a guess: the scheduler does not say which GPUs it holds)"
-                if placed_by_guess
-                else ""
+        if not job_list:
+            who = message(gettext_noop("no job holds it now"))
+        elif placed_by_guess:
+            who = message(
+                gettext_noop(
+                    "job %(job)s (%(tenant)s) is on it (a guess: the scheduler does not say "
+                    "which GPUs it holds)"
+                ),
+                job=str(job_list[0]["id"]),
+                tenant=no_tenant(job_list[0]["tenant"]),
             )
-            if job_list
-            else "no job holds it now"
-        )
+        else:
+            who = message(
+                gettext_noop("job %(job)s (%(tenant)s) is on it"),
+                job=str(job_list[0]["id"]),
+                tenant=no_tenant(job_list[0]["tenant"]),
+            )
         if (node, int(index)) in index_guessed:
-            who += "; the GPU's index is a guess (join by UUID)"
-        summary = (
-            f"GPU {node}/{int(index)} reported {names} in the last {_duration(snapshot.window_s)}; "
-            f"action: {worst['action']}; {who}."
+            who = message(
+                gettext_noop("%(who)s; the GPU's index is a guess (join by UUID)"), who=who
+            )
+        summary = message(
+            gettext_noop(
+                "GPU %(gpu)s reported %(names)s in the last %(window)s; action: %(action)s; "
+                "%(who)s."
+            ),
+            gpu=f"{node}/{int(index)}",
+            names=names,
+            window=_duration(snapshot.window_s),
+            action=str(worst["action"]),
+            who=who,
         )
         evidence = {
             "node": node,
@@ -185,8 +202,10 @@ def _urgency(code: Mapping[str, Any]) -> tuple[int, int, int]:
     return (code["severity"] != "critical", rank, code["code"])
 
 
-def _duration(seconds: int) -> str:
-    return f"{seconds // 60} min" if seconds % 60 == 0 else f"{seconds} s"
+def _duration(seconds: int) -> Text:
+    if seconds % 60 == 0:
+        return message(gettext_noop("%(minutes)s min"), minutes=seconds // 60)
+    return message(gettext_noop("%(seconds)s s"), seconds=seconds)
 
 
 def _holders(jobs: pd.DataFrame, job_ids: pd.Series) -> dict[str, dict[str, Any]]:
