@@ -19,7 +19,11 @@ from diagnosis.actions.oncall.inbound import receive_alert_batch
 from diagnosis.actions.records.inbound import receive_scheduler_events
 from diagnosis.api.auth import AUTHENTICATION, CanRecordSchedulerEvents, CanReportIncidents
 from diagnosis.api.errors import invalid, paths_and_messages
-from diagnosis.api.responses import AlertBatchReceivedSerializer, EventsReceivedSerializer
+from diagnosis.api.responses import (
+    AlertBatchReceivedSerializer,
+    EventsReceivedSerializer,
+    InboundBatchSerializer,
+)
 from diagnosis.api.serializers import EventBatchSerializer
 from diagnosis.choices import SenderKind
 from diagnosis.edge.sources import alertmanager
@@ -37,7 +41,7 @@ class SchedulerEventsView(APIView):
     permission_classes = [CanRecordSchedulerEvents]
     throttle_classes = [SenderRateThrottle]
 
-    @extend_schema(request=EventBatchSerializer, responses=EventsReceivedSerializer)
+    @extend_schema(request=EventBatchSerializer, responses={202: EventsReceivedSerializer})
     def post(self, request: Request, cluster: str) -> Response:
         target = get_cluster_for_sender(request.auth, cluster, SenderKind.EVENTS)
         batch = EventBatchSerializer(data=request.data)
@@ -57,7 +61,7 @@ class InboundBatchView(APIView):
 
     authentication_classes = AUTHENTICATION
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses=InboundBatchSerializer)
     def get(self, request: Request, cluster: str, batch_id: int) -> Response:
         batch = get_inbound_batch_for_sender(request.auth, cluster, batch_id)
         return Response(

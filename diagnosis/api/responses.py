@@ -83,10 +83,47 @@ class IncidentConflictSerializer(ErrorSerializer):
     jobs_to_evict = EvictedJobSerializer(many=True, required=False)
 
 
+INBOUND_STATES = ["pending", "done", "failed"]  # diagnosis.models.inbound.InboundState
+
+
 class EventsReceivedSerializer(serializers.Serializer):
+    """A scheduler-events post, answered 202 before a worker stores it."""
+
+    batch = serializers.IntegerField(help_text="GET .../inbound/{batch} says how storing went")
     received = serializers.IntegerField()
-    stored = serializers.IntegerField()
-    duplicates = serializers.IntegerField()
+    state = serializers.ChoiceField(INBOUND_STATES)
+
+
+class InboundResultSerializer(serializers.Serializer):
+    """What storing a received batch did: events stored and duplicates skipped; a topology
+    created, replaced or superseded by a newer upload, with what it holds."""
+
+    stored = serializers.IntegerField(required=False)
+    duplicates = serializers.IntegerField(required=False)
+    topology = serializers.ChoiceField(["created", "replaced", "superseded"], required=False)
+    gpus = serializers.IntegerField(required=False)
+    nvlink_domains = serializers.ListField(
+        child=serializers.ListField(child=serializers.IntegerField()), required=False
+    )
+    numa = serializers.ListField(
+        child=serializers.IntegerField(allow_null=True), allow_null=True, required=False
+    )
+
+
+class InboundBatchSerializer(serializers.Serializer):
+    """A received events or topology batch and what became of it."""
+
+    batch = serializers.IntegerField()
+    cluster = serializers.CharField()
+    kind = serializers.ChoiceField(["events", "topology"])
+    node = serializers.CharField(allow_null=True, help_text="the topology's node")
+    items = serializers.IntegerField()
+    state = serializers.ChoiceField(INBOUND_STATES)
+    received_at = serializers.DateTimeField()
+    processed_at = serializers.DateTimeField(allow_null=True)
+    attempts = serializers.IntegerField()
+    result = InboundResultSerializer()
+    error = serializers.CharField(allow_null=True)
 
 
 class AlertOutcomeSerializer(serializers.Serializer):
@@ -103,6 +140,8 @@ class AlertBatchReceivedSerializer(serializers.Serializer):
 
 
 class TopologyStoredSerializer(serializers.Serializer):
+    """A node's topology upload as parsed, answered 202 before a worker stores it."""
+
     cluster = serializers.CharField()
     node = serializers.CharField()
     gpus = serializers.IntegerField()
@@ -112,7 +151,8 @@ class TopologyStoredSerializer(serializers.Serializer):
     numa = serializers.ListField(
         child=serializers.IntegerField(allow_null=True), allow_null=True, help_text="per GPU"
     )
-    created = serializers.BooleanField()
+    batch = serializers.IntegerField(help_text="GET .../inbound/{batch} says how storing went")
+    state = serializers.ChoiceField(INBOUND_STATES)
 
 
 class WaitStatsSerializer(serializers.Serializer):

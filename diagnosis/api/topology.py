@@ -46,8 +46,7 @@ class NodeTopologyView(APIView):
         # the raw text, sent as any content type (curl --data-binary); named as bytes
         request={"application/octet-stream": OpenApiTypes.BINARY},
         responses={
-            200: OpenApiResponse(TopologyStoredSerializer, description="replaced the stored one"),
-            201: OpenApiResponse(TopologyStoredSerializer, description="stored a new one"),
+            202: OpenApiResponse(TopologyStoredSerializer, description="checked, to be stored"),
         },
     )
     def post(self, request: Request, cluster: str, node: str) -> Response:

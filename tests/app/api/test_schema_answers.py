@@ -20,6 +20,7 @@ from diagnosis.models import ApiToken, Finding, Incident, Job, JobForecast
 from tests.support.autopilot import approved_policy
 from tests.support.builders import SnapshotBuilder
 from tests.support.records import make_recommendation
+from tests.support.world import create_machine_user, sender_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -77,6 +78,16 @@ def test_every_read_answers_what_the_schema_says(
     }
     # the job with a forecast is the pending one
     forecast = {"job_id": "j2"}
+    # a received batch is read by the token that sent it (one that may send events there)
+    sender = requests.Session()
+    key = sender_token(create_machine_user("typed-sender"), "events", planted)
+    sender.headers["Authorization"] = "Token " + key
+    event = {"time": "2026-11-29T07:59:00Z", "kind": "failed_scheduling", "job": "j2"}
+    posted = sender.post(
+        f"{live_server.url}/api/v1/clusters/typed/events", json={"events": [event]}, timeout=30
+    )
+    assert posted.status_code == 202, posted.text[:300]
+    values["batch_id"] = posted.json()["batch"]
     checked = []
     for result in schema.get_all_operations():
         operation = result.ok()
@@ -85,7 +96,8 @@ def test_every_read_answers_what_the_schema_says(
         names = [p.name for p in operation.path_parameters]
         known = {**values, **forecast} if operation.path.endswith("/forecast") else values
         case = operation.Case(path_parameters={name: known[name] for name in names})
-        response = case.call(base_url=live_server.url, session=admin_session)
+        session = sender if "batch_id" in names else admin_session
+        response = case.call(base_url=live_server.url, session=session)
         assert response.status_code == 200, (operation.path, response.text[:300])
         case.validate_response(response, checks=CHECKS)
         checked.append(operation.path)
@@ -95,8 +107,10 @@ def test_every_read_answers_what_the_schema_says(
         "/api/v1/autopilot/policies/{policy_id}/replay",
         "/api/v1/clusters/{cluster}/jobs/{job_id}/forecast",
         "/api/v1/fleet/tenants",
+        "/api/v1/clusters/{cluster}/inbound/{batch_id}",
     ):
         assert path in checked
+    sender.close()
     # the replay's rows were checked too: it found the drain the Xid 79 proposed (held: the
     # node is all of its pool)
     policy = values["policy_id"]
