@@ -281,6 +281,7 @@ SPECTACULAR_SETTINGS = {
         "PolicyKindEnum": "diagnosis.models.autopilot.PolicyKind",
         "PolicyStateEnum": "diagnosis.models.autopilot.PolicyState",
         "PolicyModeEnum": "diagnosis.models.autopilot.PolicyMode",
+        "InboundStateEnum": "diagnosis.models.inbound.InboundState",
     },
 }
 

@@ -7,6 +7,7 @@ from rest_framework import serializers
 
 from diagnosis.api.errors import ErrorSerializer
 from diagnosis.api.serializers import IncidentSerializer, RecommendationDetailSerializer
+from diagnosis.models.inbound import InboundState
 
 NUMBER = {"allow_null": True, "help_text": "null: unknown (no data)"}
 
@@ -83,7 +84,7 @@ class IncidentConflictSerializer(ErrorSerializer):
     jobs_to_evict = EvictedJobSerializer(many=True, required=False)
 
 
-INBOUND_STATES = ["pending", "done", "failed"]  # diagnosis.models.inbound.InboundState
+INBOUND_STATES = InboundState.values
 
 
 class EventsReceivedSerializer(serializers.Serializer):
