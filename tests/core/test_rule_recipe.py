@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import uuid
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -179,8 +180,11 @@ def run_the_checks(copy: Path) -> subprocess.CompletedProcess:
     assert words[0] == "pytest"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     if env.get("DATABASE_URL"):
+        # a database of each run's own: the previous run's may still be held for a moment by
+        # a process it started, and a second run would fail to recreate it (exit 2)
         url = urlsplit(env["DATABASE_URL"])
-        env["DATABASE_URL"] = urlunsplit(url._replace(path=url.path.rstrip("/") + "_recipe"))
+        own = f"{url.path.rstrip('/')}_recipe_{uuid.uuid4().hex[:8]}"
+        env["DATABASE_URL"] = urlunsplit(url._replace(path=own))
     return run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *words[1:]], copy, env
     )
