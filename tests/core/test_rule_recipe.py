@@ -14,8 +14,8 @@ import os
 import re
 import shutil
 import subprocess
-import uuid
 import sys
+import uuid
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
