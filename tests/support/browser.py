@@ -59,6 +59,23 @@ def stepped_seed_cluster(name: str, cycles: int, step_s: int = STEP_S) -> Iterat
         yield cluster
 
 
+@contextmanager
+def module_seed_cluster(db_blocker: Any, name: str, cycles: int) -> Iterator[Cluster]:
+    """:func:`stepped_seed_cluster` for a test module: committed once (``db_blocker``: pytest-
+    django's ``django_db_blocker``), deleted after the module, the pages' snapshot caches
+    emptied before and after."""
+    from diagnosis.edge.sim import runtime as sim_runtime  # noqa: PLC0415 - pages' tests only
+    from diagnosis.pages.support import snapshots  # noqa: PLC0415 - as above
+
+    with db_blocker.unblock():
+        sim_runtime.forget(name)
+        snapshots.forget_cached()
+        with stepped_seed_cluster(name, cycles) as cluster:
+            yield cluster
+            Cluster.objects.filter(pk=cluster.pk).delete()
+    snapshots.forget_cached()
+
+
 SCREENSHOTS = REPO_ROOT / "var" / "screenshots"
 
 

@@ -18,11 +18,9 @@ import numpy as np
 import pytest
 
 from diagnosis.charts.overlay import MAX_LINES, spread
-from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster, Snapshot, Tenant
 from diagnosis.pages.overlay import MAX_ASKED
-from diagnosis.pages.support import snapshots
-from tests.support.browser import stepped_seed_cluster
+from tests.support.browser import module_seed_cluster
 from tests.support.world import logged_in_client
 
 NAME = "overlay-seed"
@@ -33,13 +31,8 @@ URL = f"/clusters/{NAME}/overlay/"
 @pytest.fixture(scope="module")
 def seed(django_db_setup, django_db_blocker) -> Iterator[Cluster]:
     """The module's simulated cluster (committed once; deleted after the module)."""
-    with django_db_blocker.unblock():
-        sim_runtime.forget(NAME)
-        snapshots.forget_cached()
-        with stepped_seed_cluster(NAME, CYCLES) as cluster:
-            yield cluster
-            Cluster.objects.filter(pk=cluster.pk).delete()
-    snapshots.forget_cached()
+    with module_seed_cluster(django_db_blocker, NAME, CYCLES) as cluster:
+        yield cluster
 
 
 def figure_of(html: str) -> dict:

@@ -21,13 +21,12 @@ from django.urls import reverse
 
 from diagnosis.access import HIDDEN_JOB
 from diagnosis.charts.figures import gpu_heatmap
-from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster, Finding, Job, Snapshot, Tenant
 from diagnosis.pages import inventory, queues
 from diagnosis.pages.support import snapshots
 from diagnosis.templatetags.gpuobs import evidence_table
 from diagnosis.templatetags.links import markdown, markdown_inline, subject_link, url_of
-from tests.support.browser import stepped_seed_cluster
+from tests.support.browser import module_seed_cluster
 from tests.support.world import logged_in_client
 
 pytestmark = pytest.mark.django_db
@@ -39,13 +38,8 @@ CYCLES = 18
 @pytest.fixture(scope="module")
 def seed(django_db_setup, django_db_blocker) -> Iterator[Cluster]:
     """The module's simulated cluster (committed once; deleted after the module)."""
-    with django_db_blocker.unblock():
-        sim_runtime.forget(NAME)
-        snapshots.forget_cached()
-        with stepped_seed_cluster(NAME, CYCLES) as cluster:
-            yield cluster
-            Cluster.objects.filter(pk=cluster.pk).delete()
-    snapshots.forget_cached()
+    with module_seed_cluster(django_db_blocker, NAME, CYCLES) as cluster:
+        yield cluster
 
 
 def text_of(response) -> str:

@@ -14,11 +14,9 @@ from html import unescape
 import pytest
 from django.http import QueryDict
 
-from diagnosis.edge.sim import runtime as sim_runtime
 from diagnosis.models import Cluster, Job
-from diagnosis.pages.support import snapshots
 from diagnosis.pages.support.sorting import TableSort
-from tests.support.browser import stepped_seed_cluster
+from tests.support.browser import module_seed_cluster
 from tests.support.world import logged_in_client
 
 NAME = "tables-seed"
@@ -28,13 +26,8 @@ CYCLES = 14
 @pytest.fixture(scope="module")
 def seed(django_db_setup, django_db_blocker) -> Iterator[Cluster]:
     """The module's simulated cluster (committed once; deleted after the module)."""
-    with django_db_blocker.unblock():
-        sim_runtime.forget(NAME)
-        snapshots.forget_cached()
-        with stepped_seed_cluster(NAME, CYCLES) as cluster:
-            yield cluster
-            Cluster.objects.filter(pk=cluster.pk).delete()
-    snapshots.forget_cached()
+    with module_seed_cluster(django_db_blocker, NAME, CYCLES) as cluster:
+        yield cluster
 
 
 @pytest.fixture
