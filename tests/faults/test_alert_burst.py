@@ -38,7 +38,12 @@ WORKER_NICE = int(os.environ.get("GPUOBS_BURST_WORKER_NICE", "0"))
 ALERTS_PER_POST = 100
 DISTINCT = 200  # fingerprints the burst draws its alerts from: Alertmanager re-sends groups
 OVERVIEW_P95_S = 1.0  # the bound; measured figures in docs/operations.md
-POST_MAX_S = 2.0  # a generous bound on any one POST (they took 11-27 s inside the request)
+# Before, every POST took 11-27 s (each alert handled inside the request); now one stores its
+# batch and answers. The median says the request does no per-alert work; one slow POST on a
+# loaded 2-core machine (2.1 s once in CI, beside a 75 ms median) is not that bug, so the worst
+# is bounded well under gunicorn's 30 s worker timeout instead of at a tight wall-clock figure.
+POST_MEDIAN_S = 1.0
+POST_MAX_S = 10.0
 
 
 def batch(number: int, nodes: list[str], starts: datetime) -> dict:
@@ -156,5 +161,6 @@ def test_a_webhook_burst_leaves_the_overview_quick_and_stores_every_alert_once(
     deliveries = sum(i.details["deliveries"] for i in incidents)
     assert deliveries == len(bodies) * ALERTS_PER_POST
     assert set(overview_codes) == {200}
+    assert statistics.median(post_s) < POST_MEDIAN_S
     assert post_s[-1] < POST_MAX_S
     assert p95 < OVERVIEW_P95_S
