@@ -78,12 +78,15 @@ lint: install-dev
 bench: install-dev
 	@scripts=$$(ls bench/[!_]*.py 2>/dev/null); \
 	if [ -z "$$scripts" ]; then echo "make bench: no bench/*.py yet"; exit 0; fi; \
-	failed=""; \
+	failed=""; goals=$$(mktemp); \
 	for script in $$scripts; do \
 		echo "=== $$script"; \
-		DJANGO_SETTINGS_MODULE=gpuobs.settings PYTHONPATH=. $(PY) $$script || failed="$$failed $$script"; \
+		{ DJANGO_SETTINGS_MODULE=gpuobs.settings PYTHONPATH=. $(PY) $$script || echo "FAILED $$script"; } \
+			| tee -a $$goals; \
 	done; \
-	if [ -n "$$failed" ]; then echo "make bench: FAILED:$$failed"; exit 1; fi; \
+	echo "=== every figure against its goal (bench/_goals.py)"; grep '^goal:' $$goals || echo "(none)"; \
+	failed=$$(grep '^FAILED ' $$goals | cut -d' ' -f2 | tr '\n' ' '); rm -f $$goals; \
+	if [ -n "$$failed" ]; then echo "make bench: FAILED: $$failed"; exit 1; fi; \
 	echo "make bench: every script ran ($$(echo $$scripts | wc -w))"
 
 clean:
