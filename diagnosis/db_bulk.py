@@ -13,6 +13,7 @@ from it. Elsewhere (SQLite) the rows become model instances for ``bulk_create``,
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -128,9 +129,17 @@ def _full_rows(
 
 
 def _copy(cursor: Any, table: str, columns: Sequence[str], values: Sequence[tuple]) -> None:
-    with cursor.cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+    """COPY ``values`` into ``table``; logged as a query where Django logs them (DEBUG, a test's
+    CaptureQueriesContext), which a COPY on the raw cursor would bypass."""
+    sql = f"COPY {table} ({', '.join(columns)}) FROM STDIN"
+    started = time.monotonic()
+    with cursor.cursor.copy(sql) as copy:
         for row in values:
             copy.write_row(row)
+    if cursor.db.queries_logged:
+        cursor.db.queries_log.append(
+            {"sql": f"{sql} -- {len(values)} rows", "time": f"{time.monotonic() - started:.3f}"}
+        )
 
 
 def _automatic(field: Field) -> bool:
