@@ -22,6 +22,7 @@ from diagnosis.core.rules.base import Rule, ThresholdError
 from diagnosis.core.rules.engine import Diagnosis
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.core.text import SUMMARY_TEXT_KEY
+from diagnosis.db_bulk import insert_rows, upsert_rows
 from diagnosis.db_timestamps import fast_rows
 from diagnosis.models import (
     Cluster,
@@ -119,6 +120,16 @@ _WRITTEN_COLUMNS = [
     "evidence",
     "evidence_digest",
 ]
+# What an upsert inserts of a new finding (the tenant is tagged afterwards).
+_INSERTED_COLUMNS = (
+    "cluster_id",
+    "rule_id",
+    "subject",
+    "fingerprint",
+    "first_seen",
+    *_WRITTEN_COLUMNS,
+)
+_EVENT_COLUMNS = ("finding_id", "time", "from_state", "to_state", "snapshot_as_of")
 
 
 @dataclass
@@ -250,11 +261,11 @@ def record_findings(
     hits = {(f.rule, f.subject): f for f in diagnosis.findings if f.rule in judged}
     stored = _stored_findings(cluster, judged, set(hits))
     open_keys = {k for k, f in stored.items() if f.state != lifecycle.RESOLVED}
-    written: list[Finding] = []
+    written: list[dict[str, Any]] = []
     transitions: list[tuple[int, str, str]] = []  # (index in written, from, to)
     hit_pks: list[int] = []
     seen_pks: list[int] = []
-    changes: list[tuple[tuple[str, str], Finding, tuple[str, str] | None]] = []
+    changes: list[tuple[tuple[str, str], dict[str, Any], tuple[str, str] | None]] = []
     for key in hits.keys() | open_keys:  # written in key order below: only the changes sorted
         rule_id, subject = key
         rule = rules[rule_id]
@@ -298,20 +309,16 @@ def record_findings(
         if transition is not None:
             transitions.append((len(written), *transition))
         written.append(finding)
-    _upsert(written)
+    written_pks = _upsert(written)
     _touch(hit_pks, seen_pks, as_of)
     now = timezone.now()
-    FindingEvent.objects.bulk_create(
+    insert_rows(
+        FindingEvent,
+        _EVENT_COLUMNS,
         [
-            FindingEvent(
-                finding_id=written[i].pk,
-                time=now,
-                from_state=from_state,
-                to_state=to_state,
-                snapshot_as_of=as_of,
-            )
+            (written_pks[i], now, from_state, to_state, as_of)
             for i, from_state, to_state in transitions
-        ]
+        ],
     )
     result.written, result.events = len(written), len(transitions)
     result.touched = len(hit_pks) + len(seen_pks)
@@ -326,51 +333,68 @@ def _written_row(
     hit: RuleFinding | None,
     digest: str | None,
     as_of: datetime,
-) -> Finding:
-    """The finding as :func:`_upsert` writes it: a hit with its severity, summary and evidence
-    (no pk: the upsert finds the row by fingerprint); a row the cycle did not hit (a transition
-    only) with its pk, of which only the lifecycle columns are written."""
+) -> dict[str, Any]:
+    """The finding's columns as :func:`_upsert` writes them: a hit with its severity, summary
+    and evidence (no pk: the upsert finds the row by fingerprint); a row the cycle did not hit
+    (a transition only) with its pk, of which only the lifecycle columns are written."""
     rule_id, subject = key
-    finding = Finding(
-        cluster=cluster,
-        rule_id=rule_id,
-        subject=subject,
-        fingerprint=Finding.fingerprint_of(cluster.pk, rule_id, subject),
-        first_seen=row.first_seen if row else as_of,
-        state=tracked.state,
-        active_since=tracked.active_since,
-        last_hit_at=tracked.last_hit_at,
-        last_seen=tracked.last_evaluated_at,
-        firing_since=tracked.firing_since,
-        resolved_at=tracked.resolved_at,
-    )
+    finding: dict[str, Any] = {
+        "pk": None,
+        "cluster_id": cluster.pk,
+        "rule_id": rule_id,
+        "subject": subject,
+        "fingerprint": Finding.fingerprint_of(cluster.pk, rule_id, subject),
+        "first_seen": row.first_seen if row else as_of,
+        "state": tracked.state,
+        "active_since": tracked.active_since,
+        "last_hit_at": tracked.last_hit_at,
+        "last_seen": tracked.last_evaluated_at,
+        "firing_since": tracked.firing_since,
+        "resolved_at": tracked.resolved_at,
+    }
     if hit is not None:
-        finding.severity = hit.severity
-        finding.summary = hit.summary
-        finding.evidence = dict(hit.evidence)
+        evidence = dict(hit.evidence)
         if hit.text is not None:  # the summary's template and values, for the reader's language
-            finding.evidence[SUMMARY_TEXT_KEY] = hit.text.as_json()
-        finding.evidence_digest = digest or ""
+            evidence[SUMMARY_TEXT_KEY] = hit.text.as_json()
+        finding |= {
+            "severity": hit.severity,
+            "summary": hit.summary,
+            "evidence": evidence,
+            "evidence_digest": digest or "",
+        }
     else:
-        finding.pk = row.pk if row else None
+        finding["pk"] = row.pk if row else None
     return finding
 
 
-def _upsert(findings: list[Finding]) -> None:
-    """Write changed findings: the hit ones (new, or whose evidence or state changed) in one
-    ``INSERT ... ON CONFLICT (fingerprint) DO UPDATE`` (their pks come back), the not-hit ones
-    (a transition only) in one UPDATE of the lifecycle columns."""
-    with_evidence = [f for f in findings if f.pk is None]
-    lifecycle_only = [f for f in findings if f.pk is not None]
+def _upsert(findings: list[dict[str, Any]]) -> list[int]:
+    """Write changed findings and return their pks, in order: the hit ones (new, or whose
+    evidence or state changed) in one ``INSERT ... ON CONFLICT (fingerprint) DO UPDATE``
+    (:func:`diagnosis.db_bulk.upsert_rows`: a COPY on PostgreSQL), the not-hit ones (a
+    transition only) in one UPDATE of the lifecycle columns."""
+    with_evidence = [f for f in findings if f["pk"] is None]
+    lifecycle_only = [f for f in findings if f["pk"] is not None]
+    pk_of: dict[str, int] = {}
     if with_evidence:
-        Finding.objects.bulk_create(
-            with_evidence,
-            update_conflicts=True,
-            unique_fields=["fingerprint"],
-            update_fields=_WRITTEN_COLUMNS,
+        written = upsert_rows(
+            Finding,
+            _INSERTED_COLUMNS,
+            [tuple(f[column] for column in _INSERTED_COLUMNS) for f in with_evidence],
+            unique=["fingerprint"],
+            update=_WRITTEN_COLUMNS,
+            returning=["fingerprint", "id"],
         )
+        pk_of = dict(written)
     if lifecycle_only:
-        Finding.objects.bulk_update(lifecycle_only, _WRITTEN_COLUMNS[:6])
+        lifecycle_columns = _WRITTEN_COLUMNS[:6]
+        Finding.objects.bulk_update(
+            [
+                Finding(pk=f["pk"], **{column: f[column] for column in lifecycle_columns})
+                for f in lifecycle_only
+            ],
+            lifecycle_columns,
+        )
+    return [f["pk"] if f["pk"] is not None else pk_of[f["fingerprint"]] for f in findings]
 
 
 def _touch(hit_pks: list[int], seen_pks: list[int], as_of: datetime) -> None:

@@ -18,6 +18,7 @@ from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.rules.engine import Diagnosis
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.vocabulary import LIVE_JOB_STATES
+from diagnosis.db_bulk import upsert_rows
 from diagnosis.db_timestamps import fast_rows
 from diagnosis.models import (
     Cluster,
@@ -221,6 +222,9 @@ def _moments(times: pd.Series) -> list[datetime | None]:
     return [None if moment is None else moment.replace(tzinfo=UTC) for moment in naive]
 
 
+_UPSERTED_COLUMNS = ("cluster_id", "external_id", "unlisted_since", *JOB_SYNC_FIELDS)
+
+
 @dataclass(frozen=True)
 class SyncedJobs:
     written: int
@@ -270,7 +274,9 @@ def sync_jobs(
         "min_member": jobs["min_member"].astype(int).tolist(),
         "preemptions": jobs["preemptions"].astype(int).tolist(),
     }
-    upsert: list[Job] = []
+    upsert: list[
+        tuple[Any, ...]
+    ] = []  # (cluster_id, external_id, unlisted_since, *JOB_SYNC_FIELDS)
     unknown: list[str] = []  # upserted jobs that were not among the stored unfinished ones
     preemptions: dict[str, int] = {}
     changing = list(zip(*(columns[f] for f in JOB_CHANGING_FIELDS), strict=True))
@@ -293,14 +299,7 @@ def sync_jobs(
             ):
                 continue  # written when it ended (or before gpuobs knew the cluster)
             unknown.append(job_id)
-        upsert.append(
-            Job(
-                cluster=cluster,
-                external_id=job_id,
-                unlisted_since=None,
-                **dict(zip(JOB_SYNC_FIELDS, values, strict=True)),
-            )
-        )
+        upsert.append((cluster.pk, job_id, None, *values))
     if unknown:
         unknown_set = set(unknown)
         before = dict(
@@ -308,16 +307,18 @@ def sync_jobs(
                 "external_id", "preemptions"
             )
         )
+        at = _UPSERTED_COLUMNS.index("preemptions")
         for job in upsert:
-            if job.external_id in unknown_set and job.preemptions > before.get(job.external_id, 0):
-                preemptions[job.external_id] = job.preemptions - before.get(job.external_id, 0)
+            job_id, count = job[1], job[at]
+            if job_id in unknown_set and count > before.get(job_id, 0):
+                preemptions[job_id] = count - before.get(job_id, 0)
     # INSERT ... ON CONFLICT DO UPDATE: one statement for new and changed jobs alike.
-    Job.objects.bulk_create(
+    upsert_rows(
+        Job,
+        _UPSERTED_COLUMNS,
         upsert,
-        batch_size=1000,
-        update_conflicts=True,
-        unique_fields=["cluster", "external_id"],
-        update_fields=[*JOB_SYNC_FIELDS, "unlisted_since"],
+        unique=["cluster", "external_id"],
+        update=[*JOB_SYNC_FIELDS, "unlisted_since"],
     )
     unlisted = 0
     if live:

@@ -110,6 +110,8 @@ def record_recommendations(
         superseded = revivable(cluster, recent)
         findings = _MotivatingFindings(cluster)
         kept: list[Recommendation] = []  # proposed again unchanged: one UPDATE for them all
+        created: list[Recommendation] = []  # new: one INSERT for them all (issue #35)
+        replaced: list[tuple[Recommendation, Recommendation, str]] = []  # (old, new, change)
         stats["quiet"] = 0
         for proposal in proposals:
             change = plain_change(proposal.change)  # the whole stored fields only if written
@@ -149,19 +151,23 @@ def record_recommendations(
                 revive(new, as_of)
                 stats["revived"] += 1
             else:
-                new = Recommendation.objects.create(
+                new = Recommendation(
                     cluster=cluster,
                     state=State.PROPOSED,
                     proposed_as_of=as_of,
                     last_proposed_as_of=as_of,
                     **fields,
                 )
+                created.append(new)
                 findings.link(new, proposal.finding_keys())
                 stats["proposed"] += 1
             existing[key] = new
             if old is not None:
-                old.status_message = f"superseded by #{new.pk}: {describe_change(fields['change'])}"
-                save_fields(old, "status_message")
+                replaced.append((old, new, describe_change(fields["change"])))
+        Recommendation.objects.bulk_create(created)  # their pks set, for the messages and links
+        for old, new, described in replaced:
+            old.status_message = f"superseded by #{new.pk}: {described}"
+            save_fields(old, "status_message")
         findings.save()
         save_proposed_again(kept, as_of)
         stats["expired"] = expire_resolved(cluster, proposed_keys, snap, recent)
