@@ -421,11 +421,13 @@ def send_shards(cluster: Cluster, pending: PendingCycle, lock: RenewedLock) -> N
         "shard_ids": shard_ids,
         "reading": pending.reading,
     }
-    # twice the deadline: the cycle after the deadline finds it and records this one as failed
+    # kept past the deadline (by the longer of it and two periods): the cycle after the
+    # deadline finds it and records this one as failed
+    keep_s = deadline_s + max(deadline_s, 2 * settings.GPUOBS_CYCLE_SECONDS)
     _redis_client(settings.REDIS_URL).set(
         pending_shards_key(cluster.pk),
         zlib.compress(json.dumps(kept).encode(), 1),
-        px=int(deadline_s * 2000),
+        px=int(keep_s * 1000),
     )
     header = [
         collect_metrics_shard.s(payload).set(task_id=shard_id)
