@@ -4,7 +4,10 @@ Beat sends ``run_cycles`` every GPUOBS_CYCLE_SECONDS; it fans out one ``run_cycl
 cluster. ``run_cycle`` starts at most one beat-sent cycle per cluster and interval (a Redis key set
 ``NX`` with expiry), and holds the cluster's cycle lock (renewed while it runs) so two beats, two
 workers or a redelivered message never run one cluster's cycle twice, at the same time or in
-the same interval. Beat also sends the worker heartbeat and the stuck-apply sweep every period.
+the same interval. A large cluster's collection shards go as a chord: ``run_cycle`` ends after
+sending them and hands the lock to the callback, ``run_cycle_after_shards``, which ends the
+cycle (no task waits for another). Beat also sends the worker heartbeat and the stuck-apply
+sweep every period.
 """
 
 from __future__ import annotations

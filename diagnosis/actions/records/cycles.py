@@ -67,9 +67,10 @@ def run_cluster_cycle(cluster: Cluster, *, shard_runner: ShardRunner | None = No
 
     The cluster's settings are checked first against what its adapter and source declare
     (:meth:`Cluster.check_settings`). ``shard_runner`` runs the shards of a source that can fan
-    out (the registry's ``shard``; a Celery group: ``diagnosis.tasks.run_collect_shards``);
-    without one, shards are collected here, one after another. The caller
-    (``diagnosis.tasks.run_cycle``) holds the cluster's cycle lock. Bad settings or a source
+    out (the registry's ``shard``; a Celery group a command waits for:
+    ``diagnosis.tasks.run_collect_shards``); without one, shards are collected here, one after
+    another. A scheduled cycle (``diagnosis.tasks.run_cycle``, holding the cluster's cycle lock)
+    runs :func:`start_cluster_cycle` instead, which never waits for shards. Bad settings or a source
     that fails leave a failed ClusterCycle row and the cluster's status saying why; the last
     good snapshot, findings and rollups stay as they were (nothing is resolved for lack of data).
     So does any other exception while loading or recording: a cycle always ends in a row.

@@ -20,8 +20,9 @@ from typing import Any, Protocol
 
 ShardRunner = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 """Runs a collection's shard payloads (each carrying its ``source`` id) and returns their
-results in order: :func:`diagnosis.edge.sources.registry.run_shard` one after another here, or
-a Celery group (``diagnosis.tasks.run_collect_shards``). A source calls it with no I/O of its own
+results in order: :func:`diagnosis.edge.sources.registry.run_shard` one after another here, a
+Celery group a command waits for (``diagnosis.tasks.run_collect_shards``), or one that raises
+:class:`ShardsDeferred` (a scheduled cycle's chord). A source calls it with no I/O of its own
 before it (its payloads come from the request alone), so a collection can stop there and be
 finished elsewhere (:func:`diagnosis.edge.collection.start_collection`)."""
 

@@ -126,3 +126,12 @@ def test_shards_no_worker_takes_do_not_hold_the_cluster_past_the_deadline(
     assert f"0 of {POOLS} shards" in stuck.error
     sharded_cluster.refresh_from_db()
     assert sharded_cluster.status == "error"
+
+
+def test_the_embedded_mode_runs_a_sharded_cycle_in_process(sharded_cluster, settings):
+    settings.REDIS_URL = None  # no broker: one process, shards one after another
+
+    assert run_cycle(sharded_cluster.pk)["outcome"] == "ran"
+
+    (cycle,) = cycles_of(sharded_cluster, ok=True)
+    assert cycle.source["shards"] == POOLS
