@@ -159,6 +159,10 @@ class RenewedLock:
         self.handed_over = True
         return self.lock.local.token.decode()
 
+    def take_back(self) -> None:
+        """Undo :meth:`hand_over` (nobody will take it over): release releases it again."""
+        self.handed_over = False
+
     def take_over(self, token: str) -> bool:
         """Hold a lock another holder handed over with ``token`` (renewed from now on); False
         when it lapsed meanwhile or someone else holds it."""
@@ -281,7 +285,9 @@ def run_cycle(cluster_id: int, fanned_out_at: str | None = None) -> dict[str, in
     (``fanned_out_at`` set) is dropped when stale and runs at most once per interval whatever the
     number of beats; any cycle needs this worker's clock to agree with the database's and the
     cluster's lock. A stale, refused or locked cycle leaves a cycle row saying why; a second
-    beat's send in an interval already taken is counted (``/healthz?deep=1``)."""
+    beat's send in an interval already taken is counted (``/healthz?deep=1``). A cycle whose
+    collection fans out ends here with its shards sent (``"shards-sent"``): the chord's callback
+    records it (:func:`run_cycle_after_shards`)."""
     cluster = Cluster.objects.filter(pk=cluster_id, enabled=True).first()
     outcome = _cycle_gate(cluster, fanned_out_at)
     if outcome is None:
@@ -322,7 +328,7 @@ def _run_locked_cycle(cluster: Cluster) -> CycleOutcome:
         try:
             send_shards(cluster, started, lock)
         except Exception as exc:  # Redis or the broker away: a row says so, the lock goes
-            lock.handed_over = False
+            lock.take_back()
             _forget_pending_shards(cluster.pk)
             record_unfinished_shards(cluster, f"sending them failed: {exc!r}")
             raise
@@ -436,9 +442,7 @@ def send_shards(cluster: Cluster, pending: PendingCycle, lock: RenewedLock) -> N
         collect_metrics_shard.s(payload).set(task_id=shard_id)
         for payload, shard_id in zip(pending.payloads, shard_ids, strict=True)
     ]
-    callback = signature(
-        "diagnosis.tasks.run_cycle_after_shards", args=(cluster.pk, token), immutable=False
-    )
+    callback = signature("diagnosis.tasks.run_cycle_after_shards", args=(cluster.pk, token))
     chord(header)(callback)
     logger.info("cycle of cluster %s: %d collect shards sent", cluster.pk, len(shard_ids))
 

@@ -79,6 +79,7 @@ def resume_collection(reading: Mapping[str, Any], results: list[dict[str, Any]])
 
 
 def defer_shards(payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The shard runner of :func:`start_collection`: stops the collection with the payloads."""
     raise ShardsDeferred(payloads)
 
 
