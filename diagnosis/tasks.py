@@ -4,22 +4,29 @@ Beat sends ``run_cycles`` every GPUOBS_CYCLE_SECONDS; it fans out one ``run_cycl
 cluster. ``run_cycle`` starts at most one beat-sent cycle per cluster and interval (a Redis key set
 ``NX`` with expiry), and holds the cluster's cycle lock (renewed while it runs) so two beats, two
 workers or a redelivered message never run one cluster's cycle twice, at the same time or in
-the same interval. Beat also sends the worker heartbeat and the stuck-apply sweep every period.
+the same interval. A large cluster's collection shards go as a chord: ``run_cycle`` ends after
+sending them and hands the lock to the callback, ``run_cycle_after_shards``, which ends the
+cycle (no task waits for another). Beat also sends the worker heartbeat and the stuck-apply
+sweep every period.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import uuid
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import TypeVar
 
 import redis
-from celery import group, shared_task
+from celery import chord, current_app, group, shared_task, signature
 from celery.exceptions import TimeoutError as CeleryTimeoutError
+from celery.result import AsyncResult
 from django.conf import settings
 from django.db import DatabaseError
 from django.db.models import Q
@@ -38,10 +45,13 @@ from diagnosis.actions.notify.subscriptions import send_due_report_subscriptions
 from diagnosis.actions.oncall.inbound import record_alert_batch as read_alert_batch
 from diagnosis.actions.oncall.inbound import record_pending_alert_batches
 from diagnosis.actions.records.cycles import (
+    PendingCycle,
+    finish_cluster_cycle,
     record_cycle_lost,
     record_missed_intervals,
     record_skipped_cycle,
-    run_cluster_cycle,
+    record_unfinished_shards,
+    start_cluster_cycle,
 )
 from diagnosis.actions.records.forecasts import record_forecasts
 from diagnosis.actions.records.inbound import record_cluster_batch as store_cluster_batch
@@ -64,6 +74,8 @@ from diagnosis.actions.workflow.impact import (
 from diagnosis.edge.sources.registry import run_shard
 from diagnosis.models import Cluster
 
+T = TypeVar("T")
+
 logger = logging.getLogger(__name__)
 
 
@@ -78,6 +90,8 @@ class CycleOutcome(StrEnum):
     STALE = "stale"  # its fan-out is more than a cycle period old, database time (a row)
     CLOCK_SKEW = "clock-skew"  # this worker's clock is too far off the database's (a row)
     NO_CLUSTER = "no-cluster"  # no enabled cluster with this id
+    # its collection's shards went as a chord: run_cycle_after_shards ends the cycle
+    SHARDS_SENT = "shards-sent"
 
 
 def cycle_lock_key(cluster_id: int) -> str:
@@ -124,12 +138,40 @@ class RenewedLock:
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
         self.lost = False
+        self.handed_over = False
 
     def acquire(self) -> bool:
         if not self.lock.acquire():
             return False
+        self._start_renewal()
+        return True
+
+    def _start_renewal(self) -> None:
         self.thread = threading.Thread(target=self._renew, name="cycle-lock-renewal", daemon=True)
         self.thread.start()
+
+    def hand_over(self, ttl_s: float) -> str:
+        """Stop renewing and keep the lock ``ttl_s`` more for another task to take over with
+        the token returned (:meth:`take_over`); this holder's release then leaves it held.
+        Unless taken over, it lapses by itself after ``ttl_s``."""
+        self._stop_renewal()
+        self.lock.extend(ttl_s, replace_ttl=True)
+        self.handed_over = True
+        return self.lock.local.token.decode()
+
+    def take_back(self) -> None:
+        """Undo :meth:`hand_over` (nobody will take it over): release releases it again."""
+        self.handed_over = False
+
+    def take_over(self, token: str) -> bool:
+        """Hold a lock another holder handed over with ``token`` (renewed from now on); False
+        when it lapsed meanwhile or someone else holds it."""
+        self.lock.local.token = token.encode()
+        try:
+            self.lock.reacquire()
+        except LockError:
+            return False
+        self._start_renewal()
         return True
 
     def _renew(self) -> None:
@@ -142,14 +184,28 @@ class RenewedLock:
                 self.lost = True
                 logger.warning("cycle lock %s not renewed: %s", self.lock.name, exc)
 
-    def release(self) -> None:
+    def _stop_renewal(self) -> None:
         self.stop.set()
         if self.thread is not None:
             self.thread.join(timeout=5)
+
+    def release(self) -> None:
+        self._stop_renewal()
+        if self.handed_over:
+            return
         try:
             self.lock.release()
         except (LockError, redis.RedisError):
             logger.warning("cycle lock %s was gone at release", self.lock.name)
+
+
+def redis_cycle_lock(cluster_id: int) -> RenewedLock:
+    """The cycle lock of a cluster with ``REDIS_URL`` (not taken yet)."""
+    return RenewedLock(
+        _redis_client(settings.REDIS_URL),
+        cycle_lock_key(cluster_id),
+        settings.GPUOBS_CYCLE_LOCK_SECONDS,
+    )
 
 
 @contextmanager
@@ -161,11 +217,7 @@ def cluster_cycle_lock(cluster_id: int) -> Iterator[bool]:
     the SQLite file and expires after the task time limit and 30 s.
     """
     if settings.REDIS_URL:
-        lock = RenewedLock(
-            _redis_client(settings.REDIS_URL),
-            cycle_lock_key(cluster_id),
-            settings.GPUOBS_CYCLE_LOCK_SECONDS,
-        )
+        lock = redis_cycle_lock(cluster_id)
         acquired = lock.acquire()
         try:
             yield acquired
@@ -233,26 +285,69 @@ def run_cycle(cluster_id: int, fanned_out_at: str | None = None) -> dict[str, in
     (``fanned_out_at`` set) is dropped when stale and runs at most once per interval whatever the
     number of beats; any cycle needs this worker's clock to agree with the database's and the
     cluster's lock. A stale, refused or locked cycle leaves a cycle row saying why; a second
-    beat's send in an interval already taken is counted (``/healthz?deep=1``)."""
+    beat's send in an interval already taken is counted (``/healthz?deep=1``). A cycle whose
+    collection fans out ends here with its shards sent (``"shards-sent"``): the chord's callback
+    records it (:func:`run_cycle_after_shards`)."""
     cluster = Cluster.objects.filter(pk=cluster_id, enabled=True).first()
     outcome = _cycle_gate(cluster, fanned_out_at)
     if outcome is None:
-        with cluster_cycle_lock(cluster_id) as acquired:
-            if acquired:
-                try:
-                    run_cluster_cycle(cluster, shard_runner=run_collect_shards)
-                except DatabaseError as exc:  # PostgreSQL lost mid-cycle: a row says so
-                    record_cycle_lost(cluster, exc)
-                    raise
-                outcome = CycleOutcome.RAN
-            else:
-                outcome = CycleOutcome.LOCKED
-                record_skipped_cycle(
-                    cluster, "skipped: the previous cycle of this cluster is still running"
-                )
-    if outcome is not CycleOutcome.RAN:
+        outcome = _run_locked_cycle(cluster) if settings.REDIS_URL else _run_embedded_cycle(cluster)
+    if outcome not in (CycleOutcome.RAN, CycleOutcome.SHARDS_SENT):
         logger.info("cycle of cluster %s skipped: %s", cluster_id, outcome)
     return {"cluster_id": cluster_id, "outcome": str(outcome)}
+
+
+def _run_embedded_cycle(cluster: Cluster) -> CycleOutcome:
+    """The embedded mode's cycle (no Redis): under the row lease, shards in this process, one
+    after another."""
+    with cluster_cycle_lock(cluster.pk) as acquired:
+        if not acquired:
+            return _locked(cluster)
+        started = _recorded(cluster, lambda: start_cluster_cycle(cluster))
+        if isinstance(started, PendingCycle):
+            results = [run_shard(payload) for payload in started.payloads]
+            _recorded(
+                cluster,
+                lambda: finish_cluster_cycle(cluster, started.reading, results, started.started_at),
+            )
+        return CycleOutcome.RAN
+
+
+def _run_locked_cycle(cluster: Cluster) -> CycleOutcome:
+    """A cycle under the cluster's Redis lock. When its source fans out, its shards go as a
+    chord whose callback (``run_cycle_after_shards``) ends the cycle: this task ends, and hands
+    the lock over to that callback for at most GPUOBS_SHARD_DEADLINE_SECONDS."""
+    lock = redis_cycle_lock(cluster.pk)
+    if not lock.acquire():
+        return _locked(cluster)
+    try:
+        record_abandoned_shards(cluster)
+        started = _recorded(cluster, lambda: start_cluster_cycle(cluster))
+        if not isinstance(started, PendingCycle):
+            return CycleOutcome.RAN
+        try:
+            send_shards(cluster, started, lock)
+        except Exception as exc:  # Redis or the broker away: a row says so, the lock goes
+            lock.take_back()
+            _forget_pending_shards(cluster.pk)
+            record_unfinished_shards(cluster, f"sending them failed: {exc!r}")
+            raise
+        return CycleOutcome.SHARDS_SENT
+    finally:
+        lock.release()
+
+
+def _locked(cluster: Cluster) -> CycleOutcome:
+    record_skipped_cycle(cluster, "skipped: the previous cycle of this cluster is still running")
+    return CycleOutcome.LOCKED
+
+
+def _recorded(cluster: Cluster, run: Callable[[], T]) -> T:
+    try:
+        return run()
+    except DatabaseError as exc:  # PostgreSQL lost mid-cycle: a row says so
+        record_cycle_lost(cluster, exc)
+        raise
 
 
 def _cycle_gate(cluster: Cluster | None, fanned_out_at: str | None) -> CycleOutcome | None:
@@ -304,26 +399,156 @@ SHARD_WAIT_S = 120.0
 def collect_metrics_shard(self, payload: dict) -> dict:
     """One shard of a cycle's collection (the ``collect`` queue; a node pool's GPU metrics), run
     by the source its payload names (``run_shard``), with the ``worker`` (Celery hostname) that
-    read it. A failure (an unknown source too) comes back as ``{"error", "permanent"}``, never
-    as an exception."""
+    read it. A failure (an unknown source, a soft time limit too) comes back as
+    ``{"error", "permanent"}``, never as an exception: the chord's callback always runs."""
+    try:
+        outcome = run_shard(payload)
+    except Exception as exc:  # a chord whose part raised would never call its callback
+        outcome = {"error": f"collect shard failed: {exc!r}", "permanent": False}
+    return {**outcome, "worker": self.request.hostname or "in-process"}
 
-    return {**run_shard(payload), "worker": self.request.hostname or "in-process"}
+
+def pending_shards_key(cluster_id: int) -> str:
+    """What a cycle whose shards are out needs to end (the scheduler reading, the shard ids):
+    one per cluster, as its cycle lock is."""
+    return f"gpuobs:cycle-shards:{cluster_id}"
+
+
+def send_shards(cluster: Cluster, pending: PendingCycle, lock: RenewedLock) -> None:
+    """Send a cycle's shards as a chord on the ``collect`` queue whose callback
+    (``run_cycle_after_shards``, the ``diagnose`` queue) ends the cycle; the cycle lock is handed
+    over to it for GPUOBS_SHARD_DEADLINE_SECONDS. What the callback needs is kept in Redis
+    (:func:`pending_shards_key`, written before the shards go), not in the messages: each shard's
+    message carries the callback's signature."""
+    deadline_s = settings.GPUOBS_SHARD_DEADLINE_SECONDS
+    token = lock.hand_over(deadline_s)
+    shard_ids = [uuid.uuid4().hex for _ in pending.payloads]
+    kept = {
+        "token": token,
+        "started_at": pending.started_at,
+        "sent_at": timezone.now().isoformat(),
+        "shard_ids": shard_ids,
+        "reading": pending.reading,
+    }
+    # kept past the deadline (by the longer of it and two periods): the cycle after the
+    # deadline finds it and records this one as failed
+    keep_s = deadline_s + max(deadline_s, 2 * settings.GPUOBS_CYCLE_SECONDS)
+    _redis_client(settings.REDIS_URL).set(
+        pending_shards_key(cluster.pk),
+        zlib.compress(json.dumps(kept).encode(), 1),
+        px=int(keep_s * 1000),
+    )
+    header = [
+        collect_metrics_shard.s(payload).set(task_id=shard_id)
+        for payload, shard_id in zip(pending.payloads, shard_ids, strict=True)
+    ]
+    callback = signature("diagnosis.tasks.run_cycle_after_shards", args=(cluster.pk, token))
+    chord(header)(callback)
+    logger.info("cycle of cluster %s: %d collect shards sent", cluster.pk, len(shard_ids))
+
+
+def _take_pending_shards(cluster_id: int, token: str | None = None) -> dict | None:
+    """The kept state of the cluster's cycle whose shards are out (deleted: read once); with
+    ``token``, only that cycle's (another's stays)."""
+    client = _redis_client(settings.REDIS_URL)
+    key = pending_shards_key(cluster_id)
+    raw = client.get(key)
+    if raw is None:
+        return None
+    kept = json.loads(zlib.decompress(raw))
+    if token is not None and kept.get("token") != token:
+        return None
+    client.delete(key)
+    return kept
+
+
+def _forget_pending_shards(cluster_id: int) -> None:
+    try:
+        _redis_client(settings.REDIS_URL).delete(pending_shards_key(cluster_id))
+    except redis.RedisError:  # it expires by itself
+        logger.warning("kept collection of cluster %s not deleted", cluster_id, exc_info=True)
+
+
+def record_abandoned_shards(cluster: Cluster) -> None:
+    """A previous cycle whose shards were still out when its lock lapsed (the deadline): a
+    failed cycle row saying so, its shards revoked and their results deleted."""
+    kept = _take_pending_shards(cluster.pk)
+    if kept is None:
+        return
+    shard_ids = kept["shard_ids"]
+    results = [AsyncResult(shard_id) for shard_id in shard_ids]
+    done = sum(1 for result in results if result.ready())
+    current_app.control.revoke(shard_ids)
+    _forget_shards(shard_ids)
+    detail = (
+        f"{done} of {len(shard_ids)} shards sent at {kept['sent_at']} were back after "
+        f"{settings.GPUOBS_SHARD_DEADLINE_SECONDS} s (no free worker on the collect queue, "
+        "or a shard's worker died)"
+    )
+    logger.warning("cycle of cluster %s: %s", cluster.pk, detail)
+    record_unfinished_shards(cluster, detail)
+
+
+@shared_task(name="diagnosis.tasks.run_cycle_after_shards", ignore_result=True)
+def run_cycle_after_shards(results: list, cluster_id: int, token: str) -> dict[str, int | str]:
+    """The chord callback of a cycle's shards (``results``, in the order of their payloads):
+    takes the cycle lock over (``token``), deletes the shards' results from Redis and ends the
+    cycle (:func:`finish_cluster_cycle`). Shards back after the deadline find the lock lapsed:
+    the next cycle records theirs as a failed cycle, and they are dropped."""
+    lock = redis_cycle_lock(cluster_id)
+    if not lock.take_over(token):
+        logger.warning("collect shards of cluster %s back after the deadline: dropped", cluster_id)
+        return {"cluster_id": cluster_id, "outcome": "late"}
+    try:
+        kept = _take_pending_shards(cluster_id, token)
+        if kept is not None:
+            _forget_shards(kept["shard_ids"])  # a shard's result (0.8-1.9 MB at 16k GPUs)
+        cluster = Cluster.objects.filter(pk=cluster_id).first()
+        if cluster is None:
+            return {"cluster_id": cluster_id, "outcome": str(CycleOutcome.NO_CLUSTER)}
+        if kept is None:  # Redis lost it (a restart): the cycle cannot end, and says so
+            record_unfinished_shards(cluster, "the cycle's kept collection was gone from Redis")
+            return {"cluster_id": cluster_id, "outcome": "lost"}
+        outcomes = [_shard_outcome(result) for result in results]
+        _recorded(
+            cluster,
+            lambda: finish_cluster_cycle(cluster, kept["reading"], outcomes, kept["started_at"]),
+        )
+    finally:
+        lock.release()
+    return {"cluster_id": cluster_id, "outcome": str(CycleOutcome.RAN)}
+
+
+def _shard_outcome(result: object) -> dict:
+    if isinstance(result, dict):
+        return result
+    return {"error": f"collect shard failed: {result!r}", "permanent": False}
+
+
+def _forget_shards(shard_ids: list[str]) -> None:
+    """Delete shards' results from the result backend (a late shard's, written after this,
+    expires after CELERY_RESULT_EXPIRES)."""
+    try:
+        for shard_id in shard_ids:
+            AsyncResult(shard_id).forget()
+    except Exception:  # Redis away: the keys expire by themselves
+        logger.warning("collect shard results not deleted", exc_info=True)
 
 
 def run_collect_shards(payloads: list[dict]) -> list[dict]:
-    """Run a collection's shards as a Celery group and wait for them (in the embedded mode the
-    group runs in-process, one shard after another). Shards not finished within
-    ``SHARD_WAIT_S`` (no free worker on the ``collect`` queue) are revoked and run here instead,
-    so a busy pool slows a cycle down but never deadlocks it."""
+    """Run a collection's shards as a Celery group and wait for them, for a caller that is not
+    a task (``manage.py collect`` and ``demo``; a cycle task sends a chord, never waits). In the
+    embedded mode the group runs in-process, one shard after another. Shards not finished within
+    ``SHARD_WAIT_S`` (no free worker on the ``collect`` queue) are revoked and run here instead."""
 
     result = group(collect_metrics_shard.s(payload) for payload in payloads).apply_async()
     wait = min(SHARD_WAIT_S, settings.CELERY_TASK_SOFT_TIME_LIMIT / 2)
     try:
-        outcomes = result.get(timeout=wait, propagate=False, disable_sync_subtasks=False)
+        outcomes = result.get(timeout=wait, propagate=False)
     except CeleryTimeoutError:
         outcomes = [r.result if r.ready() else None for r in result.results]
         result.revoke()
-        logger.warning("collect shards unfinished after %.0f s: running them in the cycle", wait)
+        logger.warning("collect shards unfinished after %.0f s: running them here", wait)
     finally:
         _forget(result)  # a shard's result (0.8-1.9 MB at 16k GPUs) lives no longer than its cycle
     merged = []

@@ -418,6 +418,11 @@ CELERY_TASK_SOFT_TIME_LIMIT = env_int("GPUOBS_TASK_SOFT_TIME_LIMIT", 240)
 # (diagnosis/tasks.py). An apply claim is another worker's to take over once it is older than
 # the hard time limit (no task outlives it) and a few seconds (diagnosis/actions/workflow/apply.py).
 GPUOBS_CYCLE_LOCK_SECONDS = max(3, GPUOBS_CYCLE_SECONDS)
+# A cycle whose collection's shards are out (a chord) keeps its lock this long at most: shards
+# not all back by then are a failed cycle row, and the next cycle runs (diagnosis/tasks.py).
+GPUOBS_SHARD_DEADLINE_SECONDS = env_int(
+    "GPUOBS_SHARD_DEADLINE_SECONDS", min(CELERY_TASK_TIME_LIMIT, max(2 * GPUOBS_CYCLE_SECONDS, 30))
+)
 # Beat sends the worker heartbeat this often (at most 15 s, the cycle period when shorter):
 # /healthz?deep=1 reports a worker or beat dead after three of them and 5 s (50 s by default).
 GPUOBS_HEARTBEAT_SECONDS = env_int("GPUOBS_HEARTBEAT_SECONDS", min(GPUOBS_CYCLE_SECONDS, 15))

@@ -116,7 +116,7 @@ def test_a_cycle_killed_by_a_lost_database_leaves_a_failed_cycle_row(
     def cycle_losing_its_database(cluster: Cluster, **options) -> None:
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(tasks, "run_cluster_cycle", cycle_losing_its_database)
+    monkeypatch.setattr(tasks, "start_cluster_cycle", cycle_losing_its_database)
     with pytest.raises(OperationalError):
         tasks.run_cycle(lab.pk)
 

@@ -649,18 +649,18 @@ def faulty_proxy(prometheus: PrometheusServer) -> Iterator[Callable[..., FaultyP
 
 @pytest.fixture
 def make_sim_cluster(make_cluster: Callable[..., Any], planted_history: Planted) -> Iterator[Any]:
-    """``make_sim_cluster(url, name="simprom", **metrics)``: a simulated scheduler (the ``small``
-    scenario, first cycle at t0) whose GPU metrics come from the Prometheus at ``url``, with
-    ``metrics`` added to its metrics config."""
+    """``make_sim_cluster(url, name="simprom", scenario="small", **metrics)``: a simulated
+    scheduler (the ``small`` scenario unless named, first cycle at t0) whose GPU metrics come
+    from the Prometheus at ``url``, with ``metrics`` added to its metrics config."""
     names = []
 
-    def build(url: str, name: str = "simprom", **metrics: Any) -> Any:
+    def build(url: str, name: str = "simprom", scenario: str = "small", **metrics: Any) -> Any:
         spec = sim_cluster(planted_history.t0, name=name, url=url)
         names.append(name)
         return make_cluster(
             name,
             scheduler_kind="sim",
-            scheduler_config=spec.scheduler_config,
+            scheduler_config={**spec.scheduler_config, "scenario": scenario},
             metrics_kind="prometheus",
             metrics_config={**spec.metrics_config, **metrics},
         )

@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,7 +35,12 @@ from diagnosis.core.cost import gpu_models
 from diagnosis.core.diagnose import diagnose
 from diagnosis.core.rules.engine import Diagnosis
 from diagnosis.core.rules.registry import all_rules
-from diagnosis.edge.collection import collect_snapshot
+from diagnosis.edge.collection import (
+    PendingCollection,
+    collect_snapshot,
+    resume_collection,
+    start_collection,
+)
 from diagnosis.edge.errors import (
     SCHEDULER,
     SOURCE,
@@ -61,21 +67,86 @@ def run_cluster_cycle(cluster: Cluster, *, shard_runner: ShardRunner | None = No
 
     The cluster's settings are checked first against what its adapter and source declare
     (:meth:`Cluster.check_settings`). ``shard_runner`` runs the shards of a source that can fan
-    out (the registry's ``shard``; a Celery group: ``diagnosis.tasks.run_collect_shards``);
-    without one, shards are collected here, one after another. The caller
-    (``diagnosis.tasks.run_cycle``) holds the cluster's cycle lock. Bad settings or a source
+    out (the registry's ``shard``; a Celery group a command waits for:
+    ``diagnosis.tasks.run_collect_shards``); without one, shards are collected here, one after
+    another. A scheduled cycle (``diagnosis.tasks.run_cycle``, holding the cluster's cycle lock)
+    runs :func:`start_cluster_cycle` instead, which never waits for shards. Bad settings or a source
     that fails leave a failed ClusterCycle row and the cluster's status saying why; the last
     good snapshot, findings and rollups stay as they were (nothing is resolved for lack of data).
     So does any other exception while loading or recording: a cycle always ends in a row.
     """
 
-    started = time.perf_counter()
+    return _run_cycle(
+        cluster,
+        lambda previous_as_of: collect_snapshot(
+            cluster, previous_as_of=previous_as_of, shard_runner=shard_runner
+        ),
+    )
+
+
+def start_cluster_cycle(cluster: Cluster) -> ClusterCycle | PendingCycle:
+    """:func:`run_cluster_cycle` that never waits for shards: the recorded cycle, or, when the
+    cluster's source fans out, the :class:`PendingCycle` whose shards the caller sends
+    (``diagnosis.tasks.run_cycle``: a Celery chord) and :func:`finish_cluster_cycle` ends."""
+    started_at = time.time()
+    pending: list[PendingCollection] = []
+
+    def collect(previous_as_of: datetime | None) -> dict[str, Any] | None:
+        started = start_collection(cluster, previous_as_of=previous_as_of)
+        if isinstance(started, PendingCollection):
+            pending.append(started)
+            return None
+        return started
+
+    cycle = _run_cycle(cluster, collect)
+    if cycle is None:
+        return PendingCycle(pending[0].payloads, pending[0].reading, started_at)
+    return cycle
+
+
+@dataclass(frozen=True)
+class PendingCycle:
+    """A cycle waiting for its collection's shards: their ``payloads``, the scheduler
+    ``reading`` they finish (JSON-ready) and when the cycle started (Unix seconds)."""
+
+    payloads: list[dict[str, Any]]
+    reading: dict[str, Any]
+    started_at: float
+
+
+def finish_cluster_cycle(
+    cluster: Cluster, reading: Mapping[str, Any], results: list[dict[str, Any]], started_at: float
+) -> ClusterCycle:
+    """The end of a :class:`PendingCycle`: its collection finished with the shards' ``results``
+    (a failed shard: a failed cycle row), then recorded as :func:`run_cluster_cycle` does."""
+    already = max(0.0, time.time() - started_at)
+    return _run_cycle(
+        cluster, lambda _previous: resume_collection(reading, results), already_s=already
+    )
+
+
+def record_unfinished_shards(cluster: Cluster, detail: str) -> ClusterCycle:
+    """A cycle whose shards did not all finish by their deadline: a failed row and the status
+    saying so (its late results are dropped; the last good data stays, marked stale)."""
+    message = "collection shards did not finish in time; the next cycle runs"
+    return _record_failed_cycle(cluster, message, 0.0, detail=f"{message}: {detail}")
+
+
+def _run_cycle(
+    cluster: Cluster,
+    collect: Callable[[datetime | None], dict[str, Any] | None],
+    *,
+    already_s: float = 0.0,
+) -> ClusterCycle | None:
+    """Collect (``collect(previous_as_of)``: the document, or None when it went elsewhere:
+    nothing is recorded yet), load and record one cycle; every failure a failed row."""
+    started = time.perf_counter() - already_s
     previous = ClusterCycle.objects.filter(cluster=cluster, ok=True).order_by("-as_of").first()
     try:
         cluster.check_settings()
-        document = collect_snapshot(
-            cluster, previous_as_of=previous.as_of if previous else None, shard_runner=shard_runner
-        )
+        document = collect(previous.as_of if previous else None)
+        if document is None:
+            return None
         document, repaired = clean_document(document)
         document = merge_stored_topology(cluster, document)
         snap = snapshot_format.load(document)

@@ -20,8 +20,20 @@ from typing import Any, Protocol
 
 ShardRunner = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 """Runs a collection's shard payloads (each carrying its ``source`` id) and returns their
-results in order: :func:`diagnosis.edge.sources.registry.run_shard` one after another here, or
-a Celery group (``diagnosis.tasks.run_collect_shards``)."""
+results in order: :func:`diagnosis.edge.sources.registry.run_shard` one after another here, a
+Celery group a command waits for (``diagnosis.tasks.run_collect_shards``), or one that raises
+:class:`ShardsDeferred` (a scheduled cycle's chord). A source calls it with no I/O of its own
+before it (its payloads come from the request alone), so a collection can stop there and be
+finished elsewhere (:func:`diagnosis.edge.collection.start_collection`)."""
+
+
+class ShardsDeferred(Exception):
+    """Raised by a :data:`ShardRunner` that sends the shards elsewhere instead of waiting for
+    them (a Celery chord): the collection stops with their ``payloads``."""
+
+    def __init__(self, payloads: list[dict[str, Any]]) -> None:
+        super().__init__(f"{len(payloads)} shards sent elsewhere")
+        self.payloads = payloads
 
 
 class ClusterLike(Protocol):

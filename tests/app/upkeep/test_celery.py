@@ -94,7 +94,7 @@ def test_two_concurrent_cycles_of_one_cluster_run_once(
         first_cycle_started.set()
         assert finish_first_cycle.wait(timeout=30)
 
-    monkeypatch.setattr(tasks, "run_cluster_cycle", slow_cycle)
+    monkeypatch.setattr(tasks, "start_cluster_cycle", slow_cycle)
     outcomes: dict[str, dict] = {}
 
     def first() -> None:
@@ -127,7 +127,7 @@ def test_a_failing_cycle_releases_its_lock(
     def broken_cycle(cluster: Cluster, **options) -> None:
         raise RuntimeError("scheduler unreachable")
 
-    monkeypatch.setattr(tasks, "run_cluster_cycle", broken_cycle)
+    monkeypatch.setattr(tasks, "start_cluster_cycle", broken_cycle)
     with pytest.raises(RuntimeError):
         run_cycle(cluster.pk)
     monkeypatch.undo()
