@@ -37,12 +37,20 @@ def cycle_workers(
         for index in range(workers):
             stack.enter_context(
                 celery_worker_process(
-                    ordinary, redis_url, tmp_path, env, processes=processes, name=f"worker-{index}"
+                    ordinary,
+                    redis_url,
+                    tmp_path,
+                    env,
+                    processes=processes,
+                    name=f"worker-{index}",
+                    quiet=True,
                 )
             )
         for queue in mirror_queues(mirror_queue_count):
             stack.enter_context(
-                celery_worker_process(queue, redis_url, tmp_path, env, processes=1, name=queue)
+                celery_worker_process(
+                    queue, redis_url, tmp_path, env, processes=1, name=queue, quiet=True
+                )
             )
         started = workers + mirror_queue_count
         wait_until(
