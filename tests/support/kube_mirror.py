@@ -12,7 +12,7 @@ from pathlib import Path
 
 from diagnosis.actions.upkeep.health import redis_client
 from diagnosis.models import Cluster, ClusterCycle
-from diagnosis.tasks import cycle_interval_key, run_cycles
+from diagnosis.tasks import cycle_interval_key, cycle_lock_key, run_cycles
 from gpuobs import celery_app
 from gpuobs.celery import QUEUES, mirror_queues
 from tests.support.celery_worker import celery_worker_process
@@ -63,13 +63,17 @@ def cycle_workers(
 
 def run_fanned_out_cycles(cluster: Cluster, count: int, redis_url: str) -> None:
     """``count`` of beat's fan-outs, one interval each (the interval's claim dropped before each,
-    as the next interval would), each waited for until the cluster's cycle row is written."""
+    as the next interval would), each waited for until the cluster's cycle row is written and
+    its lock released (else the next, in another process, would find it held)."""
     client = redis_client(redis_url)
     for number in range(1, count + 1):
         client.delete(cycle_interval_key(cluster))
         run_cycles.apply_async().get(timeout=60)
         wait_until(
-            lambda n=number: ClusterCycle.objects.filter(cluster=cluster).count() >= n,
-            f"cycle {number} of {cluster.name}",
+            lambda n=number: (
+                ClusterCycle.objects.filter(cluster=cluster).count() >= n
+                and not client.exists(cycle_lock_key(cluster.pk))
+            ),
+            f"cycle {number} of {cluster.name} written and its lock released",
             timeout=120,
         )
