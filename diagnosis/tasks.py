@@ -71,8 +71,10 @@ from diagnosis.actions.workflow.impact import (
     estimate_recommendation_impact,
     reestimate_recommendation_impact,
 )
+from diagnosis.edge.schedulers.registry import is_mirrored
 from diagnosis.edge.sources.registry import run_shard
 from diagnosis.models import Cluster
+from gpuobs.celery import cycle_queue
 
 T = TypeVar("T")
 
@@ -268,14 +270,20 @@ def run_cycles() -> list[int]:
     database's clock, not an absolute ``expires`` a skewed worker clock would misread). A
     cluster with no cycle attempt for more than two periods gets a row saying so first, and a
     cycle's notify step that its commit could not send (Redis down) is sent again."""
-    cluster_ids = list(Cluster.objects.filter(enabled=True).values_list("pk", flat=True))
+    clusters = dict(Cluster.objects.filter(enabled=True).values_list("pk", "scheduler_kind"))
+    cluster_ids = list(clusters)
     send_pending_notifications()  # a cycle's notify step its commit could not send
     record_missed_intervals(
         cluster_ids, settings.GPUOBS_CYCLE_SECONDS, running=cycles_running(cluster_ids)
     )
     fanned_out_at = database_now().isoformat()
-    for cluster_id in cluster_ids:
-        run_cycle.apply_async((cluster_id,), {"fanned_out_at": fanned_out_at})
+    for cluster_id, scheduler_kind in clusters.items():
+        queue = cycle_queue(
+            cluster_id,
+            mirrored=is_mirrored(scheduler_kind),
+            mirror_queue_count=settings.GPUOBS_MIRROR_QUEUES,
+        )
+        run_cycle.apply_async((cluster_id,), {"fanned_out_at": fanned_out_at}, queue=queue)
     return cluster_ids
 
 

@@ -3,7 +3,9 @@
 Queues (docs/operations.md): ``collect`` (reading schedulers and metrics), ``diagnose`` (cycles,
 rules, accounting), ``actuate`` (changes to schedulers), ``impact`` (recommendations' impact
 replays), and ``celery`` for everything else. A task is routed by the start of its function
-name, so a new task needs no routing entry of its own.
+name, so a new task needs no routing entry of its own. The cycles of a cluster whose scheduler
+adapter keeps a list/watch mirror (Kubernetes) go to a mirror queue instead
+(:func:`cycle_queue`).
 """
 
 import os
@@ -37,6 +39,29 @@ def queue_for_task(task_name: str) -> str:
         if function_name.startswith(prefix):
             return queue
     return DEFAULT_QUEUE
+
+
+MIRROR_QUEUE_PREFIX = "mirror-"
+
+
+def mirror_queue(cluster_id: int, queue_count: int) -> str:
+    """The mirror queue of a cluster: ``mirror-<cluster id mod queue_count>``. Each is consumed
+    by one single-process worker (``--concurrency 1``), the one process that keeps the mirrors
+    of its clusters: one LIST per resource per cluster and worker start."""
+    return f"{MIRROR_QUEUE_PREFIX}{cluster_id % queue_count}"
+
+
+def mirror_queues(queue_count: int) -> tuple[str, ...]:
+    """Every mirror queue (``mirror-0`` ... ``mirror-<queue_count - 1>``)."""
+    return tuple(f"{MIRROR_QUEUE_PREFIX}{index}" for index in range(queue_count))
+
+
+def cycle_queue(cluster_id: int, *, mirrored: bool, mirror_queue_count: int) -> str:
+    """The queue of a cluster's ``run_cycle``: its mirror queue when its adapter keeps a mirror
+    and mirror queues are on (``GPUOBS_MIRROR_QUEUES`` > 0), else ``diagnose``."""
+    if mirrored and mirror_queue_count > 0:
+        return mirror_queue(cluster_id, mirror_queue_count)
+    return queue_for_task("run_cycle")
 
 
 def route_task(name: str, args, kwargs, options, task=None, **kw) -> dict[str, str]:

@@ -409,6 +409,12 @@ if len(GPUOBS_CURRENCY) > 8 or not GPUOBS_CURRENCY.isalpha():
 GPUOBS_PAGE_CACHE_SECONDS = env_int("GPUOBS_PAGE_CACHE_SECONDS", 300)
 
 GPUOBS_CYCLE_SECONDS = env_int("GPUOBS_CYCLE_SECONDS", 60)
+# Kubernetes clusters' cycles go to mirror-<cluster id mod this>, each queue consumed by one
+# single-process worker holding those clusters' list/watch mirrors (0: on `diagnose`, a mirror
+# per process; docs/operations.md "One Kubernetes mirror per cluster").
+GPUOBS_MIRROR_QUEUES = env_int("GPUOBS_MIRROR_QUEUES", 1)
+if GPUOBS_MIRROR_QUEUES < 0:
+    raise ImproperlyConfigured(f"GPUOBS_MIRROR_QUEUES must be >= 0, not {GPUOBS_MIRROR_QUEUES}")
 # how often a live page asks whether a new cycle landed (docs/ui.md "Live updates")
 GPUOBS_LIVE_POLL_SECONDS = env_int("GPUOBS_LIVE_POLL_SECONDS", 10)
 CELERY_TASK_TIME_LIMIT = env_int("GPUOBS_TASK_TIME_LIMIT", 300)

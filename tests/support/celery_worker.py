@@ -35,12 +35,15 @@ def celery_worker_process(
     env: dict[str, str] | None = None,
     *,
     quiet: bool = False,
+    processes: int | None = None,
+    name: str = "worker",
 ) -> Iterator[subprocess.Popen]:
     """A real ``celery -A gpuobs worker`` process on ``queues``, against the test database and
     ``redis_url`` (messages an interrupted earlier run left are purged first); its log is
-    ``tmp_path/worker.log``, printed (pytest shows it when a test fails) once the process is
+    ``tmp_path/<name>.log``, printed (pytest shows it when a test fails) once the process is
     stopped (terminate, then kill) at the end of the block. ``env``: more environment;
-    ``quiet``: no start-up banner (Celery's ``--quiet``)."""
+    ``quiet``: no start-up banner (Celery's ``--quiet``); ``processes``: a prefork pool of that
+    many child processes, as deployed (default: the solo pool, one process)."""
     celery_app.control.purge()
     env = {
         **os.environ,
@@ -58,7 +61,7 @@ def celery_worker_process(
         "worker",
         "-Q",
         queues,
-        "--pool=solo",
+        *(["--pool=solo"] if processes is None else ["--pool=prefork", f"-c{processes}"]),
         "--loglevel=INFO",
         "--without-heartbeat",
         "--without-gossip",
@@ -66,7 +69,7 @@ def celery_worker_process(
         "--hostname",
         f"pytest-{uuid.uuid4().hex[:8]}@%h",
     ]
-    log_path = tmp_path / "worker.log"
+    log_path = tmp_path / f"{name}.log"
     with log_path.open("w") as log:
         worker = subprocess.Popen(
             command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT

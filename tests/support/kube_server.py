@@ -28,6 +28,7 @@ import secrets
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -416,6 +417,23 @@ class KubeApiServer:
     def requests_to(self, method: str, path_part: str) -> list[dict[str, list[str]]]:
         """The query parameters of every logged request of a method whose path contains a part."""
         return [q for m, p, q in self.requests if m == method and path_part in p]
+
+    def collection_reads(self) -> tuple[Counter[str], Counter[str]]:
+        """How often each collection (``/api/v1/pods``, ``/apis/<group>/<version>/<plural>``)
+        was listed (a LIST's first page: pages after it carry ``continue``) and watched."""
+        lists: Counter[str] = Counter()
+        watches: Counter[str] = Counter()
+        plurals = {plural for _, plural in BY_PLURAL}
+        with self.lock:
+            logged = list(self.requests)
+        for method, path, query in logged:
+            if method != "GET" or path.rstrip("/").rpartition("/")[2] not in plurals:
+                continue
+            if go_bool(query.get("watch")):
+                watches[path] += 1
+            elif "continue" not in query:
+                lists[path] += 1
+        return lists, watches
 
 
 # -- HTTP ----------------------------------------------------------------------------------------

@@ -32,6 +32,8 @@ class AdapterSpec:
     :class:`ConfigSpec` the adapter's module declares for ``scheduler_config``.
     ``change_log``: the adapter keeps the changes it accepts in the cluster's
     ``scheduler_config["changes"]`` (its ``ChangeResult.record``, persisted by the caller).
+    ``mirrored``: the adapter keeps a list/watch mirror of the cluster in its process, so the
+    cluster's cycles go to the one process that holds it (a mirror queue, docs/operations.md).
     """
 
     id: str
@@ -39,6 +41,7 @@ class AdapterSpec:
     adapter: str
     config: str
     change_log: bool = False
+    mirrored: bool = False
 
     def _load(self, target: str) -> Any:
         try:
@@ -78,12 +81,14 @@ ADAPTERS: plugins.Registry[AdapterSpec] = plugins.Registry(
             "Volcano",
             adapter="diagnosis.edge.schedulers.kubernetes.volcano:VolcanoAdapter",
             config="diagnosis.edge.schedulers.kubernetes.volcano:CONFIG",
+            mirrored=True,
         ),
         AdapterSpec(
             "kueue",
             "Kueue",
             adapter="diagnosis.edge.schedulers.kubernetes.kueue:KueueAdapter",
             config="diagnosis.edge.schedulers.kubernetes.kueue:CONFIG",
+            mirrored=True,
         ),
         AdapterSpec(
             "yarn",
@@ -96,6 +101,7 @@ ADAPTERS: plugins.Registry[AdapterSpec] = plugins.Registry(
             "NVIDIA KAI scheduler",
             adapter="diagnosis.edge.schedulers.kubernetes.kai:KaiAdapter",
             config="diagnosis.edge.schedulers.kubernetes.kai:CONFIG",
+            mirrored=True,
         ),
     ],
     what="scheduler adapter",
@@ -117,6 +123,12 @@ def adapter_for(
 ) -> SchedulerAdapter:
     """A configured adapter for a cluster's ``scheduler_kind`` and ``scheduler_config``."""
     return adapter_spec(kind).build(config, cluster=cluster)
+
+
+def is_mirrored(kind: str) -> bool:
+    """Whether a ``scheduler_kind``'s adapter keeps a list/watch mirror (False when unknown)."""
+    spec = ADAPTERS.get(kind)
+    return spec is not None and spec.mirrored
 
 
 def capabilities_of(kind: str) -> Capabilities:

@@ -28,7 +28,7 @@ from diagnosis.management.cli import bad_input
 from diagnosis.management.deferred_impacts import write_deferred_note
 from diagnosis.models import Cluster
 from diagnosis.tasks import run_collect_shards
-from gpuobs.celery import QUEUES
+from gpuobs.celery import QUEUES, mirror_queues
 
 DEMO = "demo"
 
@@ -152,6 +152,9 @@ class Command(BaseCommand):
             celery = [sys.executable, "-m", "celery", "-A", "gpuobs"]
             queues = ",".join(QUEUES)  # every queue, the impact estimates' too
             children.append(subprocess.Popen([*celery, "worker", "-Q", queues, "--loglevel=INFO"]))
+            for queue in mirror_queues(settings.GPUOBS_MIRROR_QUEUES):  # one process each
+                mirror_worker = ["worker", "-Q", queue, "--concurrency", "1", "-n", f"{queue}@%h"]
+                children.append(subprocess.Popen([*celery, *mirror_worker, "--loglevel=INFO"]))
             children.append(subprocess.Popen([*celery, "beat", "--loglevel=INFO"]))
         self.stdout.write(f"serving on http://{address}/ (login at /accounts/login/)")
         return children

@@ -22,8 +22,8 @@ from tests.conftest import REPO_ROOT, require_binary
 from tests.support.celery_worker import database_url_of_test_database
 from tests.support.processes import start_logged, stop_group, wait_until
 
-APP_SERVICES = ("migrate", "web", "worker", "beat")
-LONG_RUNNING = ("postgres", "redis", "prometheus", "web", "worker", "beat")
+APP_SERVICES = ("migrate", "web", "worker", "mirror-0", "beat")
+LONG_RUNNING = ("postgres", "redis", "prometheus", "web", "worker", "mirror-0", "beat")
 ALL_SERVICES = ("postgres", "redis", "prometheus", *APP_SERVICES)
 
 
@@ -85,6 +85,10 @@ def test_app_commands_start_real_entry_points(services: dict[str, dict]) -> None
     assert worker.startswith("celery -A gpuobs --quiet worker")  # no banner in the log
     queues = worker.split("-Q ")[1].split()[0].split(",")
     assert sorted(queues) == ["actuate", "celery", "collect", "diagnose", "impact"]
+
+    mirror = command_text(services["mirror-0"])
+    assert mirror.startswith("celery -A gpuobs --quiet worker -Q mirror-0 --concurrency 1 ")
+    assert services["mirror-0"]["healthcheck"] == services["worker"]["healthcheck"]
 
     assert command_text(services["beat"]).startswith("celery -A gpuobs beat")
     assert (REPO_ROOT / "gpuobs" / "celery.py").is_file()

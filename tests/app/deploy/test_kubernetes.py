@@ -219,7 +219,7 @@ def test_an_unknown_field_does_fail_the_validation() -> None:
 def pod_specs(rendered) -> dict[str, dict]:
     found = {}
     for obj in rendered["deploy/kubernetes"]:
-        if obj["kind"] in ("Deployment", "Job"):
+        if obj["kind"] in ("Deployment", "StatefulSet", "Job"):
             found[obj["metadata"]["name"]] = obj["spec"]["template"]["spec"]
     return found
 
@@ -228,6 +228,7 @@ def test_the_base_has_web_worker_beat_and_the_migration_job(rendered) -> None:
     assert set(pod_specs(rendered)) == {
         "gpuobs-web",
         "gpuobs-worker",
+        "gpuobs-mirror",
         "gpuobs-beat",
         "gpuobs-migrate",
     }
@@ -296,12 +297,21 @@ def test_beat_is_one_replica_replaced_with_recreate(rendered) -> None:
     assert beat["spec"]["strategy"] == {"type": "Recreate"}
 
 
+def test_each_mirror_pod_is_one_process_on_the_mirror_queue_of_its_ordinal(rendered) -> None:
+    mirror = objects(rendered, "StatefulSet")["gpuobs-mirror"]
+    command = " ".join(mirror["spec"]["template"]["spec"]["containers"][0]["command"])
+    settings_map = objects(rendered, "ConfigMap")["gpuobs-settings"]["data"]
+    assert '-Q "mirror-${HOSTNAME##*-}"' in command
+    assert "--concurrency=1" in command
+    assert mirror["spec"]["replicas"] == int(settings_map["GPUOBS_MIRROR_QUEUES"])
+
+
 def test_only_the_job_migrates_and_the_others_wait_for_it(rendered) -> None:
     specs = pod_specs(rendered)
     job = " ".join(specs["gpuobs-migrate"]["containers"][0]["command"])
     assert "manage.py migrate --noinput" in job
     assert "manage.py ensure_admin" in job
-    for name in ("gpuobs-web", "gpuobs-worker", "gpuobs-beat"):
+    for name in ("gpuobs-web", "gpuobs-worker", "gpuobs-mirror", "gpuobs-beat"):
         command = " ".join(specs[name]["containers"][0]["command"])
         assert "migrate" not in command, name
         (wait,) = specs[name]["initContainers"]

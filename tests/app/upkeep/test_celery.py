@@ -13,10 +13,11 @@ from django.utils import timezone
 
 from diagnosis import tasks
 from diagnosis.actions import enqueue
+from diagnosis.edge.schedulers.registry import is_mirrored
 from diagnosis.models import Cluster
 from diagnosis.tasks import cycle_lock_key, ping, run_cycle, run_cycles
 from gpuobs import celery_app
-from gpuobs.celery import queue_for_task
+from gpuobs.celery import cycle_queue, queue_for_task
 from tests.support.celery_worker import celery_worker_process
 
 
@@ -35,6 +36,27 @@ from tests.support.celery_worker import celery_worker_process
 def test_tasks_are_routed_by_the_start_of_their_name(task_name: str, queue: str) -> None:
     assert queue_for_task(task_name) == queue
     assert celery_app.amqp.router.route({}, task_name)["queue"].name == queue
+
+
+@pytest.mark.parametrize(
+    ("cluster_id", "mirrored", "queue_count", "queue"),
+    [
+        (7, True, 1, "mirror-0"),
+        (7, True, 3, "mirror-1"),
+        (9, True, 3, "mirror-0"),
+        (7, False, 3, "diagnose"),  # no mirror: any diagnose process
+        (7, True, 0, "diagnose"),  # mirror queues off: a mirror per process
+    ],
+)
+def test_a_cycle_goes_to_its_clusters_mirror_queue_when_its_adapter_keeps_a_mirror(
+    cluster_id: int, mirrored: bool, queue_count: int, queue: str
+) -> None:
+    assert cycle_queue(cluster_id, mirrored=mirrored, mirror_queue_count=queue_count) == queue
+
+
+def test_the_kubernetes_adapters_keep_a_mirror_and_the_others_do_not() -> None:
+    assert [is_mirrored(k) for k in ("volcano", "kueue", "kai")] == [True, True, True]
+    assert [is_mirrored(k) for k in ("sim", "slurm", "yarn", "unknown")] == [False] * 4
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,9 @@ the list's ``resourceVersion``; later syncs *watch* from that version for a few 
 was compacted away) restarts the list; a watch that times out on the client keeps what it had
 and resumes from the last version it applied. Caches live for the process (keyed by the
 adapter's config), so a Celery worker watches deltas from one cycle to the next and a new
-worker starts with a list.
+worker starts with a list; the cycles of such a cluster go to its mirror queue, consumed by one
+process, so that a cluster has one mirror (docs/operations.md, "One Kubernetes mirror per
+cluster").
 
 Objects stay plain dicts exactly as the API server sent them (``_preload_content=False``); the
 adapters normalise them into the snapshot's vocabulary.
