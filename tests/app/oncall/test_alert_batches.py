@@ -37,6 +37,26 @@ def test_the_receiver_stores_the_batch_and_answers_202_before_any_incident(prod,
     assert not Incident.objects.exists()
 
 
+def distinct_alerts(count: int) -> list[dict]:
+    """``count`` GPU alerts on gpu-a-1's eight GPUs, each with a fingerprint of its own."""
+    return [{**alert(gpu=str(i % 8)), "fingerprint": f"burst{i:011d}"} for i in range(count)]
+
+
+def test_the_receivers_queries_do_not_grow_with_the_batchs_alerts(prod, reporter):
+    """What guards issue #29 (posts of 11-27 s, each alert read inside the request) whatever
+    the machine's load: a 100-alert post costs the request the queries a 1-alert post does."""
+    client = bearer(reporter)
+    post(client, payload(*distinct_alerts(1)))  # the sender's first request: its lookups
+    with CaptureQueriesContext(connection) as one:
+        post(client, payload(*distinct_alerts(1)))
+    with CaptureQueriesContext(connection) as hundred:
+        response = post(client, payload(*distinct_alerts(100)))
+    assert response.status_code == 202
+    assert {a["outcome"] for a in response.json()["alerts"]} == {"queued"}
+    assert len(hundred) == len(one), [q["sql"] for q in hundred.captured_queries]
+    assert not Incident.objects.exists()
+
+
 def test_a_batch_is_read_once_whoever_sends_its_task_again(prod, reporter):
     batch = post(bearer(reporter), payload(alert())).json()["batch"]
     assert record_alert_batch(batch)["outcome"] == "recorded"

@@ -105,5 +105,6 @@ def test_a_collection_gives_up_at_its_deadline(make_prometheus, planted_history)
             collect(settings(server.url, timeout_s=1, retries=10, deadline_s=2), planted_history)
     finally:
         server.resume()
-    assert time.monotonic() - started < 4
+    # the 2 s deadline, with room for a loaded machine, well before eleven 1 s attempts end
+    assert time.monotonic() - started < 6
     assert "did not answer within" in str(raised.value)
