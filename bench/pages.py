@@ -90,6 +90,15 @@ def _renders_in_child(client: Client, path: str, barrier: Any, answers: Any) -> 
     answers.put(page_cache.renders - before)
 
 
+def renders_in_one_process(client: Client, path: str) -> int:
+    """What one web process with empty caches renders for a first request of ``path`` (the
+    floor: a page may compute several parts, the queue page its tree and its pending jobs)."""
+    cold_start()
+    before = page_cache.renders
+    client.get(path)
+    return page_cache.renders - before
+
+
 def renders_across_processes(client: Client, path: str) -> int:
     """What ``PROCESSES`` forked web processes with empty caches render between them when each
     requests ``path`` at the same moment."""
@@ -149,13 +158,14 @@ def main(argv: list[str] | None = None) -> int:
                 + "+".join(f"{n['name']}/{i}" for n in document["nodes"][:4] for i in range(8)),
             ),
         ]
+        client.get(f"{base}/jobs/")  # the process's first request loads the templates
         for label, path in pages:
             cold_start()
             cold = timed(client, path)
             warm = [timed(client, path) for _ in range(options.runs)]
             results.append((label, cold, warm))
         once = [
-            (label, renders_across_processes(client, path))
+            (label, renders_in_one_process(client, path), renders_across_processes(client, path))
             for label, path in pages
             if label in ("heatmap (util)", "queue list", "queue page")
         ]
@@ -182,13 +192,14 @@ def main(argv: list[str] | None = None) -> int:
         p95 = p95_of(times)
         goal(f"{label}: cold", cold[0], COLD_BUDGET_S, detail=f"{cold[1]:.3f} s CPU; {sizes}")
         goal(f"{label}: warm p95", p95, BUDGET_S, detail=f"{len(times)} requests; {sizes}")
-    for label, renders in once:
+    for label, alone, together in once:
         goal(
             f"{label}: renders per cycle across {PROCESSES} processes",
-            renders,
-            1,
+            together,
+            alone,
             "renders",
-            detail=f"{PROCESSES} concurrent first requests, page cache {cache_kind()}",
+            detail=f"against one process's; {PROCESSES} concurrent first requests, "
+            f"page cache {cache_kind()}",
         )
     return 0
 
