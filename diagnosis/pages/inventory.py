@@ -34,6 +34,7 @@ from diagnosis.access import (
 from diagnosis.charts.figures import embed, gpu_heatmap, gpu_metric_series, gpus_util_series
 from diagnosis.models import Cluster
 from diagnosis.pages.live import latest_good_cycle
+from diagnosis.pages.support.page_cache import rendered_once
 from diagnosis.pages.support.pagination import paginate
 from diagnosis.pages.support.snapshots import (
     GpuKey,
@@ -331,9 +332,10 @@ def node_list(request: HttpRequest, name: str) -> HttpResponse:
         "good": latest_good_cycle(request, cluster),  # the live status line (docs/ui.md)
     }
     if latest is not None:
+        key = ("heatmap", cluster.pk, latest.id, latest.as_of, cluster.name, colorby, pool)
+        key += (get_language(),)
         view = derived(
-            ("heatmap", latest.id, cluster.name, colorby, pool, get_language()),
-            lambda: _heatmap_view(cluster, latest, colorby, pool),
+            key, lambda: rendered_once(key, lambda: _heatmap_view(cluster, latest, colorby, pool))
         )
         rows = _table_rows(view["rows"], sort, filters)
         page, query = paginate(request, rows, NODES_PER_PAGE)

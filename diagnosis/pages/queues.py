@@ -28,7 +28,13 @@ from diagnosis.models import Cluster
 from diagnosis.pages.jobs import findings_naming_jobs
 from diagnosis.pages.live import latest_good_cycle
 from diagnosis.pages.support.forecasts import forecast_table
-from diagnosis.pages.support.snapshots import StoredSnapshot, latest_snapshot, queue_members
+from diagnosis.pages.support.page_cache import rendered_once
+from diagnosis.pages.support.snapshots import (
+    StoredSnapshot,
+    derived,
+    latest_snapshot,
+    queue_members,
+)
 from diagnosis.pages.support.sorting import TableSort
 from diagnosis.roles import is_tenant_scoped
 
@@ -202,11 +208,36 @@ def _visible(request: HttpRequest, cluster: Cluster, rows: dict[str, QueueRow]):
     return {n: r for n, r in rows.items() if n in keep}
 
 
-def _snapshot_or_404(cluster: Cluster) -> tuple[StoredSnapshot, Mapping[str, Any]]:
+def queue_rows(cluster: Cluster, latest: StoredSnapshot) -> dict[str, QueueRow]:
+    """The :func:`queue_tree` of a stored snapshot, computed once per snapshot across the
+    processes sharing the page cache (the same for every reader: :func:`_visible` scopes it)."""
+    key = ("queue-tree", cluster.pk, latest.id, latest.as_of)
+    return derived(key, lambda: rendered_once(key, lambda: queue_tree(queue_members(latest))))
+
+
+def pending_jobs(
+    cluster: Cluster, latest: StoredSnapshot, queues: set[str]
+) -> list[Mapping[str, Any]]:
+    """The pending jobs of ``queues`` in a stored snapshot, longest waiting first (every
+    reader's: the caller keeps those the reader may see), computed once like :func:`queue_rows`."""
+
+    def compute() -> list[Mapping[str, Any]]:
+        pending = [
+            job
+            for job in queue_members(latest).get("jobs") or ()
+            if job.get("state") == "pending" and str(job.get("queue")) in queues
+        ]
+        return sorted(pending, key=lambda j: str(j.get("submitted") or ""))
+
+    key = ("queue-pending", cluster.pk, latest.id, latest.as_of, tuple(sorted(queues)))
+    return derived(key, lambda: rendered_once(key, compute))
+
+
+def _snapshot_or_404(cluster: Cluster) -> StoredSnapshot:
     latest = latest_snapshot(cluster)
     if latest is None:
         raise Http404("no snapshot of this cluster yet")
-    return latest, queue_members(latest)
+    return latest
 
 
 # The queue table's orders (?sort=KEY or -KEY, diagnosis/pages/support/sorting.py); ``tree``
@@ -233,7 +264,7 @@ def queue_list(request: HttpRequest, name: str) -> HttpResponse:
     """Every queue and cohort the reader may see, as a tree, with its figures."""
     cluster = get_cluster_for_user(request.user, name)
     latest = latest_snapshot(cluster)
-    rows = _visible(request, cluster, queue_tree(queue_members(latest))) if latest else {}
+    rows = _visible(request, cluster, queue_rows(cluster, latest)) if latest else {}
     sort = TableSort.parse(
         request.GET, QUEUE_SORTS, "tree", descending_first=QUEUE_SORTS_DESCENDING_FIRST
     )
@@ -285,17 +316,13 @@ def queue_detail(request: HttpRequest, name: str, queue: str) -> HttpResponse:
     """One queue: its figures, its place in the tree, and its pending jobs (longest wait first)
     with the scheduler's reason and the findings that name each."""
     cluster = get_cluster_for_user(request.user, name)
-    latest, document = _snapshot_or_404(cluster)
-    rows = _visible(request, cluster, queue_tree(document))
+    latest = _snapshot_or_404(cluster)
+    rows = _visible(request, cluster, queue_rows(cluster, latest))
     row = rows.get(queue)
     if row is None:
         raise Http404("no such queue")
     members = {queue} | _descendants(rows, queue)
-    pending = [
-        job
-        for job in document.get("jobs") or ()
-        if job.get("state") == "pending" and str(job.get("queue")) in members
-    ]
+    pending = pending_jobs(cluster, latest, members)
     visible = {str(j["id"]) for j in pending}
     if is_tenant_scoped(request.user) and visible:
         visible = set(
@@ -304,7 +331,6 @@ def queue_detail(request: HttpRequest, name: str, queue: str) -> HttpResponse:
             .values_list("external_id", flat=True)
         )
     pending = [j for j in pending if str(j["id"]) in visible]
-    pending.sort(key=lambda j: str(j.get("submitted") or ""))
     shown = pending[:PENDING_SHOWN]
     named = findings_naming_jobs(request, cluster, [str(j["id"]) for j in shown])
     context = {

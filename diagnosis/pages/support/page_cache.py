@@ -25,6 +25,11 @@ leave stale. After a new cycle each web worker (with the local-memory cache) or 
 request (with Redis) renders the fragment once; concurrent first requests may each render it
 (no lock: a stampede of one render per worker, accepted). The cache failing (Redis down) is a
 render on every request, never an error page.
+
+:func:`rendered_once` is for what a page computes from one stored snapshot alone (the heatmap's
+figure and node rows, the queue tree, issue #35): kept under the snapshot's id, and computed by
+one request across every process sharing the cache, the others waiting (at most
+:data:`RENDER_WAIT_S`) on a short lock instead of each computing it.
 """
 
 from __future__ import annotations
@@ -55,6 +60,12 @@ FORMAT = 1
 # failed call per interval, not one per request).
 RETRY_AFTER_S = 10.0
 _failed_at: float | None = None
+# rendered_once: how long the lock of a render lives (a render that crashed frees it then), how
+# long another request waits on it before computing by itself, and how often it looks.
+RENDER_LOCK_S = 10
+RENDER_WAIT_S = 5.0
+RENDER_POLL_S = 0.02
+renders = 0  # what rendered_once computed in this process (bench/pages.py, the tests count it)
 
 
 def data_version(request: HttpRequest, cluster: Cluster) -> tuple[Any, ...]:
@@ -149,6 +160,58 @@ def cached_value(parts: tuple[Hashable, ...], compute: Callable[[], Any]) -> Any
         stored = {"value": ("value", compute())}
         _set(key, stored, seconds)
     return stored["value"][1]
+
+
+def rendered_once(parts: tuple[Hashable, ...], compute: Callable[[], Any]) -> Any:
+    """``compute()``, kept in the shared cache under ``parts`` (which must name the stored
+    snapshot it is computed from by id, and everything else it depends on), computed once
+    across processes: the first request takes a lock and computes; a concurrent one waits for
+    its result (computing by itself only when the cache is down or the wait runs out)."""
+    seconds = settings.GPUOBS_PAGE_CACHE_SECONDS
+    if seconds <= 0:
+        return _render(compute)
+    digest = hashlib.sha256(repr((FORMAT, parts)).encode()).hexdigest()[:40]
+    key, lock = f"gpuobs:once:{digest}", f"gpuobs:once-lock:{digest}"
+    deadline = time.monotonic() + RENDER_WAIT_S
+    while True:
+        stored = _get(key)
+        if stored is not None:
+            return stored["value"][1]
+        if _lock(lock) or time.monotonic() >= deadline:
+            break
+        time.sleep(RENDER_POLL_S)  # another process is computing it: wait for its result
+    try:
+        value = _render(compute)
+        _set(key, {"value": ("value", value)}, seconds)
+    finally:
+        _unlock(lock)
+    return value
+
+
+def _render(compute: Callable[[], Any]) -> Any:
+    global renders  # a count for the bench and the tests
+    renders += 1
+    return compute()
+
+
+def _lock(lock: str) -> bool:
+    """Whether this request took ``lock`` (True when the cache is not usable: it computes)."""
+    if not _cache_usable():
+        return True
+    try:
+        return bool(caches[CACHE].add(lock, 1, RENDER_LOCK_S))
+    except Exception as error:  # any cache failure is a render, never a 500
+        _failed("lock", error)
+        return True
+
+
+def _unlock(lock: str) -> None:
+    if not _cache_usable():
+        return
+    try:
+        caches[CACHE].delete(lock)
+    except Exception as error:  # as above
+        _failed("unlock", error)
 
 
 def _cache_usable() -> bool:
