@@ -16,7 +16,7 @@ from diagnosis.models.autopilot import (
     RemediationPolicy,
 )
 from diagnosis.models.cycles import ClusterCycle, Snapshot, SnapshotDocumentError
-from diagnosis.models.findings import Finding, FindingEvent, RuleOverride
+from diagnosis.models.findings import Finding, FindingEvent, RuleClock, RuleOverride
 from diagnosis.models.forecasts import JobForecast
 from diagnosis.models.impact import ReplayOutcome
 from diagnosis.models.inbound import (
@@ -99,6 +99,7 @@ __all__ = [
     "ReportFrequency",
     "ReportSubscription",
     "RollupFigures",
+    "RuleClock",
     "RuleOverride",
     "SchedulerEvent",
     "Snapshot",

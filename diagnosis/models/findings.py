@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.db.models import Case, F, When
 from django.utils import timezone
 
 from diagnosis.choices import (
@@ -17,8 +19,51 @@ from diagnosis.models.fields import optional_ref
 from diagnosis.models.inventory import Cluster, Tenant
 
 
+class RuleClock(models.Model):
+    """The snapshot time of a cluster's latest evaluation of one rule (issue #35).
+
+    A finding evaluated in every cycle since it was written follows its rule's clock
+    (``Finding.clock`` and ``seen_on_clock``) instead of having its own ``last_seen`` moved each
+    cycle; one that was also hit in each of them has ``hit_on_clock`` too. A cycle moves the
+    clock (one row a rule) and writes only the findings whose timestamps stop following it.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="rule_clocks")
+    rule_id = models.CharField(max_length=64)
+    evaluated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "rule_id"], name="rule_clock_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}: {self.rule_id} at {self.evaluated_at}"
+
+
+# A finding's timestamps as readers see them: its rule's clock while it follows it, else as
+# written. The default manager annotates every finding with them, under the names the readers
+# (pages, API, reports, filters, orderings) have always used.
+LAST_SEEN = Case(
+    When(seen_on_clock=True, then=F("clock__evaluated_at")), default=F("written_last_seen")
+)
+LAST_HIT_AT = Case(
+    When(hit_on_clock=True, then=F("clock__evaluated_at")), default=F("written_last_hit_at")
+)
+
+
+class FindingManager(models.Manager):
+    def get_queryset(self) -> models.QuerySet:
+        return super().get_queryset().annotate(last_seen=LAST_SEEN, last_hit_at=LAST_HIT_AT)
+
+
 class Finding(models.Model):
-    """What a rule reported about one subject, kept across cycles (pending → firing → resolved)."""
+    """What a rule reported about one subject, kept across cycles (pending → firing → resolved).
+
+    ``last_seen`` and ``last_hit_at`` read the rule's clock while the finding follows it
+    (:class:`RuleClock`), else the values last written; setting either writes it as a value of
+    the finding's own (no longer following the clock).
+    """
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="findings")
     rule_id = models.CharField(max_length=64)
@@ -44,9 +89,29 @@ class Finding(models.Model):
     active_since = models.DateTimeField(
         null=True, blank=True, help_text="Start of the current episode (the latest reopening)."
     )
-    last_seen = models.DateTimeField(help_text="Latest snapshot time at which it was evaluated.")
-    last_hit_at = models.DateTimeField(
-        null=True, blank=True, help_text="Latest snapshot time at which the rule reported it."
+    written_last_seen = models.DateTimeField(
+        help_text="Latest snapshot time at which it was evaluated, as last written (read "
+        "last_seen: the rule's clock while it follows it)."
+    )
+    written_last_hit_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Latest snapshot time at which the rule reported it, as last written "
+        "(read last_hit_at).",
+    )
+    clock = models.ForeignKey(
+        RuleClock,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        help_text="Its rule's clock in its cluster, once a cycle wrote it.",
+    )
+    seen_on_clock = models.BooleanField(
+        default=False, help_text="Evaluated in every cycle since written: last_seen is the clock's."
+    )
+    hit_on_clock = models.BooleanField(
+        default=False, help_text="Hit in every cycle since written: last_hit_at is the clock's."
     )
     firing_since = models.DateTimeField(null=True, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
@@ -56,6 +121,8 @@ class Finding(models.Model):
         help_text="The one tenant the finding concerns (its job's, its jobs', its GPU's jobs'); "
         "empty when it concerns none or several. Managers see their tenants' findings only.",
     )
+
+    objects = FindingManager()
 
     class Meta:
         ordering = ["-first_seen", "-id"]
@@ -82,6 +149,24 @@ class Finding(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         self.fingerprint = self.fingerprint_of(self.cluster_id, self.rule_id, self.subject)
         super().save(*args, **kwargs)
+
+    @property
+    def last_seen(self) -> datetime:
+        """Latest snapshot time at which it was evaluated."""
+        return self.clock.evaluated_at if self.seen_on_clock else self.written_last_seen
+
+    @last_seen.setter
+    def last_seen(self, value: datetime) -> None:
+        self.written_last_seen, self.seen_on_clock = value, False
+
+    @property
+    def last_hit_at(self) -> datetime | None:
+        """Latest snapshot time at which the rule reported it."""
+        return self.clock.evaluated_at if self.hit_on_clock else self.written_last_hit_at
+
+    @last_hit_at.setter
+    def last_hit_at(self, value: datetime | None) -> None:
+        self.written_last_hit_at, self.hit_on_clock = value, False
 
     @staticmethod
     def fingerprint_of(cluster_id: int, rule_id: str, subject: str) -> str:

@@ -28,6 +28,7 @@ from diagnosis.models import (
     Cluster,
     Finding,
     FindingEvent,
+    RuleClock,
     RuleOverride,
 )
 
@@ -65,7 +66,8 @@ def set_rule_override(cluster: Cluster, rule_id: str, threshold: str, value: Any
 @dataclass
 class RecordedFindings:
     """What one evaluation did to the stored findings: transitions, and what it wrote (rows
-    written in full, rows whose timestamps only moved, subjects held because not judged)."""
+    written in full, rows written for their timestamps only -- those that stop following their
+    rule's clock or start to -- and subjects held because not judged)."""
 
     created: int = 0
     transitions: dict[str, int] = field(default_factory=dict)
@@ -106,20 +108,31 @@ _TRACKED_COLUMNS = (
     "firing_since",
     "resolved_at",
     "evidence_digest",
+    "seen_on_clock",
+    "hit_on_clock",
 )
-# What an upsert writes of a finding; first_seen and the tenant are kept on conflict.
-_WRITTEN_COLUMNS = [
+# The lifecycle columns of a finding, written on every transition.
+_LIFECYCLE_COLUMNS = [
     "state",
     "active_since",
-    "last_hit_at",
-    "last_seen",
+    "written_last_hit_at",
+    "written_last_seen",
     "firing_since",
     "resolved_at",
-    "severity",
-    "summary",
-    "evidence",
-    "evidence_digest",
+    "clock_id",
+    "seen_on_clock",
+    "hit_on_clock",
 ]
+# What a finding whose state and evidence did not change may need written.
+_TIMESTAMP_COLUMNS = [
+    "written_last_seen",
+    "written_last_hit_at",
+    "clock",
+    "seen_on_clock",
+    "hit_on_clock",
+]
+# What an upsert writes of a finding; first_seen and the tenant are kept on conflict.
+_WRITTEN_COLUMNS = [*_LIFECYCLE_COLUMNS, "severity", "summary", "evidence", "evidence_digest"]
 # What an upsert inserts of a new finding (the tenant is tagged afterwards).
 _INSERTED_COLUMNS = (
     "cluster_id",
@@ -147,6 +160,16 @@ class _Stored:
     firing_since: datetime | None
     resolved_at: datetime | None
     evidence_digest: str
+    seen_on_clock: bool
+    hit_on_clock: bool
+
+    def read_after(self, clock_at: datetime) -> tuple[datetime, datetime | None]:
+        """Its ``last_seen`` and ``last_hit_at`` once its rule's clock is at ``clock_at``, if
+        nothing writes it."""
+        return (
+            clock_at if self.seen_on_clock else self.last_seen,
+            clock_at if self.hit_on_clock else self.last_hit_at,
+        )
 
     def tracked(self) -> lifecycle.Tracked:
         return lifecycle.Tracked(
@@ -230,10 +253,12 @@ def record_findings(
     (:func:`diagnosis.core.lifecycle.silent_subjects`) and was not reported.
     Recording the same snapshot twice changes nothing.
 
-    What is written is proportional to what changed (issue #17): a row is written in full (one
-    ``INSERT ... ON CONFLICT`` for all of them) only when it is new or its state or evidence
-    digest changed; the others only move ``last_seen``/``last_hit_at``, in one statement for all
-    of them; history rows only on transitions, in one statement.
+    What is written is proportional to what changed (issues #17, #35): a row is written in full
+    (one ``INSERT ... ON CONFLICT`` for all of them) only when it is new or its state or evidence
+    digest changed. ``last_seen``/``last_hit_at`` are not written each cycle: each judged rule's
+    clock (:class:`~diagnosis.models.RuleClock`) moves to the snapshot's time, and a finding that
+    follows it reads its time; only the findings that stop following it (not hit, not judged) or
+    start to are written, in one statement; history rows only on transitions, in one statement.
     """
     rules = rules if rules is not None else all_rules()
     as_of: datetime = diagnosis.snapshot.as_of.to_pydatetime()
@@ -258,13 +283,15 @@ def record_findings(
         for rule_id in judged
     }
     _lock_cluster_findings(cluster)
+    clocks = _rule_clocks(cluster, judged, as_of)
     hits = {(f.rule, f.subject): f for f in diagnosis.findings if f.rule in judged}
     stored = _stored_findings(cluster, judged, set(hits))
     open_keys = {k for k, f in stored.items() if f.state != lifecycle.RESOLVED}
+    # each judged rule's clock once this evaluation is recorded (an older snapshot moves none)
+    clock_at = {rule_id: max(clock.evaluated_at, as_of) for rule_id, clock in clocks.items()}
     written: list[dict[str, Any]] = []
     transitions: list[tuple[int, str, str]] = []  # (index in written, from, to)
-    hit_pks: list[int] = []
-    seen_pks: list[int] = []
+    timestamps = _Timestamps(clocks, clock_at)
     changes: list[tuple[tuple[str, str], dict[str, Any], tuple[str, str] | None]] = []
     for key in hits.keys() | open_keys:  # written in key order below: only the changes sorted
         rule_id, subject = key
@@ -277,7 +304,7 @@ def record_findings(
             # it firing and move only its timestamps; with its evidence unchanged, that is all
             digest = evidence_digest(hit) if hit is not None else None
             if digest in (None, row.evidence_digest):
-                hit_pks.append(row.pk)
+                timestamps.keep(row, as_of, as_of)
                 continue
         step = lifecycle.advance(
             row.tracked() if row else None,
@@ -288,12 +315,14 @@ def record_findings(
             judged=not (rule.reads_gpu_metrics and subject in silent),
         )
         if step is None:
-            if not reported and row is not None and as_of > row.last_seen:
-                result.held += 1
+            if row is not None:  # not evaluated: its timestamps stay, off the clock if it moves
+                timestamps.keep(row, row.last_seen, row.last_hit_at)
+                if not reported and as_of > row.last_seen:
+                    result.held += 1
             continue
         digest = evidence_digest(hit) if hit is not None else None
         if row is not None and not step.changed and digest in (None, row.evidence_digest):
-            (hit_pks if reported else seen_pks).append(row.pk)
+            timestamps.keep(row, step.tracked.last_evaluated_at, step.tracked.last_hit_at)
             continue
         if row is None:
             result.created += 1
@@ -302,6 +331,7 @@ def record_findings(
             result.count(step.from_state, step.to_state)
             transition = (step.from_state or "", step.to_state)
         finding = _written_row(cluster, key, row, step.tracked, hit, digest, as_of)
+        timestamps.follow(finding)
         changes.append((key, finding, transition))
         result.written_by_rule[rule_id] = result.written_by_rule.get(rule_id, 0) + 1
     changes.sort(key=lambda change: change[0])
@@ -309,8 +339,9 @@ def record_findings(
         if transition is not None:
             transitions.append((len(written), *transition))
         written.append(finding)
+    _move_clocks(clocks, as_of)
     written_pks = _upsert(written)
-    _touch(hit_pks, seen_pks, as_of)
+    _write_timestamps(timestamps.rows)
     now = timezone.now()
     insert_rows(
         FindingEvent,
@@ -321,8 +352,64 @@ def record_findings(
         ],
     )
     result.written, result.events = len(written), len(transitions)
-    result.touched = len(hit_pks) + len(seen_pks)
+    result.touched = len(timestamps.rows)
     return result
+
+
+def _rule_clocks(cluster: Cluster, judged: set[str], as_of: datetime) -> dict[str, RuleClock]:
+    """The judged rules' clocks as they stand, those missing created at ``as_of`` (no finding
+    follows a new clock yet)."""
+    clocks = {c.rule_id: c for c in RuleClock.objects.filter(cluster=cluster, rule_id__in=judged)}
+    missing = [
+        RuleClock(cluster=cluster, rule_id=rule_id, evaluated_at=as_of)
+        for rule_id in sorted(judged - clocks.keys())
+    ]
+    if missing:
+        RuleClock.objects.bulk_create(missing)
+        if any(clock.pk is None for clock in missing):  # a database that returns no ids
+            missing = list(
+                RuleClock.objects.filter(cluster=cluster, rule_id__in=judged - clocks.keys())
+            )
+        clocks |= {clock.rule_id: clock for clock in missing}
+    return clocks
+
+
+def _move_clocks(clocks: Mapping[str, RuleClock], as_of: datetime) -> None:
+    """Move the clocks that ``as_of`` is later than to it: one statement, a row per rule."""
+    later = [clock.pk for clock in clocks.values() if clock.evaluated_at < as_of]
+    if later:
+        RuleClock.objects.filter(pk__in=later).update(evaluated_at=as_of)
+
+
+@dataclass
+class _Timestamps:
+    """The findings whose lifecycle did not change but whose timestamps must be written: those
+    that would read wrong once their rule's clock moves (they were not evaluated, or not hit),
+    and those that start following it. A finding that reads right needs no write."""
+
+    clocks: Mapping[str, RuleClock]
+    clock_at: Mapping[str, datetime]
+    rows: list[tuple[int, datetime, datetime | None, int, bool, bool]] = field(default_factory=list)
+
+    def keep(self, row: _Stored, last_seen: datetime, last_hit_at: datetime | None) -> None:
+        """Make ``row`` read ``last_seen`` and ``last_hit_at`` after this evaluation."""
+        clock_at = self.clock_at[row.rule_id]
+        if row.read_after(clock_at) == (last_seen, last_hit_at):
+            return
+        seen_on_clock = row.state != lifecycle.RESOLVED and last_seen == clock_at
+        hit_on_clock = seen_on_clock and last_hit_at == clock_at
+        clock = self.clocks[row.rule_id].pk
+        self.rows.append((row.pk, last_seen, last_hit_at, clock, seen_on_clock, hit_on_clock))
+
+    def follow(self, finding: dict[str, Any]) -> None:
+        """Let a finding about to be written follow its rule's clock where it reads the same."""
+        clock_at = self.clock_at[finding["rule_id"]]
+        seen_on_clock = (
+            finding["state"] != lifecycle.RESOLVED and finding["written_last_seen"] == clock_at
+        )
+        finding["clock_id"] = self.clocks[finding["rule_id"]].pk
+        finding["seen_on_clock"] = seen_on_clock
+        finding["hit_on_clock"] = seen_on_clock and finding["written_last_hit_at"] == clock_at
 
 
 def _written_row(
@@ -347,8 +434,8 @@ def _written_row(
         "first_seen": row.first_seen if row else as_of,
         "state": tracked.state,
         "active_since": tracked.active_since,
-        "last_hit_at": tracked.last_hit_at,
-        "last_seen": tracked.last_evaluated_at,
+        "written_last_hit_at": tracked.last_hit_at,
+        "written_last_seen": tracked.last_evaluated_at,
         "firing_since": tracked.firing_since,
         "resolved_at": tracked.resolved_at,
     }
@@ -386,42 +473,46 @@ def _upsert(findings: list[dict[str, Any]]) -> list[int]:
         )
         pk_of = dict(written)
     if lifecycle_only:
-        lifecycle_columns = _WRITTEN_COLUMNS[:6]
         Finding.objects.bulk_update(
             [
-                Finding(pk=f["pk"], **{column: f[column] for column in lifecycle_columns})
+                Finding(pk=f["pk"], **{column: f[column] for column in _LIFECYCLE_COLUMNS})
                 for f in lifecycle_only
             ],
-            lifecycle_columns,
+            _LIFECYCLE_COLUMNS,
         )
     return [f["pk"] if f["pk"] is not None else pk_of[f["fingerprint"]] for f in findings]
 
 
-def _touch(hit_pks: list[int], seen_pks: list[int], as_of: datetime) -> None:
-    """Move ``last_seen`` (and ``last_hit_at`` of the hit ones) of the findings whose state and
-    evidence did not change: one statement for the hit ones, one for the others (if any), their
-    ids as one array parameter; no evidence sent or rewritten."""
-    if not hit_pks and not seen_pks:
+def _write_timestamps(rows: list[tuple[int, datetime, datetime | None, int, bool, bool]]) -> None:
+    """Write the timestamps (and whether they follow the clock) of findings whose state and
+    evidence did not change: on PostgreSQL one statement, the values as arrays; no evidence sent
+    or rewritten."""
+    if not rows:
         return
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            if hit_pks:
-                cursor.execute(
-                    "UPDATE diagnosis_finding SET last_seen = %s, last_hit_at = %s "
-                    "WHERE id = ANY(%s)",
-                    [as_of, as_of, hit_pks],
-                )
-            if seen_pks:
-                cursor.execute(
-                    "UPDATE diagnosis_finding SET last_seen = %s WHERE id = ANY(%s)",
-                    [as_of, seen_pks],
-                )
+            cursor.execute(
+                "UPDATE diagnosis_finding AS f SET written_last_seen = v.seen, "
+                "written_last_hit_at = v.hit, clock_id = v.clock, "
+                "seen_on_clock = v.seen_on_clock, hit_on_clock = v.hit_on_clock "
+                "FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[], %s::bigint[], "
+                "%s::boolean[], %s::boolean[]) AS v(id, seen, hit, clock, seen_on_clock, "
+                "hit_on_clock) WHERE f.id = v.id",
+                [list(column) for column in zip(*rows, strict=True)],
+            )
         return
-    for start in range(0, max(len(hit_pks), len(seen_pks)), 500):
-        if chunk := hit_pks[start : start + 500]:
-            Finding.objects.filter(pk__in=chunk).update(last_seen=as_of, last_hit_at=as_of)
-        if chunk := seen_pks[start : start + 500]:
-            Finding.objects.filter(pk__in=chunk).update(last_seen=as_of)
+    findings = [
+        Finding(
+            pk=pk,
+            written_last_seen=seen,
+            written_last_hit_at=hit,
+            clock_id=clock,
+            seen_on_clock=seen_on_clock,
+            hit_on_clock=hit_on_clock,
+        )
+        for pk, seen, hit, clock, seen_on_clock, hit_on_clock in rows
+    ]
+    Finding.objects.bulk_update(findings, _TIMESTAMP_COLUMNS, batch_size=500)
 
 
 def tag_finding_tenants(

@@ -49,9 +49,9 @@ def hadoop(make_cluster, yarn) -> Cluster:
     # judged cycle that does not report it resolves it
     long_ago = timezone.now() - timedelta(days=1)
     finding = make_finding(cluster, "fragmentation", "pool:gpu", "firing")
-    Finding.objects.filter(pk=finding.pk).update(
-        first_seen=long_ago, last_seen=long_ago, last_hit_at=long_ago, firing_since=long_ago
-    )
+    finding.first_seen = finding.last_seen = finding.last_hit_at = long_ago
+    finding.firing_since = long_ago
+    finding.save()
     return cluster
 
 
