@@ -177,14 +177,16 @@ def rendered_once(parts: tuple[Hashable, ...], compute: Callable[[], Any]) -> An
         stored = _get(key)
         if stored is not None:
             return stored["value"][1]
-        if _lock(lock) or time.monotonic() >= deadline:
+        locked = _lock(lock)
+        if locked or time.monotonic() >= deadline:
             break
         time.sleep(RENDER_POLL_S)  # another process is computing it: wait for its result
     try:
         value = _render(compute)
         _set(key, {"value": ("value", value)}, seconds)
     finally:
-        _unlock(lock)
+        if locked:  # a request whose wait ran out leaves the computing one's lock alone
+            _unlock(lock)
     return value
 
 
