@@ -19,6 +19,7 @@ import yaml
 from diagnosis.edge.errors import CollectError
 from diagnosis.edge.sources.dcgm import fields as dcgm
 from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document
+from diagnosis.edge.sources.prometheus.metrics import NodeInventory, PrometheusSource
 from diagnosis.edge.sources.prometheus.promql import Selection
 from diagnosis.edge.sources.prometheus.queries import POD_SPLIT_LABELS, family_queries
 from diagnosis.edge.sources.prometheus.recording import (
@@ -201,6 +202,24 @@ def test_recorded_series_give_the_raw_numbers(recorded, planted_history, cluster
     assert raw["gpus"], "the planted cluster answers"
     assert_same(over_rules["gpus"], raw["gpus"])
     assert_same(over_rules["nodes"], raw["nodes"])
+
+
+@pytest.mark.parametrize("host_label", ["auto", "Hostname"])
+def test_a_shard_reads_its_hosts_recorded_series(recorded, planted_history, host_label):
+    at = evaluated(recorded, planted_history.t0)
+    nodes = [NodeInventory(name, gpus) for name, gpus in CLUSTERS["gap"]]
+
+    def shard(mode: str):
+        config = PrometheusConfig.parse(
+            {"url": recorded.url, "matchers": {"cluster": "gap"}, "scrape_interval_s": STEP,
+             "host_label": host_label, "recording_rules": mode}
+        )  # fmt: skip
+        return PrometheusSource(config).gpu_metrics(nodes, at, hosts=["ga-1"])
+
+    over_rules, raw = shard("require"), shard("off")
+    assert {g["node"] for g in raw.gpus} == {"ga-1"}
+    assert over_rules.report["recording_rules"]["recorded"] == sorted(FAMILIES)
+    assert_same(over_rules.gpus, raw.gpus)
 
 
 def test_the_collector_reads_the_recorded_series(make_module_prometheus, planted_history):
