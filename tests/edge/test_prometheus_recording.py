@@ -251,6 +251,25 @@ def test_the_detection_is_asked_once_a_minute(recorded, planted_history):
     assert again["collection"]["recording_rules"]["recorded"] == sorted(FAMILIES)
 
 
+def test_the_detection_is_asked_again_after_a_minute(recorded, planted_history):
+    at = evaluated(recorded, planted_history.t0)
+    config = PrometheusConfig.parse(
+        {"url": recorded.url, "matchers": {"cluster": "steady"}, "scrape_interval_s": STEP}
+    )
+    now = [1000.0]
+    nodes = [NodeInventory("st-0", 4)]
+
+    def asked() -> int:
+        metrics = PrometheusSource(config, clock=lambda: now[0]).gpu_metrics(nodes, at)
+        return metrics.report["families"].get("recording-rules", {}).get("queries", 0)
+
+    assert asked() == 1
+    now[0] += 59
+    assert asked() == 0
+    now[0] += 2
+    assert asked() == 1
+
+
 def test_stale_recorded_series_are_not_read(recorded, planted_history):
     later = evaluated(recorded, planted_history.t0) + 200  # within the lookback
     document = collect(recorded, planted_history, "steady", at=later, recording_rules_max_age_s=60)
