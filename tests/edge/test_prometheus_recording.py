@@ -18,7 +18,11 @@ import yaml
 
 from diagnosis.edge.errors import CollectError
 from diagnosis.edge.sources.dcgm import fields as dcgm
-from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document
+from diagnosis.edge.sources.prometheus import (
+    PrometheusConfig,
+    PrometheusConfigError,
+    collect_document,
+)
 from diagnosis.edge.sources.prometheus.metrics import NodeInventory, PrometheusSource
 from diagnosis.edge.sources.prometheus.promql import Selection
 from diagnosis.edge.sources.prometheus.queries import POD_SPLIT_LABELS, family_queries
@@ -138,6 +142,19 @@ def test_no_marker_at_all_is_rules_not_deployed():
     assert not verdict.recorded
     assert not verdict.deployed
     assert set(verdict.raw) == FAMILIES
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"recording_rules": "sometimes"}, "metrics_config.recording_rules"),
+        ({"recording_rules_max_age_s": 0}, "metrics_config.recording_rules_max_age_s"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_key(settings, named):
+    with pytest.raises(PrometheusConfigError, match=named):
+        PrometheusConfig.parse({"url": "http://prometheus:9090", **settings})
+    assert PrometheusConfig.parse({"url": "http://prometheus:9090"}).recording_rules == "auto"
 
 
 # -- against a real Prometheus -------------------------------------------------------------------
