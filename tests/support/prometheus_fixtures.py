@@ -43,6 +43,7 @@ from diagnosis.edge.sources.dcgm.exporter import (
     SimExporter,
     write_openmetrics,
 )
+from diagnosis.edge.sources.prometheus.metrics import forget_detections
 from tests.conftest import REPO_ROOT, require_binary, running_in_ci
 from tests.support.dcgm_shared import plant_shared
 from tests.support.processes import (
@@ -97,9 +98,11 @@ def start_prometheus(
     history: Path | None = None,
     config: str = "global:\n  scrape_interval: 15s\n",
     args: Sequence[str] = (),
+    blocks: Path | None = None,
 ) -> PrometheusServer:
     """A Prometheus on a free loopback port with its data under ``base``, backfilled with
-    ``history`` (OpenMetrics) before it starts; returns once ``/-/ready`` answers."""
+    ``history`` (OpenMetrics) and the TSDB blocks under ``blocks`` (``promtool tsdb
+    create-blocks-from rules``'s output) before it starts; returns once ``/-/ready`` answers."""
     prometheus = require_binary("prometheus", "apt-get install prometheus")
     promtool = require_binary("promtool", "apt-get install prometheus")
     base.mkdir(parents=True, exist_ok=True)
@@ -110,6 +113,8 @@ def start_prometheus(
             check=True,
             capture_output=True,
         )
+    for block in sorted(blocks.iterdir()) if blocks is not None else ():
+        shutil.copytree(block, data / block.name)
     (base / "prometheus.yml").write_text(config)
     port = free_port()
     process = start_logged(
@@ -128,6 +133,13 @@ def _ready(server: PrometheusServer) -> bool:
     if server.process.poll() is not None:
         raise RuntimeError(f"prometheus exited: {server.log_tail()}")
     return requests.get(f"{server.url}/-/ready", timeout=2).status_code == 200
+
+
+@pytest.fixture(autouse=True)
+def fresh_recording_rule_detections() -> None:
+    """Each test's collections ask Prometheus for recording rules afresh (the answer is cached
+    per process for a minute)."""
+    forget_detections()
 
 
 # -- planted history -----------------------------------------------------------------------------

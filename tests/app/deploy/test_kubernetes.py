@@ -21,6 +21,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from diagnosis.core.vocabulary import DEFAULT_WINDOW_S
+from diagnosis.edge.sources.prometheus.recording import rule_groups_document
 from tests.conftest import REPO_ROOT, require_binary
 from tests.support.celery_worker import database_url_of_test_database
 from tests.support.processes import start_logged, stop_group, wait_until
@@ -397,7 +399,7 @@ def test_the_service_monitor_scrapes_metrics_with_a_token_and_honors_labels(rend
 @pytest.fixture(scope="module")
 def rule_file(rendered, tmp_path_factory) -> Path:
     where = "deploy/kubernetes/overlays/monitoring"
-    (rule,) = objects(rendered, "PrometheusRule", where).values()
+    rule = objects(rendered, "PrometheusRule", where)["gpuobs"]
     path = tmp_path_factory.mktemp("rules") / "gpuobs-rules.yaml"
     path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     return path
@@ -423,6 +425,18 @@ def test_the_alert_rules_pass_promtool_check_rules(rule_file) -> None:
         "GpuobsWorkersMissing",
         "GpuobsBeatMissing",
     } <= alerts
+
+
+def test_the_recording_rules_are_rendered_as_generated_and_pass_promtool(
+    rendered, tmp_path
+) -> None:
+    where = "deploy/kubernetes/overlays/monitoring"
+    rule = objects(rendered, "PrometheusRule", where)["gpuobs-recording"]
+    assert rule["spec"]["groups"] == rule_groups_document(DEFAULT_WINDOW_S)
+    path = tmp_path / "recording.yaml"
+    path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    result = promtool("check", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_alert_rules_read_families_gpuobs_exports(rule_file) -> None:

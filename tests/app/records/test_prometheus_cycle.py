@@ -29,7 +29,7 @@ def test_a_cycle_reads_the_simulated_cluster_through_prometheus(
     assert cycle.ok, cycle.error
     assert cycle.as_of == planted_history.as_of
     assert (cycle.gpus, cycle.coverage) == (32, 1.0)
-    assert cycle.source["queries"] == 12  # one per metric family, hardware and health included
+    assert cycle.source["queries"] == 12 + 1  # one per metric family, the recording rules' markers
     assert cycle.source["data_age_s"] == 0
     cluster.refresh_from_db()
     assert cluster.status == DataSourceStatus.OK

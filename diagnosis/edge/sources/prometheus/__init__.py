@@ -15,6 +15,8 @@ The modules, from the wire up:
   (:class:`PrometheusConfig`);
 - :mod:`.promql`: PromQL text built safely (quoting, the label allowlist, selections);
 - :mod:`.queries`: the PromQL of one collection, per metric family;
+- :mod:`.recording`: the recording rules generated from those queries, and whether a collection
+  may read their series;
 - :mod:`.wire`: the column-wise parsers of Prometheus's answers;
 - :mod:`.client`: the HTTP session, retries, deadline and range guards;
 - :mod:`.metrics`: one collection of GPU metrics for a set of nodes;

@@ -15,6 +15,7 @@ from typing import Any
 from diagnosis.edge.assemble import snapshot_document
 from diagnosis.edge.sources import Measurement, MetricsRequest, ShardRunner
 from diagnosis.edge.sources.dcgm import stats as dcgm_stats
+from diagnosis.edge.sources.prometheus import recording
 from diagnosis.edge.sources.prometheus.config import PrometheusConfig, PrometheusConfigError
 from diagnosis.edge.sources.prometheus.metrics import GpuMetrics
 from diagnosis.edge.sources.prometheus.promql import PromQLError
@@ -262,6 +263,9 @@ def collection_report(
             "a cardinality bomb); each is read as copies of one reading, never summed, and "
             "its pods are not listed"
         )
+    unrecorded = recording.degradation(metrics.report.get("recording_rules"))
+    if unrecorded:
+        degraded.append(unrecorded)
     report = dict(metrics.report)
     return {
         "source": "prometheus",

@@ -12,7 +12,7 @@
      "headers": {"X-Scope-OrgID": "GPUOBS_SECRET_MIMIR_TENANT"},  # or "file:NAME"
      "client_cert_file": "prom-client.crt", "client_key_file": "prom-client.key",
      "window_s": 900, "scrape_interval_s": 15, "min_coverage": 0.95,
-     "shard_min_gpus": 4096}
+     "shard_min_gpus": 4096, "recording_rules": "auto"}
 
 Secrets never sit in the config: it names the environment variable (``GPUOBS_SECRET_*``) or the
 file (under the deployment's secrets directory) holding them (:mod:`diagnosis.edge.secrets`);
@@ -338,6 +338,23 @@ CONFIG = _Settings(
             check=_number(1, 10000, to=int),
         ),
         Setting(
+            "recording_rules",
+            str,
+            "auto",
+            "read the recording rules' series (manage.py recording_rules) where they are fresh, "
+            "else the raw series per family (auto); never (off); or fail the collection when "
+            "any family's are missing or stale (require)",
+            choices=("auto", "off", "require"),
+        ),
+        Setting(
+            "recording_rules_max_age_s",
+            float,
+            180.0,
+            "recorded series older than this (their rule group's last evaluation) are stale: "
+            "that family is read raw",
+            check=_number(1, 3600, to=float),
+        ),
+        Setting(
             "nvlink_total_unit_Bps",
             float,
             1e6,
@@ -377,6 +394,8 @@ class PrometheusConfig:
     deadline_s: float
     shard_min_gpus: int
     max_series_per_gpu: int
+    recording_rules: str
+    recording_rules_max_age_s: float
     nvlink_total_unit_Bps: float
 
     @classmethod

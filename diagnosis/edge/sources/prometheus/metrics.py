@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from diagnosis.core.gc_pause import paused_gc
+from diagnosis.edge import errors
 from diagnosis.edge.sources.dcgm import fields as dcgm
 from diagnosis.edge.sources.dcgm import stats as dcgm_stats
 from diagnosis.edge.sources.prometheus.client import PrometheusClient, SourceReport
@@ -24,9 +25,18 @@ from diagnosis.edge.sources.prometheus.queries import (
     process_query,
     xid_range_query,
 )
+from diagnosis.edge.sources.prometheus.recording import Judgement, detection_query, judge
 from diagnosis.edge.sources.prometheus.wire import Vector
 
 PER_POD_BATCH = 500  # shared GPUs named in one per-pod query (a regex of their UUIDs)
+DETECTION_TTL_S = 60.0
+# (url, matchers, headers, window) -> (clock, marker labels, marker times) of this process
+_detections: dict[tuple, tuple[float, list[dict[str, str]], list[float]]] = {}
+
+
+def forget_detections() -> None:
+    """Drop the cached recording-rule detections (a test's fresh start)."""
+    _detections.clear()
 
 
 @dataclass(frozen=True)
@@ -78,10 +88,15 @@ class PrometheusSource:
     """Reads the per-GPU window statistics of a set of nodes from Prometheus."""
 
     def __init__(
-        self, config: PrometheusConfig, *, sleep: Callable[[float], None] = time.sleep
+        self,
+        config: PrometheusConfig,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self.sleep = sleep
+        self.clock = clock
 
     def gpu_metrics(
         self,
@@ -107,10 +122,16 @@ class PrometheusSource:
         report = SourceReport()
         selection = config.selection(hosts)
         node_selection = config.node_selection(hosts)
-        queries = family_queries(
-            selection, node_selection, window_s, max_series_per_gpu=config.max_series_per_gpu
-        )
         with PrometheusClient(config, report, sleep=self.sleep) as client:
+            rules = self._recording_rules(client, selection, window_s, as_of)
+            recorded = rules.recorded if rules is not None else frozenset()
+            queries = family_queries(
+                selection,
+                node_selection,
+                window_s,
+                max_series_per_gpu=config.max_series_per_gpu,
+                recorded=recorded,
+            )
             with ThreadPoolExecutor(max_workers=config.parallel_queries) as pool:
                 futures = {
                     pool.submit(client.instant, text, as_of, name): name
@@ -124,7 +145,9 @@ class PrometheusSource:
                     client.abort()  # the first failure fails the collection: stop the rest
                     raise
             answers = {name: vector.answer() for name, vector in vectors.items()}
-            inventory = self._complete(client, answers, selection, node_selection, window_s, as_of)
+            inventory = self._complete(
+                client, answers, selection, node_selection, window_s, as_of, recorded
+            )
             shared = sorted({uuid for uuid, _ in inventory.shared})
             if shared:  # each pod's own part, where the exporter writes it (usually no GPU)
                 answers["process"] = self._per_pod(client, selection, shared, window_s, as_of)
@@ -177,11 +200,40 @@ class PrometheusSource:
                 **report.as_dict(),
                 "crowded_gpus": len(inventory.crowded),
                 "crowded_series": sum(inventory.crowded.values()),
+                **({"recording_rules": rules.as_dict()} if rules is not None else {}),
             },
             topology=found.topology,
         )
 
-    def _complete(self, client, answers, selection, node_selection, window_s, as_of):
+    def _recording_rules(self, client, selection, window_s, as_of) -> Judgement | None:
+        """Which families read recorded series (:mod:`.recording`): None when the setting is
+        ``off``. The markers' answer is reused for :data:`DETECTION_TTL_S` while it says every
+        family is fresh, or that this cluster has no rules at all."""
+        config = self.config
+        if config.recording_rules == "off":
+            return None
+        key = (config.url, config.matchers, config.headers, window_s)
+        cached = _detections.get(key)
+        max_age = config.recording_rules_max_age_s
+        judgement = None
+        if cached is not None and self.clock() - cached[0] <= DETECTION_TTL_S:
+            judgement = judge(cached[1], cached[2], window_s, as_of, max_age)
+            if judgement.deployed and not judgement.all_recorded:
+                judgement = None  # asked again: the rules may have caught up
+        if judgement is None:
+            vector = client.instant(detection_query(selection, window_s), as_of, "recording-rules")
+            markers, times = vector.labels, vector.values.tolist()
+            _detections[key] = (self.clock(), markers, times)
+            judgement = judge(markers, times, window_s, as_of, max_age)
+        if config.recording_rules == "require" and not judgement.all_recorded:
+            reasons = "; ".join(f"{f}: {r}" for f, r in sorted(judgement.raw.items()))
+            raise errors.CollectError(
+                f"metrics_config.recording_rules is require, and recorded series are missing "
+                f"({reasons})"
+            )
+        return judgement
+
+    def _complete(self, client, answers, selection, node_selection, window_s, as_of, recorded):
         """Send the fallback queries the first answers call for (see :func:`family_queries`),
         replace those answers, and return the inventory."""
         fallbacks = family_queries(
@@ -190,6 +242,7 @@ class PrometheusSource:
             window_s,
             fallback=True,
             max_series_per_gpu=self.config.max_series_per_gpu,
+            recorded=recorded,
         )
         inventory = dcgm_stats.inventory(answers["inventory"])
         if not inventory.last and inventory.samples:

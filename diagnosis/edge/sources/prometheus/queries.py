@@ -7,8 +7,8 @@ allowlist); nothing here talks to a server.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
 
 from diagnosis.edge.sources.dcgm import fields as dcgm
 from diagnosis.edge.sources.prometheus.promql import (
@@ -38,6 +38,64 @@ LAST_SAMPLE = "timestamp({s})"
 LAST_SAMPLE_IN_WINDOW = "timestamp({s}) or max_over_time(timestamp({s})[{w}:])"
 
 
+# The labels that split one GPU's series by who used it (pods, their containers, Slurm jobs, DRA
+# claims): a recording rule sums them away, as the family queries' ``by (...)`` does. ``pod_uid``
+# stays: :data:`DEVICE_LEVEL` selects on it.
+POD_SPLIT_LABELS = (*dcgm.WORKLOAD_LABELS, "dra_claim_name", "dra_claim_namespace")
+
+
+@dataclass(frozen=True)
+class Term:
+    """A range function a family query applies to one metric's series (``{s}`` the selector,
+    ``{w}`` the window), and the aggregation that then joins a GPU's series. A recording rule
+    records ``agg without (POD_SPLIT_LABELS) (template)``; the family query's own aggregation over
+    the recorded series gives the same numbers (a sum of sums is the sum, a maximum of maxima
+    the maximum, a minimum of minima the minimum)."""
+
+    op: str
+    template: str
+    agg: str
+
+    def record_name(self, metric: str, window: str) -> str:
+        """``gpuobs_gpu:<metric>:<agg>_<op><window>`` (Prometheus's level:metric:operations)."""
+        return f"gpuobs_gpu:{metric}:{self.agg}_{self.op}{window}"
+
+
+SUM = Term("sum_over_time", "sum_over_time({s}[{w}])", "sum")
+COUNT = Term("count_over_time", "count_over_time({s}[{w}])", "sum")
+MOST_SAMPLES = Term("count_over_time", "count_over_time({s}[{w}])", "max")
+PEAK = Term("max_over_time", "max_over_time({s}[{w}])", "max")
+P10 = Term("quantile0_1_over_time", "quantile_over_time(0.1, {s}[{w}])", "min")
+P90 = Term("quantile0_9_over_time", "quantile_over_time(0.9, {s}[{w}])", "max")
+INCREASE = Term("increase", "increase({s}[{w}])", "max")
+GROWTH = Term("max_minus_min_over_time", "max_over_time({s}[{w}]) - min_over_time({s}[{w}])", "max")
+
+
+def reasons_term(bits: Sequence[int]) -> Term:
+    """The share of the window's minutes whose clock-event reasons have one of ``bits`` set
+    (PromQL has no bitwise and: bit b of x is ``floor(x / b) % 2``)."""
+    test = " + ".join(f"floor({{s}} / {bit}) % 2" for bit in bits)
+    op = "_".join(f"bit{bit}" for bit in bits) + "_share_1m_over_time"
+    return Term(op, f"avg_over_time(({test} > bool 0)[{{w}}:1m])", "max")
+
+
+# How a family query reads a term of one metric: ``(term, metric, more matchers) -> text`` of
+# the per-series values, before the term's aggregation.
+Source = Callable[[Term, str, Sequence[Matcher]], str]
+
+
+def raw_source(selection: Selection, window_s: float) -> Source:
+    """The term computed from the exporter's series."""
+    w = duration(window_s)
+    return lambda term, metric, more: selection.over(term.template.replace("{w}", w), metric, more)
+
+
+def recorded_source(selection: Selection, window_s: float) -> Source:
+    """The term read from its recording rule's series (:mod:`.recording`)."""
+    w = duration(window_s)
+    return lambda term, metric, more: selection.over("{s}", term.record_name(metric, w), more)
+
+
 def family_queries(
     selection: Selection,
     node_selection: Selection,
@@ -45,6 +103,7 @@ def family_queries(
     *,
     fallback: bool = False,
     max_series_per_gpu: int = 32,
+    recorded: Collection[str] = (),
 ) -> dict[str, str]:
     """The instant queries of one collection, one per metric family
     (docs/architecture.md#one-cycle).
@@ -62,18 +121,50 @@ def family_queries(
     The inventory keeps at most ``max_series_per_gpu`` + 1 series per GPU (the newest), and
     counts the series of a GPU that has more (``stat="series"``): a cardinality bomb costs a
     bounded answer and is reported, not listed.
+
+    The families named in ``recorded`` read their range functions from the recording rules'
+    series (:mod:`.recording`) instead of computing them: the same numbers, far less work for
+    Prometheus at query time.
     """
+    raw = build_queries(
+        raw_source(selection, window_s),
+        selection,
+        node_selection,
+        window_s,
+        fallback=fallback,
+        max_series_per_gpu=max_series_per_gpu,
+    )
+    if not recorded:
+        return raw
+    over_rules = build_queries(
+        recorded_source(selection, window_s),
+        selection,
+        node_selection,
+        window_s,
+        fallback=fallback,
+        max_series_per_gpu=max_series_per_gpu,
+    )
+    return {name: over_rules[name] if name in recorded else text for name, text in raw.items()}
+
+
+def build_queries(
+    source: Source,
+    selection: Selection,
+    node_selection: Selection,
+    window_s: float,
+    *,
+    fallback: bool = False,
+    max_series_per_gpu: int = 32,
+) -> dict[str, str]:
+    """:func:`family_queries` with every range function read through ``source``."""
     w = duration(window_s)
     last = LAST_SAMPLE_IN_WINDOW if fallback else LAST_SAMPLE
 
     def over(template: str, metric: str, more: Sequence[Matcher] = ()) -> str:
         return selection.over(template.replace("{w}", w), metric, more)
 
-    def total(metric: str, group: Sequence[str], more: Sequence[Matcher] = ()) -> str:
-        return f"sum {by(group)} ({over('sum_over_time({s}[{w}])', metric, more)})"
-
-    def samples(metric: str, group: Sequence[str], more: Sequence[Matcher] = ()) -> str:
-        return f"sum {by(group)} ({over('count_over_time({s}[{w}])', metric, more)})"
+    def agg(term: Term, metric: str, group: Sequence[str], more: Sequence[Matcher] = ()) -> str:
+        return f"{term.agg} {by(group)} ({source(term, metric, more)})"
 
     def either(first: str, second: str, group: Sequence[str]) -> str:
         return f"({first}) or on ({', '.join(group)}) ({second})"
@@ -92,43 +183,29 @@ def family_queries(
         return device_level(
             metric,
             group,
-            lambda more: f"({total(metric, group, more)} / {samples(metric, group, more)})",
+            lambda more: f"({agg(SUM, metric, group, more)} / {agg(COUNT, metric, group, more)})",
         )
 
     def util(metric: str, src: str) -> str:
-        def quantile(aggregation: str, q: float) -> str:
-            template = f"quantile_over_time({q}, {{s}}[{{w}}])"
-            return device_level(
-                metric, K, lambda more: f"{aggregation} {by(K)} ({over(template, metric, more)})"
-            )
+        def quantile(term: Term) -> str:
+            return device_level(metric, K, lambda more: agg(term, metric, K, more))
 
         return union(
             [
                 tagged(mean(metric, K), stat="mean", src=src),
-                tagged(quantile("min", 0.1), stat="p10", src=src),
-                tagged(quantile("max", 0.9), stat="p90", src=src),
+                tagged(quantile(P10), stat="p10", src=src),
+                tagged(quantile(P90), stat="p90", src=src),
             ]
         )
 
-    def peak(metric: str) -> str:
-        return f"max {by(U)} ({over('max_over_time({s}[{w}])', metric)})"
-
     def reasons(bits: Sequence[int]) -> str:
-        """The share of the window's minutes whose clock-event reasons have one of ``bits``
-        set, over either name of the field (PromQL has no bitwise and: bit b of x is
-        ``floor(x / b) % 2``)."""
-        test = " + ".join(f"floor({{s}} / {bit}) % 2" for bit in bits)
-        template = f"avg_over_time(({test} > bool 0)[{{w}}:1m])"
+        """Either name of the clock-event reasons field."""
         names = (dcgm.CLOCKS_EVENT_REASONS, dcgm.CLOCK_THROTTLE_REASONS)
-        return " or ".join(f"(max {by(U)} ({over(template, name)}))" for name in names)
+        return " or ".join(f"({agg(reasons_term(bits), name, U)})" for name in names)
 
     def violation(metric: str) -> str:
         """The share of the window a violation counter (µs) counted as throttled."""
-        return f"max {by(U)} ({over('increase({s}[{w}])', metric)}) / {window_s * 1e6:g}"
-
-    def grown(metric: str) -> str:
-        """How much a gauge that only grows grew in the window."""
-        return f"max {by(U)} ({over('max_over_time({s}[{w}]) - min_over_time({s}[{w}])', metric)})"
+        return f"{agg(INCREASE, metric, U)} / {window_s * 1e6:g}"
 
     thermal = either(violation(dcgm.THERMAL_VIOLATION), reasons(dcgm.THERMAL_REASON_BITS), U)
     power = either(violation(dcgm.POWER_VIOLATION), reasons(dcgm.POWER_REASON_BITS), U)
@@ -137,9 +214,11 @@ def family_queries(
     # window means: a shared GPU's free and reserved framebuffer are one copy per pod.
     used, free = mean(dcgm.FB_USED, K), mean(dcgm.FB_FREE, K)
     reserved = f"({mean(dcgm.FB_RESERVED, K)} or {free} * 0)"
-    nvlink_rx = total(dcgm.NVLINK_RX_BYTES, U)
-    nvlink_bytes = f"({nvlink_rx} + ({total(dcgm.NVLINK_TX_BYTES, U)} or {nvlink_rx} * 0))"
-    nvlink = tagged(f"{nvlink_bytes} / {samples(dcgm.NVLINK_RX_BYTES, U)}", stat="mean", src="prof")
+    nvlink_rx = agg(SUM, dcgm.NVLINK_RX_BYTES, U)
+    nvlink_bytes = f"({nvlink_rx} + ({agg(SUM, dcgm.NVLINK_TX_BYTES, U)} or {nvlink_rx} * 0))"
+    nvlink = tagged(
+        f"{nvlink_bytes} / {agg(COUNT, dcgm.NVLINK_RX_BYTES, U)}", stat="mean", src="prof"
+    )
     # The latest sample's time of each series (one per pod of a shared GPU) with what says
     # where the GPU is and who uses it.
     latest = (
@@ -152,8 +231,8 @@ def family_queries(
                 tagged(f"topk {by(K)} ({max_series_per_gpu + 1}, {latest})", stat="last"),
                 tagged(f"count {by(K)} ({latest}) > {max_series_per_gpu}", stat="series"),
                 tagged(
-                    f"max ({over('count_over_time({s}[{w}])', dcgm.GR_ENGINE_ACTIVE)} or "
-                    f"{over('count_over_time({s}[{w}])', dcgm.GPU_UTIL)})",
+                    f"max ({source(MOST_SAMPLES, dcgm.GR_ENGINE_ACTIVE, ())} or "
+                    f"{source(MOST_SAMPLES, dcgm.GPU_UTIL, ())})",
                     stat="samples",
                 ),
             ]
@@ -171,9 +250,7 @@ def family_queries(
         ),
         "memory": tagged(f"{used} / ({used} + {free} + {reserved})", stat="frac"),
         "power": tagged(mean(dcgm.POWER_USAGE, U), stat="mean"),
-        "temperature": tagged(
-            f"max {by(U)} ({over('max_over_time({s}[{w}])', dcgm.GPU_TEMP)})", stat="max"
-        ),
+        "temperature": tagged(agg(PEAK, dcgm.GPU_TEMP, U), stat="max"),
         "pcie": union(
             [
                 tagged(mean(dcgm.PCIE_RX_BYTES, U), stat="mean", src="rx"),
@@ -190,29 +267,20 @@ def family_queries(
         "xid": union(
             [
                 tagged(
-                    f"max {by((*K, 'err_code'))} ("
-                    f"{over('max_over_time({s}[{w}])', dcgm.XID_ERRORS)}) > 0",
-                    stat="max",
-                    src="gauge",
+                    f"{agg(PEAK, dcgm.XID_ERRORS, (*K, 'err_code'))} > 0", stat="max", src="gauge"
                 ),
                 tagged(
-                    f"max {by((*K, 'xid'))} ("
-                    f"{over('max_over_time({s}[{w}])', dcgm.XID_ERRORS_COUNT)}) > 0",
-                    stat="max",
-                    src="count",
+                    f"{agg(PEAK, dcgm.XID_ERRORS_COUNT, (*K, 'xid'))} > 0", stat="max", src="count"
                 ),
             ]
         ),
         "hardware": union(
             [
                 tagged(
-                    f"max {by((*U, dcgm.FABRIC_CLUSTER_UUID))} ("
-                    f"{over('max_over_time({s}[{w}])', dcgm.FABRIC_CLIQUE_ID)})",
-                    src="fabric",
+                    agg(PEAK, dcgm.FABRIC_CLIQUE_ID, (*U, dcgm.FABRIC_CLUSTER_UUID)), src="fabric"
                 ),
                 tagged(
-                    f"max {by(('hostname', 'gpu', 'nvlink_domain', 'numa'))} ("
-                    f"{over('max_over_time({s}[{w}])', dcgm.TOPOLOGY_TEXTFILE)})",
+                    agg(PEAK, dcgm.TOPOLOGY_TEXTFILE, ("hostname", "gpu", "nvlink_domain", "numa")),
                     src="topology",
                 ),
             ]
@@ -222,14 +290,18 @@ def family_queries(
         # where exported, else the clock-event reasons), and the row remapper.
         "health": union(
             [
-                tagged(peak(dcgm.POWER_MGMT_LIMIT), stat="max", src="power_limit"),
+                tagged(agg(PEAK, dcgm.POWER_MGMT_LIMIT, U), stat="max", src="power_limit"),
                 tagged(mean(dcgm.SM_CLOCK, U), stat="mean", src="sm_clock"),
-                tagged(peak(dcgm.MAX_SM_CLOCK), stat="max", src="max_sm_clock"),
+                tagged(agg(PEAK, dcgm.MAX_SM_CLOCK, U), stat="max", src="max_sm_clock"),
                 tagged(thermal, stat="frac", src="thermal"),
                 tagged(power, stat="frac", src="power"),
-                tagged(peak(dcgm.ROW_REMAP_PENDING), stat="pending", src="remap"),
-                tagged(peak(dcgm.ROW_REMAP_FAILURE), stat="failure", src="remap"),
-                tagged(grown(dcgm.UNCORRECTABLE_REMAPPED_ROWS), stat="uncorrectable", src="remap"),
+                tagged(agg(PEAK, dcgm.ROW_REMAP_PENDING, U), stat="pending", src="remap"),
+                tagged(agg(PEAK, dcgm.ROW_REMAP_FAILURE, U), stat="failure", src="remap"),
+                tagged(
+                    agg(GROWTH, dcgm.UNCORRECTABLE_REMAPPED_ROWS, U),
+                    stat="uncorrectable",
+                    src="remap",
+                ),
             ]
         ),
         "cpu": (

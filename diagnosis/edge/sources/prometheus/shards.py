@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from diagnosis.edge.errors import CollectError
+from diagnosis.edge.sources.prometheus import recording
 from diagnosis.edge.sources.prometheus.config import PrometheusConfig
 from diagnosis.edge.sources.prometheus.metrics import GpuMetrics, NodeInventory, PrometheusSource
 from diagnosis.edge.sources.prometheus.promql import PromQLError
@@ -103,6 +104,8 @@ def merge_shards(results: Sequence[Mapping[str, Any]]) -> GpuMetrics:
         for key, value in part.report.items():
             if key == "warnings":
                 report["warnings"] += [w for w in value if w not in report["warnings"]]
+            elif key == "recording_rules":
+                continue
             elif key == "families":
                 for family, figures in value.items():
                     into = report["families"].setdefault(family, {})
@@ -110,6 +113,9 @@ def merge_shards(results: Sequence[Mapping[str, Any]]) -> GpuMetrics:
                         into[name] = into.get(name, 0) + number
             else:
                 report[key] = report.get(key, 0) + value
+    judged = [p.report["recording_rules"] for p in parts if "recording_rules" in p.report]
+    if judged:
+        report["recording_rules"] = recording.merged(judged)
     sources: dict[str, int] = {}
     for part in parts:
         for name, count in part.util_sources.items():
