@@ -16,6 +16,7 @@ class Migration(migrations.Migration):
             name="recommend_clock_at",
             field=models.DateTimeField(
                 blank=True,
+                editable=False,
                 null=True,
                 help_text="Snapshot time of the latest recommend step: a recommendation proposed "
                 "in every step since it was written reads it as its last_proposed_as_of "

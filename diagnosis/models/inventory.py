@@ -58,6 +58,7 @@ class Cluster(models.Model):
     recommend_clock_at = models.DateTimeField(
         null=True,
         blank=True,
+        editable=False,  # moved by the recommend step only: no form may write back a stale one
         help_text="Snapshot time of the latest recommend step: a recommendation proposed in "
         "every step since it was written reads it as its last_proposed_as_of (issue #35).",
     )
