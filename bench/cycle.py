@@ -19,7 +19,8 @@ memory and never run).
 
 Printed per cycle: wall seconds and each step's (``ClusterCycle.steps``), statements sent, rows
 they wrote (INSERT/UPDATE/DELETE row counts), kilobytes of SQL sent, findings written in full /
-only timestamps moved / history rows; then medians, the slope (cycle N vs cycle 5) and the growth
+only timestamps moved / history rows; then medians (each step's wall and CPU seconds of the
+cycle's thread), the slope (cycle N vs cycle 5) and the growth
 of the findings table. Budget (issue #17): at 16,384 GPUs the median stored cycle <= 2 s and cycle
 50 within 10% of cycle 5.
 
@@ -128,6 +129,43 @@ def metered() -> Iterator[Meter]:
         yield meter
 
 
+class StepCPU:
+    """CPU seconds of the cycle's own thread in each step (``ClusterCycle.steps`` has their
+    wall time; the snapshot's compression thread is not counted): the bench wraps the cycle's
+    step timer and its recommend step, the code measured is not changed."""
+
+    def __init__(self) -> None:
+        from diagnosis.actions.records import cycles  # noqa: PLC0415 (after django.setup)
+
+        self.seconds: Counter[str] = Counter()
+        timed, recommend = cycles._Steps.timed, cycles.record_recommendation_step
+        clock = self
+
+        @contextmanager
+        def cpu_timed(steps: Any, name: str) -> Iterator[None]:
+            started = time.thread_time()
+            try:
+                with timed(steps, name):
+                    yield
+            finally:
+                clock.seconds[name] += time.thread_time() - started
+
+        def cpu_recommend(*args: Any, **kwargs: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return recommend(*args, **kwargs)
+            finally:
+                clock.seconds["recommend"] += time.thread_time() - started
+
+        cycles._Steps.timed = cpu_timed
+        cycles.record_recommendation_step = cpu_recommend
+
+    def take(self) -> dict[str, float]:
+        taken = {f"{step}_cpu_s": self.seconds[step] for step in STEPS}
+        self.seconds.clear()
+        return taken
+
+
 def table_bytes(table: str) -> tuple[int, int, int]:
     """The table's heap, TOAST and index bytes."""
     from django.db import connection  # noqa: PLC0415
@@ -215,18 +253,21 @@ def run_size(
     print(header)
     rows: list[dict[str, Any]] = []
     findings_bytes = []
+    step_cpu = StepCPU()
     for i in range(cycles):
         moment = dataclasses.replace(snap, as_of=snap.as_of + pd.Timedelta(minutes=i))
         reset_queries()
         profiler = cProfile.Profile() if i + 1 == profile_cycle else None
+        step_cpu.take()
         with metered() as meter:
-            wall, cpu = time.perf_counter(), time.process_time()
+            wall, cpu, thread = time.perf_counter(), time.process_time(), time.thread_time()
             if profiler:
                 profiler.enable()
             imported = import_snapshot(moment, cluster_name=f"bench-{gpus}", diagnose=True)
             if profiler:
                 profiler.disable()
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            thread = time.thread_time() - thread
         cycle = imported.cycle
         steps = cycle.steps or {}
         written = steps.get("findings_written") or {}
@@ -235,6 +276,8 @@ def run_size(
             "cycle": i + 1,
             "total_s": wall,
             "cpu_s": cpu,
+            "thread_cpu_s": thread,
+            **step_cpu.take(),
             **{f"{s}_s": float(steps.get(f"{s}_s") or 0.0) for s in STEPS},
             "statements": meter.statements,
             "rows": meter.rows,
@@ -277,6 +320,12 @@ def summarize(result: dict[str, Any]) -> bool:
         f"   median stored cycle {median:.2f} s ({without:.2f} s without the recommend step; "
         f"{cpu:.2f} s CPU of this process); "
         + ", ".join(f"{s} {statistics.median(r[f'{s}_s'] for r in steady):.3f}" for s in STEPS)
+    )
+    print(
+        f"   CPU (median): process {cpu:.2f} s, of it the cycle's thread "
+        f"{statistics.median(r['thread_cpu_s'] for r in steady):.2f} s: "
+        + ", ".join(f"{s} {statistics.median(r[f'{s}_cpu_s'] for r in steady):.3f}" for s in STEPS)
+        + "; the rest in the snapshot's compression thread"
     )
     print(
         "   per cycle (median): "

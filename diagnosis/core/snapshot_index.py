@@ -71,25 +71,31 @@ def _dumps(value: Any) -> bytes:
     return orjson.dumps(value, default=str)
 
 
+def _is_mapping(value: Any) -> bool:
+    """``isinstance(value, Mapping)``, a decoded document's dicts answered without the ABC
+    check (1.5 million calls at 131,072 GPUs, most of the index's time: issue #35)."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def index_parts(document: Mapping[str, Any]) -> dict[str, Any]:
     """The parts of ``document`` by name (uncompressed): what :func:`build_index` stores."""
     nodes: dict[str, dict[str, Any]] = {}
     for entry in document.get("nodes") or ():
-        if isinstance(entry, Mapping):
+        if _is_mapping(entry):
             nodes[str(entry.get("name"))] = {"node": entry, "gpus": [], "jobs": []}
     for entry in document.get("gpus") or ():
-        if isinstance(entry, Mapping) and str(entry.get("node")) in nodes:
-            nodes[str(entry.get("node"))]["gpus"].append(entry)
+        if _is_mapping(entry) and (node := nodes.get(str(entry.get("node")))) is not None:
+            node["gpus"].append(entry)
     buckets: dict[int, list[Any]] = {}
     for job in document.get("jobs") or ():
-        if not isinstance(job, Mapping) or job.get("id") is None:
+        if not _is_mapping(job) or job.get("id") is None:
             continue
         job_id = str(job["id"])
         buckets.setdefault(job_bucket(job_id), []).append(job)
         placed = {
             str(pod.get("node"))
             for pod in job.get("allocation") or ()
-            if isinstance(pod, Mapping) and str(pod.get("node")) in nodes
+            if _is_mapping(pod) and str(pod.get("node")) in nodes
         }
         for node in sorted(placed):
             nodes[node]["jobs"].append(job_id)
@@ -97,7 +103,7 @@ def index_parts(document: Mapping[str, Any]) -> dict[str, Any]:
     parts.update({f"jobs:{bucket}": jobs for bucket, jobs in buckets.items()})
     parts["gpus"] = {
         "nodes": [part["node"] for part in nodes.values()],
-        "gpus": [_gpu_summary(g) for g in document.get("gpus") or () if isinstance(g, Mapping)],
+        "gpus": [_gpu_summary(g) for g in document.get("gpus") or () if _is_mapping(g)],
     }
     scheduler = document.get("scheduler") or {}
     parts["queues"] = {
@@ -106,30 +112,34 @@ def index_parts(document: Mapping[str, Any]) -> dict[str, Any]:
         },
         "queues": list(document.get("queues") or ()),
         "nodes": [{"name": n.get("name"), "gpus": n.get("gpus")} for n in nodes_of(document)],
-        "jobs": [_queue_job(job) for job in document.get("jobs") or () if isinstance(job, Mapping)],
+        "jobs": [_queue_job(job) for job in document.get("jobs") or () if _is_mapping(job)],
     }
     return parts
 
 
 def nodes_of(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [n for n in document.get("nodes") or () if isinstance(n, Mapping)]
+    return [n for n in document.get("nodes") or () if _is_mapping(n)]
 
 
 def _gpu_summary(gpu: Mapping[str, Any]) -> dict[str, Any]:
     summary = {key: gpu[key] for key in GPU_FIELDS if key in gpu}
-    for metric, statistic in SUMMARY_METRICS.items():
+    for metric, statistic in _SUMMARY_ITEMS:
         stats = gpu.get(metric)
-        if isinstance(stats, Mapping) and statistic in stats:
+        if stats is not None and _is_mapping(stats) and statistic in stats:
             summary[metric] = {statistic: stats[statistic]}
     return summary
+
+
+_SUMMARY_ITEMS = tuple(SUMMARY_METRICS.items())
+_POD_FIELDS = ("node", "gpus", "share")
 
 
 def _queue_job(job: Mapping[str, Any]) -> dict[str, Any]:
     slim = {key: job[key] for key in QUEUE_JOB_FIELDS if key in job}
     slim["allocation"] = [
-        {key: pod[key] for key in ("node", "gpus", "share") if key in pod}
+        {key: pod[key] for key in _POD_FIELDS if key in pod}
         for pod in job.get("allocation") or ()
-        if isinstance(pod, Mapping)
+        if _is_mapping(pod)
     ]
     return slim
 

@@ -55,6 +55,13 @@ class Cluster(models.Model):
         "over GPUOBS_GPU_HOUR_PRICES; empty: the setting's (docs/accounting.md, Cost).",
     )
     last_cycle_at = models.DateTimeField(null=True, blank=True)
+    recommend_clock_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,  # moved by the recommend step only: no form may write back a stale one
+        help_text="Snapshot time of the latest recommend step: a recommendation proposed in "
+        "every step since it was written reads it as its last_proposed_as_of (issue #35).",
+    )
     status = models.CharField(
         max_length=16, choices=DataSourceStatus.choices, default=DataSourceStatus.UNKNOWN
     )

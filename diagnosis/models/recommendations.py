@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db import models
+from django.db.models import Case, F, OuterRef, Subquery, When
 from django.utils import timezone
 from django.utils.translation import gettext
 
@@ -16,8 +18,30 @@ from diagnosis.models.fields import user_ref
 from diagnosis.models.findings import Finding
 from diagnosis.models.inventory import Cluster
 
+# A recommendation's last_proposed_as_of as readers see it (issue #35): the cluster's recommend
+# clock while it follows it, else as written. A subquery, not a join: the recommend step and the
+# workflow lock recommendations (SELECT ... FOR UPDATE) and must not lock their cluster's row.
+LAST_PROPOSED_AS_OF = Case(
+    When(
+        proposed_on_clock=True,
+        then=Subquery(
+            Cluster.objects.filter(pk=OuterRef("cluster_id")).values("recommend_clock_at")[:1]
+        ),
+    ),
+    default=F("written_last_proposed_as_of"),
+)
+
+
+class RecommendationManager(models.Manager):
+    def get_queryset(self) -> models.QuerySet:
+        return super().get_queryset().annotate(last_proposed_as_of=LAST_PROPOSED_AS_OF)
+
 
 class Recommendation(models.Model):
+    """A proposed change and its workflow. ``last_proposed_as_of`` reads the cluster's recommend
+    clock (``Cluster.recommend_clock_at``) while the recommendation follows it, else the value
+    last written; setting it writes it as a value of its own (no longer following the clock)."""
+
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="recommendations")
     kind = models.CharField(max_length=32, choices=RecommendationKind.choices)
     target = models.CharField(max_length=255, help_text="pool:, queue:, node: or job:")
@@ -76,13 +100,32 @@ class Recommendation(models.Model):
     proposed_as_of = models.DateTimeField(
         null=True, blank=True, help_text="Snapshot time of the cycle that proposed it."
     )
-    last_proposed_as_of = models.DateTimeField(
-        null=True, blank=True, help_text="Snapshot time of the latest cycle that proposed it."
+    written_last_proposed_as_of = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Snapshot time of the latest cycle that proposed it, as last written (read "
+        "last_proposed_as_of: the cluster's recommend clock while it follows it).",
     )
+    proposed_on_clock = models.BooleanField(
+        default=False,
+        help_text="Proposed unchanged by every recommend step since written: "
+        "last_proposed_as_of is the cluster's recommend_clock_at.",
+    )
+
+    objects = RecommendationManager()
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["cluster", "state"], name="recommendation_cluster_state")]
+        indexes = [
+            models.Index(fields=["cluster", "state"], name="recommendation_cluster_state"),
+            # the ones following the clock, which a recommend step takes off it when it does not
+            # propose them again
+            models.Index(
+                fields=["cluster"],
+                condition=models.Q(proposed_on_clock=True),
+                name="recommendation_on_clock",
+            ),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["cluster", "kind", "target"],
@@ -93,6 +136,28 @@ class Recommendation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.target} ({self.state})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Saving ``last_proposed_as_of`` (``update_fields``) saves the columns it is stored in."""
+        fields = kwargs.get("update_fields")
+        if fields is not None and "last_proposed_as_of" in fields:
+            kwargs["update_fields"] = [
+                *(f for f in fields if f != "last_proposed_as_of"),
+                "written_last_proposed_as_of",
+                "proposed_on_clock",
+            ]
+        super().save(*args, **kwargs)
+
+    @property
+    def last_proposed_as_of(self) -> datetime | None:
+        """Snapshot time of the latest cycle that proposed it."""
+        if self.proposed_on_clock:
+            return self.cluster.recommend_clock_at
+        return self.written_last_proposed_as_of
+
+    @last_proposed_as_of.setter
+    def last_proposed_as_of(self, value: datetime | None) -> None:
+        self.written_last_proposed_as_of, self.proposed_on_clock = value, False
 
     @property
     def stage(self) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from diagnosis.actions.workflow.base import (
@@ -103,13 +104,15 @@ def record_recommendations(
         stats.update(verify_applied(cluster, snap, diagnosis, accounting))
         existing = {
             (r.kind, r.target): r
-            for r in Recommendation.objects.select_for_update()
+            for r in Recommendation.objects.select_for_update(of=("self",))
             .filter(cluster=cluster, state__in=OPEN_STATES)
             .only(*READ_BY_THE_STEP)
+            .annotate(stored_on_clock=F("proposed_on_clock"))
         }
+        clock = _RecommendClock(cluster, as_of)
         superseded = revivable(cluster, recent)
         findings = _MotivatingFindings(cluster)
-        kept: list[Recommendation] = []  # proposed again unchanged: one UPDATE for them all
+        kept: list[Recommendation] = []  # proposed again unchanged: they follow the clock
         created: list[Recommendation] = []  # new: one INSERT for them all (issue #35)
         replaced: list[tuple[Recommendation, Recommendation, str]] = []  # (old, new, change)
         stats["quiet"] = 0
@@ -169,7 +172,7 @@ def record_recommendations(
             old.status_message = f"superseded by #{new.pk}: {described}"
             save_fields(old, "status_message")
         findings.save()
-        save_proposed_again(kept, as_of)
+        clock.proposed_again(kept)
         stats["expired"] = expire_resolved(cluster, proposed_keys, snap, recent)
     stats["impact_queued"] = enqueue_impact_estimates(cluster)
     stats["seconds"] = round(time.perf_counter() - started, 3)
@@ -187,22 +190,51 @@ READ_BY_THE_STEP = (
     "rollback_of",
     "requested_by",
     "proposed_as_of",
-    "last_proposed_as_of",
+    "written_last_proposed_as_of",
+    "proposed_on_clock",
 )
 
 
-def save_proposed_again(recs: list[Recommendation], as_of: datetime) -> None:
-    """Move ``last_proposed_as_of`` (and ``updated_at``, as :func:`save_fields` does) of the
-    open recommendations the cycle proposed again unchanged, in one statement: at 16,384 GPUs
-    that is ~1,000 of them every cycle (issue #17)."""
-    if not recs:
-        return
-    now = timezone.now()
-    Recommendation.objects.filter(pk__in=[rec.pk for rec in recs]).update(
-        last_proposed_as_of=as_of, updated_at=now
-    )
-    for rec in recs:
-        rec.updated_at = now
+class _RecommendClock:
+    """The cluster's recommend clock (``Cluster.recommend_clock_at``, issue #35): a
+    recommendation proposed again unchanged in every step since it was written follows it
+    (``proposed_on_clock``) and reads its time as ``last_proposed_as_of``, so a steady step
+    writes no recommendation row -- ~8,000 were rewritten each cycle at 131,072 GPUs. Only the
+    ones that start following it, or stop (not proposed again, superseded, changed), are
+    written; the clock moves last, once those that stop read its old time as their own."""
+
+    def __init__(self, cluster: Cluster, as_of: datetime) -> None:
+        self.cluster = cluster
+        self.as_of = as_of
+        self.at = (
+            Cluster.objects.filter(pk=cluster.pk).values_list("recommend_clock_at", flat=True).get()
+        )
+
+    def proposed_again(self, recs: list[Recommendation]) -> None:
+        """Record that the step proposed ``recs`` again unchanged (loaded with
+        ``stored_on_clock``): their rows are written only when they start following the clock;
+        an older snapshot than the clock's moves nothing and writes their time as their own."""
+        if self.at is not None and self.as_of < self.at:
+            Recommendation.objects.filter(pk__in=[rec.pk for rec in recs]).update(
+                written_last_proposed_as_of=self.as_of, proposed_on_clock=False
+            )
+            return
+        self._stop_following(exclude={rec.pk for rec in recs})
+        joining = [rec.pk for rec in recs if not rec.stored_on_clock]
+        if joining:
+            Recommendation.objects.filter(pk__in=joining).update(proposed_on_clock=True)
+        if self.at != self.as_of:
+            Cluster.objects.filter(pk=self.cluster.pk).update(recommend_clock_at=self.as_of)
+
+    def _stop_following(self, exclude: set[int]) -> None:
+        """The ones following the clock that this step did not propose again keep its current
+        time (the last step that proposed them) as their own: one statement, no row else."""
+        following = Recommendation.objects.filter(cluster=self.cluster, proposed_on_clock=True)
+        leaving = [pk for pk in following.values_list("pk", flat=True) if pk not in exclude]
+        if leaving:
+            Recommendation.objects.filter(pk__in=leaving).update(
+                written_last_proposed_as_of=self.at, proposed_on_clock=False
+            )
 
 
 class _MotivatingFindings:
