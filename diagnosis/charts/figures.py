@@ -5,6 +5,7 @@ shares one layout and one theme (CHART_THEMES)."""
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 from collections.abc import Iterable, Mapping
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io as pio
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
@@ -37,6 +39,25 @@ CHART_THEMES: dict[str, dict[str, str]] = {
     "dark": {"ink": "#dbe2ec", "grid": "#323b48"},
 }
 _CHART_THEMES_JSON = json.dumps(CHART_THEMES, separators=(",", ":"))
+
+
+# plotly's "none" template as to_plotly_json writes it (plotly.js knows no template names)
+NONE_TEMPLATE = pio.templates["none"].to_plotly_json()
+
+Figure = dict[str, Any]  # a figure as plotly's JSON of it: plain dicts and lists (see embed)
+
+
+def typed_array(values: Iterable[float] | np.ndarray) -> dict[str, str]:
+    """Numbers as plotly's typed array (little-endian float64, base64), as plotly writes a
+    numpy array: NaN stays NaN (a gap in the line)."""
+    array = np.ascontiguousarray(np.asarray(values, dtype="<f8"))
+    return {"dtype": "f8", "bdata": base64.b64encode(array.tobytes()).decode("ascii")}
+
+
+def plain_figure(traces: list[dict[str, Any]], layout: Mapping[str, Any]) -> Figure:
+    """A figure of ``traces`` (dicts, as ``to_plotly_json`` writes them) and ``layout`` (a
+    :func:`figure_layout`), its template spelled out as plotly would."""
+    return {"data": traces, "layout": {**layout, "template": NONE_TEMPLATE}}
 
 
 def figure_layout(**overrides: Any) -> dict[str, Any]:
@@ -440,24 +461,29 @@ def gpu_metric_series(rows: list[Mapping[str, Any]]) -> go.Figure:
     return figure
 
 
-def gpus_util_series(
-    series: Mapping[str, list[Mapping[str, Any]]], metric: str = "util"
-) -> go.Figure:
-    """Several GPUs' ``metric`` over time, a line each (the node page, the job page): ``series``
-    maps a GPU's label to its rows (``as_of`` and the metric)."""
+def gpus_util_series(series: Mapping[str, list[Mapping[str, Any]]], metric: str = "util") -> Figure:
+    """Several GPUs' ``metric`` over time, a line each (the node page, the job page, the
+    overlay): ``series`` maps a GPU's label to its rows (``as_of`` and the metric). Built as
+    plotly's JSON of it: a job's 64 GPUs are 64 traces a chart, which plotly's validation took
+    ~70 ms to build (issue #35); tests/app/pages/test_series_figures.py holds it to plotly's."""
     label, fmt = metric_label(metric)
-    traces = [
-        go.Scatter(
-            x=reader_epoch_ms(row["as_of"] for row in rows),
-            y=_column(list(rows), metric),
-            name=plotly_text(name),
-            mode="lines",
-            connectgaps=False,
-            hovertemplate=f"%{{y:{fmt}}}<extra>{plotly_text(name)}</extra>",
+    times = sorted({row["as_of"] for rows in series.values() for row in rows})
+    epoch = dict(zip(times, reader_epoch_ms(times).tolist(), strict=True)) if times else {}
+    traces = []
+    for name, rows in series.items():
+        text = plotly_text(name)
+        traces.append(
+            {
+                "type": "scatter",
+                "x": typed_array([epoch[row["as_of"]] for row in rows]),
+                "y": typed_array(_column(list(rows), metric)),
+                "name": text,
+                "mode": "lines",
+                "connectgaps": False,
+                "hovertemplate": f"%{{y:{fmt}}}<extra>{text}</extra>",
+            }
         )
-        for name, rows in series.items()
-    ]
-    return go.Figure(data=traces, layout=series_layout(label, fmt))
+    return plain_figure(traces, series_layout(label, fmt))
 
 
 def metric_label(metric: str) -> tuple[str, str]:

@@ -66,9 +66,7 @@ def resolve_refs(refs: Iterable[str], metrics: GpuMetrics) -> tuple[list[GpuKey]
         if match:
             node, index = match["node"], int(match["index"])
             mig = int(match["mig"]) if match["mig"] is not None else None
-            found = [
-                k for k in metrics.gpus if k[:2] == (node, index) and (mig is None or k[2] == mig)
-            ]
+            found = [k for k in metrics.units(node, index) if mig is None or k[2] == mig]
         if not found:
             unknown.append(ref)
         keys += [k for k in found if k not in keys]
