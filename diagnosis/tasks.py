@@ -692,6 +692,16 @@ def estimate_forecasts(cluster_id: int) -> dict:
     return record_forecasts(cluster_id)
 
 
+@shared_task(name="diagnosis.tasks.prerender_pages", soft_time_limit=60, time_limit=90)
+def prerender_pages(cluster_id: int, snapshot_id: int) -> dict:
+    """The pages' parts of a cycle's snapshot rendered into the shared page cache, on the default
+    queue: the cycle sends this after it commits (``diagnosis.pages.prerender``)."""
+    # the pages and their chart library when a worker takes this, not at every start-up (#35)
+    from diagnosis.pages.prerender import prerender_pages as render  # noqa: PLC0415
+
+    return render(cluster_id, snapshot_id)
+
+
 @shared_task(name="diagnosis.tasks.prune_retention")
 def prune_retention() -> dict:
     """Beat, every GPUOBS_RETENTION_SECONDS: delete and downsample what retention no longer

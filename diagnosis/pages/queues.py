@@ -215,19 +215,30 @@ def queue_rows(cluster: Cluster, latest: StoredSnapshot) -> dict[str, QueueRow]:
     return derived(key, lambda: rendered_once(key, lambda: queue_tree(queue_members(latest))))
 
 
+def pending_by_queue(latest: StoredSnapshot) -> dict[str, list[tuple[int, Mapping[str, Any]]]]:
+    """The pending jobs of a stored snapshot by queue, each with its place in the document."""
+    grouped: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
+    for position, job in enumerate(queue_members(latest).get("jobs") or ()):
+        if job.get("state") == "pending":
+            grouped.setdefault(str(job.get("queue")), []).append((position, job))
+    return grouped
+
+
 def pending_jobs(
-    cluster: Cluster, latest: StoredSnapshot, queues: set[str]
+    cluster: Cluster,
+    latest: StoredSnapshot,
+    queues: set[str],
+    grouped: Mapping[str, list[tuple[int, Mapping[str, Any]]]] | None = None,
 ) -> list[Mapping[str, Any]]:
     """The pending jobs of ``queues`` in a stored snapshot, longest waiting first (every
-    reader's: the caller keeps those the reader may see), computed once like :func:`queue_rows`."""
+    reader's: the caller keeps those the reader may see), computed once like :func:`queue_rows`
+    (``grouped``: the snapshot's :func:`pending_by_queue`, when the caller has it)."""
 
     def compute() -> list[Mapping[str, Any]]:
-        pending = [
-            job
-            for job in queue_members(latest).get("jobs") or ()
-            if job.get("state") == "pending" and str(job.get("queue")) in queues
-        ]
-        return sorted(pending, key=lambda j: str(j.get("submitted") or ""))
+        by_queue = pending_by_queue(latest) if grouped is None else grouped
+        pending = [found for queue in queues for found in by_queue.get(queue, ())]
+        pending.sort(key=lambda found: (str(found[1].get("submitted") or ""), found[0]))
+        return [job for _position, job in pending]
 
     key = ("queue-pending", cluster.pk, latest.id, latest.as_of, tuple(sorted(queues)))
     return derived(key, lambda: rendered_once(key, compute))
@@ -321,7 +332,7 @@ def queue_detail(request: HttpRequest, name: str, queue: str) -> HttpResponse:
     row = rows.get(queue)
     if row is None:
         raise Http404("no such queue")
-    members = {queue} | _descendants(rows, queue)
+    members = {queue} | descendants(rows, queue)
     pending = pending_jobs(cluster, latest, members)
     visible = {str(j["id"]) for j in pending}
     if is_tenant_scoped(request.user) and visible:
@@ -356,7 +367,7 @@ def queue_detail(request: HttpRequest, name: str, queue: str) -> HttpResponse:
     return render(request, "diagnosis/queue_detail.html", context)
 
 
-def _descendants(rows: Mapping[str, QueueRow], name: str) -> set[str]:
+def descendants(rows: Mapping[str, QueueRow], name: str) -> set[str]:
     found: set[str] = set()
     todo = list(rows[name].children)
     while todo:

@@ -1,0 +1,83 @@
+"""The pages' parts of a new snapshot, rendered by the worker after the cycle (issue #35;
+docs/ui.md "One render per page and cycle across processes").
+
+The heatmap of the whole cluster (both colourings), the queue tree and each queue's pending jobs are
+computed from one stored snapshot alone and are the same for every reader
+(:func:`~diagnosis.pages.support.page_cache.rendered_once`). Without this step the first request
+after a cycle computes them, decoding the snapshot index's ``gpus`` or ``queues`` part (~0.3 s
+of CPU each at 16,384 GPUs / 20,000 jobs). The task ``prerender_pages``, sent once the cycle
+commits (:func:`diagnosis.actions.enqueue.prerender_on_commit`), computes them into the shared
+page cache under the keys the pages read, so that request finds them there.
+
+Bounded: the default language only, at most :data:`MAX_QUEUES` queues' pending jobs, and
+nothing for a snapshot that is no longer the cluster's newest. Failure-safe: this only fills a
+cache; a part it did not render (it failed, the worker was down, the cache was full) is
+rendered by the first request as before, and each failure is logged and said in the task's
+result.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.utils import translation
+
+from diagnosis.models import Cluster
+from diagnosis.pages.inventory import heatmap_view
+from diagnosis.pages.queues import descendants, pending_by_queue, pending_jobs, queue_rows
+from diagnosis.pages.support.snapshots import StoredSnapshot, latest_snapshot
+
+logger = logging.getLogger(__name__)
+
+MAX_QUEUES = 256  # queues whose pending jobs are rendered ahead; others on their first request
+COLORINGS = ("util", "health")
+
+
+def prerender_pages(cluster_id: int, snapshot_id: int) -> dict[str, Any]:
+    """Render the pages' parts of the cluster's snapshot ``snapshot_id`` into the shared page
+    cache (skipped when it is not the cluster's newest any more, or the cache is off); what it
+    rendered, what failed and how long it took."""
+    if settings.GPUOBS_PAGE_CACHE_SECONDS <= 0:
+        return {"outcome": "skipped", "why": "the page cache is off"}
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    latest = latest_snapshot(cluster) if cluster is not None else None
+    if cluster is None or latest is None or latest.id != snapshot_id:
+        return {"outcome": "skipped", "why": "not the cluster's newest snapshot"}
+    started = time.process_time()
+    rendered: list[str] = []
+    failed: dict[str, str] = {}
+
+    def attempt(part: str, render: Callable[[], object]) -> None:
+        try:
+            render()
+        except Exception as error:  # a part not rendered here is rendered by its first request
+            logger.exception("pre-rendering %s of %s failed", part, cluster.name)
+            failed[part] = f"{type(error).__name__}: {error}"
+        else:
+            rendered.append(part)
+
+    with translation.override(settings.LANGUAGE_CODE):
+        for colorby in COLORINGS:
+            attempt(f"heatmap {colorby}", lambda c=colorby: heatmap_view(cluster, latest, c, ""))
+        attempt("queue tree", lambda: queue_rows(cluster, latest))
+        attempt("queues' pending jobs", lambda: _pending_of_queues(cluster, latest))
+    return {
+        "outcome": "failed" if failed else "rendered",
+        "snapshot": snapshot_id,
+        "rendered": rendered,
+        "failed": failed,
+        "cpu_s": round(time.process_time() - started, 3),
+    }
+
+
+def _pending_of_queues(cluster: Cluster, latest: StoredSnapshot) -> None:
+    """The pending jobs of each queue's page (the queue and those below it, as every reader
+    but a tenant-scoped manager sees them), of the first :data:`MAX_QUEUES` queues."""
+    rows = queue_rows(cluster, latest)
+    grouped = pending_by_queue(latest)
+    for queue in list(rows)[:MAX_QUEUES]:
+        pending_jobs(cluster, latest, {queue} | descendants(rows, queue), grouped)
