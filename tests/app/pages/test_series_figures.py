@@ -1,5 +1,6 @@
 """Issue #35: the GPUs-over-time chart of the node page, the job page and the overlay
-(``diagnosis.charts.figures.gpus_util_series``) is built as plotly's JSON of it, not through
+(``diagnosis.charts.figures.gpus_util_series``) and the GPU page's six panels
+(``gpu_metric_series``) are built as plotly's JSON of them, not through
 ``plotly.graph_objects``: each must be the figure plotly itself writes for the same lines.
 
 The series: three GPUs over three snapshot times, one silent at the middle one (a shorter
@@ -15,9 +16,11 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import plotly.graph_objects as go
 import pytest
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from diagnosis.charts.figures import (
+    gpu_metric_series,
+    gpu_metric_series_validated,
     gpus_util_series,
     metric_label,
     plotly_text,
@@ -28,7 +31,10 @@ from diagnosis.charts.figures import (
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 TIMES = [T0 + timedelta(minutes=m) for m in (0, 10, 20)]
 SERIES = {
-    "n1/0": [{"as_of": t, "util": u, "fb_used_frac": 0.5} for t, u in zip(TIMES, (0.1, 0.2, 0.3))],
+    "n1/0": [
+        {"as_of": t, "util": u, "fb_used_frac": 0.5}
+        for t, u in zip(TIMES, (0.1, 0.2, 0.3), strict=True)
+    ],
     "n1/1": [{"as_of": t, "util": 0.9, "fb_used_frac": 0.4} for t in (TIMES[0], TIMES[2])],
     "<b>n2</b>/0 MIG 1": [
         {"as_of": TIMES[0], "util": None, "fb_used_frac": 0.1},
@@ -87,3 +93,42 @@ def test_each_gpu_is_a_line_at_its_own_times_in_the_readers_zone() -> None:
 
 def test_no_gpu_is_an_empty_chart() -> None:
     assert gpus_util_series({}, "util")["data"] == []
+
+
+def gpu_rows(count: int) -> list[dict]:
+    return [
+        {
+            "as_of": T0 + timedelta(minutes=i),
+            "util": i / count,
+            "tensor_active": None if i == 1 else 0.25,
+            "fb_used_frac": 0.5,
+            "power_w": 300.0 + i,
+            "temp_c": 60.0,
+            "sm_clock_mhz": None,
+        }
+        for i in range(count)
+    ]
+
+
+@pytest.mark.parametrize("count", [3, 40])  # markers on a short range, lines on a long one
+@pytest.mark.parametrize("language", ["en", "zh-hans"])
+def test_the_gpu_panels_are_what_plotly_writes_for_them(count: int, language: str) -> None:
+    with translation.override(language):
+        figure = gpu_metric_series(gpu_rows(count))
+        reference = gpu_metric_series_validated(gpu_rows(count))
+
+    assert json.loads(json.dumps(figure)) == json.loads(reference.to_json())
+
+
+def test_the_gpu_panels_are_in_the_readers_language_and_zone() -> None:
+    with translation.override("zh-hans"):
+        chinese = gpu_metric_series(gpu_rows(3))["layout"]
+    with timezone.override("UTC"):
+        utc = gpu_metric_series(gpu_rows(3))["layout"]
+    english = gpu_metric_series(gpu_rows(3))["layout"]
+
+    titles = [a["text"] for a in english["annotations"]]
+    assert titles[0] == "GPU utilization"
+    assert [a["text"] for a in chinese["annotations"]] != titles
+    assert english["xaxis6"]["title"]["text"] == "UTC+9"
+    assert utc["xaxis6"]["title"]["text"] != "UTC+9"
