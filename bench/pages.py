@@ -94,7 +94,11 @@ def after_the_step(cluster: Any) -> float:
     assert done["outcome"] == "rendered", done
     cpu = time.process_time() - cpu
     snapshots.forget_cached()
+    step_parts.update(done["rendered"])
     return cpu
+
+
+step_parts: dict[str, float] = {}  # the step's parts and their CPU seconds, the last run's
 
 
 PROCESSES = 2
@@ -209,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
             f" {p95:>7.3f} {cpu:>9.3f} {db:>8.3f} {warm[0][3]:>8} {warm[0][2] / 1024:>7.0f}"
             f" {stepped[0]:>10.3f} {stepped[1]:>8.3f}"
         )
-    print(f"the worker's step after a cycle (prerender_pages): {step_cpu:.3f} s CPU")
+    parts = ", ".join(f"{part} {cpu:.3f}" for part, cpu in step_parts.items())
+    print(f"the worker's step after a cycle (prerender_pages): {step_cpu:.3f} s CPU ({parts})")
     sizes = f"{gpus:,} GPUs, {jobs:,} jobs"
     print()
     for label, cold, _second, warm, stepped in results:
