@@ -10,6 +10,8 @@ cycle (no task waits for another). Beat also sends the worker heartbeat and the 
 sweep every period.
 """
 
+# long module: every Celery task, each a few lines over its action, and run_cycle's lock and chord;
+# a task's name is diagnosis.tasks.<name> and its module this one (tests/app/upkeep/test_celery.py).
 from __future__ import annotations
 
 import json
