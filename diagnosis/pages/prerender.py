@@ -1,19 +1,19 @@
 """The pages' parts of a new snapshot, rendered by the worker after the cycle (issue #35;
 docs/ui.md "One render per page and cycle across processes").
 
-The heatmap of the whole cluster (both colourings), the queue tree and each queue's pending jobs are
-computed from one stored snapshot alone and are the same for every reader
+The heatmap of the whole cluster (both colourings), the queue tree and the queues' pending jobs
+are computed from one stored snapshot alone and are the same for every reader
 (:func:`~diagnosis.pages.support.page_cache.rendered_once`). Without this step the first request
 after a cycle computes them, decoding the snapshot index's ``gpus`` or ``queues`` part (~0.3 s
 of CPU each at 16,384 GPUs / 20,000 jobs). The task ``prerender_pages``, sent once the cycle
 commits (:func:`diagnosis.actions.enqueue.prerender_on_commit`), computes them into the shared
 page cache under the keys the pages read, so that request finds them there.
 
-Bounded: the default language only, at most :data:`MAX_QUEUES` queues' pending jobs, and
-nothing for a snapshot that is no longer the cluster's newest. Failure-safe: this only fills a
-cache; a part it did not render (it failed, the worker was down, the cache was full) is
-rendered by the first request as before, and each failure is logged and said in the task's
-result.
+Bounded: the default language only, the pending jobs of at most :data:`MAX_QUEUES` queues
+with no queue below them (each pending job kept once), and nothing for a snapshot that is no
+longer the cluster's newest. Failure-safe: this only fills a cache; a part it did not render
+(it failed, the worker was down, the cache was full) is rendered by the first request as
+before, and each failure is logged and said in the task's result.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from django.utils import translation
 
 from diagnosis.models import Cluster
 from diagnosis.pages.inventory import heatmap_view
-from diagnosis.pages.queues import descendants, pending_by_queue, pending_jobs, queue_rows
-from diagnosis.pages.support.snapshots import StoredSnapshot, latest_snapshot
+from diagnosis.pages.queues import pending_by_queue, pending_jobs, queue_rows
+from diagnosis.pages.support.snapshots import StoredSnapshot, forget_cached, latest_snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -61,11 +61,18 @@ def prerender_pages(cluster_id: int, snapshot_id: int) -> dict[str, Any]:
         else:
             rendered[part] = round(time.process_time() - cpu, 3)
 
-    with translation.override(settings.LANGUAGE_CODE):
-        for colorby in COLORINGS:
-            attempt(f"heatmap {colorby}", lambda c=colorby: heatmap_view(cluster, latest, c, ""))
-        attempt("queue tree", lambda: queue_rows(cluster, latest))
-        attempt("queues' pending jobs", lambda: _pending_of_queues(cluster, latest))
+    try:
+        with translation.override(settings.LANGUAGE_CODE):
+            for colorby in COLORINGS:
+                attempt(
+                    f"heatmap {colorby}", lambda c=colorby: heatmap_view(cluster, latest, c, "")
+                )
+            attempt("queue tree", lambda: queue_rows(cluster, latest))
+            attempt("queues' pending jobs", lambda: _pending_of_queues(cluster, latest))
+    finally:
+        # a worker serves no page: what it decoded (~17 MB at 16,384 GPUs) would only pile up in
+        # its process, a snapshot a cycle
+        forget_cached()
     return {
         "outcome": "failed" if failed else "rendered",
         "snapshot": snapshot_id,
@@ -76,9 +83,11 @@ def prerender_pages(cluster_id: int, snapshot_id: int) -> dict[str, Any]:
 
 
 def _pending_of_queues(cluster: Cluster, latest: StoredSnapshot) -> None:
-    """The pending jobs of each queue's page (the queue and those below it, as every reader
-    but a tenant-scoped manager sees them), of the first :data:`MAX_QUEUES` queues."""
+    """The pending jobs of each queue's page, of the first :data:`MAX_QUEUES` queues with none
+    below them: they split the pending jobs among them, so the cache holds each job once (a
+    parent's or a group's page, every job below it, is rendered by its first request)."""
     rows = queue_rows(cluster, latest)
     grouped = pending_by_queue(latest)
-    for queue in list(rows)[:MAX_QUEUES]:
-        pending_jobs(cluster, latest, {queue} | descendants(rows, queue), grouped)
+    queues = [name for name, row in rows.items() if not row.children][:MAX_QUEUES]
+    for queue in queues:
+        pending_jobs(cluster, latest, {queue}, grouped)

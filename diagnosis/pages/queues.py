@@ -332,7 +332,7 @@ def queue_detail(request: HttpRequest, name: str, queue: str) -> HttpResponse:
     row = rows.get(queue)
     if row is None:
         raise Http404("no such queue")
-    members = {queue} | descendants(rows, queue)
+    members = {queue} | _descendants(rows, queue)
     pending = pending_jobs(cluster, latest, members)
     visible = {str(j["id"]) for j in pending}
     if is_tenant_scoped(request.user) and visible:
@@ -367,7 +367,7 @@ def queue_detail(request: HttpRequest, name: str, queue: str) -> HttpResponse:
     return render(request, "diagnosis/queue_detail.html", context)
 
 
-def descendants(rows: Mapping[str, QueueRow], name: str) -> set[str]:
+def _descendants(rows: Mapping[str, QueueRow], name: str) -> set[str]:
     found: set[str] = set()
     todo = list(rows[name].children)
     while todo:

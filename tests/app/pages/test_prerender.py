@@ -43,8 +43,11 @@ def shared_cache(redis_url: str) -> Iterator[None]:
     snapshots.forget_cached()
 
 
-def snapshot(minutes_later: int = 0, *, grown: bool = False):
+def snapshot(minutes_later: int = 0, *, grown: bool = False, org: bool = False):
+    """``org``: team-a and team-b are queues under the group ``org``."""
     b = SnapshotBuilder(as_of=AS_OF + timedelta(minutes=minutes_later), cluster="ahead")
+    if org:
+        b.doc["scheduler"]["queue_parents"] = {"team-a": "org", "team-b": "org"}
     nodes = ["n1", "n2", "n3"] if grown else ["n1", "n2"]
     for node in nodes:
         b.node(node, gpus=4)
@@ -124,6 +127,21 @@ def test_a_manager_sees_no_other_tenants_names_in_what_the_worker_rendered(
     assert "team-b" not in queues.content.decode()
     assert [row.job["id"] for row in mine.context["pending"]] == ["team-a-wait"]
     assert theirs.status_code == 404
+
+
+def test_a_groups_page_is_rendered_by_its_first_request_with_every_job_below_it(
+    bob_client: Client, cluster
+) -> None:
+    after_a_cycle(cluster, org=True)
+    renders = page_cache.renders
+
+    leaf = bob_client.get(f"/clusters/{cluster.name}/queues/team-a/")
+    assert page_cache.renders == renders
+    group = bob_client.get(f"/clusters/{cluster.name}/queues/org/")
+
+    assert [row.job["id"] for row in leaf.context["pending"]] == ["team-a-wait"]
+    assert page_cache.renders == renders + 1  # each pending job is pre-rendered once, a leaf's
+    assert {row.job["id"] for row in group.context["pending"]} == {"team-a-wait", "team-b-wait"}
 
 
 def test_a_part_that_fails_is_said_and_its_page_renders_as_before(
