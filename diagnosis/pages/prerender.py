@@ -18,6 +18,7 @@ before, and each failure is logged and said in the task's result.
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -61,6 +62,10 @@ def prerender_pages(cluster_id: int, snapshot_id: int) -> dict[str, Any]:
         else:
             rendered[part] = round(time.process_time() - cpu, 3)
 
+    # no garbage collection while it runs: what it decodes is over a million objects, and the
+    # full collections over them were ~0.4 s of the step's ~0.9 s of CPU at 16,384 GPUs
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         with translation.override(settings.LANGUAGE_CODE):
             for colorby in COLORINGS:
@@ -73,6 +78,8 @@ def prerender_pages(cluster_id: int, snapshot_id: int) -> dict[str, Any]:
         # a worker serves no page: what it decoded (~17 MB at 16,384 GPUs) would only pile up in
         # its process, a snapshot a cycle
         forget_cached()
+        if collecting:
+            gc.enable()
     return {
         "outcome": "failed" if failed else "rendered",
         "snapshot": snapshot_id,
