@@ -5,14 +5,18 @@ and shows that cycle's data, and a manager still sees only their own tenants'.
 
 The world: cluster ``ahead`` with nodes ``n1``/``n2`` and queues ``team-a`` and ``team-b``
 (tenants of the same names), each with a pending job, recorded as real cycles; the second
-cycle adds node ``n3`` and queue ``team-c``. bob is a viewer, mallory manages ``team-a``.
+cycle adds node ``n3`` and queue ``team-c``. bob is a viewer, mallory manages ``team-a``. The
+worker's step runs in the test process (as the task would), except in the last test: a real
+``celery worker`` takes it from Redis after the cycle commits.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -24,6 +28,8 @@ from diagnosis.models import Cluster, Tenant
 from diagnosis.pages import prerender
 from diagnosis.pages.support import page_cache, snapshots
 from tests.support.builders import AS_OF, SnapshotBuilder
+from tests.support.celery_worker import celery_worker_process
+from tests.support.processes import wait_until
 from tests.support.world import logged_in_client
 
 pytestmark = pytest.mark.django_db
@@ -200,3 +206,39 @@ def test_the_embedded_mode_sends_no_step(
         record_cycle(cluster, snapshot(10))
 
     assert enqueue.PRERENDER_PAGES not in sent
+
+
+@pytest.mark.celery_worker
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_renders_a_committed_cycles_pages_for_the_web(
+    make_cluster, bob_client: Client, redis_url: str, tmp_path: Path
+) -> None:
+    # the page cache the worker writes to: the deployment's (Redis, its own key prefix)
+    deployed = {**settings.CACHES[page_cache.CACHE], "LOCATION": redis_url}
+    deployed["BACKEND"] = "django.core.cache.backends.redis.RedisCache"
+    deployed["KEY_PREFIX"] = "gpuobs-pages"
+    # a name of its own: the keys in the shared Redis name it, whatever ran there before
+    cluster = make_cluster(f"ahead-{uuid.uuid4().hex[:8]}", metrics_kind="none")
+    with (
+        override_settings(CACHES={**settings.CACHES, page_cache.CACHE: deployed}),
+        celery_worker_process("celery", redis_url, tmp_path),
+    ):
+        record_cycle(cluster, snapshot())  # its commit sends the step
+        done = wait_until(
+            lambda: re.search(r"prerender_pages\[\S+\] succeeded in .*", worker_log(tmp_path)),
+            "the worker's step",
+            timeout=60,
+        )
+        snapshots.forget_cached()  # this process holds nothing of the snapshot
+        renders = page_cache.renders
+
+        nodes = bob_client.get(f"/clusters/{cluster.name}/nodes/")
+
+    assert "'outcome': 'rendered'" in done[0]
+    assert page_cache.renders == renders
+    assert "/nodes/n2/" in nodes.content.decode()
+
+
+def worker_log(tmp_path: Path) -> str:
+    log = tmp_path / "worker.log"
+    return log.read_text() if log.exists() else ""
