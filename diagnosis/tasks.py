@@ -10,6 +10,8 @@ cycle (no task waits for another). Beat also sends the worker heartbeat and the 
 sweep every period.
 """
 
+# long module: every Celery task, each a few lines over its action, and run_cycle's lock and chord;
+# a task's name is diagnosis.tasks.<name> and its module this one (tests/app/upkeep/test_celery.py).
 from __future__ import annotations
 
 import json
@@ -690,6 +692,16 @@ def estimate_forecasts(cluster_id: int) -> dict:
     """The start-time forecasts of one cluster's pending jobs, on the ``impact`` queue: the cycle
     sends this after it commits (``diagnosis.actions.records.forecasts``)."""
     return record_forecasts(cluster_id)
+
+
+@shared_task(name="diagnosis.tasks.prerender_pages", soft_time_limit=60, time_limit=90)
+def prerender_pages(cluster_id: int, snapshot_id: int) -> dict:
+    """The pages' parts of a cycle's snapshot rendered into the shared page cache, on the default
+    queue: the cycle sends this after it commits (``diagnosis.pages.prerender``)."""
+    # the pages and their chart library when a worker takes this, not at every start-up (#35)
+    from diagnosis.pages.prerender import prerender_pages as render  # noqa: PLC0415
+
+    return render(cluster_id, snapshot_id)
 
 
 @shared_task(name="diagnosis.tasks.prune_retention")

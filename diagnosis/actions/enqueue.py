@@ -28,6 +28,7 @@ ESTIMATE_FORECASTS = "diagnosis.tasks.estimate_forecasts"
 RECORD_ALERT_BATCH = "diagnosis.tasks.record_alert_batch"
 AUTOPILOT = "diagnosis.tasks.run_autopilot"
 RECORD_CLUSTER_BATCH = "diagnosis.tasks.record_cluster_batch"
+PRERENDER_PAGES = "diagnosis.tasks.prerender_pages"
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +107,19 @@ def autopilot_on_commit(cluster_id: int, cycle_id: int) -> None:
     default queue; a failed send is logged, never raised into the committed cycle (the next
     cycle's step decides afresh)."""
     send_robustly_on_commit(AUTOPILOT, (cluster_id, cycle_id))
+
+
+def prerender_on_commit(cluster_id: int, snapshot_id: int) -> bool:
+    """Render the pages' parts of a cycle's snapshot in a worker once the cycle commits
+    (``diagnosis.pages.prerender``), on the default queue, so the first request after the cycle
+    reads them from the shared page cache. Only where tasks go to a worker: in the embedded
+    mode the cycle's process is not the web's and the page cache is each process's memory, so
+    the first request renders them as before. A failed send is logged, never raised into the
+    committed cycle (the pages then render on their first request). Whether it is sent."""
+    if current_app.conf.task_always_eager or settings.GPUOBS_PAGE_CACHE_SECONDS <= 0:
+        return False
+    send_robustly_on_commit(PRERENDER_PAGES, (cluster_id, snapshot_id))
+    return True
 
 
 def impact_on_commit(recommendation_id: int) -> None:

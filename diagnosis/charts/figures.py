@@ -5,20 +5,23 @@ shares one layout and one theme (CHART_THEMES)."""
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io as pio
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.translation import gettext, gettext_noop
+from django.utils.translation import get_language, gettext, gettext_noop
 from plotly.subplots import make_subplots
 
 from diagnosis.charts.gpu_hours import BUCKET_HELP, BUCKET_LABELS, GpuHoursBreakdown
@@ -37,6 +40,25 @@ CHART_THEMES: dict[str, dict[str, str]] = {
     "dark": {"ink": "#dbe2ec", "grid": "#323b48"},
 }
 _CHART_THEMES_JSON = json.dumps(CHART_THEMES, separators=(",", ":"))
+
+
+# plotly's "none" template as to_plotly_json writes it (plotly.js knows no template names)
+NONE_TEMPLATE = pio.templates["none"].to_plotly_json()
+
+Figure = dict[str, Any]  # a figure as plotly's JSON of it: plain dicts and lists (see embed)
+
+
+def typed_array(values: Iterable[float] | np.ndarray) -> dict[str, str]:
+    """Numbers as plotly's typed array (little-endian float64, base64), as plotly writes a
+    numpy array: NaN stays NaN (a gap in the line)."""
+    array = np.ascontiguousarray(np.asarray(values, dtype="<f8"))
+    return {"dtype": "f8", "bdata": base64.b64encode(array.tobytes()).decode("ascii")}
+
+
+def plain_figure(traces: list[dict[str, Any]], layout: Mapping[str, Any]) -> Figure:
+    """A figure of ``traces`` (dicts, as ``to_plotly_json`` writes them) and ``layout`` (a
+    :func:`figure_layout`), its template spelled out as plotly would."""
+    return {"data": traces, "layout": {**layout, "template": NONE_TEMPLATE}}
 
 
 def figure_layout(**overrides: Any) -> dict[str, Any]:
@@ -395,9 +417,9 @@ def _column(rows: list[Mapping[str, Any]], key: str) -> np.ndarray:
     )
 
 
-def gpu_metric_series(rows: list[Mapping[str, Any]]) -> go.Figure:
-    """One GPU over time: a panel per metric of :data:`GPU_SERIES` (rows: ``as_of`` and the
-    metrics, None where the snapshot had none), on one shared time axis."""
+def gpu_metric_series_validated(rows: list[Mapping[str, Any]]) -> go.Figure:
+    """:func:`gpu_metric_series` through plotly's validated objects (its panels' layout, and
+    what the tests hold it to)."""
     figure = make_subplots(
         rows=len(GPU_SERIES),
         cols=1,
@@ -440,24 +462,64 @@ def gpu_metric_series(rows: list[Mapping[str, Any]]) -> go.Figure:
     return figure
 
 
-def gpus_util_series(
-    series: Mapping[str, list[Mapping[str, Any]]], metric: str = "util"
-) -> go.Figure:
-    """Several GPUs' ``metric`` over time, a line each (the node page, the job page): ``series``
-    maps a GPU's label to its rows (``as_of`` and the metric)."""
-    label, fmt = metric_label(metric)
-    traces = [
-        go.Scatter(
-            x=reader_epoch_ms(row["as_of"] for row in rows),
-            y=_column(list(rows), metric),
-            name=plotly_text(name),
-            mode="lines",
-            connectgaps=False,
-            hovertemplate=f"%{{y:{fmt}}}<extra>{plotly_text(name)}</extra>",
+def gpu_metric_series(rows: list[Mapping[str, Any]]) -> Figure:
+    """One GPU over time: a panel per metric of :data:`GPU_SERIES` (rows: ``as_of`` and the
+    metrics, None where the snapshot had none), on one shared time axis. Built as plotly's
+    JSON of it, the panels' layout made by plotly once per language and zone: the subplots and
+    six validated traces took ~80 ms a GPU page (issue #35)."""
+    times = typed_array(reader_epoch_ms(row["as_of"] for row in rows))
+    traces = []
+    for i, (key, english, fmt, unit) in enumerate(GPU_SERIES, start=1):
+        label = gettext(english)
+        traces.append(
+            {
+                "type": "scatter",
+                "x": times,
+                "y": typed_array(_column(rows, key)),
+                "name": label,
+                "mode": "lines+markers" if len(rows) < 30 else "lines",
+                "marker": {"size": 4},
+                "line": {"color": ACCENT if i % 2 else ACTIVITY, "width": 2},
+                "connectgaps": False,
+                "hovertemplate": f"%{{y:{fmt}}}{unit}<extra>{label}</extra>",
+                "xaxis": f"x{i}" if i > 1 else "x",
+                "yaxis": f"y{i}" if i > 1 else "y",
+            }
         )
-        for name, rows in series.items()
-    ]
-    return go.Figure(data=traces, layout=series_layout(label, fmt))
+    layout = _panels_layout(get_language(), zone_label(timezone.localtime()))
+    return {"data": traces, "layout": layout}
+
+
+@lru_cache(maxsize=64)
+def _panels_layout(language: str, zone: str) -> dict[str, Any]:
+    """The layout of :func:`gpu_metric_series` in the active ``language`` and ``zone`` (the
+    arguments name what it depends on), as plotly writes it. Shared: never changed."""
+    return json.loads(gpu_metric_series_validated([]).to_json())["layout"]
+
+
+def gpus_util_series(series: Mapping[str, list[Mapping[str, Any]]], metric: str = "util") -> Figure:
+    """Several GPUs' ``metric`` over time, a line each (the node page, the job page, the
+    overlay): ``series`` maps a GPU's label to its rows (``as_of`` and the metric). Built as
+    plotly's JSON of it: a job's 64 GPUs are 64 traces a chart, which plotly's validation took
+    ~70 ms to build (issue #35); tests/app/pages/test_series_figures.py holds it to plotly's."""
+    label, fmt = metric_label(metric)
+    times = sorted({row["as_of"] for rows in series.values() for row in rows})
+    epoch = dict(zip(times, reader_epoch_ms(times).tolist(), strict=True)) if times else {}
+    traces = []
+    for name, rows in series.items():
+        text = plotly_text(name)
+        traces.append(
+            {
+                "type": "scatter",
+                "x": typed_array([epoch[row["as_of"]] for row in rows]),
+                "y": typed_array(_column(list(rows), metric)),
+                "name": text,
+                "mode": "lines",
+                "connectgaps": False,
+                "hovertemplate": f"%{{y:{fmt}}}<extra>{text}</extra>",
+            }
+        )
+    return plain_figure(traces, series_layout(label, fmt))
 
 
 def metric_label(metric: str) -> tuple[str, str]:

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from django.utils.translation import gettext
 
 from diagnosis.charts.figures import (
+    Figure,
     gpus_util_series,
     metric_label,
     reader_epoch_ms,
@@ -43,7 +44,7 @@ def spread(
     return np.array(times, dtype=object), mean, low, high, counts
 
 
-def gpus_overlay(series: Mapping[str, list[Mapping[str, Any]]], metric: str) -> go.Figure:
+def gpus_overlay(series: Mapping[str, list[Mapping[str, Any]]], metric: str) -> go.Figure | Figure:
     """``series`` (a GPU's label -> its rows: ``as_of`` and the metrics) on one chart: a line
     each up to :data:`MAX_LINES` GPUs, else the mean with the lowest-to-highest band."""
     if len(series) <= MAX_LINES:

@@ -306,6 +306,19 @@ def _heatmap_view(
     }
 
 
+def heatmap_view(
+    cluster: Cluster, latest: StoredSnapshot, colorby: str, pool: str
+) -> dict[str, Any]:
+    """:func:`_heatmap_view` in the active language, computed once per snapshot across the
+    processes sharing the page cache (or read from what the worker rendered after the cycle:
+    :mod:`diagnosis.pages.support.prerender`)."""
+    key = ("heatmap", cluster.pk, latest.id, latest.as_of, cluster.name, colorby, pool)
+    key += (get_language(),)
+    return derived(
+        key, lambda: rendered_once(key, lambda: _heatmap_view(cluster, latest, colorby, pool))
+    )
+
+
 @require_safe
 def node_list(request: HttpRequest, name: str) -> HttpResponse:
     """The heatmap of every GPU (one plotly heatmap, whatever the size) and the nodes, paged."""
@@ -332,11 +345,7 @@ def node_list(request: HttpRequest, name: str) -> HttpResponse:
         "good": latest_good_cycle(request, cluster),  # the live status line (docs/ui.md)
     }
     if latest is not None:
-        key = ("heatmap", cluster.pk, latest.id, latest.as_of, cluster.name, colorby, pool)
-        key += (get_language(),)
-        view = derived(
-            key, lambda: rendered_once(key, lambda: _heatmap_view(cluster, latest, colorby, pool))
-        )
+        view = heatmap_view(cluster, latest, colorby, pool)
         rows = _table_rows(view["rows"], sort, filters)
         page, query = paginate(request, rows, NODES_PER_PAGE)
         context |= view | {"page": page, "query": query}

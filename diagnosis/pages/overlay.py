@@ -27,9 +27,12 @@ from diagnosis.charts.figures import GPU_SERIES, embed
 from diagnosis.charts.overlay import MAX_LINES, gpus_overlay
 from diagnosis.pages.live import latest_good_cycle
 from diagnosis.pages.support.snapshots import (
+    NODE_READ_MAX,
     GpuKey,
     GpuMetrics,
+    StoredSnapshot,
     gpu_metrics,
+    gpu_metrics_on_nodes,
     gpu_series,
     latest_snapshot,
     snapshot_document,
@@ -66,9 +69,7 @@ def resolve_refs(refs: Iterable[str], metrics: GpuMetrics) -> tuple[list[GpuKey]
         if match:
             node, index = match["node"], int(match["index"])
             mig = int(match["mig"]) if match["mig"] is not None else None
-            found = [
-                k for k in metrics.gpus if k[:2] == (node, index) and (mig is None or k[2] == mig)
-            ]
+            found = [k for k in metrics.units(node, index) if mig is None or k[2] == mig]
         if not found:
             unknown.append(ref)
         keys += [k for k in found if k not in keys]
@@ -86,6 +87,16 @@ def job_keys(document: Mapping[str, Any], job_id: str, metrics: GpuMetrics) -> l
             }
             return [k for k in metrics.gpus if k[:2] in held]
     return []
+
+
+def _latest_gpus(latest: StoredSnapshot, refs: list[str], *, whole: bool) -> GpuMetrics:
+    """The latest snapshot's GPUs the references can name: those of the few nodes they name
+    (read from the nodes' parts of its index, issue #35), or all of them (``whole``: a job's,
+    which may be on any node; or references to many nodes)."""
+    nodes = {match["node"] for ref in refs if (match := REF.match(ref))}
+    if whole or len(nodes) > NODE_READ_MAX:
+        return gpu_metrics(latest.id)  # the GPUs alone: the jobs are read only for ``?job=``
+    return gpu_metrics_on_nodes([latest.id], nodes).get(latest.id) or GpuMetrics({}, {})
 
 
 def gpu_label(key: GpuKey) -> str:
@@ -117,13 +128,13 @@ def gpu_overlay(request: HttpRequest, name: str) -> HttpResponse:
     latest = latest_snapshot(cluster)
     if latest is None:
         return render(request, "diagnosis/gpu_overlay.html", context)
-    metrics = gpu_metrics(latest.id)  # the GPUs alone: the jobs are read only for ``?job=``
     errors: list[str] = context["errors"]
     if len(refs) > MAX_ASKED:
         errors.append(
             _("At most %(n)d GPUs can be named; the first %(n)d are shown.") % {"n": MAX_ASKED}
         )
         refs = refs[:MAX_ASKED]
+    metrics = _latest_gpus(latest, refs, whole=job is not None)
     keys, unknown = resolve_refs(refs, metrics)
     if unknown:
         errors.append(

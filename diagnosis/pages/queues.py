@@ -215,19 +215,30 @@ def queue_rows(cluster: Cluster, latest: StoredSnapshot) -> dict[str, QueueRow]:
     return derived(key, lambda: rendered_once(key, lambda: queue_tree(queue_members(latest))))
 
 
+def pending_by_queue(latest: StoredSnapshot) -> dict[str, list[tuple[int, Mapping[str, Any]]]]:
+    """The pending jobs of a stored snapshot by queue, each with its place in the document."""
+    grouped: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
+    for position, job in enumerate(queue_members(latest).get("jobs") or ()):
+        if job.get("state") == "pending":
+            grouped.setdefault(str(job.get("queue")), []).append((position, job))
+    return grouped
+
+
 def pending_jobs(
-    cluster: Cluster, latest: StoredSnapshot, queues: set[str]
+    cluster: Cluster,
+    latest: StoredSnapshot,
+    queues: set[str],
+    grouped: Mapping[str, list[tuple[int, Mapping[str, Any]]]] | None = None,
 ) -> list[Mapping[str, Any]]:
     """The pending jobs of ``queues`` in a stored snapshot, longest waiting first (every
-    reader's: the caller keeps those the reader may see), computed once like :func:`queue_rows`."""
+    reader's: the caller keeps those the reader may see), computed once like :func:`queue_rows`
+    (``grouped``: the snapshot's :func:`pending_by_queue`, when the caller has it)."""
 
     def compute() -> list[Mapping[str, Any]]:
-        pending = [
-            job
-            for job in queue_members(latest).get("jobs") or ()
-            if job.get("state") == "pending" and str(job.get("queue")) in queues
-        ]
-        return sorted(pending, key=lambda j: str(j.get("submitted") or ""))
+        by_queue = pending_by_queue(latest) if grouped is None else grouped
+        pending = [found for queue in queues for found in by_queue.get(queue, ())]
+        pending.sort(key=lambda found: (str(found[1].get("submitted") or ""), found[0]))
+        return [job for _position, job in pending]
 
     key = ("queue-pending", cluster.pk, latest.id, latest.as_of, tuple(sorted(queues)))
     return derived(key, lambda: rendered_once(key, compute))

@@ -8,24 +8,24 @@ through ``plotly.graph_objects``: validating 150 traces of 50 tenants cost ~50 m
 
 from __future__ import annotations
 
-import base64
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
-import plotly.io as pio
 from django.utils.translation import gettext
 
 from diagnosis.charts.figures import (
     ACCENT,
     INK,
     MUTED,
+    Figure,
     axis_style,
     figure_layout,
+    plain_figure,
     plotly_text,
     reader_epoch_ms,
     time_axis,
+    typed_array,
 )
 from diagnosis.charts.gpu_hours import BUCKET_LABELS
 from diagnosis.core.fairness import SIZE_CLASSES, TENANT_BUCKETS
@@ -53,30 +53,13 @@ BUCKET_COLOURS = {
 }
 
 
-# plotly's "none" template as to_plotly_json writes it (plotly.js knows no template names)
-NONE_TEMPLATE = pio.templates["none"].to_plotly_json()
-
-Figure = dict[str, Any]
-
-
 def _times(values: pd.Series) -> np.ndarray:
     return reader_epoch_ms(values)
-
-
-def typed_array(values: Iterable[float] | np.ndarray) -> dict[str, str]:
-    """Numbers as plotly's typed array (little-endian float64, base64), as plotly writes a
-    numpy array: NaN stays NaN (a gap in the line)."""
-    array = np.ascontiguousarray(np.asarray(values, dtype="<f8"))
-    return {"dtype": "f8", "bdata": base64.b64encode(array.tobytes()).decode("ascii")}
 
 
 def _finite(values: Iterable[float]) -> list[float | None]:
     """A list of numbers for JSON: None where one is not finite (plotly writes null)."""
     return [float(v) if np.isfinite(v) else None for v in values]
-
-
-def _figure(traces: list[dict[str, Any]], layout: Mapping[str, Any]) -> Figure:
-    return {"data": traces, "layout": {**layout, "template": NONE_TEMPLATE}}
 
 
 def share_over_time(data: FairnessReportData) -> Figure:
@@ -110,7 +93,7 @@ def share_over_time(data: FairnessReportData) -> Figure:
                     "type": "scatter",
                 }
             )
-    return _figure(
+    return plain_figure(
         traces,
         figure_layout(
             height=360,
@@ -147,7 +130,7 @@ def waits_by_size_class(data: FairnessReportData) -> Figure:
         }
         for label, colour in (("p50", ACCENT), ("p95", INK))
     ]
-    return _figure(
+    return plain_figure(
         bars,
         figure_layout(
             height=300,
@@ -180,7 +163,7 @@ def tenant_breakdown(data: FairnessReportData) -> Figure:
         }
         for bucket in TENANT_BUCKETS
     ]
-    return _figure(
+    return plain_figure(
         bars,
         figure_layout(
             height=max(260, 140 + 24 * len(rows)),

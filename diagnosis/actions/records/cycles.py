@@ -18,6 +18,7 @@ from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from diagnosis.actions.autopilot.policies import autopilot_after_cycle
+from diagnosis.actions.enqueue import prerender_on_commit
 from diagnosis.actions.notify.alertmanager import notify_after_cycle
 from diagnosis.actions.oncall.incidents import record_cycle_incidents
 from diagnosis.actions.records.cluster_size import size_of, size_refusal
@@ -410,6 +411,7 @@ def record_cycle_steps(
     record_recommendation_step(cluster, snap, diagnosis, cycle)
     autopilot_after_cycle(cluster, cycle)  # after the commit: policies act on what it stored
     notify_after_cycle(cluster)  # step 5, enqueued on commit: the cycle never waits for it
+    prerender_on_commit(cluster.pk, stored.pk)  # the pages' parts, in a worker (#35)
     pending = int((snap.jobs["state"] == "pending").sum())
     forecast_after_cycle(cluster, as_of, pending)  # the impact queue's, like impact estimates
     return cycle

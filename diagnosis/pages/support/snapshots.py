@@ -27,6 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from threading import Lock
 from typing import Any
 
@@ -175,6 +176,17 @@ class GpuMetrics:
 
     def of_node(self, node: str) -> list[dict[str, Any]]:
         return [gpu for key, gpu in self.gpus.items() if key[0] == node]
+
+    def units(self, node: str, index: int) -> list[GpuKey]:
+        """The units of GPU ``index`` of ``node``: the GPU, or each of its MIG instances."""
+        return self._units.get((node, index), [])
+
+    @cached_property
+    def _units(self) -> dict[tuple[str, int], list[GpuKey]]:
+        units: dict[tuple[str, int], list[GpuKey]] = {}
+        for key in self.gpus:
+            units.setdefault(key[:2], []).append(key)
+        return units
 
     def model_of(self, key: GpuKey) -> str | None:
         """A GPU's model: its own where the snapshot gives one (a node with several models,

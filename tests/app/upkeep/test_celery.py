@@ -60,7 +60,14 @@ def test_the_kubernetes_adapters_keep_a_mirror_and_the_others_do_not() -> None:
 
 
 @pytest.mark.parametrize(
-    "task_name", [enqueue.DRY_RUN, enqueue.APPLY, enqueue.NOTIFY, enqueue.ESTIMATE_IMPACT]
+    "task_name",
+    [
+        enqueue.DRY_RUN,
+        enqueue.APPLY,
+        enqueue.NOTIFY,
+        enqueue.ESTIMATE_IMPACT,
+        enqueue.PRERENDER_PAGES,
+    ],
 )
 def test_every_task_the_actions_send_by_name_is_a_registered_task(task_name: str) -> None:
     assert task_name in celery_app.tasks
