@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.edge.collection import with_declared_traits
-from diagnosis.edge.sanitize import clean_document
+from diagnosis.edge.sanitize import clean_document, json_text_clean
 
 
 def load_snapshot_argument(
@@ -22,9 +22,10 @@ def load_snapshot_argument(
     clipped, a NUL replaced), what was changed kept as the collection's ``repaired``. A bad
     one: every error on stderr, then a CommandError that exits 2 (nothing reaches stdout)."""
     try:
-        document = with_declared_traits(_decoded(path))
+        raw = sys.stdin.buffer.read() if path == "-" else snapshot_format.read_file(path)
+        document = with_declared_traits(_decoded(raw))
         if storable and isinstance(document, dict):
-            document, repaired = clean_document(document)
+            document, repaired = clean_document(document, text_clean=json_text_clean(raw))
             if repaired:
                 collection = document.get("collection")
                 collection = dict(collection) if isinstance(collection, dict) else {}
@@ -36,9 +37,8 @@ def load_snapshot_argument(
         raise CommandError(f"{path}: {len(exc.errors)} validation error(s)", returncode=2) from exc
 
 
-def _decoded(path: str) -> object:
-    """The file's JSON, or its raw bytes when it is not JSON (the loader then says so)."""
-    raw = sys.stdin.buffer.read() if path == "-" else snapshot_format.read_file(path)
+def _decoded(raw: bytes) -> object:
+    """The JSON of ``raw``, or ``raw`` itself when it is not JSON (the loader then says so)."""
     try:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
