@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.edge.collection import with_declared_traits
-from diagnosis.edge.sanitize import clean_document
+from diagnosis.edge.sanitize import clean_document, json_text_clean
 
 
 def load_snapshot_argument(
@@ -22,9 +22,10 @@ def load_snapshot_argument(
     clipped, a NUL replaced), what was changed kept as the collection's ``repaired``. A bad
     one: every error on stderr, then a CommandError that exits 2 (nothing reaches stdout)."""
     try:
-        document = with_declared_traits(_decoded(path))
+        decoded, text_clean = _decoded(path)
+        document = with_declared_traits(decoded)
         if storable and isinstance(document, dict):
-            document, repaired = clean_document(document)
+            document, repaired = clean_document(document, text_clean=text_clean)
             if repaired:
                 collection = document.get("collection")
                 collection = dict(collection) if isinstance(collection, dict) else {}
@@ -36,12 +37,15 @@ def load_snapshot_argument(
         raise CommandError(f"{path}: {len(exc.errors)} validation error(s)", returncode=2) from exc
 
 
-def _decoded(path: str) -> object:
-    """The file's JSON, or its raw bytes when it is not JSON (the loader then says so)."""
+def _decoded(path: str) -> tuple[object, bool]:
+    """The file's JSON, or its raw bytes when it is not JSON (the loader then says so), and
+    whether its text is free of what decodes to a NUL or a lone surrogate
+    (:func:`diagnosis.edge.sanitize.json_text_clean`). The bytes are let go of here, before the
+    snapshot is built from the JSON."""
     raw = sys.stdin.buffer.read() if path == "-" else snapshot_format.read_file(path)
     try:
-        return json.loads(raw)
+        return json.loads(raw), json_text_clean(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
-        return raw
+        return raw, False
     except RecursionError as exc:  # 100,000 nested brackets: an error line, not a traceback
         raise snapshot_format.SnapshotError(["$: the JSON is nested too deeply"]) from exc

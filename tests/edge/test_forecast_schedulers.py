@@ -5,9 +5,6 @@ kueue.yaml, shaped after Kueue's API reference), read with the real ``kubernetes
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from diagnosis.core import snapshot as snapshot_format
@@ -15,7 +12,10 @@ from diagnosis.core.forecast.starts import ForecastSettings, forecast_starts
 from diagnosis.edge.schedulers.kubernetes.kueue import KueueAdapter
 from diagnosis.edge.schedulers.slurm.adapter import scheduler_state
 from tests.edge.test_slurm_parse import SETTINGS, loaded, reads
-from tests.support.kube_server import KubeApiServer, adapter_config, load_fixture, serving
+from tests.support.kube_server import (
+    adapter_config,
+    kube_api_fixture,
+)
 
 QUICK = ForecastSettings(seeds=(0, 1), horizon_s=6 * 3600.0)
 CAUSES = {"partial-gang", "quota", "too-big", "fragmentation", "partial-gangs", "capacity", "order"}
@@ -41,12 +41,7 @@ def test_every_pending_slurm_job_gets_a_forecast_and_a_cause() -> None:
     assert by_job["4"].start_s is None  # the capability never grows in the replay
 
 
-@pytest.fixture
-def kube_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiServer]:
-    with serving(tmp_path, monkeypatch) as server:
-        server.load(load_fixture("nodes"))
-        server.load(load_fixture("kueue"))
-        yield server
+kube_api = kube_api_fixture("nodes", "kueue")
 
 
 @pytest.mark.kubernetes

@@ -5,7 +5,7 @@ timeouts, events, and writes (dry run and real, optimistic concurrency)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +23,18 @@ from diagnosis.edge.schedulers.kubernetes.volcano import (
     with_placement,
 )
 from diagnosis.edge.schedulers.registry import adapter_for
-from tests.support.kube_server import KubeApiServer, adapter_config, load_fixture, serving
+from tests.support.kube_server import (
+    KubeApiServer,
+    adapter_config,
+    kube_api_fixture,
+    load_fixture,
+    serving,
+)
 
 pytestmark = pytest.mark.kubernetes
 
 
-@pytest.fixture
-def kube_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiServer]:
-    with serving(tmp_path, monkeypatch) as server:
-        yield server
+kube_api = kube_api_fixture()
 
 
 config = adapter_config

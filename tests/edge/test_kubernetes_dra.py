@@ -6,7 +6,7 @@ findings."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,13 @@ import pytest
 from diagnosis.core import snapshot
 from diagnosis.core.rules.engine import run_rules
 from diagnosis.edge.schedulers.kubernetes.volcano import VolcanoAdapter
-from tests.support.kube_server import KubeApiServer, adapter_config, load_fixture, serving
+from tests.support.kube_server import (
+    KubeApiServer,
+    adapter_config,
+    kube_api_fixture,
+    load_fixture,
+    serving,
+)
 
 pytestmark = pytest.mark.kubernetes
 
@@ -24,10 +30,7 @@ UUID = "GPU-4b2a7e10-91c3-4f55-a0d1-3c9e8f00000{}"
 MIG_1G = "MIG-7f0e1d2c-0000-5a5a-8000-000000000001"
 
 
-@pytest.fixture
-def kube_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiServer]:
-    with serving(tmp_path, monkeypatch) as server:
-        yield server
+kube_api = kube_api_fixture()
 
 
 @pytest.fixture

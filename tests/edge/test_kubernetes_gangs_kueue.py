@@ -4,8 +4,6 @@ Cohorts and their fair-sharing weights -- the real client against the loopback A
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,16 +12,16 @@ from diagnosis.core import snapshot
 from diagnosis.edge.schedulers.base import SchedulerError
 from diagnosis.edge.schedulers.kubernetes.kueue import KueueAdapter
 from diagnosis.edge.schedulers.kubernetes.volcano import VolcanoAdapter
-from tests.support.kube_server import KubeApiServer, adapter_config, load_fixture, serving
+from tests.support.kube_server import (
+    adapter_config,
+    kube_api_fixture,
+    load_fixture,
+)
 
 pytestmark = pytest.mark.kubernetes
 
 
-@pytest.fixture
-def kube_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiServer]:
-    with serving(tmp_path, monkeypatch, versions=("v1beta2",)) as server:
-        server.load(load_fixture("nodes"))
-        yield server
+kube_api = kube_api_fixture("nodes", versions=("v1beta2",))
 
 
 def by(rows: list[dict[str, Any]], key: str = "id") -> dict[Any, dict[str, Any]]:

@@ -4,7 +4,6 @@ serves or receives against the CRDs of tests/fixtures/crds/kai."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +14,17 @@ from diagnosis.core import snapshot
 from diagnosis.edge.schedulers.base import SchedulerError
 from diagnosis.edge.schedulers.kubernetes.kai import KaiAdapter
 from diagnosis.edge.schedulers.registry import adapter_for
-from tests.support.kube_server import KubeApiServer, adapter_config, load_fixture, serving
+from tests.support.kube_server import (
+    adapter_config,
+    kube_api_fixture,
+    serving,
+)
 
 pytestmark = pytest.mark.kubernetes
 QUEUE = "Queue.scheduling.run.ai"
 
 
-@pytest.fixture
-def kube_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiServer]:
-    with serving(tmp_path, monkeypatch) as server:
-        server.load(load_fixture("nodes"))
-        server.load(load_fixture("kai"))
-        yield server
+kube_api = kube_api_fixture("nodes", "kai")
 
 
 def by(rows: list[dict[str, Any]], key: str = "name") -> dict[Any, dict[str, Any]]:

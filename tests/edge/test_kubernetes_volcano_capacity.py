@@ -4,8 +4,6 @@ weight (dry run, resourceVersion guard), every patch valid against Volcano's Que
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,22 +16,16 @@ from tests.core.test_recommend_capacity import starved_team_b
 from tests.support.kube_server import (
     KubeApiServer,
     adapter_config,
-    load_fixture,
+    kube_api_fixture,
     merge_patch,
     schema_errors,
-    serving,
     validator,
 )
 
 pytestmark = pytest.mark.kubernetes
 
 
-@pytest.fixture
-def kube_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiServer]:
-    with serving(tmp_path, monkeypatch) as server:
-        server.load(load_fixture("nodes"))
-        server.load(load_fixture("volcano"))
-        yield server
+kube_api = kube_api_fixture("nodes", "volcano")
 
 
 def with_plugin(server: KubeApiServer, old: str, new: str) -> None:

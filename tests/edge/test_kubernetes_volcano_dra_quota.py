@@ -7,8 +7,6 @@ real Queue CRD."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,24 +17,16 @@ from diagnosis.edge.schedulers.base import SchedulerError
 from diagnosis.edge.schedulers.kubernetes.volcano import VolcanoAdapter
 from tests.core.test_recommend_capacity import starved_team_b
 from tests.support.kube_server import (
-    KubeApiServer,
     adapter_config,
-    load_fixture,
+    kube_api_fixture,
     schema_errors,
-    serving,
     validator,
 )
 
 pytestmark = pytest.mark.kubernetes
 
 
-@pytest.fixture
-def kube_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiServer]:
-    with serving(tmp_path, monkeypatch) as server:
-        server.load(load_fixture("nodes"))
-        server.load(load_fixture("volcano"))
-        server.load(load_fixture("volcano_dra"))
-        yield server
+kube_api = kube_api_fixture("nodes", "volcano", "volcano_dra")
 
 
 def quotas(**config: Any) -> dict[str, dict[str, Any]]:

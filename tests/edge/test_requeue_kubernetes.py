@@ -8,8 +8,6 @@ is a conflict."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -17,16 +15,17 @@ from diagnosis.edge.schedulers.base import SchedulerError
 from diagnosis.edge.schedulers.kubernetes.kai import KaiAdapter
 from diagnosis.edge.schedulers.kubernetes.kueue import KueueAdapter
 from diagnosis.edge.schedulers.kubernetes.volcano import VolcanoAdapter
-from tests.support.kube_server import KubeApiServer, adapter_config, load_fixture, serving
+from tests.support.kube_server import (
+    KubeApiServer,
+    adapter_config,
+    kube_api_fixture,
+    load_fixture,
+)
 
 pytestmark = pytest.mark.kubernetes
 
 
-@pytest.fixture
-def kube_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiServer]:
-    with serving(tmp_path, monkeypatch, versions=("v1beta2",)) as server:
-        server.load(load_fixture("nodes"))
-        yield server
+kube_api = kube_api_fixture("nodes", versions=("v1beta2",))
 
 
 def release(target: str, **extra) -> dict:

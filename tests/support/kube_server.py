@@ -38,9 +38,11 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import jsonschema
+import pytest
 import yaml
 
 from diagnosis.edge.schedulers.kubernetes import client as kube_client
+from tests.conftest import running_in_ci
 
 TESTS = Path(__file__).resolve().parent.parent
 FIXTURES = TESTS / "fixtures" / "kubernetes"
@@ -204,6 +206,31 @@ def serving(
     finally:
         server.stop()
         kube_client.forget_mirrors()
+
+
+def kube_api_fixture(*loads: str, versions: Iterable[str] = (), crds_required: bool = False) -> Any:
+    """A test module's ``kube_api`` fixture: a fresh loopback server (:func:`serving`) holding
+    the objects of the named ``tests/fixtures/kubernetes/<name>.yaml`` files, loaded in order.
+    With ``crds_required``, a server without the shared CRDs (custom objects unvalidated) fails
+    the test under CI=true and skips it elsewhere. A module says only what it serves::
+
+        kube_api = kube_api_fixture("nodes", "volcano")
+    """
+    served = tuple(versions)
+
+    @pytest.fixture
+    def kube_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiServer]:
+        with serving(tmp_path, monkeypatch, versions=served) as server:
+            if crds_required and not server.validators:
+                message = f"no CRDs under {CRD_ROOT}: custom objects go unvalidated"
+                if running_in_ci():
+                    pytest.fail(message, pytrace=False)
+                pytest.skip(message)
+            for name in loads:
+                server.load(load_fixture(name))
+            yield server
+
+    return kube_api
 
 
 def adapter_config(**extra: Any) -> dict[str, Any]:

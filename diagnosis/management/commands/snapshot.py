@@ -6,6 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from diagnosis.actions.enqueue import deferred_impacts
+from diagnosis.actions.records.cycles import full_collections_first
 from diagnosis.actions.records.snapshots import import_snapshot
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.edge.collection import collect_snapshot
@@ -95,7 +96,8 @@ class Command(BaseCommand):
                 returncode=2,
             )
         progress.step(f"reading {path}")
-        snap = self._load(path, storable=True)
+        with full_collections_first():  # decoding makes a million containers, as a cycle does
+            snap = self._load(path, storable=True)
         progress.step(
             f"read {len(snap.nodes)} nodes, {len(snap.gpus)} GPUs, {len(snap.jobs)} jobs; "
             + ("diagnosing and recording the cycle" if diagnose else "storing")

@@ -236,3 +236,16 @@ def test_import_diagnose_clips_a_300_character_job_id_as_a_cycle_does(tmp_path):
     stored = Snapshot.objects.get().load_document()
     assert [len(j["id"]) for j in stored["jobs"]] == [255]
     assert any("clipped to 255" in r for r in stored["collection"]["repaired"])
+
+
+@pytest.mark.django_db
+def test_import_replaces_a_nul_the_json_text_escapes(tmp_path):
+    builder = SnapshotBuilder(cluster="lab").pool("a100", nodes=1)
+    document = builder.job("j1", node="a100-000").document()
+    document["jobs"][0]["name"] = "bad\x00name"
+    path = tmp_path / "nul.json"
+    path.write_text(json.dumps(document))  # the NUL as the escape \u0000
+    call_command("snapshot", "import", str(path), "--diagnose", stdout=StringIO())
+    stored = Snapshot.objects.get().load_document()
+    assert [j["name"] for j in stored["jobs"]] == ["bad\ufffdname"]
+    assert any("NUL" in r for r in stored["collection"]["repaired"])

@@ -106,3 +106,23 @@ def test_every_view_named_by_its_path_exists() -> None:
 def test_a_misnamed_view_is_refused() -> None:
     with pytest.raises(ValueError, match=r"package\.module:name"):
         LazyView("diagnosis.pages.jobs.job_list")
+
+
+@pytest.mark.parametrize("argv", [["check"], ["snapshot", "validate", "missing.json"]])
+def test_manage_py_leaves_its_objects_frozen_for_the_exit_even_when_the_command_fails(argv):
+    script = (
+        "import gc, sys\nsys.path.insert(0, '.')\nimport manage\n"
+        f"sys.argv = ['manage.py', *{argv!r}]\n"
+        "try:\n    manage.main()\nexcept SystemExit:\n    pass\n"
+        "print(gc.get_freeze_count(), file=sys.stderr)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO_ROOT,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert int(result.stderr.strip().splitlines()[-1]) > 10_000

@@ -4,25 +4,19 @@ events stored once however often they are read."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from diagnosis.actions.records.cycles import run_cluster_cycle
 from diagnosis.actions.records.events import record_scheduler_events
 from diagnosis.edge.schedulers.registry import adapter_for
 from diagnosis.models import Cluster, Finding, SchedulerEvent, Snapshot
-from tests.support.kube_server import KubeApiServer, load_fixture, serving
+from tests.support.kube_server import KubeApiServer, kube_api_fixture, load_fixture
 from tests.support.kube_server import adapter_config as config
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.django_db]
 
 
-@pytest.fixture
-def kube_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiServer]:
-    with serving(tmp_path, monkeypatch) as server:
-        yield server
+kube_api = kube_api_fixture()
 
 
 @pytest.fixture

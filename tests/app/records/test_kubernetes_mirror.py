@@ -5,7 +5,6 @@ mirror, so 2 workers of 2 prefork processes make one LIST per resource per clust
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,19 +14,18 @@ from diagnosis.models import Cluster, ClusterCycle
 from diagnosis.tasks import run_cycles
 from gpuobs import celery_app
 from tests.support.kube_mirror import cycle_workers, run_fanned_out_cycles
-from tests.support.kube_server import KubeApiServer, adapter_config, load_fixture, serving
+from tests.support.kube_server import (
+    KubeApiServer,
+    adapter_config,
+    kube_api_fixture,
+)
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.django_db(transaction=True)]
 
 CYCLES = 5
 
 
-@pytest.fixture
-def kube_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiServer]:
-    with serving(tmp_path, monkeypatch) as server:
-        server.load(load_fixture("nodes"))
-        server.load(load_fixture("volcano"))
-        yield server
+kube_api = kube_api_fixture("nodes", "volcano")
 
 
 @pytest.fixture

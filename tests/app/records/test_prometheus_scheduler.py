@@ -5,26 +5,20 @@ Prometheus for every GPU's metrics."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from diagnosis.actions.records.cycles import run_cluster_cycle
 from diagnosis.models import Cluster, SchedulerEvent
-from tests.support.kube_server import KubeApiServer, load_fixture, serving
 from tests.support.kube_server import adapter_config as kube_config
+from tests.support.kube_server import kube_api_fixture, load_fixture
 from tests.support.prometheus_fixtures import STEP, History, start_prometheus
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kubernetes, pytest.mark.django_db]
 
 
-@pytest.fixture
-def kube_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiServer]:
-    with serving(tmp_path, monkeypatch) as server:
-        server.load(load_fixture("nodes"))
-        server.load(load_fixture("volcano"))
-        yield server
+kube_api = kube_api_fixture("nodes", "volcano")
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +17,15 @@ from django.core.management.base import CommandError
 from diagnosis.core import snapshot
 from tests.edge.slurm.conftest import slurm, slurm_cluster, slurm_config  # noqa: F401 (fixtures)
 from tests.edge.test_yarn import routes as yarn_routes
-from tests.support.kube_server import KubeApiServer, adapter_config, load_fixture, serving
+from tests.support.kube_server import (
+    KubeApiServer,
+    adapter_config,
+    kube_api_fixture,
+    load_fixture,
+)
 from tests.support.rest_server import serving as rest_serving
 
-
-@pytest.fixture
-def kube_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiServer]:
-    with serving(tmp_path, monkeypatch, versions=("v1beta2",)) as server:
-        server.load(load_fixture("nodes"))
-        yield server
+kube_api = kube_api_fixture("nodes", versions=("v1beta2",))
 
 
 def config_file(tmp_path: Path, config: Any) -> str:

@@ -4,15 +4,12 @@ records what it repaired."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from diagnosis.actions.records.cycles import run_cluster_cycle
 from diagnosis.models import Job
-from tests.support.kube_server import KubeApiServer, load_fixture, serving
 from tests.support.kube_server import adapter_config as config
+from tests.support.kube_server import kube_api_fixture, load_fixture
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.django_db]
 
@@ -20,10 +17,7 @@ NAMESPACE = "n" * 63
 NAME = "x" * 253  # both at Kubernetes' limits: the job id is 317 characters
 
 
-@pytest.fixture
-def kube_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiServer]:
-    with serving(tmp_path, monkeypatch) as server:
-        yield server
+kube_api = kube_api_fixture()
 
 
 def test_a_job_id_over_255_characters_is_clipped_and_the_cycle_succeeds(kube_api, make_cluster):

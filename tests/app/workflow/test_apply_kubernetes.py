@@ -7,8 +7,7 @@ gets ``409 Conflict`` and stops the apply; a value changed by hand stops it befo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,9 +17,13 @@ from diagnosis.actions.workflow.apply import perform_apply
 from diagnosis.actions.workflow.base import TransientApplyError
 from diagnosis.actions.workflow.review import request_apply
 from diagnosis.models import AuditEntry, Cluster
-from tests.conftest import running_in_ci
 from tests.support import kube_server
-from tests.support.kube_server import KubeApiServer, adapter_config, load_fixture, serving
+from tests.support.kube_server import (
+    KubeApiServer,
+    adapter_config,
+    kube_api_fixture,
+    load_fixture,
+)
 from tests.support.records import make_recommendation
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.django_db]
@@ -29,15 +32,7 @@ A100 = "pool:NVIDIA-A100-SXM4-80GB"
 CONFIGMAP = ("volcano-scheduler-configmap", "volcano-system")
 
 
-@pytest.fixture
-def kube_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeApiServer]:
-    with serving(tmp_path, monkeypatch) as server:
-        if not server.validators:
-            message = f"no CRDs under {kube_server.CRD_ROOT}: custom objects go unvalidated"
-            if running_in_ci():
-                pytest.fail(message, pytrace=False)
-            pytest.skip(message)
-        yield server
+kube_api = kube_api_fixture(crds_required=True)
 
 
 @pytest.fixture
