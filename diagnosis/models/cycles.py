@@ -13,7 +13,7 @@ from typing import Any
 from django.db import models
 from django.utils import timezone
 
-from diagnosis.core.snapshot_index import BuiltIndex, build_index
+from diagnosis.core.snapshot_index import BuiltIndex
 from diagnosis.core.vocabulary import SNAPSHOT_FORMAT, parse_time, time_problem
 from diagnosis.models.inventory import Cluster
 
@@ -117,10 +117,10 @@ def _compress_and_index(document: dict[str, Any]) -> tuple[int, bytes, BuiltInde
     the caller waits on the database, ~0.6 s at 131,072 GPUs), and changes only after
     :meth:`CompressingSnapshot.save` has waited for this."""
     # the snapshot package (pandas) when a snapshot is stored, not at every start-up (#35)
-    from diagnosis.core.snapshot.dump import encode  # noqa: PLC0415 -- start-up, #35
+    from diagnosis.core.snapshot.dump import encode_indexed  # noqa: PLC0415 -- start-up, #35
 
-    encoded = encode(document)
-    return len(encoded), zlib.compress(encoded, 6), build_index(document)
+    encoded, index = encode_indexed(document)
+    return len(encoded), zlib.compress(encoded, 6), index
 
 
 class ClusterCycle(ClusterTimeline):
