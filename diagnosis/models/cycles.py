@@ -123,12 +123,16 @@ def _write_bytes(snapshot: Snapshot, values: dict[str, bytes]) -> None:
 
     connection = connections[snapshot._state.db]
     quote = connection.ops.quote_name
-    columns = ", ".join(f"{quote(Snapshot._meta.get_field(name).column)} = %s" for name in values)
+    fields = [Snapshot._meta.get_field(name) for name in values]
+    columns = ", ".join(f"{quote(field.column)} = %s" for field in fields)
+    params = [
+        f.get_db_prep_value(v, connection) for f, v in zip(fields, values.values(), strict=True)
+    ]
     connection.ensure_connection()
     with connection.make_cursor(ServerBindingCursor(connection.connection)) as cursor:
         cursor.execute(
             f"UPDATE {quote(Snapshot._meta.db_table)} SET {columns} WHERE id = %s",  # noqa: S608
-            [*values.values(), snapshot.pk],
+            [*params, snapshot.pk],
         )
     for name, value in values.items():
         setattr(snapshot, name, value)
