@@ -101,7 +101,7 @@ class CompressingSnapshot:
         json_bytes, compressed, index = self._compressed.result()
         stored = {"document": compressed, "index_header": index.header, "index_body": index.body}
         binary = connections[router.db_for_write(Snapshot)].vendor == "postgresql"
-        with transaction.atomic():
+        with transaction.atomic(savepoint=False):  # the row and its bytes, or neither
             snapshot = Snapshot.objects.create(
                 cluster=self.cluster,
                 as_of=self.as_of,
