@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._goals import goal  # noqa: E402
-from bench.prometheus import GPUS_PER_NODE, backfill, scheduler_doc  # noqa: E402
+from bench.prometheus import GPUS_PER_NODE, backfill, scheduler_doc, start_prometheus  # noqa: E402
 from diagnosis.edge.sources.prometheus import PrometheusConfig, collect_document  # noqa: E402
 from diagnosis.edge.sources.prometheus.metrics import forget_detections  # noqa: E402
 from diagnosis.edge.sources.prometheus.queries import family_queries  # noqa: E402
@@ -51,35 +51,12 @@ from diagnosis.edge.sources.prometheus.recording import (  # noqa: E402
     rules_yaml,
 )
 from tests.support.processes import (  # noqa: E402
-    free_port,
-    prometheus_args,
-    start_logged,
     stop_group,
-    wait_until,
 )
 
 WINDOW_S = 900
 STEP = 15
 INTERVAL_S = 60.0  # the shipped rules' interval
-
-
-def start(base: Path, data: Path) -> tuple[subprocess.Popen, str]:
-    (base / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
-    port = free_port()
-    process = start_logged(
-        prometheus_args(shutil.which("prometheus"), base, data, port),
-        base / "prometheus.log",
-        mode="wb",
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise RuntimeError((base / "prometheus.log").read_text()[-2000:])
-        return requests.get(f"{url}/-/ready", timeout=2).status_code == 200
-
-    wait_until(ready, "Prometheus to be ready", timeout=300)
-    return process, url
 
 
 def record(base: Path, url: str, t0: float) -> tuple[Path, float]:
@@ -206,7 +183,7 @@ def main() -> int:
             meta.write_text(json.dumps({"gpus": gpus, "t0": t0, "samples": samples}))
             print(f"backfilled {gpus} GPUs: {samples:,} samples in {took:.1f} s")
         data = base / "tsdb"
-        process, url = start(base, data)
+        process, url = start_prometheus(base, data)
         if not (base / "recorded-in").is_file():
             blocks, promtool_s = record(base, url, t0)
             stop_group(process, timeout=60)
@@ -215,7 +192,7 @@ def main() -> int:
                 if (block / "meta.json").is_file():
                     shutil.move(str(block), data / block.name)
             (base / "recorded-in").write_text(f"{promtool_s:.2f}")
-            process, url = start(base, data)
+            process, url = start_prometheus(base, data)
         promtool_s = float((base / "recorded-in").read_text())
         at = evaluated_at(url, t0)
         config = PrometheusConfig.parse({"url": url, "matchers": {"cluster": "bench"}})
