@@ -402,7 +402,8 @@ def summarize(result: dict[str, Any]) -> bool:
                 f"steady stored cycle at {gpus:,} GPUs",
                 median,
                 LARGE_BUDGET_S,
-                detail=f"wall, median of cycles 5..{rows[-1]['cycle']}; {cpu:.2f} s CPU",
+                detail=f"wall, median of cycles {steady[0]['cycle']}..{steady[-1]['cycle']}; "
+                f"{cpu:.2f} s CPU",
             )
             and ok
         )
