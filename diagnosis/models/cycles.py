@@ -4,11 +4,21 @@ accounting and coverage.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
+import logging
+import os
+import select
+import signal
+import struct
+import tempfile
+import time
 import zlib
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.db import connections, models, router, transaction
 from django.utils import timezone
@@ -17,12 +27,17 @@ from diagnosis.core.snapshot_index import BuiltIndex
 from diagnosis.core.vocabulary import SNAPSHOT_FORMAT, parse_time, time_problem
 from diagnosis.models.inventory import Cluster
 
+if TYPE_CHECKING:
+    from diagnosis.core.snapshot.frame import ClusterSnapshot
+
+logger = logging.getLogger(__name__)
+
 
 class SnapshotDocumentError(ValueError):
     """A snapshot document lacks a field that storing it needs, or has it in the wrong form."""
 
 
-def _document_as_of(document: dict[str, Any]) -> datetime:
+def _document_as_of(document: Mapping[str, Any]) -> datetime:
     raw = document.get("as_of")
     if raw is None:
         raise SnapshotDocumentError("snapshot document has no 'as_of'")
@@ -76,6 +91,21 @@ class Snapshot(ClusterTimeline):
         GIL) while the caller goes on; :meth:`CompressingSnapshot.save` stores the row."""
         return CompressingSnapshot(cluster, document)
 
+    @classmethod
+    def dumping(cls, cluster: Cluster, snap: ClusterSnapshot) -> CompressingSnapshot:
+        """Start storing a cycle's snapshot, its document named after ``cluster``: a big one
+        dumped, encoded, indexed and compressed in a forked process (:class:`_ForkedDump`)
+        while the caller goes on, a small one dumped here and compressed in a thread."""
+        from diagnosis.core.snapshot.dump import dump, lazy_dump  # noqa: PLC0415 -- start-up
+
+        forked = _ForkedDump.start(snap, cluster.name) if len(snap.gpus) >= FORKED_GPUS else None
+        if forked is None:
+            return CompressingSnapshot(cluster, dump(snap, cluster=cluster.name))
+        # what the cycle reads of the document meanwhile (on-call's nodes, GPUs' health,
+        # events), built here from the frames; its other parts only if they are read
+        view = lazy_dump(snap, cluster=cluster.name, gpu_metrics=False)
+        return CompressingSnapshot(cluster, view, compressed=forked)
+
     def load_document(self) -> dict[str, Any]:
         """The document as it was stored."""
         return json.loads(zlib.decompress(bytes(self.document)))
@@ -83,18 +113,30 @@ class Snapshot(ClusterTimeline):
 
 _COMPRESSOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuobs-snapshot-zlib")
 
+StoredParts = tuple[int, bytes, BuiltIndex]
+"""A document as it is stored: the size of its JSON, the JSON compressed, its index."""
+
 
 class CompressingSnapshot:
     """A snapshot document on its way to a :class:`Snapshot` row: its JSON compressed in a
     background thread -- ~0.13 s at 16,384 GPUs, ~1.1 s at 131,072, time a cycle spends
     recording its findings meanwhile (issue #17) -- and its index built there too (~0.25 s of
-    CPU at 16,384 GPUs, mostly while the cycle waits on the database: issue #35)."""
+    CPU at 16,384 GPUs, mostly while the cycle waits on the database: issue #35); or, given
+    ``compressed``, made by it (:meth:`Snapshot.dumping`). ``document`` is what the caller
+    reads of it meanwhile."""
 
-    def __init__(self, cluster: Cluster, document: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        document: Mapping[str, Any],
+        *,
+        compressed: _ForkedDump | None = None,
+    ) -> None:
         self.cluster = cluster
+        self.document = document
         self.as_of = _document_as_of(document)
         self.format = document.get("format", SNAPSHOT_FORMAT)
-        self._compressed = _COMPRESSOR.submit(_compress_and_index, document)
+        self._compressed = compressed or _COMPRESSOR.submit(_compress_and_index, document)
 
     def save(self) -> Snapshot:
         """Wait for the compression and store the row."""
@@ -113,6 +155,156 @@ class CompressingSnapshot:
             if binary:
                 _write_bytes(snapshot, stored)
         return snapshot
+
+
+# A snapshot of this many GPUs or more is dumped in a forked process (a smaller one's dump
+# costs less than the fork: ~0.1 s at 2,048 GPUs).
+FORKED_GPUS = 2048
+# How long a forked dump may take (~5 s of CPU at 131,072 GPUs) before it is killed and the
+# snapshot dumped in-process.
+FORKED_DUMP_TIMEOUT_S = 120.0
+
+
+class _ForkedDump:
+    """A snapshot dumped, encoded, indexed and compressed in a forked child process: its ~10 s
+    of CPU at 131,072 GPUs, the cycle's slowest step, off the cycle's thread and out of its
+    GIL while the cycle diagnoses and records (2 cores: issue #35). The child runs pure-core
+    code only (no Django, no logging, no database: it holds no lock a parent's thread may
+    have held at the fork), writes the parts to an unlinked temporary file, a byte to a pipe
+    and exits (``os._exit``). :meth:`result` waits for that byte (or the pipe's end: a child
+    that died) and reaps the child; a child that failed or ran past
+    :data:`FORKED_DUMP_TIMEOUT_S` is logged, and the snapshot is dumped in-process: a cycle
+    always stores its snapshot."""
+
+    def __init__(self, snap: ClusterSnapshot, cluster: str, pid: int, done: int, out: int):
+        self._snap, self._cluster = snap, cluster
+        self._pid: int | None = pid
+        self._done, self._out = done, out
+        self._started = time.monotonic()
+
+    @classmethod
+    def start(cls, snap: ClusterSnapshot, cluster: str) -> _ForkedDump | None:
+        """The child started, or None where this process cannot fork (the caller dumps
+        in-process)."""
+        if not hasattr(os, "fork"):
+            return None
+        out, path = tempfile.mkstemp(prefix="gpuobs-snapshot-")
+        os.unlink(path)  # gone with its last descriptor
+        done, told = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError as error:
+            logger.warning("snapshot of cluster %s dumped in-process: %s", cluster, error)
+            for fd in (out, done, told):
+                os.close(fd)
+            return None
+        if pid == 0:  # pragma: no cover -- the child (its coverage is not collected)
+            _run_child(snap, cluster, out, told)
+        os.close(told)
+        return cls(snap, cluster, pid, done, out)
+
+    def result(self) -> StoredParts:
+        """The stored parts (made in-process when the child did not make them)."""
+        try:
+            parts, why = self._wait()
+        finally:
+            self._close()
+        if parts is not None:
+            return parts
+        logger.warning("snapshot of cluster %s dumped in-process: %s", self._cluster, why)
+        from diagnosis.core.snapshot.dump import dump  # noqa: PLC0415 -- start-up, #35
+
+        return _compress_and_index(dump(self._snap, cluster=self._cluster))
+
+    def _wait(self) -> tuple[StoredParts | None, str]:
+        left = FORKED_DUMP_TIMEOUT_S - (time.monotonic() - self._started)
+        ready, _, _ = select.select([self._done], [], [], max(left, 0.0))
+        told = os.read(self._done, 1) if ready else b""
+        if not ready:
+            os.kill(self._pid, signal.SIGKILL)
+        status = _reap(self._pid)
+        self._pid = None
+        if told != _DONE:
+            why = "its child process " + (
+                f"ran past {FORKED_DUMP_TIMEOUT_S:g} s" if not ready else f"failed ({status})"
+            )
+            return None, why
+        try:
+            return _read_parts(self._out), ""
+        except (OSError, ValueError) as error:
+            return None, f"its child process's output is unreadable ({error})"
+
+    def _close(self) -> None:
+        if self._pid is not None:  # not waited for: killed, not left running or a zombie
+            with contextlib.suppress(OSError):
+                os.kill(self._pid, signal.SIGKILL)
+            _reap(self._pid)
+            self._pid = None
+        if self._done >= 0:
+            os.close(self._done)
+            os.close(self._out)
+            self._done = self._out = -1
+
+    def __del__(self) -> None:
+        """A cycle that failed before it saved: its child is ended and reaped."""
+        self._close()
+
+
+_DONE = b"\x01"
+_SIZES = struct.Struct("<4Q")  # the JSON's size, then the lengths of the three parts
+
+
+def _run_child(snap: ClusterSnapshot, cluster: str, out: int, told: int) -> NoReturn:
+    """The forked child: dump, encode, index and compress, write, exit (never returns)."""
+    code = 1
+    try:
+        gc.disable()  # short-lived; a collection would touch (and copy) the parent's pages
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(int(FORKED_DUMP_TIMEOUT_S) + 1)  # if the parent is gone, it still ends
+        from diagnosis.core.snapshot.dump import dump  # noqa: PLC0415 -- start-up, #35
+
+        json_bytes, compressed, index = _compress_and_index(dump(snap, cluster=cluster))
+        parts = (compressed, index.header, index.body)
+        _write_all(out, _SIZES.pack(json_bytes, *(len(p) for p in parts)))
+        for part in parts:
+            _write_all(out, part)
+        _write_all(told, _DONE)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_parts(fd: int) -> StoredParts:
+    size = os.fstat(fd).st_size
+    head = os.pread(fd, _SIZES.size, 0)
+    if len(head) != _SIZES.size:
+        raise ValueError("cut short")
+    json_bytes, *lengths = _SIZES.unpack(head)
+    if _SIZES.size + sum(lengths) != size:
+        raise ValueError(f"{size} bytes, not {_SIZES.size + sum(lengths)}")
+    offset, parts = _SIZES.size, []
+    for length in lengths:
+        parts.append(os.pread(fd, length, offset))
+        offset += length
+    compressed, header, body = parts
+    return json_bytes, compressed, BuiltIndex(header, body)
+
+
+def _reap(pid: int) -> str:
+    """Wait for a child to exit; how it ended."""
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:  # reaped elsewhere (a SIGCHLD handler)
+        return "reaped elsewhere"
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}"
 
 
 def _write_bytes(snapshot: Snapshot, values: dict[str, bytes]) -> None:
@@ -138,7 +330,7 @@ def _write_bytes(snapshot: Snapshot, values: dict[str, bytes]) -> None:
         setattr(snapshot, name, value)
 
 
-def _compress_and_index(document: dict[str, Any]) -> tuple[int, bytes, BuiltIndex]:
+def _compress_and_index(document: Mapping[str, Any]) -> StoredParts:
     """The size of the document's JSON, the stored document and its index. ``document`` is
     read here while the caller records the findings (encoded here too: its Python runs while
     the caller waits on the database, ~0.6 s at 131,072 GPUs), and changes only after

@@ -350,6 +350,8 @@ def record_cycle_steps(
         only = [
             r for r, rule in all_rules().items() if rule.enabled_by_default and r not in skipped
         ]
+    with steps.timed("snapshot"):  # stored while the cycle diagnoses and records (#35)
+        compressing = Snapshot.dumping(cluster, snap)
     with steps.timed("diagnose"):
         diagnosis, accounting = diagnose(snap, cluster_overrides(cluster), only=only)
     report = accounting.as_dict()["cluster"]
@@ -359,13 +361,9 @@ def record_cycle_steps(
         by_severity[finding.severity] = by_severity.get(finding.severity, 0) + 1
     with transaction.atomic():
         now = timezone.now()
-        with steps.timed("snapshot"):
-            document = snapshot_format.dump(snap)
-            document["cluster"] = cluster.name  # an imported file may name another cluster
-            compressing = Snapshot.compressing(cluster, document)
         with steps.timed("findings"):
             recorded = record_findings(cluster, diagnosis)
-        with steps.timed("snapshot"):  # its compression ran while the findings were recorded
+        with steps.timed("snapshot"):
             stored = compressing.save()
         steps.record("findings_written", recorded.as_dict())
         as_of = snap.as_of.to_pydatetime()
@@ -396,7 +394,7 @@ def record_cycle_steps(
             record_accounting_slice(cycle)  # the overview's waterfall rows
             add_cycle_to_hours(cycle)  # the fairness report's hourly rows
         with steps.timed("incidents"):
-            record_cycle_incidents(cluster, document, diagnosis, stored)  # on-call's (#16)
+            record_cycle_incidents(cluster, compressing.document, diagnosis, stored)  # #16
         problems = [f"rule {e.rule} failed: {e.message}" for e in diagnosis.errors]
         problems += _collection_problems(collection, skipped)
         _save_status(

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -21,56 +22,102 @@ from diagnosis.core.snapshot_index import BuiltIndex, build_index, encode_with_i
 from diagnosis.core.vocabulary import SNAPSHOT_FORMAT
 
 
-def dump(snapshot: ClusterSnapshot) -> dict[str, Any]:
-    """The ``gpuobs.snapshot/v1`` document of a snapshot; ``load(dump(s))`` equals ``s``.
+def dump(snapshot: ClusterSnapshot, *, cluster: str | None = None) -> dict[str, Any]:
+    """The ``gpuobs.snapshot/v1`` document of a snapshot; ``load(dump(s))`` equals ``s``
+    (``cluster``: another cluster's name in it).
 
     Built column by column (each frame column read once as a Python list), not row by row:
     at 16,384 GPUs / 20,000 jobs a cycle stores this document every minute (issue #17).
     """
-    queues = snapshot.queues
-    events = snapshot.events
-    document: dict[str, Any] = {
-        "format": SNAPSHOT_FORMAT,
-        "cluster": snapshot.cluster,
-        "as_of": format_time(snapshot.as_of),
-        "window_s": int(snapshot.window_s),
-        "scheduler": dict(snapshot.scheduler),
-        "nodes": _dump_nodes(snapshot),
-        "gpus": _dump_gpus(snapshot),
-        "queues": [
-            _drop_none(
-                {
-                    "name": name,
-                    "tenant": _text(tenant),
-                    "weight": _plain(weight),
-                    "deserved_gpus": _plain(deserved),
-                    "capability_gpus": _plain(capability),
-                }
-            )
-            for name, tenant, weight, deserved, capability in zip(
-                *_columns(queues, "name", "tenant", "weight", "deserved_gpus", "capability_gpus"),
-                strict=True,
-            )
-        ],
-        "jobs": _dump_jobs(snapshot),
-        "events": [
-            {
-                "time": time,
-                "kind": kind,
-                "job": _text(job),
-                "node": _text(node),
-                "reason": _text(reason),
-                "message": _text(message),
-            }
-            for time, kind, job, node, reason, message in zip(
-                _times(events["time"]),
-                *_columns(events, "kind", "job", "node", "reason", "message"),
-                strict=True,
-            )
-        ],
+    return dict(lazy_dump(snapshot, cluster=cluster))
+
+
+def lazy_dump(
+    snapshot: ClusterSnapshot, *, cluster: str | None = None, gpu_metrics: bool = True
+) -> Mapping[str, Any]:
+    """:func:`dump`'s document, each part built from the frames when it is first read: what
+    a reader of a few parts needs without the rest (on-call reads the nodes, the GPUs' health
+    and the events while the whole document is dumped in another process: issue #35). Without
+    ``gpu_metrics`` its GPU entries lack their metrics."""
+    parts: dict[str, Callable[[ClusterSnapshot], Any]] = {
+        "format": lambda _: SNAPSHOT_FORMAT,
+        "cluster": lambda s: s.cluster,
+        "as_of": lambda s: format_time(s.as_of),
+        "window_s": lambda s: int(s.window_s),
+        "scheduler": lambda s: dict(s.scheduler),
+        "nodes": _dump_nodes,
+        "gpus": functools.partial(_dump_gpus, metrics=gpu_metrics),
+        "queues": _dump_queues,
+        "jobs": _dump_jobs,
+        "events": _dump_events,
     }
-    document.update(snapshot.extra)
-    return document
+    parts.update({key: functools.partial(_as_is, value) for key, value in snapshot.extra.items()})
+    if cluster is not None:
+        parts["cluster"] = functools.partial(_as_is, cluster)
+    return _LazyDocument(snapshot, parts)
+
+
+class _LazyDocument(Mapping[str, Any]):
+    def __init__(
+        self, snapshot: ClusterSnapshot, parts: dict[str, Callable[[ClusterSnapshot], Any]]
+    ) -> None:
+        self._snapshot = snapshot
+        self._parts = parts
+        self._built: dict[str, Any] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._built:
+            self._built[key] = self._parts[key](self._snapshot)
+        return self._built[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._parts)
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+
+def _as_is(value: Any, _snapshot: ClusterSnapshot) -> Any:
+    return value
+
+
+def _dump_queues(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
+    return [
+        _drop_none(
+            {
+                "name": name,
+                "tenant": _text(tenant),
+                "weight": _plain(weight),
+                "deserved_gpus": _plain(deserved),
+                "capability_gpus": _plain(capability),
+            }
+        )
+        for name, tenant, weight, deserved, capability in zip(
+            *_columns(
+                snapshot.queues, "name", "tenant", "weight", "deserved_gpus", "capability_gpus"
+            ),
+            strict=True,
+        )
+    ]
+
+
+def _dump_events(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
+    events = snapshot.events
+    return [
+        {
+            "time": time,
+            "kind": kind,
+            "job": _text(job),
+            "node": _text(node),
+            "reason": _text(reason),
+            "message": _text(message),
+        }
+        for time, kind, job, node, reason, message in zip(
+            _times(events["time"]),
+            *_columns(events, "kind", "job", "node", "reason", "message"),
+            strict=True,
+        )
+    ]
 
 
 def dumps(snapshot: ClusterSnapshot, *, indent: int | None = None) -> str:
@@ -172,7 +219,7 @@ def _dump_nodes(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
     return nodes
 
 
-def _dump_gpus(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
+def _dump_gpus(snapshot: ClusterSnapshot, *, metrics: bool = True) -> list[dict[str, Any]]:
     gpus = snapshot.gpus
     gpus = gpus[gpus["reported"].to_numpy(dtype=bool)]
     xids: dict[tuple[str, int], list[dict[str, Any]]] = {}
@@ -233,7 +280,7 @@ def _dump_gpus(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
                 }
             )
         out.append(entry)
-    for column in gpus.columns:
+    for column in gpus.columns if metrics else ():
         if column in GPU_BASE_COLUMNS:
             continue
         metric, stat = column.rsplit("_", 1)
