@@ -14,6 +14,7 @@ import signal
 import struct
 import tempfile
 import time
+import warnings
 import zlib
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -188,14 +189,17 @@ class _ForkedDump:
         in-process)."""
         if not hasattr(os, "fork"):
             return None
-        out, path = tempfile.mkstemp(prefix="gpuobs-snapshot-")
-        os.unlink(path)  # gone with its last descriptor
-        done, told = os.pipe()
+        fds: list[int] = []
         try:
+            out, path = tempfile.mkstemp(prefix="gpuobs-snapshot-")
+            fds.append(out)
+            os.unlink(path)  # gone with its last descriptor
+            fds += os.pipe()
+            done, told = fds[1:]
             pid = os.fork()
-        except OSError as error:
+        except OSError as error:  # no temporary file, no descriptors, no memory to fork
             logger.warning("snapshot of cluster %s dumped in-process: %s", cluster, error)
-            for fd in (out, done, told):
+            for fd in fds:
                 os.close(fd)
             return None
         if pid == 0:  # pragma: no cover -- the child (its coverage is not collected)
@@ -259,6 +263,7 @@ def _run_child(snap: ClusterSnapshot, cluster: str, out: int, told: int) -> NoRe
     code = 1
     try:
         gc.disable()  # short-lived; a collection would touch (and copy) the parent's pages
+        warnings.simplefilter("ignore")  # Django sends warnings to logging: not in the child
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
         signal.alarm(int(FORKED_DUMP_TIMEOUT_S) + 1)  # if the parent is gone, it still ends
         from diagnosis.core.snapshot.dump import dump  # noqa: PLC0415 -- start-up, #35

@@ -6,7 +6,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 from diagnosis.core import snapshot as snapshot_format
-from diagnosis.core.incident_hits import hit_jobs_from_history, jobs_by_node, on_node
+from diagnosis.core.incident_hits import (
+    hit_jobs_from_history,
+    jobs_by_node,
+    jobs_by_node_from_index,
+    on_node,
+)
+from diagnosis.core.snapshot_index import SnapshotIndex, build_index
 from tests.support.builders import AS_OF, SnapshotBuilder
 
 
@@ -26,3 +32,16 @@ def test_the_node_index_finds_the_jobs_the_whole_documents_give() -> None:
         whole = hit_jobs_from_history(node, gpu, AS_OF, documents, [])
         indexed = [on_node(jobs_by_node(d), node) for d in documents]
         assert hit_jobs_from_history(node, gpu, AS_OF, indexed, []) == whole
+
+
+def test_a_stored_index_finds_the_jobs_the_whole_document_gives() -> None:
+    document = _document(1)
+    built = build_index(document)
+    index = SnapshotIndex.in_memory(built.header, built.body)
+
+    from_index = jobs_by_node_from_index(document, index)
+    whole = jobs_by_node(document)
+    for node in ("n1", "n2", "n3"):
+        assert on_node(from_index, node) == on_node(whole, node)
+    assert on_node(from_index, "n1")["jobs"]
+    assert from_index["events"] == whole["events"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 
 from diagnosis.core import snapshot as fmt
 from tests.support.builders import SnapshotBuilder
+
+dump_module = importlib.import_module("diagnosis.core.snapshot.dump")  # not the function
 
 EXAMPLE_DOCUMENT = Path(__file__).parent.parent / "fixtures" / "example_snapshot.json"
 
@@ -104,6 +107,24 @@ def test_unknown_optional_fields_are_kept_out_of_the_frames_but_do_not_fail():
     document["nodes"][0]["rack"] = "r1"
     snap = fmt.load(document)
     assert "color" not in snap.jobs.columns
+
+
+def test_a_lazy_dump_is_the_dump_part_by_part_and_builds_only_what_is_read(monkeypatch):
+    snap = fmt.load({**design_document(), "collection": {"coverage": 0.9}})
+    whole = fmt.dump(snap, cluster="renamed")
+    built: list[str] = []
+    jobs = dump_module._dump_jobs
+    monkeypatch.setattr(dump_module, "_dump_jobs", lambda s: built.append("jobs") or jobs(s))
+
+    lazy = dump_module.lazy_dump(snap, cluster="renamed")
+
+    assert lazy["nodes"] == whole["nodes"]
+    assert built == []
+    assert list(lazy) == list(whole)
+    assert whole["cluster"] == "renamed"
+    assert whole["collection"] == {"coverage": 0.9}
+    assert dict(lazy) == whole
+    assert built == ["jobs"]
 
 
 # -- one test per class of validation error ------------------------------------------------------

@@ -50,6 +50,7 @@ from diagnosis.choices import IncidentState
 from diagnosis.core import xid_catalog
 from diagnosis.core.incident_hits import HIT_WINDOW, NodeView, node_view
 from diagnosis.core.rules.registry import all_rules
+from diagnosis.core.snapshot_index import SnapshotIndex
 from diagnosis.core.vocabulary import UNAVAILABLE_NODE_STATES, parse_time
 from diagnosis.models import (
     Cluster,
@@ -219,7 +220,10 @@ def record_incidents(
 
     as_of = parse_time(document["as_of"])
     stats = {"opened": 0, "resolved": 0}
-    loaded = DecodedSnapshots({stored.pk: document} if stored is not None else None)
+    loaded = DecodedSnapshots(
+        {stored.pk: document} if stored is not None else None,
+        indexes={stored.pk: _index_of(stored)} if stored and stored.index_header else None,
+    )
     # one incident per GPU and episode: an unresolved Alertmanager incident of the GPU takes the
     # rule's finding instead of a second incident (keys of the rule's own come last: they win)
     rows = list(
@@ -296,6 +300,11 @@ def record_incidents(
         _follow(incident, document, as_of, stats, loaded, nodes)
     _note_recent_drains(cluster, document, as_of, nodes)
     return stats
+
+
+def _index_of(stored: Snapshot) -> SnapshotIndex:
+    """The index a snapshot row was stored with, read from memory."""
+    return SnapshotIndex.in_memory(bytes(stored.index_header), bytes(stored.index_body))
 
 
 def unhealthy_nodes(document: Mapping[str, Any]) -> dict[str, int]:

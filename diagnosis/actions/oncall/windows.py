@@ -17,7 +17,14 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from diagnosis.core.incident_hits import HIT_WINDOW, hit_jobs_from_history, jobs_by_node, on_node
+from diagnosis.core.incident_hits import (
+    HIT_WINDOW,
+    hit_jobs_from_history,
+    jobs_by_node,
+    jobs_by_node_from_index,
+    on_node,
+)
+from diagnosis.core.snapshot_index import SnapshotIndex
 from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import Cluster, Job, SchedulerEvent, Snapshot
 
@@ -33,10 +40,18 @@ class DecodedSnapshots:
     follows -- the window snapshots' rows, the stored scheduler events of their nodes and the
     jobs they hit, each read in one query for all of them instead of a few per incident (at
     131,072 GPUs a cycle follows hundreds). ``at_hand`` are documents the caller holds already
-    (the cycle's own snapshot, just stored): indexed from memory, never decoded again."""
+    (the cycle's own snapshot, just stored): indexed from memory, never decoded again; their
+    jobs read by node from their stored index where ``indexes`` has it
+    (:func:`~diagnosis.core.incident_hits.jobs_by_node_from_index`)."""
 
-    def __init__(self, at_hand: Mapping[int, Mapping[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        at_hand: Mapping[int, Mapping[str, Any]] | None = None,
+        *,
+        indexes: Mapping[int, SnapshotIndex] | None = None,
+    ) -> None:
         self._at_hand = dict(at_hand or {})
+        self._indexes = dict(indexes or {})
         self._indexed: dict[int, dict[str, Any]] = {}
         self._span: tuple[datetime, datetime] | None = None
         self._snapshots: list[Snapshot] = []
@@ -46,8 +61,12 @@ class DecodedSnapshots:
 
     def indexed(self, snapshot: Snapshot) -> dict[str, Any]:
         if snapshot.pk not in self._indexed:
-            document = self._at_hand.pop(snapshot.pk, None) or snapshot.load_document()
-            self._indexed[snapshot.pk] = jobs_by_node(document)
+            document = self._at_hand.pop(snapshot.pk, None)
+            index = self._indexes.pop(snapshot.pk, None)
+            if document is not None and index is not None:
+                self._indexed[snapshot.pk] = jobs_by_node_from_index(document, index)
+            else:
+                self._indexed[snapshot.pk] = jobs_by_node(document or snapshot.load_document())
         return self._indexed[snapshot.pk]
 
     def prefetch(self, cluster: Cluster, faults: Iterable[tuple[str, datetime]]) -> None:
