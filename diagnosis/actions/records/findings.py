@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -143,6 +143,12 @@ _INSERTED_COLUMNS = (
     *_WRITTEN_COLUMNS,
 )
 _EVENT_COLUMNS = ("finding_id", "time", "from_state", "to_state", "snapshot_as_of")
+# Positions in a stored row as read (_TRACKED_COLUMNS): a cycle reads these of every row, and
+# makes a _Stored only of the few whose lifecycle it advances.
+_STATE, _LAST_SEEN, _DIGEST, _SEEN_ON_CLOCK, _HIT_ON_CLOCK = (
+    _TRACKED_COLUMNS.index(column)
+    for column in ("state", "last_seen", "evidence_digest", "seen_on_clock", "hit_on_clock")
+)
 
 
 @dataclass
@@ -190,23 +196,48 @@ CLOCK_KEYS = frozenset({"runtime_s", "wait_s", "hold_s"})
 CLOCK_STEP = 1.25
 
 
-_CLOCK_VALUE = re.compile(r'"(?:' + "|".join(sorted(CLOCK_KEYS)) + r')":(-?[0-9][0-9.eE+-]*)')
+# A clock key and its number as the digest's JSON text has them (bytes: the text is UTF-8, whose
+# multi-byte characters never contain an ASCII byte). A key inside a string never matches: its
+# quotes are escaped there.
+_CLOCK_VALUE = re.compile(
+    rb'("(?:' + "|".join(sorted(CLOCK_KEYS)).encode() + rb')":)(-?[0-9][0-9.eE+-]*)'
+)
 
 
-def _clock_step(match: re.Match[str]) -> str:
-    seconds = max(float(match.group(1)), 1.0)
-    return f"{match.group(0)[: -len(match.group(1))]}{int(math.log(seconds / 60 + 1, CLOCK_STEP))}"
+def _clock_step(seconds_text: bytes) -> bytes:
+    seconds = max(float(seconds_text), 1.0)
+    return str(int(math.log(seconds / 60 + 1, CLOCK_STEP))).encode()
 
 
-def evidence_digest(hit: RuleFinding) -> str:
-    """A short digest of what a hit judged (severity and evidence, its clock durations in 25%
-    steps; the summary is derived from them): equal digests mean the stored row needs no
-    rewrite. A summary given as a template counts once (not its values, derived like the
-    summary): a row stored before summaries had one is rewritten once, to store it."""
-    judged_of = [hit.severity, hit.evidence] + (["text"] if hit.text is not None else [])
-    text = orjson.dumps(judged_of, default=str, option=_DIGEST_OPTIONS)
-    judged = _CLOCK_VALUE.sub(_clock_step, text.decode())
-    return hashlib.blake2b(judged.encode(), digest_size=16).hexdigest()
+def evidence_digests(hits: Iterable[RuleFinding]) -> list[str]:
+    """Per hit, in order, a short digest of what it judged (severity and evidence, its clock
+    durations in 25% steps; the summary is derived from them): equal digests mean the stored
+    row needs no rewrite. A summary given as a template counts once (not its values, derived
+    like the summary): a row stored before summaries had one is rewritten once, to store it.
+
+    Computed for all hits at once (issue #35): their JSON texts joined by newlines (which JSON
+    without indentation never writes), the clock durations found in one regex pass and each
+    distinct one stepped once."""
+    texts = [
+        orjson.dumps(
+            [hit.severity, hit.evidence, "text"]
+            if hit.text is not None
+            else [hit.severity, hit.evidence],
+            default=str,
+            option=_DIGEST_OPTIONS,
+        )
+        for hit in hits
+    ]
+    if not texts:
+        return []
+    pieces = _CLOCK_VALUE.split(b"\n".join(texts))  # text, key, seconds, text, key, seconds, ...
+    seconds = pieces[2::3]
+    steps = {text: _clock_step(text) for text in set(seconds)}
+    pieces[2::3] = [steps[text] for text in seconds]
+    return [
+        hashlib.blake2b(judged, digest_size=16).hexdigest()
+        for judged in b"".join(pieces).split(b"\n")
+    ]
 
 
 # keys sorted, so equal evidence has one text; numpy values and non-string keys as JSON has them
@@ -226,18 +257,19 @@ FINDINGS_LOCK = 0x6F6273  # the advisory lock class of findings writers (any fix
 
 
 def _stored_findings(
-    cluster: Cluster, judged: set[str], hit_keys: set[tuple[str, str]]
-) -> dict[tuple[str, str], _Stored]:
+    cluster: Cluster, judged: set[str], hits: Mapping[tuple[str, str], RuleFinding]
+) -> dict[tuple[str, str], tuple[Any, ...]]:
     """The open findings of the judged rules, and the resolved ones that this cycle hits again
-    (found through the fingerprint index): never every resolved finding of the cluster."""
+    (found through the fingerprint index): never every resolved finding of the cluster. Each
+    as read, the values of ``_TRACKED_COLUMNS``."""
     rows = Finding.objects.filter(cluster=cluster, rule_id__in=judged).exclude(
         state=lifecycle.RESOLVED
     )
-    stored = {(r[1], r[2]): _Stored(*r) for r in fast_rows(rows.values_list(*_TRACKED_COLUMNS))}
-    missing = [Finding.fingerprint_of(cluster.pk, *key) for key in hit_keys - stored.keys()]
+    stored = {(r[1], r[2]): r for r in fast_rows(rows.values_list(*_TRACKED_COLUMNS))}
+    missing = [Finding.fingerprint_of(cluster.pk, *key) for key in hits if key not in stored]
     if missing:
         again = Finding.objects.filter(fingerprint__in=missing).values_list(*_TRACKED_COLUMNS)
-        stored |= {(r[1], r[2]): _Stored(*r) for r in fast_rows(again)}
+        stored |= {(r[1], r[2]): r for r in fast_rows(again)}
     return stored
 
 
@@ -285,27 +317,26 @@ def record_findings(
     _lock_cluster_findings(cluster)
     clocks = _rule_clocks(cluster, judged, as_of)
     hits = {(f.rule, f.subject): f for f in diagnosis.findings if f.rule in judged}
-    stored = _stored_findings(cluster, judged, set(hits))
-    open_keys = {k for k, f in stored.items() if f.state != lifecycle.RESOLVED}
+    stored = _stored_findings(cluster, judged, hits)
     # each judged rule's clock once this evaluation is recorded (an older snapshot moves none)
     clock_at = {rule_id: max(clock.evaluated_at, as_of) for rule_id, clock in clocks.items()}
+    # the rules whose findings that follow their clock read as_of after this evaluation
+    clocked = {rule_id for rule_id, at in clock_at.items() if at == as_of}
     written: list[dict[str, Any]] = []
     transitions: list[tuple[int, str, str]] = []  # (index in written, from, to)
     timestamps = _Timestamps(clocks, clock_at)
     changes: list[tuple[tuple[str, str], dict[str, Any], tuple[str, str] | None]] = []
-    for key in hits.keys() | open_keys:  # written in key order below: only the changes sorted
+
+    def advance(
+        key: tuple[str, str],
+        hit: RuleFinding | None,
+        digest: str | None,
+        row: _Stored | None,
+        reported: bool,
+    ) -> None:
+        """Move one finding through its lifecycle, and note what it needs written."""
         rule_id, subject = key
         rule = rules[rule_id]
-        hit = hits.get(key)
-        row = stored.get(key)
-        reported = hit is not None or (key in open_keys and subject in sustained.get(rule_id, ()))
-        if reported and row is not None and row.state == lifecycle.FIRING and as_of > row.last_seen:
-            # most rows of a big cluster: firing, reported again -- lifecycle.advance would keep
-            # it firing and move only its timestamps; with its evidence unchanged, that is all
-            digest = evidence_digest(hit) if hit is not None else None
-            if digest in (None, row.evidence_digest):
-                timestamps.keep(row, as_of, as_of)
-                continue
         step = lifecycle.advance(
             row.tracked() if row else None,
             hit=reported,
@@ -319,11 +350,10 @@ def record_findings(
                 timestamps.keep(row, row.last_seen, row.last_hit_at)
                 if not reported and as_of > row.last_seen:
                     result.held += 1
-            continue
-        digest = evidence_digest(hit) if hit is not None else None
+            return
         if row is not None and not step.changed and digest in (None, row.evidence_digest):
             timestamps.keep(row, step.tracked.last_evaluated_at, step.tracked.last_hit_at)
-            continue
+            return
         if row is None:
             result.created += 1
         transition = None
@@ -334,6 +364,30 @@ def record_findings(
         timestamps.follow(finding)
         changes.append((key, finding, transition))
         result.written_by_rule[rule_id] = result.written_by_rule.get(rule_id, 0) + 1
+
+    digests = evidence_digests(hits.values())
+    # written in key order below: only the changes sorted
+    for (key, hit), digest in zip(hits.items(), digests, strict=True):
+        raw = stored.get(key)
+        if raw is None:
+            advance(key, hit, digest, None, reported=True)
+        elif raw[_STATE] == lifecycle.FIRING and as_of > raw[_LAST_SEEN] and digest == raw[_DIGEST]:
+            # most rows of a big cluster: firing, hit again, its evidence unchanged --
+            # lifecycle.advance would keep it firing and move only its timestamps, which a row
+            # that follows its rule's clock reads from the clock
+            if not (raw[_SEEN_ON_CLOCK] and raw[_HIT_ON_CLOCK] and key[0] in clocked):
+                timestamps.keep(_Stored(*raw), as_of, as_of)
+        else:
+            advance(key, hit, digest, _Stored(*raw), reported=True)
+    for key, raw in stored.items():  # the open findings not hit, sustained or not
+        if key in hits or raw[_STATE] == lifecycle.RESOLVED:
+            continue
+        row = _Stored(*raw)
+        reported = row.subject in sustained.get(row.rule_id, ())
+        if reported and row.state == lifecycle.FIRING and as_of > row.last_seen:
+            timestamps.keep(row, as_of, as_of)  # as above, with no evidence to compare
+        else:
+            advance(key, None, None, row, reported)
     changes.sort(key=lambda change: change[0])
     for _key, finding, transition in changes:
         if transition is not None:
