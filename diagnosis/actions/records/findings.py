@@ -266,7 +266,7 @@ def _stored_findings(
         state=lifecycle.RESOLVED
     )
     stored = {(r[1], r[2]): r for r in fast_rows(rows.values_list(*_TRACKED_COLUMNS))}
-    missing = [Finding.fingerprint_of(cluster.pk, *key) for key in hits if key not in stored]
+    missing = [Finding.fingerprint_of(cluster.pk, *key) for key in hits.keys() - stored.keys()]
     if missing:
         again = Finding.objects.filter(fingerprint__in=missing).values_list(*_TRACKED_COLUMNS)
         stored |= {(r[1], r[2]): r for r in fast_rows(again)}
