@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -196,48 +196,23 @@ CLOCK_KEYS = frozenset({"runtime_s", "wait_s", "hold_s"})
 CLOCK_STEP = 1.25
 
 
-# A clock key and its number as the digest's JSON text has them (bytes: the text is UTF-8, whose
-# multi-byte characters never contain an ASCII byte). A key inside a string never matches: its
-# quotes are escaped there.
-_CLOCK_VALUE = re.compile(
-    rb'("(?:' + "|".join(sorted(CLOCK_KEYS)).encode() + rb')":)(-?[0-9][0-9.eE+-]*)'
-)
+_CLOCK_VALUE = re.compile(r'"(?:' + "|".join(sorted(CLOCK_KEYS)) + r')":(-?[0-9][0-9.eE+-]*)')
 
 
-def _clock_step(seconds_text: bytes) -> bytes:
-    seconds = max(float(seconds_text), 1.0)
-    return str(int(math.log(seconds / 60 + 1, CLOCK_STEP))).encode()
+def _clock_step(match: re.Match[str]) -> str:
+    seconds = max(float(match.group(1)), 1.0)
+    return f"{match.group(0)[: -len(match.group(1))]}{int(math.log(seconds / 60 + 1, CLOCK_STEP))}"
 
 
-def evidence_digests(hits: Iterable[RuleFinding]) -> list[str]:
-    """Per hit, in order, a short digest of what it judged (severity and evidence, its clock
-    durations in 25% steps; the summary is derived from them): equal digests mean the stored
-    row needs no rewrite. A summary given as a template counts once (not its values, derived
-    like the summary): a row stored before summaries had one is rewritten once, to store it.
-
-    Computed for all hits at once (issue #35): their JSON texts joined by newlines (which JSON
-    without indentation never writes), the clock durations found in one regex pass and each
-    distinct one stepped once."""
-    texts = [
-        orjson.dumps(
-            [hit.severity, hit.evidence, "text"]
-            if hit.text is not None
-            else [hit.severity, hit.evidence],
-            default=str,
-            option=_DIGEST_OPTIONS,
-        )
-        for hit in hits
-    ]
-    if not texts:
-        return []
-    pieces = _CLOCK_VALUE.split(b"\n".join(texts))  # text, key, seconds, text, key, seconds, ...
-    seconds = pieces[2::3]
-    steps = {text: _clock_step(text) for text in set(seconds)}
-    pieces[2::3] = [steps[text] for text in seconds]
-    return [
-        hashlib.blake2b(judged, digest_size=16).hexdigest()
-        for judged in b"".join(pieces).split(b"\n")
-    ]
+def evidence_digest(hit: RuleFinding) -> str:
+    """A short digest of what a hit judged (severity and evidence, its clock durations in 25%
+    steps; the summary is derived from them): equal digests mean the stored row needs no
+    rewrite. A summary given as a template counts once (not its values, derived like the
+    summary): a row stored before summaries had one is rewritten once, to store it."""
+    judged_of = [hit.severity, hit.evidence] + (["text"] if hit.text is not None else [])
+    text = orjson.dumps(judged_of, default=str, option=_DIGEST_OPTIONS)
+    judged = _CLOCK_VALUE.sub(_clock_step, text.decode())
+    return hashlib.blake2b(judged.encode(), digest_size=16).hexdigest()
 
 
 # keys sorted, so equal evidence has one text; numpy values and non-string keys as JSON has them
@@ -365,9 +340,8 @@ def record_findings(
         changes.append((key, finding, transition))
         result.written_by_rule[rule_id] = result.written_by_rule.get(rule_id, 0) + 1
 
-    digests = evidence_digests(hits.values())
-    # written in key order below: only the changes sorted
-    for (key, hit), digest in zip(hits.items(), digests, strict=True):
+    for key, hit in hits.items():  # written in key order below: only the changes sorted
+        digest = evidence_digest(hit)
         raw = stored.get(key)
         if raw is None:
             advance(key, hit, digest, None, reported=True)
