@@ -143,6 +143,12 @@ _INSERTED_COLUMNS = (
     *_WRITTEN_COLUMNS,
 )
 _EVENT_COLUMNS = ("finding_id", "time", "from_state", "to_state", "snapshot_as_of")
+# Positions in a stored row as read (_TRACKED_COLUMNS): a cycle reads these of every row, and
+# makes a _Stored only of the few whose lifecycle it advances.
+_STATE, _LAST_SEEN, _DIGEST, _SEEN_ON_CLOCK, _HIT_ON_CLOCK = (
+    _TRACKED_COLUMNS.index(column)
+    for column in ("state", "last_seen", "evidence_digest", "seen_on_clock", "hit_on_clock")
+)
 
 
 @dataclass
@@ -226,18 +232,19 @@ FINDINGS_LOCK = 0x6F6273  # the advisory lock class of findings writers (any fix
 
 
 def _stored_findings(
-    cluster: Cluster, judged: set[str], hit_keys: set[tuple[str, str]]
-) -> dict[tuple[str, str], _Stored]:
+    cluster: Cluster, judged: set[str], hits: Mapping[tuple[str, str], RuleFinding]
+) -> dict[tuple[str, str], tuple[Any, ...]]:
     """The open findings of the judged rules, and the resolved ones that this cycle hits again
-    (found through the fingerprint index): never every resolved finding of the cluster."""
+    (found through the fingerprint index): never every resolved finding of the cluster. Each
+    as read, the values of ``_TRACKED_COLUMNS``."""
     rows = Finding.objects.filter(cluster=cluster, rule_id__in=judged).exclude(
         state=lifecycle.RESOLVED
     )
-    stored = {(r[1], r[2]): _Stored(*r) for r in fast_rows(rows.values_list(*_TRACKED_COLUMNS))}
-    missing = [Finding.fingerprint_of(cluster.pk, *key) for key in hit_keys - stored.keys()]
+    stored = {(r[1], r[2]): r for r in fast_rows(rows.values_list(*_TRACKED_COLUMNS))}
+    missing = [Finding.fingerprint_of(cluster.pk, *key) for key in hits.keys() - stored.keys()]
     if missing:
         again = Finding.objects.filter(fingerprint__in=missing).values_list(*_TRACKED_COLUMNS)
-        stored |= {(r[1], r[2]): _Stored(*r) for r in fast_rows(again)}
+        stored |= {(r[1], r[2]): r for r in fast_rows(again)}
     return stored
 
 
@@ -285,27 +292,26 @@ def record_findings(
     _lock_cluster_findings(cluster)
     clocks = _rule_clocks(cluster, judged, as_of)
     hits = {(f.rule, f.subject): f for f in diagnosis.findings if f.rule in judged}
-    stored = _stored_findings(cluster, judged, set(hits))
-    open_keys = {k for k, f in stored.items() if f.state != lifecycle.RESOLVED}
+    stored = _stored_findings(cluster, judged, hits)
     # each judged rule's clock once this evaluation is recorded (an older snapshot moves none)
     clock_at = {rule_id: max(clock.evaluated_at, as_of) for rule_id, clock in clocks.items()}
+    # the rules whose findings that follow their clock read as_of after this evaluation
+    clocked = {rule_id for rule_id, at in clock_at.items() if at == as_of}
     written: list[dict[str, Any]] = []
     transitions: list[tuple[int, str, str]] = []  # (index in written, from, to)
     timestamps = _Timestamps(clocks, clock_at)
     changes: list[tuple[tuple[str, str], dict[str, Any], tuple[str, str] | None]] = []
-    for key in hits.keys() | open_keys:  # written in key order below: only the changes sorted
+
+    def advance(
+        key: tuple[str, str],
+        hit: RuleFinding | None,
+        digest: str | None,
+        row: _Stored | None,
+        reported: bool,
+    ) -> None:
+        """Move one finding through its lifecycle, and note what it needs written."""
         rule_id, subject = key
         rule = rules[rule_id]
-        hit = hits.get(key)
-        row = stored.get(key)
-        reported = hit is not None or (key in open_keys and subject in sustained.get(rule_id, ()))
-        if reported and row is not None and row.state == lifecycle.FIRING and as_of > row.last_seen:
-            # most rows of a big cluster: firing, reported again -- lifecycle.advance would keep
-            # it firing and move only its timestamps; with its evidence unchanged, that is all
-            digest = evidence_digest(hit) if hit is not None else None
-            if digest in (None, row.evidence_digest):
-                timestamps.keep(row, as_of, as_of)
-                continue
         step = lifecycle.advance(
             row.tracked() if row else None,
             hit=reported,
@@ -319,11 +325,10 @@ def record_findings(
                 timestamps.keep(row, row.last_seen, row.last_hit_at)
                 if not reported and as_of > row.last_seen:
                     result.held += 1
-            continue
-        digest = evidence_digest(hit) if hit is not None else None
+            return
         if row is not None and not step.changed and digest in (None, row.evidence_digest):
             timestamps.keep(row, step.tracked.last_evaluated_at, step.tracked.last_hit_at)
-            continue
+            return
         if row is None:
             result.created += 1
         transition = None
@@ -334,6 +339,29 @@ def record_findings(
         timestamps.follow(finding)
         changes.append((key, finding, transition))
         result.written_by_rule[rule_id] = result.written_by_rule.get(rule_id, 0) + 1
+
+    for key, hit in hits.items():  # written in key order below: only the changes sorted
+        digest = evidence_digest(hit)
+        raw = stored.get(key)
+        if raw is None:
+            advance(key, hit, digest, None, reported=True)
+        elif raw[_STATE] == lifecycle.FIRING and as_of > raw[_LAST_SEEN] and digest == raw[_DIGEST]:
+            # most rows of a big cluster: firing, hit again, its evidence unchanged --
+            # lifecycle.advance would keep it firing and move only its timestamps, which a row
+            # that follows its rule's clock reads from the clock
+            if not (raw[_SEEN_ON_CLOCK] and raw[_HIT_ON_CLOCK] and key[0] in clocked):
+                timestamps.keep(_Stored(*raw), as_of, as_of)
+        else:
+            advance(key, hit, digest, _Stored(*raw), reported=True)
+    for key, raw in stored.items():  # the open findings not hit, sustained or not
+        if key in hits or raw[_STATE] == lifecycle.RESOLVED:
+            continue
+        row = _Stored(*raw)
+        reported = row.subject in sustained.get(row.rule_id, ())
+        if reported and row.state == lifecycle.FIRING and as_of > row.last_seen:
+            timestamps.keep(row, as_of, as_of)  # as above, with no evidence to compare
+        else:
+            advance(key, None, None, row, reported)
     changes.sort(key=lambda change: change[0])
     for _key, finding, transition in changes:
         if transition is not None:
