@@ -96,6 +96,34 @@ class Finding:
     # The summary as a template and its values (diagnosis.core.text), for the reader's language.
     text: Text | None = None
 
+    @classmethod
+    def of_text(
+        cls,
+        rule: str,
+        subject: str,
+        severity: Severity,
+        text: Text,
+        evidence: Mapping[str, Any],
+    ) -> Finding:
+        """A finding whose English ``summary`` is ``text`` rendered when first read: a cycle
+        reads few of its findings' summaries (those it writes), and rendering them all was a
+        quarter of a 131,072-GPU diagnosis (issue #35). Built without the frozen ``__init__``'s
+        one ``object.__setattr__`` per field, for the same reason."""
+        finding = object.__new__(cls)
+        vars(finding).update(
+            rule=rule, subject=subject, severity=severity, evidence=evidence, text=text
+        )
+        return finding
+
+    def __getattr__(self, name: str) -> Any:
+        # reached only for an attribute the instance lacks: the summary of_text left unrendered
+        text = vars(self).get("text")
+        if name != "summary" or text is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        summary = text.render()
+        object.__setattr__(self, "summary", summary)
+        return summary
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "rule": self.rule,
@@ -170,8 +198,8 @@ class Rule:
         evidence: Mapping[str, Any],
         severity: Severity | None = None,
     ) -> Finding:
-        """A finding of this rule; a :class:`Text` summary is kept with its English text."""
+        """A finding of this rule; a :class:`Text` summary is kept with its English text
+        (rendered when first read: :meth:`Finding.of_text`)."""
         if isinstance(summary, Text):
-            english = summary.render()
-            return Finding(self.id, subject, severity or self.severity, english, evidence, summary)
+            return Finding.of_text(self.id, subject, severity or self.severity, summary, evidence)
         return Finding(self.id, subject, severity or self.severity, summary, evidence)
