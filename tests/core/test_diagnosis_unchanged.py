@@ -15,7 +15,8 @@ import pytest
 
 from bench.rules import build_document
 from diagnosis.core import snapshot as snapshot_format
-from diagnosis.core.rules.engine import run_rules
+from diagnosis.core.rules.base import SEVERITIES
+from diagnosis.core.rules.engine import Diagnosis, run_rules
 from diagnosis.core.simulate.scenarios import rule_showcase_scenario
 
 # (count, sha256 of the findings' canonical JSON) per rule, of each diagnosis in _DIAGNOSES
@@ -109,10 +110,15 @@ _DIAGNOSES = {
 
 
 @cache
-def digests(name: str) -> dict[str, tuple[int, str]]:
+def diagnosis_of(name: str) -> Diagnosis:
     document, overrides = _DIAGNOSES[name]
     diagnosis = run_rules(snapshot_format.load(document()), overrides)
     assert not diagnosis.errors
+    return diagnosis
+
+
+def digests(name: str) -> dict[str, tuple[int, str]]:
+    diagnosis = diagnosis_of(name)
     by_rule: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for finding in diagnosis.findings:
         by_rule[finding.rule].append(
@@ -130,6 +136,21 @@ def digests(name: str) -> dict[str, tuple[int, str]]:
 @pytest.mark.parametrize("name", list(_DIAGNOSES))
 def test_the_findings_are_those_recorded(name):
     assert digests(name) == RECORDED[name]
+
+
+@pytest.mark.parametrize("name", list(_DIAGNOSES))
+def test_the_findings_come_by_severity_then_rule_then_subject(name):
+    keys = [(f.severity, f.rule, f.subject) for f in diagnosis_of(name).findings]
+    assert len({severity for severity, _, _ in keys}) > 1
+    assert keys == sorted(keys, key=lambda k: (SEVERITIES.index(k[0]), k[1], k[2]))
+
+
+def test_a_rules_findings_are_those_of_the_diagnosis_in_its_order():
+    diagnosis = diagnosis_of("bench-256")
+    for rule in ("starvation", "low-mfu", "no-such-rule"):
+        assert diagnosis.by_rule(rule) == [f for f in diagnosis.findings if f.rule == rule]
+    diagnosis.by_rule("starvation").clear()  # a caller's list, not the diagnosis's
+    assert diagnosis.by_rule("starvation")
 
 
 if __name__ == "__main__":

@@ -86,7 +86,7 @@ class RuleDoc:
     references: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Finding:
     rule: str
     subject: str
@@ -107,20 +107,22 @@ class Finding:
     ) -> Finding:
         """A finding whose English ``summary`` is ``text`` rendered when first read: a cycle
         reads few of its findings' summaries (those it writes), and rendering them all was a
-        quarter of a 131,072-GPU diagnosis (issue #35). Built without the frozen ``__init__``'s
-        one ``object.__setattr__`` per field, for the same reason."""
+        quarter of a 131,072-GPU diagnosis (issue #35). Its fields are set through their slots,
+        not the frozen ``__init__``'s ``object.__setattr__``, for the same reason."""
         finding = object.__new__(cls)
-        vars(finding).update(
-            rule=rule, subject=subject, severity=severity, evidence=evidence, text=text
-        )
+        set_rule, set_subject, set_severity, set_evidence, set_text = _OF_TEXT_FIELDS
+        set_rule(finding, rule)
+        set_subject(finding, subject)
+        set_severity(finding, severity)
+        set_evidence(finding, evidence)
+        set_text(finding, text)
         return finding
 
     def __getattr__(self, name: str) -> Any:
-        # reached only for an attribute the instance lacks: the summary of_text left unrendered
-        text = vars(self).get("text")
-        if name != "summary" or text is None:
+        # reached only for a field never set: the summary that of_text left to render
+        if name != "summary":
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        summary = text.render()
+        summary = self.text.render()
         object.__setattr__(self, "summary", summary)
         return summary
 
@@ -132,6 +134,11 @@ class Finding:
             "summary": self.summary,
             "evidence": dict(self.evidence),
         }
+
+
+_OF_TEXT_FIELDS = tuple(
+    getattr(Finding, name).__set__ for name in ("rule", "subject", "severity", "evidence", "text")
+)
 
 
 @dataclass(frozen=True)
