@@ -38,7 +38,7 @@ def placeholders(template: str) -> set[str]:
     return set(_PLACEHOLDER.findall(template))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Text:
     msgid: str
     params: Mapping[str, Param] = field(default_factory=dict)

@@ -5,9 +5,12 @@ same values."""
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError, replace
+
 import pytest
 
 from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core.rules.base import Finding
 from diagnosis.core.rules.builtin.preemption_thrash import RULE as PREEMPTION
 from diagnosis.core.rules.engine import run_rules
 from diagnosis.core.rules.registry import all_rules
@@ -80,3 +83,37 @@ def test_strings_are_mapped_in_nested_texts_and_numbers_left_alone():
     text = message("%(who)s on %(n)s", who=message("job %(job)s", job="j1"), n=3)
     assert text.strings() == ["j1"]
     assert text.map_strings(str.upper).render() == "job J1 on 3"
+
+
+def test_a_findings_summary_is_rendered_when_first_read_and_reads_as_one_given_rendered(
+    monkeypatch,
+):
+    renders = []
+    render = Text.render
+    monkeypatch.setattr(Text, "render", lambda self, *a: renders.append(self) or render(self, *a))
+    text = message(
+        gettext_noop("Job %(job)s has waited %(waited)s."),
+        job="j1",
+        waited=message(gettext_noop("%(hours)s h"), hours="3.2"),
+    )
+    made = Finding.of_text("preemption-thrash", "job:j1", "warning", text, {"wait_s": 11520.0})
+    assert not renders
+    given = Finding(
+        "preemption-thrash",
+        "job:j1",
+        "warning",
+        "Job j1 has waited 3.2 h.",
+        {"wait_s": 11520.0},
+        text,
+    )
+
+    assert made.summary == "Job j1 has waited 3.2 h."
+    assert made.summary == "Job j1 has waited 3.2 h."
+    assert renders == [text, text.params["waited"]]  # once
+    assert made == given
+    assert repr(made) == repr(given)
+    assert replace(made, subject="job:j2").summary == made.summary
+    with pytest.raises(FrozenInstanceError):
+        made.summary = "changed"  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="no attribute 'summry'"):
+        made.summry  # noqa: B018

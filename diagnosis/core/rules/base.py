@@ -86,7 +86,7 @@ class RuleDoc:
     references: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Finding:
     rule: str
     subject: str
@@ -96,6 +96,36 @@ class Finding:
     # The summary as a template and its values (diagnosis.core.text), for the reader's language.
     text: Text | None = None
 
+    @classmethod
+    def of_text(
+        cls,
+        rule: str,
+        subject: str,
+        severity: Severity,
+        text: Text,
+        evidence: Mapping[str, Any],
+    ) -> Finding:
+        """A finding whose English ``summary`` is ``text`` rendered when first read: a cycle
+        reads few of its findings' summaries (those it writes), and rendering them all was a
+        quarter of a 131,072-GPU diagnosis (issue #35). Its fields are set through their slots,
+        not the frozen ``__init__``'s ``object.__setattr__``, for the same reason."""
+        finding = object.__new__(cls)
+        set_rule, set_subject, set_severity, set_evidence, set_text = _OF_TEXT_FIELDS
+        set_rule(finding, rule)
+        set_subject(finding, subject)
+        set_severity(finding, severity)
+        set_evidence(finding, evidence)
+        set_text(finding, text)
+        return finding
+
+    def __getattr__(self, name: str) -> Any:
+        # reached only for a field never set: the summary that of_text left to render
+        if name != "summary":
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        summary = self.text.render()
+        object.__setattr__(self, "summary", summary)
+        return summary
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "rule": self.rule,
@@ -104,6 +134,11 @@ class Finding:
             "summary": self.summary,
             "evidence": dict(self.evidence),
         }
+
+
+_OF_TEXT_FIELDS = tuple(
+    getattr(Finding, name).__set__ for name in ("rule", "subject", "severity", "evidence", "text")
+)
 
 
 @dataclass(frozen=True)
@@ -170,8 +205,8 @@ class Rule:
         evidence: Mapping[str, Any],
         severity: Severity | None = None,
     ) -> Finding:
-        """A finding of this rule; a :class:`Text` summary is kept with its English text."""
+        """A finding of this rule; a :class:`Text` summary is kept with its English text
+        (rendered when first read: :meth:`Finding.of_text`)."""
         if isinstance(summary, Text):
-            english = summary.render()
-            return Finding(self.id, subject, severity or self.severity, english, evidence, summary)
+            return Finding.of_text(self.id, subject, severity or self.severity, summary, evidence)
         return Finding(self.id, subject, severity or self.severity, summary, evidence)

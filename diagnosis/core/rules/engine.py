@@ -5,6 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import chain
+from operator import attrgetter
 from typing import Any
 
 from diagnosis.core.rules.base import SEVERITIES, Finding, Rule
@@ -35,7 +38,15 @@ class Diagnosis:
     sustained: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def by_rule(self, rule_id: str) -> list[Finding]:
-        return [f for f in self.findings if f.rule == rule_id]
+        return list(self._by_rule.get(rule_id, ()))
+
+    @cached_property
+    def _by_rule(self) -> dict[str, list[Finding]]:
+        # the recommenders ask for a dozen rules' findings: one pass, not one per rule
+        grouped: dict[str, list[Finding]] = {}
+        for finding in self.findings:
+            grouped.setdefault(finding.rule, []).append(finding)
+        return grouped
 
     def as_dict(self) -> dict[str, Any]:
 
@@ -85,13 +96,21 @@ def run_rules(
             if judgement.sustained:
                 sustained[rule_id] = frozenset(judgement.sustained)
         seconds[rule_id] = time.perf_counter() - started
-    findings.sort(key=lambda f: (SEVERITIES.index(f.severity), f.rule, f.subject))
     return Diagnosis(
         snapshot=snapshot,
-        findings=tuple(findings),
+        findings=_in_report_order(findings),
         errors=tuple(errors),
         not_judged={k: v for k, v in not_judged.items() if v},
         seconds=seconds,
         facts=facts,
         sustained=sustained,
     )
+
+
+def _in_report_order(findings: list[Finding]) -> tuple[Finding, ...]:
+    """By severity (critical first), then rule, then subject: a sort on C-built keys and one
+    pass by severity, not a Python key function per finding (10^5 of them at 131,072 GPUs)."""
+    by_severity: dict[str, list[Finding]] = {severity: [] for severity in SEVERITIES}
+    for finding in sorted(findings, key=attrgetter("rule", "subject")):
+        by_severity[finding.severity].append(finding)
+    return tuple(chain.from_iterable(by_severity.values()))

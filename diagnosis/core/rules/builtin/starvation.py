@@ -17,6 +17,7 @@ that it is counted job by job over the firing jobs only.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -133,7 +134,7 @@ def evaluate(
             ["priority", "size", "share"],
             default="order",
         )
-        ordered_ids = started_ids[order]
+        ordered_ids = started_ids[order].tolist()
         columns = zip(
             waiting.index.to_numpy()[rows].tolist(),
             waiting["wait_s"].to_numpy()[rows].tolist(),
@@ -157,7 +158,7 @@ def evaluate(
                 "priority": int(prio),
                 "request_gpus": int(request),
                 "overtaken_by": int(count),
-                "overtakers": ordered_ids[start : start + MAX_LISTED_OVERTAKERS].tolist(),
+                "overtakers": ordered_ids[start : start + MAX_LISTED_OVERTAKERS],
                 "overtakers_higher_priority": int(high),
                 "overtakers_median_request_gpus": float(med),
                 "tenant": who,
@@ -181,8 +182,14 @@ def evaluate(
 
 def _hours(seconds: float) -> Text:
     if seconds >= 3600:
-        return message(gettext_noop("%(hours)s h"), hours=f"{seconds / 3600:.1f}")
-    return message(gettext_noop("%(minutes)s min"), minutes=f"{seconds / 60:.0f}")
+        return _phrase(gettext_noop("%(hours)s h"), "hours", f"{seconds / 3600:.1f}")
+    return _phrase(gettext_noop("%(minutes)s min"), "minutes", f"{seconds / 60:.0f}")
+
+
+@lru_cache(maxsize=4096)
+def _phrase(template: str, name: str, value: str) -> Text:
+    """One phrase per shown value, shared by every summary showing it (a Text is immutable)."""
+    return message(template, **{name: value})
 
 
 RULE = Rule(
