@@ -12,20 +12,21 @@ from diagnosis.actions.oncall.history import SYSTEM_CYCLE, record_event
 from diagnosis.actions.workflow.base import APPLIED_STATES, WorkflowError
 from diagnosis.actions.workflow.review import create_rollback
 from diagnosis.core import xid_catalog
-from diagnosis.models import Finding, Incident
+from diagnosis.models import Incident
 
 SOURCE_XID = "rule:xid"
 
 
-def resolves_unattended(incident: Incident) -> bool:
+def resolves_unattended(incident: Incident, finding_resolved: bool) -> bool:
     """An ``xid`` incident of a code that needs no GPU service (13, 31, 43: restart the
-    application) resolves with its finding even if nobody acknowledged it; a GPU-fatal one
-    waits for a person, who has to have looked at a GPU that needed a reset or service."""
+    application) resolves with its finding (``finding_resolved``: it has) even if nobody
+    acknowledged it; a GPU-fatal one waits for a person, who has to have looked at a GPU that
+    needed a reset or service."""
     return (
         incident.source == SOURCE_XID
         and incident.xid_code is not None
         and not xid_catalog.is_critical(incident.xid_code)
-        and Finding.objects.filter(pk=incident.finding_id, state="resolved").exists()
+        and finding_resolved
     )
 
 

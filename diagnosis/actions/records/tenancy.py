@@ -104,7 +104,7 @@ def record_tenancy(
         .first()
     )
     synced = sync_jobs(cluster, snap, tenant_of_job, tenant_ids, queue_ids, previous)
-    job_tenant = dict(zip(tenant_of_job.index, tenant_of_job.to_numpy(), strict=True))
+    job_tenant = dict(zip(tenant_of_job.index.tolist(), tenant_of_job.tolist(), strict=True))
     tagged = tag_finding_tenants(cluster, diagnosis, job_tenant, tenant_ids)
     if PoolRollup.objects.filter(cluster=cluster, pool="", as_of=as_of).exists():
         return RecordedTenancy(created, synced.written, synced.unlisted, tagged, 0.0, 0, 0)
@@ -165,7 +165,9 @@ def sync_tenants_and_queues(
     id and how many tenants were created. Costs two reads when nothing changed."""
 
     queues = snap.queues
-    names = set(queues["tenant"].astype(str)) | set(fairness.job_tenants(snap).astype(str))
+    names = set(queues["tenant"].astype(str)) | set(
+        fairness.job_tenants(snap).astype(str).unique().tolist()
+    )
     # every name fits its column: record_cycle clipped a longer one (and said so)
     names = {n for n in names if n != fairness.NO_TENANT}
     tenant_ids = dict(Tenant.objects.filter(cluster=cluster).values_list("name", "pk"))
@@ -222,6 +224,24 @@ def _moments(times: pd.Series) -> list[datetime | None]:
     return [None if moment is None else moment.replace(tzinfo=UTC) for moment in naive]
 
 
+def _micros(times: Any) -> np.ndarray:
+    """Microseconds since the epoch of UTC moments (a datetime column, or datetimes and None),
+    a missing one as NaT's integer: compared as numbers, not as a datetime each."""
+    return pd.DatetimeIndex(pd.to_datetime(times, utc=True)).as_unit("us").asi8
+
+
+def _ids(values: Any) -> np.ndarray:
+    """Row ids (None where there is none) as integers, -1 for none."""
+    return pd.Series(values, dtype="Float64").fillna(-1).to_numpy(dtype=np.int64)
+
+
+def _ids_of(names: pd.Series, ids: Mapping[str, int]) -> np.ndarray:
+    """The id of each name (-1 for a name without one, or none), looked up once per name."""
+    codes, uniques = pd.factorize(names)
+    known = np.array([ids.get(name, -1) for name in uniques.tolist()] + [-1], dtype=np.int64)
+    return known[codes]  # code -1 (no name) reads the -1 at the end
+
+
 _UPSERTED_COLUMNS = ("cluster_id", "external_id", "unlisted_since", *JOB_SYNC_FIELDS)
 
 
@@ -245,21 +265,105 @@ def sync_jobs(
     Reads the stored unfinished jobs (one query); writes the jobs that are new or changed, the
     jobs that ended since the previous cycle, and marks unfinished jobs the scheduler no longer
     lists as ``unlisted_since`` this snapshot. Ended jobs that ended before the previous cycle
-    were written then and are skipped, so the cost follows the churn, not the cluster's size.
+    were written then and are skipped, so the cost follows the churn, not the cluster's size:
+    the snapshot's jobs are compared with the stored ones column by column, and only the rows
+    to write are built as Python values.
     """
     jobs = snap.jobs
     as_of = snap.as_of.to_pydatetime()
-    live = {
-        row[0]: (row[1], row[2:])
-        for row in fast_rows(
-            Job.objects.filter(
-                cluster=cluster, state__in=LIVE_JOB_STATES, unlisted_since__isnull=True
-            ).values_list("external_id", "pk", *JOB_CHANGING_FIELDS)
-        )
+    live = fast_rows(
+        Job.objects.filter(
+            cluster=cluster, state__in=LIVE_JOB_STATES, unlisted_since__isnull=True
+        ).values_list("external_id", "pk", *JOB_CHANGING_FIELDS)
+    )
+    names = ("external_id", "pk", *JOB_CHANGING_FIELDS)
+    stored = dict(zip(names, zip(*live, strict=True), strict=True)) if live else {}
+    stored_ids = pd.Index(stored.get("external_id", ()), dtype=object)
+    at = stored_ids.get_indexer(jobs.index)  # each job's stored unfinished row, -1 if none
+    known = at >= 0
+    tenant_of = tenant_of_job.reindex(jobs.index)
+    state = jobs["state"].astype(object).where(jobs["state"].notna(), "pending")
+    preempted = jobs["preemptions"].astype(int).to_numpy()
+    now = {
+        "tenant_id": _ids_of(tenant_of, tenant_ids),
+        "queue_id": _ids_of(jobs["queue"], queue_ids),
+        "priority": jobs["priority"].astype(int).to_numpy(),
+        "state": state.to_numpy(dtype=object),
+        "started_at": _micros(jobs["started"]),
+        "ended_at": _micros(jobs["ended"]),
+        "preemptions": preempted,
     }
+    same = known.copy()
+    if live:
+        then = {
+            "tenant_id": _ids(stored["tenant_id"]),
+            "queue_id": _ids(stored["queue_id"]),
+            "priority": np.asarray(stored["priority"], dtype=np.int64),
+            "state": np.asarray(stored["state"], dtype=object),
+            "started_at": _micros(list(stored["started_at"])),
+            "ended_at": _micros(list(stored["ended_at"])),
+            "preemptions": np.asarray(stored["preemptions"], dtype=np.int64),
+        }
+        for name in JOB_CHANGING_FIELDS:
+            same &= now[name] == then[name][at]
+        was = then["preemptions"][at]
+    else:
+        was = np.zeros(len(jobs), dtype=np.int64)
+    ended_before = np.zeros(len(jobs), dtype=bool)  # ended by the previous cycle (NaT: not)
+    if previous_as_of is not None:
+        ended = jobs["ended"] <= pd.Timestamp(previous_as_of)
+        ended_before = (ended & ~state.isin(LIVE_JOB_STATES)).to_numpy()
+    # known and changed, or not known and not written when it ended (or before gpuobs knew it)
+    write = (known & ~same) | (~known & ~ended_before)
+    ids = jobs.index.to_numpy(dtype=object)
+    grew = known & ~same & (preempted > was)
+    preemptions = {
+        job_id: int(count)
+        for job_id, count in zip(ids[grew].tolist(), (preempted - was)[grew].tolist(), strict=True)
+    }
+    rows = np.flatnonzero(write)
+    unknown = ids[rows[~known[rows]]].tolist()  # upserted jobs not among the stored unfinished
+    upsert = _job_rows(cluster, jobs.iloc[rows], tenant_of.iloc[rows], tenant_ids, queue_ids)
+    if unknown:
+        unknown_set = set(unknown)
+        before = dict(
+            Job.objects.filter(cluster=cluster, external_id__in=unknown).values_list(
+                "external_id", "preemptions"
+            )
+        )
+        position = _UPSERTED_COLUMNS.index("preemptions")
+        for job in upsert:
+            job_id, count = job[1], job[position]
+            if job_id in unknown_set and count > before.get(job_id, 0):
+                preemptions[job_id] = count - before.get(job_id, 0)
+    # INSERT ... ON CONFLICT DO UPDATE: one statement for new and changed jobs alike.
+    upsert_rows(
+        Job,
+        _UPSERTED_COLUMNS,
+        upsert,
+        unique=["cluster", "external_id"],
+        update=[*JOB_SYNC_FIELDS, "unlisted_since"],
+    )
+    unlisted = 0
+    gone = np.ones(len(stored_ids), dtype=bool)
+    gone[at[known]] = False  # stored unfinished jobs the scheduler no longer lists
+    if gone.any():
+        pks = np.asarray(stored["pk"], dtype=np.int64)[gone].tolist()
+        unlisted = Job.objects.filter(pk__in=pks).update(unlisted_since=as_of)
+    return SyncedJobs(len(upsert), unlisted, preemptions)
+
+
+def _job_rows(
+    cluster: Cluster,
+    jobs: pd.DataFrame,
+    tenant_of_job: pd.Series,
+    tenant_ids: Mapping[str, int],
+    queue_ids: Mapping[str, int],
+) -> list[tuple[Any, ...]]:
+    """The rows to upsert for ``jobs`` (in their order), as :data:`_UPSERTED_COLUMNS`."""
     columns = {
         "name": [n[:255] if isinstance(n, str) else "" for n in _objects(jobs["name"])],
-        "tenant_id": [tenant_ids.get(t) for t in tenant_of_job.reindex(jobs.index).tolist()],
+        "tenant_id": [tenant_ids.get(t) for t in tenant_of_job.tolist()],
         "queue_id": [queue_ids.get(q) for q in _objects(jobs["queue"])],
         "pool": [p[:128] if isinstance(p, str) else "" for p in _objects(jobs["pool"])],
         "kind": [k[:32] if isinstance(k, str) else "" for k in _objects(jobs["kind"])],
@@ -274,55 +378,8 @@ def sync_jobs(
         "min_member": jobs["min_member"].astype(int).tolist(),
         "preemptions": jobs["preemptions"].astype(int).tolist(),
     }
-    upsert: list[
-        tuple[Any, ...]
-    ] = []  # (cluster_id, external_id, unlisted_since, *JOB_SYNC_FIELDS)
-    unknown: list[str] = []  # upserted jobs that were not among the stored unfinished ones
-    preemptions: dict[str, int] = {}
-    changing = list(zip(*(columns[f] for f in JOB_CHANGING_FIELDS), strict=True))
-    for i, job_id in enumerate(jobs.index.tolist()):
-        known = live.pop(job_id, None)
-        if known is not None:
-            now, stored = changing[i], known[1]
-            if stored == now:
-                continue
-            if now[-1] > stored[-1]:
-                preemptions[job_id] = now[-1] - stored[-1]
-        values = tuple(columns[f][i] for f in JOB_SYNC_FIELDS)
-        if known is None:
-            ended = columns["ended_at"][i]
-            if (
-                values[6] not in LIVE_JOB_STATES
-                and previous_as_of is not None
-                and ended is not None
-                and ended <= previous_as_of
-            ):
-                continue  # written when it ended (or before gpuobs knew the cluster)
-            unknown.append(job_id)
-        upsert.append((cluster.pk, job_id, None, *values))
-    if unknown:
-        unknown_set = set(unknown)
-        before = dict(
-            Job.objects.filter(cluster=cluster, external_id__in=unknown).values_list(
-                "external_id", "preemptions"
-            )
-        )
-        at = _UPSERTED_COLUMNS.index("preemptions")
-        for job in upsert:
-            job_id, count = job[1], job[at]
-            if job_id in unknown_set and count > before.get(job_id, 0):
-                preemptions[job_id] = count - before.get(job_id, 0)
-    # INSERT ... ON CONFLICT DO UPDATE: one statement for new and changed jobs alike.
-    upsert_rows(
-        Job,
-        _UPSERTED_COLUMNS,
-        upsert,
-        unique=["cluster", "external_id"],
-        update=[*JOB_SYNC_FIELDS, "unlisted_since"],
-    )
-    unlisted = 0
-    if live:
-        unlisted = Job.objects.filter(pk__in=[pk for pk, _ in live.values()]).update(
-            unlisted_since=as_of
-        )
-    return SyncedJobs(len(upsert), unlisted, preemptions)
+    external = jobs.index.tolist()
+    return [
+        (cluster.pk, job_id, None, *values)
+        for job_id, *values in zip(external, *(columns[f] for f in JOB_SYNC_FIELDS), strict=True)
+    ]

@@ -135,30 +135,49 @@ def _action(findings: list[Finding]) -> str:
 class PoolLayout:
     """The snapshot's GPUs by node and its nodes by pool, grouped once for all the nodes a
     cycle may drain (a 131,072-GPU cluster has hundreds): each node's account then reads its
-    own rows instead of comparing every GPU's and node's name again."""
+    own rows instead of comparing every GPU's and node's name again, as plain values (a node's
+    few GPUs and jobs through pandas cost ~10 ms a node)."""
 
     gpu_rows: dict[str, np.ndarray]  # node -> positions in facts.gpu_state
     pool_nodes: dict[str, Index]
     pool_gpus: dict[str, int]
     pool_free: dict[str, np.ndarray]  # free GPUs of each of pool_nodes[pool], in that order
+    gpu_job: np.ndarray  # per row of facts.gpu_state: the job holding it, None when none
+    gpu_index: np.ndarray
+    gpu_usable: np.ndarray
 
     @classmethod
     def of(cls, context: RecommendContext) -> PoolLayout:
         nodes = context.snapshot.nodes
         pool_nodes = {str(pool): index for pool, index in nodes.groupby("pool").groups.items()}
         free = context.facts.free_per_node
+        gpus = context.facts.gpu_state
         return cls(
-            gpu_rows=dict(context.facts.gpu_state.groupby("node", sort=False).indices),
+            gpu_rows=dict(gpus.groupby("node", sort=False).indices),
             pool_nodes=pool_nodes,
             pool_gpus={p: int(nodes.loc[index, "gpus"].sum()) for p, index in pool_nodes.items()},
             pool_free={
                 p: free.reindex(index, fill_value=0).to_numpy() for p, index in pool_nodes.items()
             },
+            gpu_job=gpus["job"].astype(object).where(gpus["job"].notna(), None).to_numpy(),
+            gpu_index=gpus["index"].astype(int).to_numpy(),
+            gpu_usable=gpus["usable"].to_numpy(),
         )
 
     def free_elsewhere(self, pool: str, node: str) -> np.ndarray:
         """Free GPUs per node of ``pool``, ``node`` left out."""
         return np.delete(self.pool_free[pool], self.pool_nodes[pool].get_loc(node))
+
+    def holders(self, node: str) -> tuple[int, dict[str, list[int]]]:
+        """The usable GPUs of ``node`` and, by job id (sorted), the GPU indexes each job holds
+        there (one per GPU row: a MIG instance counts as its own)."""
+        rows = self.gpu_rows.get(node, np.empty(0, dtype=int))
+        held: dict[str, list[int]] = {}
+        jobs, indexes = self.gpu_job[rows].tolist(), self.gpu_index[rows].tolist()
+        for job, index in zip(jobs, indexes, strict=True):
+            if job is not None:
+                held.setdefault(job, []).append(index)
+        return int(self.gpu_usable[rows].sum()), {job: held[job] for job in sorted(held)}
 
 
 def capacity_account(
@@ -170,29 +189,28 @@ def capacity_account(
     snapshot = context.snapshot
     facts = context.facts
     layout = layout or PoolLayout.of(context)
-    on_node = facts.gpu_state.iloc[layout.gpu_rows.get(node, np.empty(0, dtype=int))]
     pool = str(snapshot.nodes.loc[node, "pool"])
     pool_gpus = layout.pool_gpus[pool]
-    removed = int(on_node["usable"].sum())
+    removed, holders = layout.holders(node)
     failing = {int(f.evidence["index"]) for f in findings}
     free = layout.free_elsewhere(pool, node)
 
+    jobs = snapshot.jobs
     evict = []
-    holders = on_node.dropna(subset=["job"]).groupby("job", sort=True)
-    for job_id, held in holders:
-        job = snapshot.jobs.loc[job_id]
-        per_pod = max(int(job["gpus_per_pod"]), 1)
-        pods_here = len(held) // per_pod
+    for job_id, indexes in holders.items():
+        at = jobs.index.get_loc(job_id)
+        per_pod = max(int(jobs["gpus_per_pod"].iloc[at]), 1)
+        pods_here = len(indexes) // per_pod
         fits = bool(int(np.floor_divide(free, per_pod).sum()) >= pods_here)
         evict.append(
             {
                 "id": str(job_id),
-                "tenant": optional_text(job["tenant"]),
-                "queue": optional_text(job["queue"]),
-                "state": str(job["state"]),
-                "gpus_on_node": len(held),
+                "tenant": optional_text(jobs["tenant"].iloc[at]),
+                "queue": optional_text(jobs["queue"].iloc[at]),
+                "state": str(jobs["state"].iloc[at]),
+                "gpus_on_node": len(indexes),
                 "job_gpus": int(facts.job_held_gpus.get(job_id, 0)),
-                "on_failing_gpu": bool(set(held["index"].astype(int)) & failing),
+                "on_failing_gpu": bool(set(indexes) & failing),
                 "refits_in_pool_now": fits,
             }
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from diagnosis.core.recommend.base import DRAIN_NODE, Draft, FindingRef, Generator, RecommendContext
 from diagnosis.core.recommend.builtin.drain_node import (
     MAX_REASON_CHARS,
+    PoolLayout,
     capacity_account,
     drainable_nodes,
 )
@@ -22,11 +23,13 @@ from diagnosis.core.rules.base import Finding
 def generate(context: RecommendContext) -> list[Draft]:
     nodes = context.snapshot.nodes
     drafts = []
-    for node, findings in drainable_nodes(context, "ecc-row-remap"):
+    drainable = drainable_nodes(context, "ecc-row-remap")
+    layout = PoolLayout.of(context) if drainable else None
+    for node, findings in drainable:
         reason = remap_reason(findings)
         failed = any(f.evidence.get("row_remap_failure") for f in findings)
         then = "send the GPU for service (RMA)" if failed else "reset the GPU (nvidia-smi -r)"
-        impact, tradeoffs = capacity_account(context, node, findings)
+        impact, tradeoffs = capacity_account(context, node, findings, layout)
         drafts.append(
             Draft(
                 kind=DRAIN_NODE,

@@ -19,7 +19,6 @@ from diagnosis.core.recommend.base import (
     ImpactPlan,
     RecommendContext,
 )
-from diagnosis.core.recommend.fair_share import job_queue_names, queue_shares
 from diagnosis.core.rules.base import Finding
 from diagnosis.core.simulate.policy import SetPlacement
 
@@ -42,7 +41,6 @@ def generate(context: RecommendContext) -> list[Draft]:
             by_pool.setdefault(pool, []).extend(found)
 
     snapshot = context.snapshot
-    shares = None
     drafts = []
     for pool in sorted(by_pool):
         current = snapshot.placement(pool)
@@ -50,9 +48,9 @@ def generate(context: RecommendContext) -> list[Draft]:
             continue
         findings = by_pool[pool]
         jobs = _motivating_jobs(findings)[:MAX_PLAN_JOBS]
-        known = snapshot.jobs.index.intersection(jobs)
-        queues = tuple(sorted(set(job_queue_names(snapshot.jobs.loc[known]))))
-        shares = shares or queue_shares(snapshot, context.facts)
+        known = snapshot.jobs.index.get_indexer(snapshot.jobs.index.intersection(jobs))
+        queues = tuple(sorted(set(context.job_queues[known].tolist())))
+        shares = context.shares
         was = current or "spread (assumed: the scheduler does not report its placement)"
         drafts.append(
             Draft(
