@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from diagnosis.core.snapshot_index import SnapshotIndex, job_bucket
 from diagnosis.core.vocabulary import parse_time
 
 # A job that failed, was preempted, evicted or restarted on the GPU this long after the fault
@@ -64,42 +63,6 @@ def jobs_by_node(document: Mapping[str, Any]) -> dict[str, Any]:
         "events": list(document.get("events") or ()),
         "by_node": by_node,
     }
-
-
-def jobs_by_node_from_index(document: Mapping[str, Any], index: SnapshotIndex) -> dict[str, Any]:
-    """:func:`jobs_by_node` of a stored snapshot, its jobs read from its stored index
-    (:mod:`~diagnosis.core.snapshot_index`: a node's part names its jobs, their records are
-    in the parts of their buckets) for each node when first asked for: a cycle whose own
-    snapshot was dumped in another process reads a few nodes' jobs, not all 160,000 of them
-    (131,072 GPUs: ~2 s, issue #35). ``document`` gives the time and the events."""
-    return {
-        "as_of": document.get("as_of"),
-        "events": list(document.get("events") or ()),
-        "by_node": _IndexedNodeJobs(index),
-    }
-
-
-class _IndexedNodeJobs:
-    """Node -> its jobs in the document's order, as :func:`jobs_by_node`'s ``by_node``
-    answers ``get``; each bucket part read once."""
-
-    def __init__(self, index: SnapshotIndex) -> None:
-        self._index = index
-        self._buckets: dict[int, dict[str, Mapping[str, Any]]] = {}
-
-    def get(self, node: Any, default: Any = None) -> Any:
-        part = self._index.node(str(node))
-        if part is None:
-            return default
-        jobs = [self._job(str(job_id)) for job_id in part.get("jobs") or ()]
-        return [job for job in jobs if job is not None]
-
-    def _job(self, job_id: str) -> Mapping[str, Any] | None:
-        bucket = job_bucket(job_id)
-        if bucket not in self._buckets:
-            records = self._index.part(f"jobs:{bucket}") or ()
-            self._buckets[bucket] = {str(job.get("id")): job for job in records}
-        return self._buckets[bucket].get(job_id)
 
 
 def on_node(indexed: Mapping[str, Any], node: str) -> dict[str, Any]:

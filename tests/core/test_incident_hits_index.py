@@ -6,13 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from diagnosis.core import snapshot as snapshot_format
-from diagnosis.core.incident_hits import (
-    hit_jobs_from_history,
-    jobs_by_node,
-    jobs_by_node_from_index,
-    on_node,
-)
-from diagnosis.core.snapshot_index import SnapshotIndex, build_index
+from diagnosis.core.incident_hits import hit_jobs_from_history, jobs_by_node, on_node
 from tests.support.builders import AS_OF, SnapshotBuilder
 
 
@@ -34,14 +28,18 @@ def test_the_node_index_finds_the_jobs_the_whole_documents_give() -> None:
         assert hit_jobs_from_history(node, gpu, AS_OF, indexed, []) == whole
 
 
-def test_a_stored_index_finds_the_jobs_the_whole_document_gives() -> None:
-    document = _document(1)
-    built = build_index(document)
-    index = SnapshotIndex.in_memory(built.header, built.body)
+def test_a_few_nodes_jobs_dumped_alone_index_as_the_whole_document_does() -> None:
+    builder = SnapshotBuilder(as_of=AS_OF)
+    builder.node("n1").node("n2").node("n3")
+    builder.job("on-both", nodes=["n1", "n2"], pods=2, gpus_per_pod=4, ran="2h")
+    builder.job("on-n2", node="n2", gpus_per_pod=2, ran="2h")
+    builder.job("on-n3", node="n3", gpus_per_pod=2, ran="2h")
+    builder.job("waiting", state="pending")
+    snap = builder.build()
+    document = snapshot_format.dump(snap)
 
-    from_index = jobs_by_node_from_index(document, index)
-    whole = jobs_by_node(document)
-    for node in ("n1", "n2", "n3"):
-        assert on_node(from_index, node) == on_node(whole, node)
-    assert on_node(from_index, "n1")["jobs"]
-    assert from_index["events"] == whole["events"]
+    jobs = snapshot_format.dump_jobs_on(snap, ["n1"])
+
+    assert [job["id"] for job in jobs] == ["on-both"]
+    alone = jobs_by_node({**document, "jobs": jobs})
+    assert on_node(alone, "n1") == on_node(jobs_by_node(document), "n1")

@@ -37,7 +37,13 @@ from django.utils import timezone
 from diagnosis import roles
 from diagnosis.actions.oncall.history import SYSTEM_CYCLE, record_audit, record_event
 from diagnosis.actions.oncall.recovery import SOURCE_XID, propose_resume, resolves_unattended
-from diagnosis.actions.oncall.windows import DecodedSnapshots, iso, jobs_hit, window_hits
+from diagnosis.actions.oncall.windows import (
+    DecodedSnapshots,
+    JobsOn,
+    iso,
+    jobs_hit,
+    window_hits,
+)
 from diagnosis.actions.records.events import DRAIN_EVICTION_WINDOW, drain_evictions
 from diagnosis.actions.records.findings import cluster_overrides
 from diagnosis.actions.workflow.base import (
@@ -50,7 +56,6 @@ from diagnosis.choices import IncidentState
 from diagnosis.core import xid_catalog
 from diagnosis.core.incident_hits import HIT_WINDOW, NodeView, node_view
 from diagnosis.core.rules.registry import all_rules
-from diagnosis.core.snapshot_index import SnapshotIndex
 from diagnosis.core.vocabulary import UNAVAILABLE_NODE_STATES, parse_time
 from diagnosis.models import (
     Cluster,
@@ -210,20 +215,20 @@ def record_incidents(
     xid_findings: Iterable[Finding],
     *,
     stored: Snapshot | None = None,
+    jobs_on: JobsOn | None = None,
 ) -> dict[str, int]:
     """The cycle's incident step: open an incident for each GPU the ``xid`` rule reports that has
     none unresolved, refresh the jobs hit while the hit window is not over, follow each
     unresolved incident's health, note the drain it started once applied, and resolve an
     acknowledged ``xid`` incident whose GPU has been healthy for the healthy period.
     ``stored`` is the row ``document`` was stored as (the cycle's own snapshot): an incident
-    whose hit window includes it reads the document in memory, not the row."""
+    whose hit window includes it reads the document in memory, not the row (its jobs on the
+    incidents' nodes as ``jobs_on`` gives them, when it does)."""
 
     as_of = parse_time(document["as_of"])
     stats = {"opened": 0, "resolved": 0}
-    loaded = DecodedSnapshots(
-        {stored.pk: document} if stored is not None else None,
-        indexes={stored.pk: _index_of(stored)} if stored and stored.index_header else None,
-    )
+    at_hand = {stored.pk: document} if stored is not None else {}
+    loaded = DecodedSnapshots(at_hand, jobs_on=dict.fromkeys(at_hand, jobs_on) if jobs_on else None)
     # one incident per GPU and episode: an unresolved Alertmanager incident of the GPU takes the
     # rule's finding instead of a second incident (keys of the rule's own come last: they win)
     rows = list(
@@ -301,11 +306,6 @@ def record_incidents(
         _follow(incident, document, as_of, stats, loaded, nodes, incident.finding_id in resolved)
     _note_recent_drains(cluster, document, as_of, nodes)
     return stats
-
-
-def _index_of(stored: Snapshot) -> SnapshotIndex:
-    """The index a snapshot row was stored with, read from memory."""
-    return SnapshotIndex.in_memory(bytes(stored.index_header), bytes(stored.index_body))
 
 
 def _resolved_findings(incidents: list[Incident]) -> set[int]:
@@ -633,14 +633,20 @@ def adopt_rule_incident(
 
 
 def record_cycle_incidents(
-    cluster: Cluster, document: Mapping[str, Any], diagnosis: Any, stored: Snapshot | None = None
+    cluster: Cluster,
+    document: Mapping[str, Any],
+    diagnosis: Any,
+    stored: Snapshot | None = None,
+    *,
+    jobs_on: JobsOn | None = None,
 ) -> dict[str, int]:
     """:func:`record_incidents` for a cycle's diagnosis (its ``xid`` findings' stored rows);
-    ``stored`` is the cycle's snapshot row, ``document`` its document."""
+    ``stored`` is the cycle's snapshot row, ``document`` its document (``jobs_on``: its jobs
+    on some nodes)."""
     keys = [
         Finding.fingerprint_of(cluster.pk, hit.rule, hit.subject)
         for hit in diagnosis.findings
         if hit.rule == "xid"
     ]
     findings = Finding.objects.filter(cluster=cluster, fingerprint__in=keys).order_by("id")
-    return record_incidents(cluster, document, findings, stored=stored)
+    return record_incidents(cluster, document, findings, stored=stored, jobs_on=jobs_on)

@@ -13,18 +13,11 @@ for that node yet, most cycles just the newest one (issue #17).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from diagnosis.core.incident_hits import (
-    HIT_WINDOW,
-    hit_jobs_from_history,
-    jobs_by_node,
-    jobs_by_node_from_index,
-    on_node,
-)
-from diagnosis.core.snapshot_index import SnapshotIndex
+from diagnosis.core.incident_hits import HIT_WINDOW, hit_jobs_from_history, jobs_by_node, on_node
 from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import Cluster, Job, SchedulerEvent, Snapshot
 
@@ -33,6 +26,9 @@ CACHED_READS = 4096
 
 _reads: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
 
+JobsOn = Callable[[Collection[str]], list[Mapping[str, Any]]]
+"""A snapshot's jobs that have a pod on one of some nodes, in its document's order."""
+
 
 class DecodedSnapshots:
     """What one cycle read for its incidents' hit windows: the stored snapshots it decoded
@@ -40,18 +36,21 @@ class DecodedSnapshots:
     follows -- the window snapshots' rows, the stored scheduler events of their nodes and the
     jobs they hit, each read in one query for all of them instead of a few per incident (at
     131,072 GPUs a cycle follows hundreds). ``at_hand`` are documents the caller holds already
-    (the cycle's own snapshot, just stored): indexed from memory, never decoded again; their
-    jobs read by node from their stored index where ``indexes`` has it
-    (:func:`~diagnosis.core.incident_hits.jobs_by_node_from_index`)."""
+    (the cycle's own snapshot, just stored): indexed from memory, never decoded again. Where
+    ``jobs_on`` gives one of them the jobs it lists on some nodes, only those of the nodes read
+    (the faults' :meth:`prefetch` named, and the one asked for) are indexed: a cycle whose
+    snapshot is dumped in another process does not dump its 160,000 jobs again (#35)."""
 
     def __init__(
         self,
         at_hand: Mapping[int, Mapping[str, Any]] | None = None,
         *,
-        indexes: Mapping[int, SnapshotIndex] | None = None,
+        jobs_on: Mapping[int, JobsOn] | None = None,
     ) -> None:
         self._at_hand = dict(at_hand or {})
-        self._indexes = dict(indexes or {})
+        self._jobs_on = dict(jobs_on or {})
+        self._nodes: set[str] = set()
+        self._on_nodes: dict[int, tuple[set[str], dict[str, Any]]] = {}
         self._indexed: dict[int, dict[str, Any]] = {}
         self._span: tuple[datetime, datetime] | None = None
         self._snapshots: list[Snapshot] = []
@@ -59,20 +58,30 @@ class DecodedSnapshots:
         self._jobs: dict[str, Job] = {}
         self.hits: dict[tuple[str, int | None, datetime], dict[str, dict[str, Any]]] = {}
 
-    def indexed(self, snapshot: Snapshot) -> dict[str, Any]:
+    def indexed(self, snapshot: Snapshot, node: str | None = None) -> dict[str, Any]:
+        """:func:`jobs_by_node` of a snapshot (sure to hold ``node``'s jobs when one is named)."""
+        jobs_on = self._jobs_on.get(snapshot.pk)
+        if jobs_on is not None and node is not None and snapshot.pk in self._at_hand:
+            return self._indexed_on(snapshot.pk, jobs_on, self._nodes | {node})
         if snapshot.pk not in self._indexed:
-            document = self._at_hand.pop(snapshot.pk, None)
-            index = self._indexes.pop(snapshot.pk, None)
-            if document is not None and index is not None:
-                self._indexed[snapshot.pk] = jobs_by_node_from_index(document, index)
-            else:
-                self._indexed[snapshot.pk] = jobs_by_node(document or snapshot.load_document())
+            document = self._at_hand.pop(snapshot.pk, None) or snapshot.load_document()
+            self._indexed[snapshot.pk] = jobs_by_node(document)
         return self._indexed[snapshot.pk]
+
+    def _indexed_on(self, pk: int, jobs_on: JobsOn, nodes: set[str]) -> dict[str, Any]:
+        covered, indexed = self._on_nodes.get(pk, (set(), {}))
+        if not nodes <= covered:
+            document = self._at_hand[pk]
+            partial = {"as_of": document.get("as_of"), "events": document.get("events")}
+            indexed = jobs_by_node({**partial, "jobs": jobs_on(nodes)})
+            self._on_nodes[pk] = (nodes, indexed)
+        return indexed
 
     def prefetch(self, cluster: Cluster, faults: Iterable[tuple[str, datetime]]) -> None:
         """Read, for faults ``(node, at)``, their window snapshots' rows and their nodes'
         stored events in one query each."""
         faults = list(faults)
+        self._nodes = {node for node, _ in faults}
         if not faults:
             return
         low = min(at for _, at in faults)
@@ -156,7 +165,7 @@ def _read_for_node(snapshot: Snapshot, node: str, loaded: DecodedSnapshots) -> d
     if read is not None:
         _reads.move_to_end(key)
         return read
-    indexed = loaded.indexed(snapshot)
+    indexed = loaded.indexed(snapshot, node)
     read = {
         **on_node(indexed, node),
         "events": [e for e in indexed["events"] if e.get("node") in (None, "", node)],

@@ -394,7 +394,13 @@ def record_cycle_steps(
             record_accounting_slice(cycle)  # the overview's waterfall rows
             add_cycle_to_hours(cycle)  # the fairness report's hourly rows
         with steps.timed("incidents"):
-            record_cycle_incidents(cluster, compressing.document, diagnosis, stored)  # #16
+            record_cycle_incidents(  # on-call's (#16)
+                cluster,
+                compressing.document,
+                diagnosis,
+                stored,
+                jobs_on=lambda nodes: snapshot_format.dump_jobs_on(snap, nodes),
+            )
         problems = [f"rule {e.rule} failed: {e.message}" for e in diagnosis.errors]
         problems += _collection_problems(collection, skipped)
         _save_status(

@@ -24,7 +24,7 @@ states, kinds) come from :mod:`diagnosis.core.vocabulary`. It imports neither Dj
 """
 
 from diagnosis.core.snapshot.checks import SnapshotError
-from diagnosis.core.snapshot.dump import dump, dumps
+from diagnosis.core.snapshot.dump import dump, dump_jobs_on, dumps
 from diagnosis.core.snapshot.frame import (
     GPU_KEY,
     GPU_METRICS,
@@ -44,6 +44,7 @@ __all__ = [
     "ClusterSnapshot",
     "SnapshotError",
     "dump",
+    "dump_jobs_on",
     "dumps",
     "format_time",
     "load",

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -75,6 +76,21 @@ class _LazyDocument(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._parts)
+
+
+def dump_jobs_on(snapshot: ClusterSnapshot, nodes: Collection[str]) -> list[dict[str, Any]]:
+    """The entries of ``dump(snapshot)["jobs"]`` that have a pod on one of ``nodes``, in its
+    order: a few nodes' jobs without dumping all of them (160,000 at 131,072 GPUs: ~2 s)."""
+    allocations, jobs = snapshot.allocations, snapshot.jobs
+    on_nodes = allocations["node"].isin(list(nodes)).to_numpy()
+    held = set(allocations["job"].to_numpy()[on_nodes].tolist())
+    return _dump_jobs(
+        dataclasses.replace(
+            snapshot,
+            jobs=jobs[jobs["id"].isin(held).to_numpy()],
+            allocations=allocations[allocations["job"].isin(held).to_numpy()],
+        )
+    )
 
 
 def _as_is(value: Any, _snapshot: ClusterSnapshot) -> Any:
