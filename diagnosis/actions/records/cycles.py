@@ -390,7 +390,7 @@ def record_cycle_steps(
             size=size_of(snap),
         )
         with steps.timed("tenancy"):
-            record_tenancy(cluster, snap, diagnosis, accounting, cycle)
+            record_tenancy(cluster, snap, diagnosis, accounting, cycle, recorded.hit_rows)
             record_accounting_slice(cycle)  # the overview's waterfall rows
             add_cycle_to_hours(cycle)  # the fairness report's hourly rows
         with steps.timed("incidents"):

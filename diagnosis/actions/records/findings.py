@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -77,6 +77,11 @@ class RecordedFindings:
     held: int = 0
     events: int = 0
     written_by_rule: dict[str, int] = field(default_factory=dict)
+    # (rule, subject) of each hit -> its row's pk and tenant once recorded: what the tenancy
+    # step tags (tag_finding_tenants) without reading every open finding again
+    hit_rows: dict[tuple[str, str], tuple[int, int | None]] = field(
+        default_factory=dict, repr=False
+    )
 
     def count(self, from_state: str | None, to_state: str) -> None:
         key = f"{from_state or 'new'}->{to_state}"
@@ -110,6 +115,7 @@ _TRACKED_COLUMNS = (
     "evidence_digest",
     "seen_on_clock",
     "hit_on_clock",
+    "tenant_id",
 )
 # The lifecycle columns of a finding, written on every transition.
 _LIFECYCLE_COLUMNS = [
@@ -145,9 +151,16 @@ _INSERTED_COLUMNS = (
 _EVENT_COLUMNS = ("finding_id", "time", "from_state", "to_state", "snapshot_as_of")
 # Positions in a stored row as read (_TRACKED_COLUMNS): a cycle reads these of every row, and
 # makes a _Stored only of the few whose lifecycle it advances.
-_STATE, _LAST_SEEN, _DIGEST, _SEEN_ON_CLOCK, _HIT_ON_CLOCK = (
+_STATE, _LAST_SEEN, _DIGEST, _SEEN_ON_CLOCK, _HIT_ON_CLOCK, _TENANT = (
     _TRACKED_COLUMNS.index(column)
-    for column in ("state", "last_seen", "evidence_digest", "seen_on_clock", "hit_on_clock")
+    for column in (
+        "state",
+        "last_seen",
+        "evidence_digest",
+        "seen_on_clock",
+        "hit_on_clock",
+        "tenant_id",
+    )
 )
 
 
@@ -168,6 +181,7 @@ class _Stored:
     evidence_digest: str
     seen_on_clock: bool
     hit_on_clock: bool
+    tenant_id: int | None
 
     def read_after(self, clock_at: datetime) -> tuple[datetime, datetime | None]:
         """Its ``last_seen`` and ``last_hit_at`` once its rule's clock is at ``clock_at``, if
@@ -381,6 +395,12 @@ def record_findings(
     )
     result.written, result.events = len(written), len(transitions)
     result.touched = len(timestamps.rows)
+    result.hit_rows = {key: (raw[0], raw[_TENANT]) for key, raw in stored.items() if key in hits}
+    result.hit_rows |= {
+        finding_key: (pk, None)  # inserted: no tenant yet
+        for (finding_key, _finding, _transition), pk in zip(changes, written_pks, strict=True)
+        if finding_key not in stored
+    }
     return result
 
 
@@ -548,26 +568,26 @@ def tag_finding_tenants(
     diagnosis: Diagnosis,
     tenant_of_job: Mapping[str, str],
     tenant_ids: Mapping[str, int],
+    hit_rows: Mapping[tuple[str, str], tuple[int, int | None]] | None = None,
 ) -> int:
     """Set ``Finding.tenant`` of every finding this diagnosis reported to the one tenant it
     concerns now (:func:`diagnosis.core.fairness.finding_tenant`), or to none when it concerns
     none or several. A finding's evidence is rewritten each cycle (an Xid's GPU gets another
     tenant's job), so its tenant is recomputed from the same evidence each cycle, never kept
     from when it was first seen (issue #12). Only findings whose tenant changes are written: one
-    UPDATE per new tenant. Returns how many were re-tagged."""
+    UPDATE per new tenant. Returns how many were re-tagged.
+
+    ``hit_rows``: each hit's row and its tenant as :func:`record_findings` just recorded them
+    (``RecordedFindings.hit_rows``); the hits it lacks are read from the database."""
 
     hits = {(hit.rule, hit.subject): hit for hit in diagnosis.findings}
     if not hits:
         return 0
-    # a hit's finding is open once the cycle recorded it: resolved rows are never read
-    rows = (
-        Finding.objects.filter(cluster=cluster, rule_id__in={rule for rule, _ in hits})
-        .exclude(state=lifecycle.RESOLVED)
-        .values_list("pk", "rule_id", "subject", "tenant_id")
-    )
+    known = hit_rows or {}
+    unknown = hits.keys() - known.keys()
     by_tenant: dict[int | None, list[int]] = {}
-    for pk, rule_id, subject, current in rows.iterator(chunk_size=2000):
-        hit = hits.get((rule_id, subject))
+    for key, (pk, current) in [*_rows_of(cluster, unknown), *known.items()]:
+        hit = hits.get(key)
         if hit is None:
             continue  # not reported this cycle: its evidence (and so its tenant) is unchanged
         name = fairness.finding_tenant(hit, tenant_of_job)
@@ -577,3 +597,20 @@ def tag_finding_tenants(
     return sum(
         Finding.objects.filter(pk__in=pks).update(tenant_id=tid) for tid, pks in by_tenant.items()
     )
+
+
+def _rows_of(
+    cluster: Cluster, keys: set[tuple[str, str]]
+) -> Iterator[tuple[tuple[str, str], tuple[int, int | None]]]:
+    """The open rows of these (rule, subject) keys, with their tenants."""
+    if not keys:
+        return
+    # a hit's finding is open once the cycle recorded it: resolved rows are never read
+    rows = (
+        Finding.objects.filter(cluster=cluster, rule_id__in={rule for rule, _ in keys})
+        .exclude(state=lifecycle.RESOLVED)
+        .values_list("pk", "rule_id", "subject", "tenant_id")
+    )
+    for pk, rule_id, subject, tenant in rows.iterator(chunk_size=2000):
+        if (rule_id, subject) in keys:
+            yield (rule_id, subject), (pk, tenant)

@@ -82,6 +82,7 @@ def record_tenancy(
     diagnosis: Diagnosis,
     accounting: Any,
     cycle: ClusterCycle,
+    hit_rows: Mapping[tuple[str, str], tuple[int, int | None]] | None = None,
 ) -> RecordedTenancy:
     """The tenant side of a cycle, inside its transaction: sync Tenant and Queue rows from the
     snapshot's queues (so managers can be assigned in the admin), sync Job rows (only the jobs
@@ -90,6 +91,8 @@ def record_tenancy(
 
     The rollups stand for the time since the previous good cycle's snapshot, at most the
     snapshot's window; a snapshot already rolled up (the same ``as_of`` again) adds nothing.
+    ``hit_rows``: the hits' rows as the findings step recorded them
+    (``RecordedFindings.hit_rows``), so the tagging reads no finding again.
     """
 
     as_of = snap.as_of.to_pydatetime()
@@ -105,7 +108,7 @@ def record_tenancy(
     )
     synced = sync_jobs(cluster, snap, tenant_of_job, tenant_ids, queue_ids, previous)
     job_tenant = dict(zip(tenant_of_job.index.tolist(), tenant_of_job.tolist(), strict=True))
-    tagged = tag_finding_tenants(cluster, diagnosis, job_tenant, tenant_ids)
+    tagged = tag_finding_tenants(cluster, diagnosis, job_tenant, tenant_ids, hit_rows)
     if PoolRollup.objects.filter(cluster=cluster, pool="", as_of=as_of).exists():
         return RecordedTenancy(created, synced.written, synced.unlisted, tagged, 0.0, 0, 0)
     interval = float(snap.window_s)

@@ -8,9 +8,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from diagnosis.access import incidents_for_user
 from diagnosis.actions.records.cycles import record_cycle
+from diagnosis.actions.records.findings import tag_finding_tenants
+from diagnosis.core.diagnose import diagnose
 from diagnosis.models import Finding, Incident, Tenant
 from tests.support.builders import AS_OF, SnapshotBuilder
 from tests.support.world import logged_in_client
@@ -58,6 +62,35 @@ def test_another_tenants_job_in_the_evidence_hides_the_finding_from_the_manager(
     assert client.get(f"/clusters/shared/findings/{finding.pk}/").status_code == 404
     assert "vision-1" not in client.get("/clusters/shared/incidents/").content.decode()
     assert "vision-1" not in client.get("/clusters/shared/findings/").content.decode()
+
+
+def test_a_cycle_tags_its_findings_from_the_rows_it_recorded_not_a_second_read(shared):
+    # issue #35: the tenancy step took the ~103,000 open findings of a 131,072-GPU cycle from the
+    # database again; the findings step hands it each hit's row and tenant
+    with CaptureQueriesContext(connection) as queries:
+        record_cycle(shared, xid_snapshot(AS_OF + timedelta(minutes=1), [("vision-1", "vision")]))
+
+    tagging_reads = [  # what the tagging read alone: each open row's id, key and tenant
+        q["sql"]
+        for q in queries
+        if '"subject" AS "subject", "diagnosis_finding"."tenant_id" AS "tenant_id" FROM' in q["sql"]
+    ]
+    assert tagging_reads == []
+    assert xid_finding(shared).tenant.name == "vision"
+
+
+def test_a_hit_the_findings_step_did_not_hand_over_is_tagged_from_the_database(shared):
+    finding = xid_finding(shared)
+    diagnosis = diagnose(xid_snapshot(AS_OF + timedelta(minutes=1), [("vision-1", "vision")]))
+    vision, _ = Tenant.objects.get_or_create(cluster=shared, name="vision")
+
+    tagged = tag_finding_tenants(
+        shared, diagnosis[0], {"vision-1": "vision"}, {"vision": vision.pk}, {}
+    )
+
+    assert tagged == 1
+    finding.refresh_from_db()
+    assert finding.tenant == vision
 
 
 def test_the_tenant_comes_back_when_the_evidence_is_theirs_again(shared):
