@@ -26,7 +26,7 @@ from diagnosis.actions.records.events import SchedulerEventError, record_schedul
 from diagnosis.actions.records.findings import cluster_overrides, record_findings
 from diagnosis.actions.records.forecasts import forecast_after_cycle
 from diagnosis.actions.records.rollups_hourly import add_cycle_to_hours, record_accounting_slice
-from diagnosis.actions.records.tenancy import record_tenancy
+from diagnosis.actions.records.tenancy import record_tenancy, sync_cycle_tenants
 from diagnosis.actions.records.topology import merge_stored_topology
 from diagnosis.actions.upkeep.health import database_now
 from diagnosis.actions.workflow.proposals import record_recommendations
@@ -361,10 +361,10 @@ def record_cycle_steps(
         by_severity[finding.severity] = by_severity.get(finding.severity, 0) + 1
     with transaction.atomic():
         now = timezone.now()
+        with steps.timed("tenancy"):
+            tenants = sync_cycle_tenants(cluster, snap)
         with steps.timed("findings"):
-            recorded = record_findings(cluster, diagnosis)
-        with steps.timed("snapshot"):
-            stored = compressing.save()
+            recorded = record_findings(cluster, diagnosis, tenant_of=tenants.finding_tenant_id)
         steps.record("findings_written", recorded.as_dict())
         as_of = snap.as_of.to_pydatetime()
         cycle = ClusterCycle.objects.create(
@@ -390,9 +390,11 @@ def record_cycle_steps(
             size=size_of(snap),
         )
         with steps.timed("tenancy"):
-            record_tenancy(cluster, snap, diagnosis, accounting, cycle, recorded.hit_rows)
+            record_tenancy(cluster, snap, diagnosis, accounting, cycle, recorded.hit_rows, tenants)
             record_accounting_slice(cycle)  # the overview's waterfall rows
             add_cycle_to_hours(cycle)  # the fairness report's hourly rows
+        with steps.timed("snapshot"):  # as late as it can: its dump ran meanwhile (#35)
+            stored = compressing.save()
         with steps.timed("incidents"):
             record_cycle_incidents(  # on-call's (#16)
                 cluster,

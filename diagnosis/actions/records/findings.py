@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -139,13 +139,14 @@ _TIMESTAMP_COLUMNS = [
 ]
 # What an upsert writes of a finding; first_seen and the tenant are kept on conflict.
 _WRITTEN_COLUMNS = [*_LIFECYCLE_COLUMNS, "severity", "summary", "evidence", "evidence_digest"]
-# What an upsert inserts of a new finding (the tenant is tagged afterwards).
+# What an upsert inserts of a new finding (its tenant kept on conflict, and tagged afterwards).
 _INSERTED_COLUMNS = (
     "cluster_id",
     "rule_id",
     "subject",
     "fingerprint",
     "first_seen",
+    "tenant_id",
     *_WRITTEN_COLUMNS,
 )
 _EVENT_COLUMNS = ("finding_id", "time", "from_state", "to_state", "snapshot_as_of")
@@ -264,7 +265,10 @@ def _stored_findings(
 
 @transaction.atomic
 def record_findings(
-    cluster: Cluster, diagnosis: Diagnosis, rules: Mapping[str, Rule] | None = None
+    cluster: Cluster,
+    diagnosis: Diagnosis,
+    rules: Mapping[str, Rule] | None = None,
+    tenant_of: Callable[[RuleFinding], int | None] | None = None,
 ) -> RecordedFindings:
     """Upsert a diagnosis's findings by fingerprint ``(cluster, rule, subject)`` and move each
     through its lifecycle (:mod:`diagnosis.core.lifecycle`); every transition is a FindingEvent row.
@@ -280,6 +284,8 @@ def record_findings(
     clock (:class:`~diagnosis.models.RuleClock`) moves to the snapshot's time, and a finding that
     follows it reads its time; only the findings that stop following it (not hit, not judged) or
     start to are written, in one statement; history rows only on transitions, in one statement.
+    ``tenant_of``: the tenant id a new finding is inserted with (none without it: the tenancy
+    step tags it, :func:`tag_finding_tenants`).
     """
     rules = rules if rules is not None else all_rules()
     as_of: datetime = diagnosis.snapshot.as_of.to_pydatetime()
@@ -350,6 +356,9 @@ def record_findings(
             result.count(step.from_state, step.to_state)
             transition = (step.from_state or "", step.to_state)
         finding = _written_row(cluster, key, row, step.tracked, hit, digest, as_of)
+        finding["tenant_id"] = (
+            row.tenant_id if row is not None else tenant_of(hit) if tenant_of and hit else None
+        )
         timestamps.follow(finding)
         changes.append((key, finding, transition))
         result.written_by_rule[rule_id] = result.written_by_rule.get(rule_id, 0) + 1
@@ -397,8 +406,8 @@ def record_findings(
     result.touched = len(timestamps.rows)
     result.hit_rows = {key: (raw[0], raw[_TENANT]) for key, raw in stored.items() if key in hits}
     result.hit_rows |= {
-        finding_key: (pk, None)  # inserted: no tenant yet
-        for (finding_key, _finding, _transition), pk in zip(changes, written_pks, strict=True)
+        finding_key: (pk, finding["tenant_id"])  # inserted
+        for (finding_key, finding, _transition), pk in zip(changes, written_pks, strict=True)
         if finding_key not in stored
     }
     return result

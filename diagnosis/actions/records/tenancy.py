@@ -15,6 +15,7 @@ import pandas as pd
 from diagnosis.actions.records.findings import tag_finding_tenants
 from diagnosis.core import fairness
 from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core.rules.base import Finding as RuleFinding
 from diagnosis.core.rules.engine import Diagnosis
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.vocabulary import LIVE_JOB_STATES
@@ -76,6 +77,33 @@ class RecordedTenancy:
     pool_rows: int
 
 
+@dataclass(frozen=True)
+class CycleTenants:
+    """A snapshot's tenants once their rows are synced (:func:`sync_cycle_tenants`): each
+    job's tenant, tenant name -> id, and how many tenant rows were created."""
+
+    tenant_of_job: pd.Series
+    job_tenant: dict[str, str]
+    tenant_ids: dict[str, int]
+    created: int
+
+    def finding_tenant_id(self, hit: RuleFinding) -> int | None:
+        """The id of the one tenant a rule's finding concerns
+        (:func:`diagnosis.core.fairness.finding_tenant`), or None."""
+        name = fairness.finding_tenant(hit, self.job_tenant)
+        return self.tenant_ids.get(name) if name is not None else None
+
+
+def sync_cycle_tenants(cluster: Cluster, snap: snapshot_format.ClusterSnapshot) -> CycleTenants:
+    """Sync the snapshot's Tenant and Queue rows (:func:`sync_tenants_and_queues`) and map its
+    jobs to their tenants: before the findings step, which inserts a new finding with its
+    tenant (a cycle that creates every finding does not rewrite them all to tag them)."""
+    tenant_of_job = fairness.job_tenants(snap)
+    tenant_ids, created = sync_tenants_and_queues(cluster, snap)
+    job_tenant = dict(zip(tenant_of_job.index.tolist(), tenant_of_job.tolist(), strict=True))
+    return CycleTenants(tenant_of_job, job_tenant, tenant_ids, created)
+
+
 def record_tenancy(
     cluster: Cluster,
     snap: snapshot_format.ClusterSnapshot,
@@ -83,6 +111,7 @@ def record_tenancy(
     accounting: Any,
     cycle: ClusterCycle,
     hit_rows: Mapping[tuple[str, str], tuple[int, int | None]] | None = None,
+    tenants: CycleTenants | None = None,
 ) -> RecordedTenancy:
     """The tenant side of a cycle, inside its transaction: sync Tenant and Queue rows from the
     snapshot's queues (so managers can be assigned in the admin), sync Job rows (only the jobs
@@ -92,12 +121,13 @@ def record_tenancy(
     The rollups stand for the time since the previous good cycle's snapshot, at most the
     snapshot's window; a snapshot already rolled up (the same ``as_of`` again) adds nothing.
     ``hit_rows``: the hits' rows as the findings step recorded them
-    (``RecordedFindings.hit_rows``), so the tagging reads no finding again.
+    (``RecordedFindings.hit_rows``), so the tagging reads no finding again; ``tenants``: what
+    :func:`sync_cycle_tenants` synced for this snapshot already.
     """
 
     as_of = snap.as_of.to_pydatetime()
-    tenant_of_job = fairness.job_tenants(snap)
-    tenant_ids, created = sync_tenants_and_queues(cluster, snap)
+    tenants = tenants if tenants is not None else sync_cycle_tenants(cluster, snap)
+    tenant_of_job, tenant_ids, created = tenants.tenant_of_job, tenants.tenant_ids, tenants.created
     queue_ids = dict(Queue.objects.filter(cluster=cluster).values_list("name", "pk"))
     previous = (
         ClusterCycle.objects.filter(cluster=cluster, ok=True, as_of__lt=as_of)
@@ -107,8 +137,7 @@ def record_tenancy(
         .first()
     )
     synced = sync_jobs(cluster, snap, tenant_of_job, tenant_ids, queue_ids, previous)
-    job_tenant = dict(zip(tenant_of_job.index.tolist(), tenant_of_job.tolist(), strict=True))
-    tagged = tag_finding_tenants(cluster, diagnosis, job_tenant, tenant_ids, hit_rows)
+    tagged = tag_finding_tenants(cluster, diagnosis, tenants.job_tenant, tenant_ids, hit_rows)
     if PoolRollup.objects.filter(cluster=cluster, pool="", as_of=as_of).exists():
         return RecordedTenancy(created, synced.written, synced.unlisted, tagged, 0.0, 0, 0)
     interval = float(snap.window_s)

@@ -79,6 +79,18 @@ def test_a_cycle_tags_its_findings_from_the_rows_it_recorded_not_a_second_read(s
     assert xid_finding(shared).tenant.name == "vision"
 
 
+def test_a_new_finding_is_inserted_with_its_tenant_not_tagged_afterwards(make_cluster):
+    # issue #35: cycle 1 of a 131,072-GPU cluster rewrote all ~103,000 new findings to tag them
+    cluster = make_cluster("fresh", metrics_kind="none")
+
+    with CaptureQueriesContext(connection) as queries:
+        record_cycle(cluster, xid_snapshot(AS_OF, [("hpo-1", "hpo")]))
+
+    tags = [q for q in queries if q["sql"].startswith('UPDATE "diagnosis_finding" SET "tenant_id"')]
+    assert tags == []
+    assert xid_finding(cluster).tenant.name == "hpo"
+
+
 def test_a_hit_the_findings_step_did_not_hand_over_is_tagged_from_the_database(shared):
     finding = xid_finding(shared)
     diagnosis = diagnose(xid_snapshot(AS_OF + timedelta(minutes=1), [("vision-1", "vision")]))
