@@ -27,7 +27,27 @@ def record_event(
     details: Mapping[str, Any] | None = None,
     time: datetime | None = None,
 ) -> IncidentEvent:
-    return IncidentEvent.objects.create(
+    event = new_event(
+        incident, actor, kind, before=before, after=after, text=text, details=details, time=time
+    )
+    event.save(force_insert=True)
+    return event
+
+
+def new_event(
+    incident: Incident,
+    actor: str,
+    kind: str,
+    *,
+    before: str = "",
+    after: str = "",
+    text: str = "",
+    details: Mapping[str, Any] | None = None,
+    time: datetime | None = None,
+) -> IncidentEvent:
+    """A timeline row not saved yet (:func:`record_event` saves it; a cycle opening many
+    incidents saves them all in one statement)."""
+    return IncidentEvent(
         incident=incident,
         time=time or timezone.now(),
         actor=actor,

@@ -35,7 +35,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from diagnosis import roles
-from diagnosis.actions.oncall.history import SYSTEM_CYCLE, record_audit, record_event
+from diagnosis.actions.oncall.history import SYSTEM_CYCLE, new_event, record_audit, record_event
 from diagnosis.actions.oncall.recovery import SOURCE_XID, propose_resume, resolves_unattended
 from diagnosis.actions.oncall.windows import (
     DecodedSnapshots,
@@ -250,6 +250,7 @@ def record_incidents(
         for (node, index), i in unresolved.items()
         if index is None and i.source == SOURCE_NODE_HEALTH
     }
+    opening: list[tuple[Incident, list[Mapping[str, Any]]]] = []
     for finding in xid_findings:
         evidence = finding.evidence or {}
         node, index = evidence.get("node"), evidence.get("index")
@@ -258,42 +259,12 @@ def record_incidents(
         codes = [c for c in evidence.get("codes") or () if isinstance(c, Mapping)]
         incident = unresolved.get((node, int(index))) or node_incidents.get(node)
         if incident is None:
-            firsts = [parse_time(c.get("first") or "") for c in codes]
-            opened = min([t for t in firsts if t is not None], default=as_of)
-            worst = min(codes, key=lambda c: (c.get("severity") != "critical", c.get("code", 0)))
-            info = xid_catalog.lookup(int(worst["code"])) if codes else None
-            incident, created = Incident.objects.get_or_create(
-                fingerprint=_xid_fingerprint(cluster, node, int(index), opened),
-                defaults={
-                    "cluster": cluster,
-                    "node": node,
-                    "gpu_index": int(index),
-                    "xid_code": info.code if info else None,
-                    "summary": (
-                        f"Xid {info.code} on {node} GPU {index}: {info.name}: {info.meaning}"
-                        if info
-                        else f"Xid on {node} GPU {index}"
-                    ),
-                    "details": {"kind": "xid", "xid": info.as_dict() if info else None},
-                    "source": SOURCE_XID,
-                    "opened_at": opened,
-                    "finding": finding,
-                },
-            )
-            if not created:
-                continue
+            incident = _new_xid_incident(cluster, node, int(index), codes, finding, as_of)
             unresolved[(node, int(index))] = incident
-            stats["opened"] += 1
-            record_event(
-                incident,
-                SYSTEM_CYCLE,
-                "opened",
-                after=State.OPEN,
-                time=opened,
-                text=incident.summary,
-                details={"finding": finding.pk},
-            )
+            opening.append((incident, codes))
+            continue
         _record_codes(incident, codes, finding, xids_noted.setdefault(incident.pk, set()))
+    stats["opened"] += _open_xid_incidents(opening, unresolved, xids_noted)
     stats["opened"] += _open_node_incidents(cluster, document, as_of, unresolved)
     nodes = node_view(document)
     followed = [i for i in unresolved.values() if i.source in FOLLOWED_SOURCES]
@@ -392,6 +363,104 @@ def _open_node_incidents(
     return opened
 
 
+def _new_xid_incident(
+    cluster: Cluster,
+    node: str,
+    index: int,
+    codes: list[Mapping[str, Any]],
+    finding: Finding,
+    as_of: datetime,
+) -> Incident:
+    """The incident a GPU's Xid finding opens (not saved yet), its codes on it."""
+    firsts = [parse_time(c.get("first") or "") for c in codes]
+    opened = min([t for t in firsts if t is not None], default=as_of)
+    worst = min(codes, key=lambda c: (c.get("severity") != "critical", c.get("code", 0)))
+    info = xid_catalog.lookup(int(worst["code"])) if codes else None
+    return Incident(
+        fingerprint=_xid_fingerprint(cluster, node, index, opened),
+        cluster=cluster,
+        node=node,
+        gpu_index=index,
+        xid_code=info.code if info else None,
+        summary=(
+            f"Xid {info.code} on {node} GPU {index}: {info.name}: {info.meaning}"
+            if info
+            else f"Xid on {node} GPU {index}"
+        ),
+        details={
+            "kind": "xid",
+            "xid": info.as_dict() if info else None,
+            "codes": [dict(c) for c in codes],
+        },
+        source=SOURCE_XID,
+        opened_at=opened,
+        finding=finding,
+    )
+
+
+def _open_xid_incidents(
+    opening: list[tuple[Incident, list[Mapping[str, Any]]]],
+    unresolved: dict[tuple[str, int | None], Incident],
+    xids_noted: dict[int, set[tuple[Any, Any]]],
+) -> int:
+    """Store the incidents the cycle's Xid findings open, with their timelines (opened, then
+    each Xid once), in one statement per table, not ~4 per incident (a first cycle of a big
+    cluster opens hundreds). One whose fingerprint is stored already (the same GPU and first
+    Xid, resolved in this episode) is not opened again. Returns how many were opened."""
+    fingerprints = [incident.fingerprint for incident, _ in opening]
+    stored = set(
+        Incident.objects.filter(fingerprint__in=fingerprints).values_list("fingerprint", flat=True)
+    )
+    for incident, _ in opening:
+        if incident.fingerprint in stored:
+            del unresolved[(incident.node, incident.gpu_index)]
+    opening = [
+        (incident, codes) for incident, codes in opening if incident.fingerprint not in stored
+    ]
+    if not opening:
+        return 0
+    Incident.objects.bulk_create([incident for incident, _ in opening])
+    events = []
+    for incident, codes in opening:
+        opened = new_event(
+            incident,
+            SYSTEM_CYCLE,
+            "opened",
+            after=State.OPEN,
+            time=incident.opened_at,
+            text=incident.summary,
+            details={"finding": incident.finding_id},
+        )
+        seen = xids_noted.setdefault(incident.pk, set())
+        events += [opened, *(_xid_event(incident, code) for code in _new_codes(codes, seen))]
+    IncidentEvent.objects.bulk_create(events)
+    return len(opening)
+
+
+def _new_codes(
+    codes: list[Mapping[str, Any]], seen: set[tuple[Any, Any]]
+) -> list[Mapping[str, Any]]:
+    """The Xids (code, last time) not on the timeline yet, each once; ``seen`` takes them."""
+    new = []
+    for code in codes:
+        key = (code.get("code"), code.get("last"))
+        if key not in seen:
+            seen.add(key)
+            new.append(code)
+    return new
+
+
+def _xid_event(incident: Incident, code: Mapping[str, Any]) -> IncidentEvent:
+    return new_event(
+        incident,
+        SYSTEM_CYCLE,
+        "xid",
+        time=parse_time(code.get("last") or "") or timezone.now(),
+        text=f"Xid {code.get('code')} ({code.get('name')}) x{code.get('count')}",
+        details={"code": code.get("code"), "last": code.get("last"), "count": code.get("count")},
+    )
+
+
 def _xids_noted(incidents: list[Incident]) -> dict[int, set[tuple[Any, Any]]]:
     """Incident id -> the Xids (code, last time) on its timeline, for all of them at once."""
     noted: dict[int, set[tuple[Any, Any]]] = {}
@@ -411,23 +480,8 @@ def _record_codes(
 ) -> None:
     """Each Xid (code, last time) once on the timeline (``seen``: those on it already); the
     codes on the incident, written when they or its finding changed."""
-    for code in codes:
-        key = (code.get("code"), code.get("last"))
-        if key in seen:
-            continue
-        record_event(
-            incident,
-            SYSTEM_CYCLE,
-            "xid",
-            time=parse_time(code.get("last") or "") or timezone.now(),
-            text=f"Xid {code.get('code')} ({code.get('name')}) x{code.get('count')}",
-            details={
-                "code": code.get("code"),
-                "last": code.get("last"),
-                "count": code.get("count"),
-            },
-        )
-        seen.add(key)
+    for code in _new_codes(codes, seen):
+        _xid_event(incident, code).save(force_insert=True)
     details = dict(incident.details or {})
     details["codes"] = [dict(c) for c in codes]
     if details == incident.details and incident.finding_id == finding.pk:

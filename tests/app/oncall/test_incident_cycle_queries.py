@@ -58,3 +58,31 @@ def test_an_incident_nothing_changed_for_is_not_written_again(make_cluster):
 
     writes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
     assert not [sql for sql in writes if '"diagnosis_incident"' in sql.split("SET")[0]]
+
+
+def opening_inserts(make_cluster, nodes: int) -> list[str]:
+    cluster = make_cluster(f"opening-{nodes}", metrics_kind="none")
+    with CaptureQueriesContext(connection) as queries:
+        record_cycle(cluster, faulty(0, nodes))
+    assert Incident.objects.filter(cluster=cluster).count() == nodes
+    return [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].startswith(('INSERT INTO "diagnosis_incident"', "SAVEPOINT"))
+    ]
+
+
+def test_opening_six_incidents_writes_as_often_as_opening_two(make_cluster):
+    # issue #35: a first cycle of a 131,072-GPU cluster opened ~420 incidents, ~4 statements each
+    assert len(opening_inserts(make_cluster, 6)) == len(opening_inserts(make_cluster, 2))
+
+
+def test_each_opened_incident_has_its_opened_row_then_its_xid_on_the_timeline(make_cluster):
+    cluster = make_cluster("opening", metrics_kind="none")
+    record_cycle(cluster, faulty(0, 3))
+
+    for incident in Incident.objects.filter(cluster=cluster):
+        kinds = list(incident.history.order_by("pk").values_list("kind", flat=True))
+        assert kinds[:2] == ["opened", "xid"]  # then its health, as the cycle follows it
+        assert [c["code"] for c in incident.details["codes"]] == [79]
+        assert incident.finding.rule_id == "xid"
