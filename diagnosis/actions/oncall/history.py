@@ -16,20 +16,9 @@ from diagnosis.models import AuditEntry, Incident, IncidentEvent
 SYSTEM_CYCLE = "system:cycle"
 
 
-def record_event(
-    incident: Incident,
-    actor: str,
-    kind: str,
-    *,
-    before: str = "",
-    after: str = "",
-    text: str = "",
-    details: Mapping[str, Any] | None = None,
-    time: datetime | None = None,
-) -> IncidentEvent:
-    event = new_event(
-        incident, actor, kind, before=before, after=after, text=text, details=details, time=time
-    )
+def record_event(incident: Incident, actor: str, kind: str, **fields: Any) -> IncidentEvent:
+    """Save a timeline row (``fields``: those of :func:`new_event`)."""
+    event = new_event(incident, actor, kind, **fields)
     event.save(force_insert=True)
     return event
 
