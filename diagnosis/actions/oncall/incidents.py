@@ -35,7 +35,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from diagnosis import roles
-from diagnosis.actions.oncall.history import SYSTEM_CYCLE, new_event, record_audit, record_event
+from diagnosis.actions.oncall.history import SYSTEM_CYCLE, record_audit, record_event
 from diagnosis.actions.oncall.recovery import SOURCE_XID, propose_resume, resolves_unattended
 from diagnosis.actions.oncall.windows import (
     DecodedSnapshots,
@@ -43,6 +43,12 @@ from diagnosis.actions.oncall.windows import (
     iso,
     jobs_hit,
     window_hits,
+)
+from diagnosis.actions.oncall.xid_incidents import (
+    new_xid_codes,
+    new_xid_incident,
+    open_xid_incidents,
+    xid_event,
 )
 from diagnosis.actions.records.events import DRAIN_EVICTION_WINDOW, drain_evictions
 from diagnosis.actions.records.findings import cluster_overrides
@@ -53,7 +59,6 @@ from diagnosis.actions.workflow.base import (
     actor_name,
 )
 from diagnosis.choices import IncidentState
-from diagnosis.core import xid_catalog
 from diagnosis.core.incident_hits import HIT_WINDOW, NodeView, node_view
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.core.vocabulary import UNAVAILABLE_NODE_STATES, parse_time
@@ -183,11 +188,6 @@ def _resolve(incident: Incident, *, at: datetime, by: AbstractBaseUser | None, n
 # -- the cycle's step ----------------------------------------------------------------------------
 
 
-def _xid_fingerprint(cluster: Cluster, node: str, index: int, opened: datetime) -> str:
-    where = hashlib.sha256(f"{node}/{index}".encode()).hexdigest()[:16]
-    return f"xid:{cluster.pk}:{where}:{opened:%Y%m%dT%H%M%S}"
-
-
 def _gpu_health(nodes: NodeView, node: str, gpu_index: int | None) -> dict[str, Any]:
     """Whether the incident's GPU (or, for a node incident, each of the node's GPUs) is healthy
     in the snapshot (read by node once per cycle: :func:`node_view`), and its node ready."""
@@ -259,12 +259,12 @@ def record_incidents(
         codes = [c for c in evidence.get("codes") or () if isinstance(c, Mapping)]
         incident = unresolved.get((node, int(index))) or node_incidents.get(node)
         if incident is None:
-            incident = _new_xid_incident(cluster, node, int(index), codes, finding, as_of)
+            incident = new_xid_incident(cluster, node, int(index), codes, finding, as_of)
             unresolved[(node, int(index))] = incident
             opening.append((incident, codes))
             continue
         _record_codes(incident, codes, finding, xids_noted.setdefault(incident.pk, set()))
-    stats["opened"] += _open_xid_incidents(opening, unresolved, xids_noted)
+    stats["opened"] += open_xid_incidents(opening, unresolved, xids_noted)
     stats["opened"] += _open_node_incidents(cluster, document, as_of, unresolved)
     nodes = node_view(document)
     followed = [i for i in unresolved.values() if i.source in FOLLOWED_SOURCES]
@@ -363,104 +363,6 @@ def _open_node_incidents(
     return opened
 
 
-def _new_xid_incident(
-    cluster: Cluster,
-    node: str,
-    index: int,
-    codes: list[Mapping[str, Any]],
-    finding: Finding,
-    as_of: datetime,
-) -> Incident:
-    """The incident a GPU's Xid finding opens (not saved yet), its codes on it."""
-    firsts = [parse_time(c.get("first") or "") for c in codes]
-    opened = min([t for t in firsts if t is not None], default=as_of)
-    worst = min(codes, key=lambda c: (c.get("severity") != "critical", c.get("code", 0)))
-    info = xid_catalog.lookup(int(worst["code"])) if codes else None
-    return Incident(
-        fingerprint=_xid_fingerprint(cluster, node, index, opened),
-        cluster=cluster,
-        node=node,
-        gpu_index=index,
-        xid_code=info.code if info else None,
-        summary=(
-            f"Xid {info.code} on {node} GPU {index}: {info.name}: {info.meaning}"
-            if info
-            else f"Xid on {node} GPU {index}"
-        ),
-        details={
-            "kind": "xid",
-            "xid": info.as_dict() if info else None,
-            "codes": [dict(c) for c in codes],
-        },
-        source=SOURCE_XID,
-        opened_at=opened,
-        finding=finding,
-    )
-
-
-def _open_xid_incidents(
-    opening: list[tuple[Incident, list[Mapping[str, Any]]]],
-    unresolved: dict[tuple[str, int | None], Incident],
-    xids_noted: dict[int, set[tuple[Any, Any]]],
-) -> int:
-    """Store the incidents the cycle's Xid findings open, with their timelines (opened, then
-    each Xid once), in one statement per table, not ~4 per incident (a first cycle of a big
-    cluster opens hundreds). One whose fingerprint is stored already (the same GPU and first
-    Xid, resolved in this episode) is not opened again. Returns how many were opened."""
-    fingerprints = [incident.fingerprint for incident, _ in opening]
-    stored = set(
-        Incident.objects.filter(fingerprint__in=fingerprints).values_list("fingerprint", flat=True)
-    )
-    for incident, _ in opening:
-        if incident.fingerprint in stored:
-            del unresolved[(incident.node, incident.gpu_index)]
-    opening = [
-        (incident, codes) for incident, codes in opening if incident.fingerprint not in stored
-    ]
-    if not opening:
-        return 0
-    Incident.objects.bulk_create([incident for incident, _ in opening])
-    events = []
-    for incident, codes in opening:
-        opened = new_event(
-            incident,
-            SYSTEM_CYCLE,
-            "opened",
-            after=State.OPEN,
-            time=incident.opened_at,
-            text=incident.summary,
-            details={"finding": incident.finding_id},
-        )
-        seen = xids_noted.setdefault(incident.pk, set())
-        events += [opened, *(_xid_event(incident, code) for code in _new_codes(codes, seen))]
-    IncidentEvent.objects.bulk_create(events)
-    return len(opening)
-
-
-def _new_codes(
-    codes: list[Mapping[str, Any]], seen: set[tuple[Any, Any]]
-) -> list[Mapping[str, Any]]:
-    """The Xids (code, last time) not on the timeline yet, each once; ``seen`` takes them."""
-    new = []
-    for code in codes:
-        key = (code.get("code"), code.get("last"))
-        if key not in seen:
-            seen.add(key)
-            new.append(code)
-    return new
-
-
-def _xid_event(incident: Incident, code: Mapping[str, Any]) -> IncidentEvent:
-    return new_event(
-        incident,
-        SYSTEM_CYCLE,
-        "xid",
-        time=parse_time(code.get("last") or "") or timezone.now(),
-        text=f"Xid {code.get('code')} ({code.get('name')}) x{code.get('count')}",
-        details={"code": code.get("code"), "last": code.get("last"), "count": code.get("count")},
-    )
-
-
 def _xids_noted(incidents: list[Incident]) -> dict[int, set[tuple[Any, Any]]]:
     """Incident id -> the Xids (code, last time) on its timeline, for all of them at once."""
     noted: dict[int, set[tuple[Any, Any]]] = {}
@@ -480,8 +382,8 @@ def _record_codes(
 ) -> None:
     """Each Xid (code, last time) once on the timeline (``seen``: those on it already); the
     codes on the incident, written when they or its finding changed."""
-    for code in _new_codes(codes, seen):
-        _xid_event(incident, code).save(force_insert=True)
+    for code in new_xid_codes(codes, seen):
+        xid_event(incident, code).save(force_insert=True)
     details = dict(incident.details or {})
     details["codes"] = [dict(c) for c in codes]
     if details == incident.details and incident.finding_id == finding.pk:
