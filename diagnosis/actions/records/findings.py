@@ -16,7 +16,7 @@ import orjson
 from django.db import connection, transaction
 from django.utils import timezone
 
-from diagnosis.core import fairness, lifecycle
+from diagnosis.core import lifecycle
 from diagnosis.core.rules.base import Finding as RuleFinding
 from diagnosis.core.rules.base import Rule, ThresholdError
 from diagnosis.core.rules.engine import Diagnosis
@@ -575,13 +575,13 @@ def _write_timestamps(rows: list[tuple[int, datetime, datetime | None, int, bool
 def tag_finding_tenants(
     cluster: Cluster,
     diagnosis: Diagnosis,
-    tenant_of_job: Mapping[str, str],
-    tenant_ids: Mapping[str, int],
+    tenant_of: Callable[[RuleFinding], int | None],
     hit_rows: Mapping[tuple[str, str], tuple[int, int | None]] | None = None,
 ) -> int:
     """Set ``Finding.tenant`` of every finding this diagnosis reported to the one tenant it
-    concerns now (:func:`diagnosis.core.fairness.finding_tenant`), or to none when it concerns
-    none or several. A finding's evidence is rewritten each cycle (an Xid's GPU gets another
+    concerns now (``tenant_of``: ``CycleTenants.finding_tenant_id`` of the tenancy step, by
+    :func:`diagnosis.core.fairness.finding_tenant`), or to none when it concerns none or
+    several. A finding's evidence is rewritten each cycle (an Xid's GPU gets another
     tenant's job), so its tenant is recomputed from the same evidence each cycle, never kept
     from when it was first seen (issue #12). Only findings whose tenant changes are written: one
     UPDATE per new tenant. Returns how many were re-tagged.
@@ -599,8 +599,7 @@ def tag_finding_tenants(
         hit = hits.get(key)
         if hit is None:
             continue  # not reported this cycle: its evidence (and so its tenant) is unchanged
-        name = fairness.finding_tenant(hit, tenant_of_job)
-        wanted = tenant_ids.get(name) if name is not None else None
+        wanted = tenant_of(hit)
         if wanted != current:
             by_tenant.setdefault(wanted, []).append(pk)
     return sum(

@@ -137,7 +137,7 @@ def record_tenancy(
         .first()
     )
     synced = sync_jobs(cluster, snap, tenant_of_job, tenant_ids, queue_ids, previous)
-    tagged = tag_finding_tenants(cluster, diagnosis, tenants.job_tenant, tenant_ids, hit_rows)
+    tagged = tag_finding_tenants(cluster, diagnosis, tenants.finding_tenant_id, hit_rows)
     if PoolRollup.objects.filter(cluster=cluster, pool="", as_of=as_of).exists():
         return RecordedTenancy(created, synced.written, synced.unlisted, tagged, 0.0, 0, 0)
     interval = float(snap.window_s)

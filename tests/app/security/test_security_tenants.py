@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from diagnosis.access import incidents_for_user
 from diagnosis.actions.records.cycles import record_cycle
 from diagnosis.actions.records.findings import tag_finding_tenants
+from diagnosis.actions.records.tenancy import sync_cycle_tenants
 from diagnosis.core.diagnose import diagnose
 from diagnosis.models import Finding, Incident, Tenant
 from tests.support.builders import AS_OF, SnapshotBuilder
@@ -93,12 +94,12 @@ def test_a_new_finding_is_inserted_with_its_tenant_not_tagged_afterwards(make_cl
 
 def test_a_hit_the_findings_step_did_not_hand_over_is_tagged_from_the_database(shared):
     finding = xid_finding(shared)
-    diagnosis = diagnose(xid_snapshot(AS_OF + timedelta(minutes=1), [("vision-1", "vision")]))
-    vision, _ = Tenant.objects.get_or_create(cluster=shared, name="vision")
+    snapshot = xid_snapshot(AS_OF + timedelta(minutes=1), [("vision-1", "vision")])
+    diagnosis, _ = diagnose(snapshot)
+    tenants = sync_cycle_tenants(shared, snapshot)
+    vision = Tenant.objects.get(cluster=shared, name="vision")
 
-    tagged = tag_finding_tenants(
-        shared, diagnosis[0], {"vision-1": "vision"}, {"vision": vision.pk}, {}
-    )
+    tagged = tag_finding_tenants(shared, diagnosis, tenants.finding_tenant_id, {})
 
     assert tagged == 1
     finding.refresh_from_db()
