@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from django.db import connections, models, router, transaction
+from django.db import connections, models, transaction
 from django.utils import timezone
 
 from diagnosis.core.snapshot_index import BuiltIndex
@@ -141,20 +141,32 @@ class CompressingSnapshot:
 
     def save(self) -> Snapshot:
         """Wait for the compression and store the row."""
+        with transaction.atomic(savepoint=False):  # the row and its bytes, or neither
+            return self.finish(self.create())
+
+    def create(self) -> Snapshot:
+        """The row, its bytes not written yet (:meth:`finish` writes them in the caller's
+        transaction): what the cycle's later steps name while the dump goes on (#35)."""
+        return Snapshot.objects.create(
+            cluster=self.cluster,
+            as_of=self.as_of,
+            format=self.format,
+            json_bytes=0,
+            stored_bytes=0,
+            document=b"",
+        )
+
+    def finish(self, snapshot: Snapshot) -> Snapshot:
+        """Wait for the compression and write the bytes of ``snapshot`` (:meth:`create`'s row)."""
         json_bytes, compressed, index = self._compressed.result()
         stored = {"document": compressed, "index_header": index.header, "index_body": index.body}
-        binary = connections[router.db_for_write(Snapshot)].vendor == "postgresql"
-        with transaction.atomic(savepoint=False):  # the row and its bytes, or neither
-            snapshot = Snapshot.objects.create(
-                cluster=self.cluster,
-                as_of=self.as_of,
-                format=self.format,
-                json_bytes=json_bytes,
-                stored_bytes=len(compressed),
-                **(dict.fromkeys(stored, b"") if binary else stored),
-            )
-            if binary:
-                _write_bytes(snapshot, stored)
+        sizes = {"json_bytes": json_bytes, "stored_bytes": len(compressed)}
+        if connections[snapshot._state.db].vendor == "postgresql":
+            _write_bytes(snapshot, {**stored, **sizes})
+        else:
+            Snapshot.objects.filter(pk=snapshot.pk).update(**stored, **sizes)
+            for name, value in {**stored, **sizes}.items():
+                setattr(snapshot, name, value)
         return snapshot
 
 
@@ -313,7 +325,7 @@ def _reap(pid: int) -> str:
 
 
 def _write_bytes(snapshot: Snapshot, values: dict[str, bytes]) -> None:
-    """Write a stored snapshot's binary columns as binary parameters: Django binds parameters
+    """Write a stored snapshot's columns (its bytes) as binary parameters: Django binds parameters
     in the client, each byte sent as two hex digits (36 MB of bytes at 131,072 GPUs: ~1 s of
     the cycle's CPU quoting them, 72 MB of SQL; issue #35)."""
     from django.db.backends.postgresql.base import ServerBindingCursor  # noqa: PLC0415

@@ -159,8 +159,9 @@ def window_documents(
 
 
 def _read_for_node(snapshot: Snapshot, node: str, loaded: DecodedSnapshots) -> dict[str, Any]:
-    # the stored row's identity: an id alone could name another row in another database
-    key = (snapshot._state.db, snapshot.pk, snapshot.created_at, snapshot.json_bytes, node)
+    # the stored row's identity: an id alone could name another row in another database (not
+    # its sizes: the cycle's own row reads before its bytes are written, #35)
+    key = (snapshot._state.db, snapshot.pk, snapshot.created_at, node)
     read = _reads.get(key)
     if read is not None:
         _reads.move_to_end(key)

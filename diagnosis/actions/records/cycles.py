@@ -393,8 +393,8 @@ def record_cycle_steps(
             record_tenancy(cluster, snap, diagnosis, accounting, cycle, recorded.hit_rows, tenants)
             record_accounting_slice(cycle)  # the overview's waterfall rows
             add_cycle_to_hours(cycle)  # the fairness report's hourly rows
-        with steps.timed("snapshot"):  # as late as it can: its dump ran meanwhile (#35)
-            stored = compressing.save()
+        with steps.timed("snapshot"):  # its row; its bytes at the end: the dump runs on (#35)
+            stored = compressing.create()
         with steps.timed("incidents"):
             record_cycle_incidents(  # on-call's (#16)
                 cluster,
@@ -413,6 +413,8 @@ def record_cycle_steps(
             detail="",
             cycle_ran=True,
         )
+        with steps.timed("snapshot"):  # as late as it can, in the cycle's transaction
+            compressing.finish(stored)
     cycle.steps = steps.values
     record_recommendation_step(cluster, snap, diagnosis, cycle)
     autopilot_after_cycle(cluster, cycle)  # after the commit: policies act on what it stored
