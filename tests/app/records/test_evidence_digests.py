@@ -2,6 +2,7 @@
 4ea663f). A change to it rewrites every open finding once (~103,000 rows at 131,072 GPUs)."""
 
 import numpy as np
+
 from diagnosis.actions.records.findings import evidence_digest
 from diagnosis.core.rules.base import Finding
 from diagnosis.core.text import Text
