@@ -622,5 +622,24 @@ def finding_tenant(finding: Finding, tenant_of_job: Mapping[str, Any] | pd.Serie
         return None
     if len(names) != 1:
         return None
-    name = names.pop()
+    return _tenant_name(names.pop())
+
+
+def _tenant_name(name: Any) -> str | None:
     return str(name) if isinstance(name, str) and name and name != NO_TENANT else None
+
+
+def finding_tenants(
+    findings: Iterable[Finding], tenant_of_job: Mapping[str, Any]
+) -> list[str | None]:
+    """:func:`finding_tenant` of each finding, a ``job:`` one's read here at once (most of a big
+    cluster's: ~93,000 of ~103,000 at 131,072 GPUs, #35)."""
+    of_job = tenant_of_job.get
+    tenants: list[str | None] = []
+    for finding in findings:
+        kind, _, rest = finding.subject.partition(":")
+        if kind == "job":
+            tenants.append(_tenant_name(of_job(rest)))
+        else:
+            tenants.append(finding_tenant(finding, tenant_of_job))
+    return tenants

@@ -12,6 +12,7 @@ from diagnosis.core.fairness import (
     dominant_shares,
     fairness_report,
     finding_tenant,
+    finding_tenants,
     jain_index,
     size_class,
     wait_stats,
@@ -292,3 +293,12 @@ def hit(subject: str, **evidence) -> Finding:
 )
 def test_a_finding_belongs_to_one_tenant_or_none(subject, evidence, tenant):
     assert finding_tenant(hit(subject, **evidence), JOB_TENANTS) == tenant
+
+
+def test_findings_read_at_once_belong_to_the_tenants_each_belongs_to():
+    tenants = {"j1": "a", "j3": "b", "j4": "(no tenant)", "j5": "", "j6": None}
+    subjects = ["job:j1", "job:j4", "job:j5", "job:j6", "job:gone", "job:", "jobs:j1+j3"]
+    hits = [hit(s) for s in subjects] + [hit("gpu:n1/0", jobs=[{"id": "j3"}]), hit("tenant:c")]
+
+    assert finding_tenants(hits, tenants) == [finding_tenant(h, tenants) for h in hits]
+    assert finding_tenants(hits, tenants) == ["a", None, None, None, None, None, None, "b", "c"]

@@ -575,11 +575,11 @@ def _write_timestamps(rows: list[tuple[int, datetime, datetime | None, int, bool
 def tag_finding_tenants(
     cluster: Cluster,
     diagnosis: Diagnosis,
-    tenant_of: Callable[[RuleFinding], int | None],
+    tenants_of: Callable[[list[RuleFinding]], list[int | None]],
     hit_rows: Mapping[tuple[str, str], tuple[int, int | None]] | None = None,
 ) -> int:
     """Set ``Finding.tenant`` of every finding this diagnosis reported to the one tenant it
-    concerns now (``tenant_of``: ``CycleTenants.finding_tenant_id`` of the tenancy step, by
+    concerns now (``tenants_of``: ``CycleTenants.finding_tenant_ids`` of the tenancy step, by
     :func:`diagnosis.core.fairness.finding_tenant`), or to none when it concerns none or
     several. A finding's evidence is rewritten each cycle (an Xid's GPU gets another
     tenant's job), so its tenant is recomputed from the same evidence each cycle, never kept
@@ -594,14 +594,13 @@ def tag_finding_tenants(
         return 0
     known = hit_rows or {}
     unknown = hits.keys() - known.keys()
+    # a finding not reported this cycle keeps its evidence, and so its tenant
+    rows = [*_rows_of(cluster, unknown), *((k, row) for k, row in known.items() if k in hits)]
+    wanted = tenants_of([hits[key] for key, _row in rows])
     by_tenant: dict[int | None, list[int]] = {}
-    for key, (pk, current) in [*_rows_of(cluster, unknown), *known.items()]:
-        hit = hits.get(key)
-        if hit is None:
-            continue  # not reported this cycle: its evidence (and so its tenant) is unchanged
-        wanted = tenant_of(hit)
-        if wanted != current:
-            by_tenant.setdefault(wanted, []).append(pk)
+    for (_key, (pk, current)), tenant_id in zip(rows, wanted, strict=True):
+        if tenant_id != current:
+            by_tenant.setdefault(tenant_id, []).append(pk)
     return sum(
         Finding.objects.filter(pk__in=pks).update(tenant_id=tid) for tid, pks in by_tenant.items()
     )

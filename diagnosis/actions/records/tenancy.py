@@ -4,7 +4,7 @@ tenant rollups the charts and fairness reports read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -93,6 +93,15 @@ class CycleTenants:
         name = fairness.finding_tenant(hit, self.job_tenant)
         return self.tenant_ids.get(name) if name is not None else None
 
+    def finding_tenant_ids(self, hits: Iterable[RuleFinding]) -> list[int | None]:
+        """:meth:`finding_tenant_id` of each hit, read at once
+        (:func:`diagnosis.core.fairness.finding_tenants`)."""
+        ids = self.tenant_ids.get
+        return [
+            ids(name) if name is not None else None
+            for name in fairness.finding_tenants(hits, self.job_tenant)
+        ]
+
 
 def sync_cycle_tenants(cluster: Cluster, snap: snapshot_format.ClusterSnapshot) -> CycleTenants:
     """Sync the snapshot's Tenant and Queue rows (:func:`sync_tenants_and_queues`) and map its
@@ -137,7 +146,7 @@ def record_tenancy(
         .first()
     )
     synced = sync_jobs(cluster, snap, tenant_of_job, tenant_ids, queue_ids, previous)
-    tagged = tag_finding_tenants(cluster, diagnosis, tenants.finding_tenant_id, hit_rows)
+    tagged = tag_finding_tenants(cluster, diagnosis, tenants.finding_tenant_ids, hit_rows)
     if PoolRollup.objects.filter(cluster=cluster, pool="", as_of=as_of).exists():
         return RecordedTenancy(created, synced.written, synced.unlisted, tagged, 0.0, 0, 0)
     interval = float(snap.window_s)

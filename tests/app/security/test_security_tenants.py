@@ -99,7 +99,7 @@ def test_a_hit_the_findings_step_did_not_hand_over_is_tagged_from_the_database(s
     tenants = sync_cycle_tenants(shared, snapshot)
     vision = Tenant.objects.get(cluster=shared, name="vision")
 
-    tagged = tag_finding_tenants(shared, diagnosis, tenants.finding_tenant_id, {})
+    tagged = tag_finding_tenants(shared, diagnosis, tenants.finding_tenant_ids, {})
 
     assert tagged == 1
     finding.refresh_from_db()
