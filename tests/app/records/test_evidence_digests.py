@@ -2,8 +2,9 @@
 4ea663f). A change to it rewrites every open finding once (~103,000 rows at 131,072 GPUs)."""
 
 import numpy as np
+import pytest
 
-from diagnosis.actions.records.findings import evidence_digest
+from diagnosis.actions.records.findings import evidence_digests
 from diagnosis.core.rules.base import Finding
 from diagnosis.core.text import Text
 
@@ -44,12 +45,22 @@ def odd_hits() -> list[Finding]:
 
 def test_digests_are_those_stored_rows_were_written_with():
     expected = [digest for _evidence, digest in ODD_EVIDENCE] + [TEMPLATE_DIGEST]
-    assert [evidence_digest(hit) for hit in odd_hits()] == expected
+    assert evidence_digests(odd_hits()) == expected
 
 
 def test_a_clock_duration_counts_in_quarter_steps():
     def waited(seconds: float) -> str:
-        return evidence_digest(Finding("starvation", "job:1", "warning", "", {"wait_s": seconds}))
+        return evidence_digests([Finding("starvation", "job:1", "", "", {"wait_s": seconds})])[0]
 
     assert waited(3600) == waited(3601)
     assert waited(3600) != waited(3600 * 1.6)
+
+
+@pytest.mark.parametrize("position", range(len(ODD_EVIDENCE) + 1))
+def test_a_hit_digests_alone_as_in_a_batch(position):
+    hits = odd_hits()
+    assert evidence_digests([hits[position]]) == [evidence_digests(hits)[position]]
+
+
+def test_no_hits_no_digests():
+    assert evidence_digests([]) == []
