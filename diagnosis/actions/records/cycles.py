@@ -397,11 +397,7 @@ def record_cycle_steps(
             stored = compressing.save()
         with steps.timed("incidents"):
             record_cycle_incidents(  # on-call's (#16)
-                cluster,
-                compressing.document,
-                diagnosis,
-                stored,
-                jobs_on=lambda nodes: snapshot_format.dump_jobs_on(snap, nodes),
+                cluster, snap, compressing.document, diagnosis, stored
             )
         problems = [f"rule {e.rule} failed: {e.message}" for e in diagnosis.errors]
         problems += _collection_problems(collection, skipped)
