@@ -25,7 +25,6 @@ and resolve every kind.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
@@ -38,13 +37,7 @@ from django.utils import timezone
 from diagnosis import roles
 from diagnosis.actions.oncall.history import SYSTEM_CYCLE, record_audit, record_event
 from diagnosis.actions.oncall.recovery import SOURCE_XID, propose_resume, resolves_unattended
-from diagnosis.actions.oncall.windows import (
-    DecodedSnapshots,
-    JobsOn,
-    iso,
-    jobs_hit,
-    window_hits,
-)
+from diagnosis.actions.oncall.windows import DecodedSnapshots, iso, jobs_hit, window_hits
 from diagnosis.actions.oncall.xid_incidents import (
     new_xid_codes,
     new_xid_incident,
@@ -62,7 +55,7 @@ from diagnosis.actions.workflow.base import (
 from diagnosis.choices import IncidentState
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.incident_hits import HIT_WINDOW, NodeView
-from diagnosis.core.node_health import node_view, unhealthy_nodes
+from diagnosis.core.incident_reads import events_on, node_view, unhealthy_nodes
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.core.vocabulary import UNAVAILABLE_NODE_STATES, parse_time
 from diagnosis.models import (
@@ -216,7 +209,6 @@ def _gpu_health(nodes: NodeView, node: str, gpu_index: int | None) -> dict[str, 
 def record_incidents(
     cluster: Cluster,
     snap: snapshot_format.ClusterSnapshot,
-    document: Mapping[str, Any],
     xid_findings: Iterable[Finding],
     *,
     stored: Snapshot | None = None,
@@ -225,16 +217,13 @@ def record_incidents(
     none unresolved, refresh the jobs hit while the hit window is not over, follow each
     unresolved incident's health, note the drain it started once applied, and resolve an
     acknowledged ``xid`` incident whose GPU has been healthy for the healthy period.
-    ``document`` is ``snap``'s (its nodes' and GPUs' health are read from ``snap``'s frames,
-    :mod:`diagnosis.core.node_health`), ``stored`` the row it was stored as (the cycle's own
-    snapshot): an incident whose hit window includes it reads the document in memory, not the
-    row, and only the jobs on the incidents' nodes, dumped from ``snap``."""
+    What it reads of the cycle's snapshot ``snap`` is read from its frames
+    (:mod:`diagnosis.core.incident_reads`), never from its whole document; ``stored`` is the row
+    it was stored as: an incident whose hit window includes it reads the frames, not the row."""
 
-    as_of = parse_time(document["as_of"])
+    as_of = parse_time(snapshot_format.format_time(snap.as_of))  # as its document has it
     stats = {"opened": 0, "resolved": 0}
-    at_hand = {stored.pk: document} if stored is not None else {}
-    jobs_on: JobsOn = functools.partial(snapshot_format.dump_jobs_on, snap)
-    loaded = DecodedSnapshots(at_hand, jobs_on=dict.fromkeys(at_hand, jobs_on))
+    loaded = DecodedSnapshots({stored.pk: snap} if stored is not None else {})
     # one incident per GPU and episode: an unresolved Alertmanager incident of the GPU takes the
     # rule's finding instead of a second incident (keys of the rule's own come last: they win)
     rows = list(
@@ -280,8 +269,8 @@ def record_incidents(
     loaded.prefetch_jobs(cluster, {job_id for hit in hits for job_id in hit})
     resolved = _resolved_findings(followed)
     for incident in followed:
-        _follow(incident, document, as_of, stats, loaded, nodes, incident.finding_id in resolved)
-    _note_recent_drains(cluster, snap, document, as_of)
+        _follow(incident, snap, as_of, stats, loaded, nodes, incident.finding_id in resolved)
+    _note_recent_drains(cluster, snap, as_of)
     return stats
 
 
@@ -382,7 +371,7 @@ def _record_codes(
 
 def _follow(
     incident: Incident,
-    document: Mapping[str, Any],
+    snap: snapshot_format.ClusterSnapshot,
     as_of: datetime,
     stats: dict,
     loaded: DecodedSnapshots,
@@ -413,7 +402,7 @@ def _follow(
             details={"healthy": health["healthy"], "node_state": health["node_state"]},
         )
     details["health"] = {k: health[k] for k in ("healthy", "gpu_health", "node_state")}
-    _note_drain(incident, details, document)
+    _note_drain(incident, details, snap)
     healthy_since = incident.healthy_since
     if not health["healthy"] or health["xids"]:
         healthy_since = None
@@ -456,7 +445,9 @@ def _healthy_long_enough(incident: Incident, as_of: datetime, finding_resolved: 
     return as_of - incident.healthy_since >= healthy_period(incident.cluster)
 
 
-def _note_drain(incident: Incident, details: dict[str, Any], document: Mapping[str, Any]) -> None:
+def _note_drain(
+    incident: Incident, details: dict[str, Any], snap: snapshot_format.ClusterSnapshot
+) -> None:
     """Once the drain on-call started is applied, it goes on the timeline (once), and so does
     each eviction the scheduler's events show it caused (the cycle's snapshot events and the
     stored ones; once per job, as they arrive). The evictions are kept in
@@ -483,7 +474,7 @@ def _note_drain(incident: Incident, details: dict[str, Any], document: Mapping[s
         node,
         since,
         incident_id=incident.pk,
-        events=document.get("events") or (),
+        events=events_on(snap, [node]),
     )
     for job_id, moment in sorted(found.items()):
         if job_id in evicted:
@@ -519,10 +510,7 @@ RECENT_DRAIN_LOOKBACK = timedelta(days=1)
 
 
 def _note_recent_drains(
-    cluster: Cluster,
-    snap: snapshot_format.ClusterSnapshot,
-    document: Mapping[str, Any],
-    as_of: datetime,
+    cluster: Cluster, snap: snapshot_format.ClusterSnapshot, as_of: datetime
 ) -> None:
     """The evictions of drains that ended their incident (resolved right after the drain) while
     their window is open: an unresolved incident's are noted as it is followed. Such an
@@ -543,7 +531,7 @@ def _note_recent_drains(
         if since is None or as_of > since + DRAIN_EVICTION_WINDOW:
             continue
         details = dict(incident.details or {})
-        _note_drain(incident, details, document)
+        _note_drain(incident, details, snap)
         if details != incident.details:
             incident.details = details
             incident.save(update_fields=["details"])
@@ -583,16 +571,15 @@ def adopt_rule_incident(
 def record_cycle_incidents(
     cluster: Cluster,
     snap: snapshot_format.ClusterSnapshot,
-    document: Mapping[str, Any],
     diagnosis: Any,
     stored: Snapshot | None = None,
 ) -> dict[str, int]:
     """:func:`record_incidents` for a cycle's diagnosis (its ``xid`` findings' stored rows);
-    ``snap`` is the cycle's snapshot, ``document`` its document, ``stored`` its row."""
+    ``snap`` is the cycle's snapshot, ``stored`` its row."""
     keys = [
         Finding.fingerprint_of(cluster.pk, hit.rule, hit.subject)
         for hit in diagnosis.findings
         if hit.rule == "xid"
     ]
     findings = Finding.objects.filter(cluster=cluster, fingerprint__in=keys).order_by("id")
-    return record_incidents(cluster, snap, document, findings, stored=stored)
+    return record_incidents(cluster, snap, findings, stored=stored)

@@ -396,9 +396,7 @@ def record_cycle_steps(
         with steps.timed("snapshot"):  # as late as it can: its dump ran meanwhile (#35)
             stored = compressing.save()
         with steps.timed("incidents"):
-            record_cycle_incidents(  # on-call's (#16)
-                cluster, snap, compressing.document, diagnosis, stored
-            )
+            record_cycle_incidents(cluster, snap, diagnosis, stored)  # on-call's (#16)
         problems = [f"rule {e.rule} failed: {e.message}" for e in diagnosis.errors]
         problems += _collection_problems(collection, skipped)
         _save_status(

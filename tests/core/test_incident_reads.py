@@ -1,5 +1,5 @@
 """Issue #35: on-call's cycle step reads its nodes' health from the snapshot's frames
-(diagnosis/core/node_health.py); each answer is what the snapshot's dumped document answers
+(diagnosis.core.incident_reads.py); each answer is what the snapshot's dumped document answers
 (:func:`unhealthy_nodes_in`, ``incident_hits.node_view``), odd snapshots included."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from diagnosis.core import incident_hits, snapshot
-from diagnosis.core.node_health import node_view, unhealthy_nodes, unhealthy_nodes_in
+from diagnosis.core.incident_reads import events_on, node_view, unhealthy_nodes, unhealthy_nodes_in
 from tests.support.builders import SnapshotBuilder
 
 
@@ -134,3 +134,30 @@ def test_the_node_view_of_the_frames_is_that_of_the_document(odd) -> None:
 def test_the_node_view_holds_only_the_nodes_asked_for() -> None:
     view = node_view(cluster().build(), ["n3"])
     assert (set(view.states), set(view.gpus)) == ({"n3"}, {"n3"})
+
+
+def with_events() -> snapshot.ClusterSnapshot:
+    builder = cluster()
+    builder.event("evicted", job="j1", node="n1", ago="3m").event("failed", job="j2", ago="2m")
+    builder.event("preempted", job="j3", node="n2").event("evicted", job="j4", node="", ago="1m")
+    return builder.event("started", job="j5", node="n1", ago="30s").build()
+
+
+def an_event_of_no_text_node(snap):
+    events = snap.events.astype({"node": object})
+    events.loc[events.index[2], "node"] = 7
+    return dataclasses.replace(snap, events=events)
+
+
+def no_events(snap):
+    return dataclasses.replace(snap, events=snap.events.iloc[:0])
+
+
+@pytest.mark.parametrize(
+    "odd", [as_loaded, an_event_of_no_text_node, no_events], ids=lambda f: f.__name__
+)
+@pytest.mark.parametrize("nodes", [["n1"], ["n2", "n9"], []])
+def test_the_events_on_some_nodes_are_those_of_the_document_naming_them_or_none(odd, nodes) -> None:
+    snap = odd(with_events())
+    dumped = snapshot.dump(snap)["events"]
+    assert events_on(snap, nodes) == [e for e in dumped if e.get("node") in (None, "", *nodes)]

@@ -1,21 +1,25 @@
-"""The health of a snapshot's nodes as on-call's cycle step reads it (issue #16): the nodes whose
-every GPU is unhealthy, and some nodes' states and GPUs' health and Xids.
+"""What on-call's cycle step reads of the cycle's snapshot (issue #16), read from its frames: the
+nodes whose every GPU is unhealthy, some nodes' states and GPUs' health and Xids, and the
+scheduler events that may concern some nodes.
 
-Each is read from the snapshot's frames, as it reads in its ``gpuobs.snapshot/v1`` document
-(:func:`unhealthy_nodes_in`, :func:`~diagnosis.core.incident_hits.node_view`): the cycle's
-document is dumped in another process, and dumping its 131,072 GPU and 16,384 node entries
-again in the cycle's own thread for this cost ~0.4 s of CPU (issue #35). Pure.
+Each is what its ``gpuobs.snapshot/v1`` document answers (:func:`unhealthy_nodes_in`,
+:func:`~diagnosis.core.incident_hits.node_view`, its ``events``): that document is dumped in
+another process, and dumping its 131,072 GPU and 16,384 node entries again in the cycle's own
+thread for this cost ~0.4 s of CPU (issue #35). Pure.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from diagnosis.core.incident_hits import NodeView
 from diagnosis.core.snapshot import ClusterSnapshot, format_time
+from diagnosis.core.snapshot.dump import lazy_dump
 
 
 def unhealthy_nodes_in(document: Mapping[str, Any]) -> dict[str, int]:
@@ -88,6 +92,15 @@ def node_view(snap: ClusterSnapshot, nodes: Collection[str]) -> NodeView:
             entry["xid"] = codes[(node, int(index))]
         entries.setdefault(node, []).append(entry)
     return NodeView(states, entries)
+
+
+def events_on(snap: ClusterSnapshot, nodes: Collection[str]) -> list[dict[str, Any]]:
+    """The entries of the snapshot's document's ``events`` that may concern one of ``nodes``:
+    those naming one of them or no node, in its order."""
+    wanted = set(nodes)
+    on = [not isinstance(n, str) or not n or n in wanted for n in snap.events["node"].tolist()]
+    chosen = snap.events[np.array(on, dtype=bool)]
+    return list(lazy_dump(dataclasses.replace(snap, events=chosen))["events"])
 
 
 def _reported(snap: ClusterSnapshot) -> pd.DataFrame:
