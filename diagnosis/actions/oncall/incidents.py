@@ -37,13 +37,7 @@ from django.utils import timezone
 from diagnosis import roles
 from diagnosis.actions.oncall.history import SYSTEM_CYCLE, record_audit, record_event
 from diagnosis.actions.oncall.recovery import SOURCE_XID, propose_resume, resolves_unattended
-from diagnosis.actions.oncall.windows import (
-    DecodedSnapshots,
-    JobsOn,
-    iso,
-    jobs_hit,
-    window_hits,
-)
+from diagnosis.actions.oncall.windows import DecodedSnapshots, iso, jobs_hit, window_hits
 from diagnosis.actions.oncall.xid_incidents import (
     new_xid_codes,
     new_xid_incident,
@@ -59,7 +53,9 @@ from diagnosis.actions.workflow.base import (
     actor_name,
 )
 from diagnosis.choices import IncidentState
-from diagnosis.core.incident_hits import HIT_WINDOW, NodeView, node_view
+from diagnosis.core import snapshot as snapshot_format
+from diagnosis.core.incident_hits import HIT_WINDOW, NodeView
+from diagnosis.core.incident_reads import events_on, node_view, unhealthy_nodes
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.core.vocabulary import UNAVAILABLE_NODE_STATES, parse_time
 from diagnosis.models import (
@@ -190,7 +186,8 @@ def _resolve(incident: Incident, *, at: datetime, by: AbstractBaseUser | None, n
 
 def _gpu_health(nodes: NodeView, node: str, gpu_index: int | None) -> dict[str, Any]:
     """Whether the incident's GPU (or, for a node incident, each of the node's GPUs) is healthy
-    in the snapshot (read by node once per cycle: :func:`node_view`), and its node ready."""
+    in the snapshot (its incidents' nodes read once per cycle: :func:`node_view`), and its node
+    ready."""
     node_state = str(nodes.states[node]) if node in nodes.states else None
     gpus = [g for g in nodes.gpus.get(node, ()) if gpu_index is None or g.get("index") == gpu_index]
     healths = [str(g.get("health") or "ok") for g in gpus]
@@ -211,24 +208,22 @@ def _gpu_health(nodes: NodeView, node: str, gpu_index: int | None) -> dict[str, 
 @transaction.atomic
 def record_incidents(
     cluster: Cluster,
-    document: Mapping[str, Any],
+    snap: snapshot_format.ClusterSnapshot,
     xid_findings: Iterable[Finding],
     *,
     stored: Snapshot | None = None,
-    jobs_on: JobsOn | None = None,
 ) -> dict[str, int]:
     """The cycle's incident step: open an incident for each GPU the ``xid`` rule reports that has
     none unresolved, refresh the jobs hit while the hit window is not over, follow each
     unresolved incident's health, note the drain it started once applied, and resolve an
     acknowledged ``xid`` incident whose GPU has been healthy for the healthy period.
-    ``stored`` is the row ``document`` was stored as (the cycle's own snapshot): an incident
-    whose hit window includes it reads the document in memory, not the row (its jobs on the
-    incidents' nodes as ``jobs_on`` gives them, when it does)."""
+    What it reads of the cycle's snapshot ``snap`` is read from its frames
+    (:mod:`diagnosis.core.incident_reads`), never from its whole document; ``stored`` is the row
+    it was stored as: an incident whose hit window includes it reads the frames, not the row."""
 
-    as_of = parse_time(document["as_of"])
+    as_of = parse_time(snapshot_format.format_time(snap.as_of))  # as its document has it
     stats = {"opened": 0, "resolved": 0}
-    at_hand = {stored.pk: document} if stored is not None else {}
-    loaded = DecodedSnapshots(at_hand, jobs_on=dict.fromkeys(at_hand, jobs_on) if jobs_on else None)
+    loaded = DecodedSnapshots({stored.pk: snap} if stored is not None else {})
     # one incident per GPU and episode: an unresolved Alertmanager incident of the GPU takes the
     # rule's finding instead of a second incident (keys of the rule's own come last: they win)
     rows = list(
@@ -265,17 +260,17 @@ def record_incidents(
             continue
         _record_codes(incident, codes, finding, xids_noted.setdefault(incident.pk, set()))
     stats["opened"] += open_xid_incidents(opening, unresolved, xids_noted)
-    stats["opened"] += _open_node_incidents(cluster, document, as_of, unresolved)
-    nodes = node_view(document)
+    stats["opened"] += _open_node_incidents(cluster, snap, as_of, unresolved)
     followed = [i for i in unresolved.values() if i.source in FOLLOWED_SOURCES]
+    nodes = node_view(snap, {i.node for i in followed})
     unsettled = [i for i in followed if not (i.details or {}).get("hit_settled")]
     loaded.prefetch(cluster, [(i.node, i.opened_at) for i in unsettled])
     hits = [window_hits(cluster, i.node, i.gpu_index, i.opened_at, loaded) for i in unsettled]
     loaded.prefetch_jobs(cluster, {job_id for hit in hits for job_id in hit})
     resolved = _resolved_findings(followed)
     for incident in followed:
-        _follow(incident, document, as_of, stats, loaded, nodes, incident.finding_id in resolved)
-    _note_recent_drains(cluster, document, as_of, nodes)
+        _follow(incident, snap, as_of, stats, loaded, nodes, incident.finding_id in resolved)
+    _note_recent_drains(cluster, snap, as_of)
     return stats
 
 
@@ -288,25 +283,6 @@ def _resolved_findings(incidents: list[Incident]) -> set[int]:
     return set(Finding.objects.filter(pk__in=ids, state="resolved").values_list("pk", flat=True))
 
 
-def unhealthy_nodes(document: Mapping[str, Any]) -> dict[str, int]:
-    """The nodes of the snapshot whose every GPU is unhealthy (each MIG instance too), with
-    their GPU counts: a node-wide health fault, or one on each of its GPUs."""
-    counts = {str(n.get("name")): int(n.get("gpus") or 0) for n in document.get("nodes") or ()}
-    unhealthy: dict[str, set[int]] = {}
-    healthy: set[str] = set()
-    for gpu in document.get("gpus") or ():
-        node = str(gpu.get("node"))
-        if gpu.get("health") == "unhealthy":
-            unhealthy.setdefault(node, set()).add(int(gpu.get("index") or 0))
-        else:
-            healthy.add(node)
-    return {
-        node: counts[node]
-        for node, indexes in unhealthy.items()
-        if node not in healthy and counts.get(node) and len(indexes) >= counts[node]
-    }
-
-
 def _node_fingerprint(cluster: Cluster, node: str, opened: datetime) -> str:
     where = hashlib.sha256(node.encode()).hexdigest()[:16]
     return f"node-health:{cluster.pk}:{where}:{opened:%Y%m%dT%H%M%S}"
@@ -314,7 +290,7 @@ def _node_fingerprint(cluster: Cluster, node: str, opened: datetime) -> str:
 
 def _open_node_incidents(
     cluster: Cluster,
-    document: Mapping[str, Any],
+    snap: snapshot_format.ClusterSnapshot,
     as_of: datetime,
     unresolved: dict[tuple[str, int | None], Incident],
 ) -> int:
@@ -322,7 +298,7 @@ def _open_node_incidents(
     incident (of a GPU or of the node) nor one resolved in this episode (a person resolved it
     while the node stayed unhealthy). A node that has a healthy GPU again ends the episode of
     its resolved node incidents. Returns how many were opened."""
-    nodes = unhealthy_nodes(document)
+    nodes = unhealthy_nodes(snap)
     resolved_in_episode = list(
         Incident.objects.filter(
             cluster=cluster, source=SOURCE_NODE_HEALTH, state=State.RESOLVED
@@ -395,7 +371,7 @@ def _record_codes(
 
 def _follow(
     incident: Incident,
-    document: Mapping[str, Any],
+    snap: snapshot_format.ClusterSnapshot,
     as_of: datetime,
     stats: dict,
     loaded: DecodedSnapshots,
@@ -426,7 +402,7 @@ def _follow(
             details={"healthy": health["healthy"], "node_state": health["node_state"]},
         )
     details["health"] = {k: health[k] for k in ("healthy", "gpu_health", "node_state")}
-    _note_drain(incident, details, document)
+    _note_drain(incident, details, snap)
     healthy_since = incident.healthy_since
     if not health["healthy"] or health["xids"]:
         healthy_since = None
@@ -469,7 +445,9 @@ def _healthy_long_enough(incident: Incident, as_of: datetime, finding_resolved: 
     return as_of - incident.healthy_since >= healthy_period(incident.cluster)
 
 
-def _note_drain(incident: Incident, details: dict[str, Any], document: Mapping[str, Any]) -> None:
+def _note_drain(
+    incident: Incident, details: dict[str, Any], snap: snapshot_format.ClusterSnapshot
+) -> None:
     """Once the drain on-call started is applied, it goes on the timeline (once), and so does
     each eviction the scheduler's events show it caused (the cycle's snapshot events and the
     stored ones; once per job, as they arrive). The evictions are kept in
@@ -496,7 +474,7 @@ def _note_drain(incident: Incident, details: dict[str, Any], document: Mapping[s
         node,
         since,
         incident_id=incident.pk,
-        events=document.get("events") or (),
+        events=events_on(snap, [node]),
     )
     for job_id, moment in sorted(found.items()):
         if job_id in evicted:
@@ -532,26 +510,28 @@ RECENT_DRAIN_LOOKBACK = timedelta(days=1)
 
 
 def _note_recent_drains(
-    cluster: Cluster, document: Mapping[str, Any], as_of: datetime, nodes: NodeView
+    cluster: Cluster, snap: snapshot_format.ClusterSnapshot, as_of: datetime
 ) -> None:
     """The evictions of drains that ended their incident (resolved right after the drain) while
     their window is open: an unresolved incident's are noted as it is followed. Such an
     incident's node, still out once its GPU is healthy again, gets its resume proposed too."""
     recently = timezone.now() - RECENT_DRAIN_LOOKBACK  # our clock: when it was resolved
-    for incident in (
+    incidents = list(
         Incident.objects.select_for_update()
         .filter(
             cluster=cluster, state=State.RESOLVED, drain__isnull=False, resolved_at__gte=recently
         )
         .select_related("drain")
-    ):
+    )
+    nodes = node_view(snap, {i.node for i in incidents if i.source in FOLLOWED_SOURCES})
+    for incident in incidents:
         if incident.source in FOLLOWED_SOURCES:
             propose_resume(incident, _gpu_health(nodes, incident.node, incident.gpu_index), as_of)
         since = drain_decided_at(incident)
         if since is None or as_of > since + DRAIN_EVICTION_WINDOW:
             continue
         details = dict(incident.details or {})
-        _note_drain(incident, details, document)
+        _note_drain(incident, details, snap)
         if details != incident.details:
             incident.details = details
             incident.save(update_fields=["details"])
@@ -590,19 +570,16 @@ def adopt_rule_incident(
 
 def record_cycle_incidents(
     cluster: Cluster,
-    document: Mapping[str, Any],
+    snap: snapshot_format.ClusterSnapshot,
     diagnosis: Any,
     stored: Snapshot | None = None,
-    *,
-    jobs_on: JobsOn | None = None,
 ) -> dict[str, int]:
     """:func:`record_incidents` for a cycle's diagnosis (its ``xid`` findings' stored rows);
-    ``stored`` is the cycle's snapshot row, ``document`` its document (``jobs_on``: its jobs
-    on some nodes)."""
+    ``snap`` is the cycle's snapshot, ``stored`` its row."""
     keys = [
         Finding.fingerprint_of(cluster.pk, hit.rule, hit.subject)
         for hit in diagnosis.findings
         if hit.rule == "xid"
     ]
     findings = Finding.objects.filter(cluster=cluster, fingerprint__in=keys).order_by("id")
-    return record_incidents(cluster, document, findings, stored=stored, jobs_on=jobs_on)
+    return record_incidents(cluster, snap, findings, stored=stored)

@@ -13,11 +13,13 @@ for that node yet, most cycles just the newest one (issue #17).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.incident_hits import HIT_WINDOW, hit_jobs_from_history, jobs_by_node, on_node
+from diagnosis.core.incident_reads import events_on
 from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import Cluster, Job, SchedulerEvent, Snapshot
 
@@ -26,29 +28,22 @@ CACHED_READS = 4096
 
 _reads: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
 
-JobsOn = Callable[[Collection[str]], list[Mapping[str, Any]]]
-"""A snapshot's jobs that have a pod on one of some nodes, in its document's order."""
-
 
 class DecodedSnapshots:
     """What one cycle read for its incidents' hit windows: the stored snapshots it decoded
     (indexed by node, :func:`jobs_by_node`), and -- once :meth:`prefetch` named the faults it
     follows -- the window snapshots' rows, the stored scheduler events of their nodes and the
     jobs they hit, each read in one query for all of them instead of a few per incident (at
-    131,072 GPUs a cycle follows hundreds). ``at_hand`` are documents the caller holds already
-    (the cycle's own snapshot, just stored): indexed from memory, never decoded again. Where
-    ``jobs_on`` gives one of them the jobs it lists on some nodes, only those of the nodes read
-    (the faults' :meth:`prefetch` named, and the one asked for) are indexed: a cycle whose
-    snapshot is dumped in another process does not dump its 160,000 jobs again (#35)."""
+    131,072 GPUs a cycle follows hundreds). ``at_hand`` are stored snapshots the caller holds
+    as frames (the cycle's own, just stored): never decoded, and only their jobs and events on
+    the nodes read (the faults' :meth:`prefetch` named, and the one asked for) are dumped from
+    the frames: a cycle whose snapshot is dumped in another process does not dump its 160,000
+    jobs again (#35)."""
 
     def __init__(
-        self,
-        at_hand: Mapping[int, Mapping[str, Any]] | None = None,
-        *,
-        jobs_on: Mapping[int, JobsOn] | None = None,
+        self, at_hand: Mapping[int, snapshot_format.ClusterSnapshot] | None = None
     ) -> None:
         self._at_hand = dict(at_hand or {})
-        self._jobs_on = dict(jobs_on or {})
         self._nodes: set[str] = set()
         self._on_nodes: dict[int, tuple[set[str], dict[str, Any]]] = {}
         self._indexed: dict[int, dict[str, Any]] = {}
@@ -58,22 +53,25 @@ class DecodedSnapshots:
         self._jobs: dict[str, Job] = {}
         self.hits: dict[tuple[str, int | None, datetime], dict[str, dict[str, Any]]] = {}
 
-    def indexed(self, snapshot: Snapshot, node: str | None = None) -> dict[str, Any]:
-        """:func:`jobs_by_node` of a snapshot (sure to hold ``node``'s jobs when one is named)."""
-        jobs_on = self._jobs_on.get(snapshot.pk)
-        if jobs_on is not None and node is not None and snapshot.pk in self._at_hand:
-            return self._indexed_on(snapshot.pk, jobs_on, self._nodes | {node})
+    def indexed(self, snapshot: Snapshot, node: str) -> dict[str, Any]:
+        """:func:`jobs_by_node` of a snapshot, sure to hold ``node``'s jobs and events."""
+        if snapshot.pk in self._at_hand:
+            return self._indexed_on(snapshot.pk, self._nodes | {node})
         if snapshot.pk not in self._indexed:
-            document = self._at_hand.pop(snapshot.pk, None) or snapshot.load_document()
-            self._indexed[snapshot.pk] = jobs_by_node(document)
+            self._indexed[snapshot.pk] = jobs_by_node(snapshot.load_document())
         return self._indexed[snapshot.pk]
 
-    def _indexed_on(self, pk: int, jobs_on: JobsOn, nodes: set[str]) -> dict[str, Any]:
+    def _indexed_on(self, pk: int, nodes: set[str]) -> dict[str, Any]:
         covered, indexed = self._on_nodes.get(pk, (set(), {}))
         if not nodes <= covered:
-            document = self._at_hand[pk]
-            partial = {"as_of": document.get("as_of"), "events": document.get("events")}
-            indexed = jobs_by_node({**partial, "jobs": jobs_on(nodes)})
+            snap = self._at_hand[pk]
+            indexed = jobs_by_node(
+                {
+                    "as_of": snapshot_format.format_time(snap.as_of),
+                    "events": events_on(snap, nodes),
+                    "jobs": snapshot_format.dump_jobs_on(snap, nodes),
+                }
+            )
             self._on_nodes[pk] = (nodes, indexed)
         return indexed
 
@@ -134,9 +132,11 @@ class DecodedSnapshots:
 
 
 def _window_rows(cluster: Cluster, low: datetime, high: datetime) -> list[Snapshot]:
-    """The stored snapshots' rows (not their documents) from the last before ``low`` to
-    ``high``, oldest first."""
-    snapshots = Snapshot.objects.filter(cluster=cluster).defer("document")
+    """The stored snapshots' rows (not their documents, nor their indexes: 26 MB a row at
+    131,072 GPUs, issue #35) from the last before ``low`` to ``high``, oldest first."""
+    snapshots = Snapshot.objects.filter(cluster=cluster).defer(
+        "document", "index_header", "index_body"
+    )
     chosen = list(snapshots.filter(as_of__lt=low).order_by("-as_of")[:1])
     return chosen + list(snapshots.filter(as_of__gte=low, as_of__lte=high).order_by("as_of"))
 

@@ -396,13 +396,7 @@ def record_cycle_steps(
         with steps.timed("snapshot"):  # its row; its bytes at the end: the dump runs on (#35)
             stored = compressing.create()
         with steps.timed("incidents"):
-            record_cycle_incidents(  # on-call's (#16)
-                cluster,
-                compressing.document,
-                diagnosis,
-                stored,
-                jobs_on=lambda nodes: snapshot_format.dump_jobs_on(snap, nodes),
-            )
+            record_cycle_incidents(cluster, snap, diagnosis, stored)  # on-call's (#16)
         problems = [f"rule {e.rule} failed: {e.message}" for e in diagnosis.errors]
         problems += _collection_problems(collection, skipped)
         _save_status(
