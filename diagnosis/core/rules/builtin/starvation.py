@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold
+from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold, texts_of
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.snapshot import ClusterSnapshot
 from diagnosis.core.text import Text, gettext_noop, message
@@ -82,6 +82,25 @@ def _tenant_share(snapshot: ClusterSnapshot, facts: SnapshotFacts) -> tuple[dict
     )
 
 
+def _tenants(waiting: pd.DataFrame, queues: pd.DataFrame) -> list[str | None]:
+    """Each waiting job's tenant: its own, else its queue's (None when neither is a name)."""
+    own = waiting["tenant"].to_numpy(dtype=object)
+    codes, names = pd.factorize(waiting["queue"].to_numpy(dtype=object))
+    by_queue = queues["tenant"].reindex(names).to_numpy(dtype=object)
+    of_queue = np.append(by_queue, None)[codes]  # code -1: no queue
+    return [
+        t if isinstance(t, str) else q if isinstance(q, str) else None
+        for t, q in zip(own.tolist(), of_queue.tolist(), strict=True)
+    ]
+
+
+def _per_tenant(tenants: list[str | None], values: dict, missing: float) -> np.ndarray:
+    """``values[tenant]`` of each tenant (``missing`` for None or a tenant not in values)."""
+    codes, names = pd.factorize(np.array(tenants, dtype=object))
+    by_name = np.array([values.get(str(name), missing) for name in names] + [missing], float)
+    return by_name[codes]
+
+
 def evaluate(
     snapshot: ClusterSnapshot, thresholds: Mapping[str, Any], facts: SnapshotFacts
 ) -> Judgement:
@@ -90,29 +109,27 @@ def evaluate(
     if waiting.empty:
         return Judgement()
     jobs = snapshot.jobs
-    started = jobs[jobs["started"].notna()]
-    submitted_ns = _epoch_ns(started["submitted"])
-    started_ns = _epoch_ns(started["started"])
+    started_mask = jobs["started"].notna().to_numpy()
+    submitted_ns = _epoch_ns(jobs["submitted"])[started_mask]
+    started_ns = _epoch_ns(jobs["started"])[started_mask]
     u = np.where(started_ns >= submitted_ns, submitted_ns - 1, started_ns)
-    started_pool = started["pool"].astype(object).fillna(_NO_POOL).to_numpy()
-    started_ids = started.index.to_numpy()
-    started_priority = started["priority"].to_numpy()
-    started_request = facts.job_requests.reindex(started.index).to_numpy()
+    started_ids = jobs.index.to_numpy()[started_mask]
+    started_priority = jobs["priority"].to_numpy()[started_mask]
+    started_request = facts.job_requests.to_numpy()[started_mask]
 
-    waiting_pool = waiting["pool"].astype(object).fillna(_NO_POOL).to_numpy()
+    # pools as codes shared by the waiting and the started jobs (a null pool: _NO_POOL)
+    pools = pd.concat([waiting["pool"], jobs["pool"][started_mask]], ignore_index=True)
+    pool_codes, pool_names = pd.factorize(pools.astype(object).fillna(_NO_POOL).to_numpy())
+    waiting_pool, started_pool = pool_codes[: len(waiting)], pool_codes[len(waiting) :]
     waiting_t = _epoch_ns(waiting["submitted"])
-    tenant = waiting["tenant"].astype(object)
-    queue_tenant = waiting["queue"].map(snapshot.queues["tenant"]).astype(object)
-    tenant = tenant.where(tenant.notna(), queue_tenant)
-    tenant = np.array([t if isinstance(t, str) else None for t in tenant], dtype=object)
-    held_by, deserved_by = _tenant_share(snapshot, facts)
-    held = np.array([held_by.get(t, 0) if t is not None else 0 for t in tenant], dtype=float)
-    deserved = np.array([deserved_by.get(t, np.nan) if t is not None else np.nan for t in tenant])
+    waiting_priority = waiting["priority"].to_numpy()
 
-    findings = []
-    for pool in np.unique(waiting_pool):
-        rows = np.flatnonzero(waiting_pool == pool)
-        in_pool = np.flatnonzero(started_pool == pool)
+    fired: list[tuple[np.ndarray, ...]] = []
+    ordered: list[np.ndarray] = []
+    offset = 0
+    for code in sorted(np.unique(waiting_pool).tolist(), key=lambda c: pool_names[c]):
+        rows = np.flatnonzero(waiting_pool == code)
+        in_pool = np.flatnonzero(started_pool == code)
         order = in_pool[np.argsort(u[in_pool], kind="stable")]
         starts = np.searchsorted(u[order], waiting_t[rows], side="left")
         overtaken = len(order) - starts
@@ -120,64 +137,131 @@ def evaluate(
         if not fire.any():
             continue
         rows, starts, overtaken = rows[fire], starts[fire], overtaken[fire]
-        own_priority = waiting["priority"].to_numpy()[rows]
-        own_request = waiting["request"].to_numpy()[rows]
-        higher = _higher_priority(started_priority[order], starts, own_priority)
+        higher = _higher_priority(started_priority[order], starts, waiting_priority[rows])
         median = _median_request(started_request[order], starts)
-        short = ~np.isnan(deserved[rows]) & (held[rows] < deserved[rows])
-        cause = np.select(
-            [
-                (overtaken > 0) & (2 * higher >= overtaken),
-                (overtaken > 0) & (own_request >= SIZE_FACTOR * median),
-                short,
-            ],
-            ["priority", "size", "share"],
-            default="order",
+        ends = np.minimum(starts + MAX_LISTED_OVERTAKERS, len(order))
+        fired.append((rows, offset + starts, offset + ends, overtaken, higher, median))
+        ordered.append(started_ids[order])
+        offset += len(order)
+    if not fired:
+        return Judgement()
+    rows, starts, ends, overtaken, higher, median = (
+        np.concatenate(column) for column in zip(*fired, strict=True)
+    )
+    return Judgement(
+        findings=tuple(
+            _findings(
+                snapshot,
+                facts,
+                waiting.iloc[rows],
+                np.concatenate(ordered).tolist(),
+                (starts, ends, overtaken, higher, median),
+            )
         )
-        ordered_ids = started_ids[order].tolist()
-        columns = zip(
-            waiting.index.to_numpy()[rows].tolist(),
-            waiting["wait_s"].to_numpy()[rows].tolist(),
-            own_priority.tolist(),
-            own_request.tolist(),
-            overtaken.tolist(),
+    )
+
+
+def _findings(
+    snapshot: ClusterSnapshot,
+    facts: SnapshotFacts,
+    firing: pd.DataFrame,
+    overtakers: list[str],
+    counts: tuple[np.ndarray, ...],
+) -> list:
+    """The findings of the firing jobs: ``counts`` holds, per job, where its overtakers listed
+    start and end in ``overtakers``, how many overtook it, how many of those had a higher
+    priority and their median request."""
+    starts, ends, overtaken, higher, median = counts
+    tenant = _tenants(firing, snapshot.queues)
+    held_by, deserved_by = _tenant_share(snapshot, facts)
+    held = _per_tenant(tenant, held_by, 0)
+    deserved = _per_tenant(tenant, deserved_by, np.nan)
+    own_request = firing["request"].to_numpy()
+    short = ~np.isnan(deserved) & (held < deserved)
+    cause = np.select(
+        [
+            (overtaken > 0) & (2 * higher >= overtaken),
+            (overtaken > 0) & (own_request >= SIZE_FACTOR * median),
+            short,
+        ],
+        ["priority", "size", "share"],
+        default="order",
+    ).tolist()
+    wait = firing["wait_s"].to_numpy()
+    pool = firing["pool"].to_numpy(dtype=object)
+    pool[pd.isna(pool)] = None
+    job_ids = firing.index.to_numpy().tolist()
+    count = overtaken.tolist()
+    held_gpus = held.astype(np.int64).tolist()
+    evidences = [
+        {
+            "wait_s": shown,
+            "pool": where,
+            "priority": prio,
+            "request_gpus": request,
+            "overtaken_by": many,
+            "overtakers": overtakers[first:last],
+            "overtakers_higher_priority": high,
+            "overtakers_median_request_gpus": med,
+            "tenant": who,
+            "tenant_held_gpus": None if who is None else got,
+            "tenant_deserved_gpus": None if due != due else due,  # NaN: not set
+            "cause": why,
+        }
+        for shown, where, prio, request, many, first, last, high, med, who, got, due, why in zip(
+            _rounded_tenths(wait),
+            pool.tolist(),
+            firing["priority"].to_numpy().astype(np.int64).tolist(),
+            own_request.astype(np.int64).tolist(),
+            count,
             starts.tolist(),
-            higher.tolist(),
-            median.tolist(),
-            tenant[rows].tolist(),
-            held[rows].tolist(),
-            deserved[rows].tolist(),
-            cause.tolist(),
+            ends.tolist(),
+            higher.astype(np.int64).tolist(),
+            median.astype(float).tolist(),
+            tenant,
+            held_gpus,
+            deserved.tolist(),
+            cause,
             strict=True,
         )
-        pool_name = None if pool == _NO_POOL else str(pool)
-        for job_id, wait_s, prio, request, count, start, high, med, who, got, due, why in columns:
-            evidence = {
-                "wait_s": round(wait_s, 1),
-                "pool": pool_name,
-                "priority": int(prio),
-                "request_gpus": int(request),
-                "overtaken_by": int(count),
-                "overtakers": ordered_ids[start : start + MAX_LISTED_OVERTAKERS],
-                "overtakers_higher_priority": int(high),
-                "overtakers_median_request_gpus": float(med),
-                "tenant": who,
-                "tenant_held_gpus": None if who is None else int(got),
-                "tenant_deserved_gpus": None if due != due else due,  # NaN: not set
-                "cause": why,
-            }
-            summary = message(
-                gettext_noop(
-                    "Job %(job)s has waited %(waited)s while %(count)s later job(s) of its pool "
-                    "started (cause: %(cause)s)."
-                ),
-                job=str(job_id),
-                waited=_hours(wait_s),
-                count=count,
-                cause=str(why),
-            )
-            findings.append(RULE.finding(f"job:{job_id}", summary, evidence))
-    return Judgement(findings=tuple(findings))
+    ]
+    summaries = texts_of(
+        SUMMARY,
+        (
+            {"job": job, "waited": waited, "count": many, "cause": why}
+            for job, waited, many, why in zip(job_ids, _hours_of(wait), count, cause, strict=True)
+        ),
+    )
+    return RULE.findings_of_texts([f"job:{job}" for job in job_ids], summaries, evidences)
+
+
+SUMMARY = gettext_noop(
+    "Job %(job)s has waited %(waited)s while %(count)s later job(s) of its pool "
+    "started (cause: %(cause)s)."
+)
+
+
+def _rounded_tenths(values: np.ndarray) -> list[float]:
+    """``round(value, 1)`` of each value; a whole number is its own rounding, so only the
+    others go through ``round``."""
+    shown = values.tolist()
+    for i in np.flatnonzero(values != np.floor(values)).tolist():
+        shown[i] = round(shown[i], 1)
+    return shown
+
+
+def _hours_of(seconds: np.ndarray) -> list[Text]:
+    """:func:`_hours` of each value, each phrase formatted once per value shown."""
+    out = np.empty(len(seconds), dtype=object)
+    hours = seconds >= 3600
+    for mask, template, name, unit, spec in (
+        (hours, gettext_noop("%(hours)s h"), "hours", 3600, ".1f"),
+        (~hours, gettext_noop("%(minutes)s min"), "minutes", 60, ".0f"),
+    ):
+        shown = [format(value, spec) for value in (seconds[mask] / unit).tolist()]
+        phrases = {value: _phrase(template, name, value) for value in set(shown)}
+        out[mask] = [phrases[value] for value in shown]
+    return out.tolist()
 
 
 def _hours(seconds: float) -> Text:
