@@ -88,6 +88,22 @@ def peak_tflops(model: str | None, table: dict[str, float] | None = None) -> flo
     return float("nan")
 
 
+def take(values: np.ndarray, positions: np.ndarray, missing: object) -> np.ndarray:
+    """``values[p]`` for each position ``p`` (``missing`` where ``p`` is -1): a lookup by
+    :meth:`pandas.Index.get_indexer` positions, without ``Series.map`` inferring the result's
+    dtype from 10^5 Python objects (issue #35)."""
+    return np.append(values, [missing])[positions]
+
+
+def lookup(table: pd.Series, keys: np.ndarray | pd.Series, missing: object) -> np.ndarray:
+    """``table[key]`` for each key, ``missing`` for a key not in its (unique) index: what
+    ``pd.Series(keys).map(table)`` gives before its NaN are filled, as a numpy array."""
+    values = table.to_numpy()
+    if values.dtype.kind not in "biufcmM":
+        values = table.to_numpy(dtype=object)
+    return take(values, table.index.get_indexer(keys), missing)
+
+
 class SnapshotFacts:
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         self.snapshot = snapshot
@@ -110,6 +126,12 @@ class SnapshotFacts:
         ).to_numpy()
         gpus["free"] = gpus["usable"].to_numpy() & gpus["job"].isna().to_numpy()
         return gpus
+
+    @cached_property
+    def holder_position(self) -> np.ndarray:
+        """Per GPU (aligned with :attr:`gpu_state`): the position in ``snapshot.jobs`` of the
+        job holding it, -1 for a GPU no job of the jobs frame holds."""
+        return self.snapshot.jobs.index.get_indexer(self.gpu_state["job"].to_numpy(dtype=object))
 
     @cached_property
     def free_per_node(self) -> pd.Series:
