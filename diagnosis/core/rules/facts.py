@@ -116,11 +116,8 @@ class SnapshotFacts:
         None), ``usable`` (node ready and GPU healthy) and ``free`` (usable and held by no job)."""
         snap = self.snapshot
         gpus = snap.gpus.copy()
-        gpus["node_state"] = gpus["node"].map(snap.nodes["state"]).to_numpy()
-        alloc = snap.allocations
-        holder = alloc[~alloc[GPU_KEY].duplicated().to_numpy()].set_index(GPU_KEY)["job"]
-        keys = pd.MultiIndex.from_arrays([gpus[c] for c in GPU_KEY])
-        gpus["job"] = holder.reindex(keys).to_numpy()  # a shared GPU: its first holder
+        gpus["node_state"] = lookup(snap.nodes["state"], gpus["node"], np.nan)
+        gpus["job"] = self._first_holders()  # a shared GPU: its first holder
         gpus["usable"] = (gpus["node_state"] == "ready").to_numpy() & (
             gpus["health"] == "ok"
         ).to_numpy()
@@ -128,10 +125,69 @@ class SnapshotFacts:
         return gpus
 
     @cached_property
+    def allocation_gpu_position(self) -> np.ndarray | None:
+        """Per allocation row: the position in ``snapshot.gpus`` of the GPU unit (node, index,
+        MIG instance) it binds, -1 for one the snapshot does not list; None when GPU units
+        repeat in ``snapshot.gpus`` (a join may then match a row several times)."""
+        gpus, alloc = self.snapshot.gpus, self.snapshot.allocations
+        nodes = np.concatenate(
+            [gpus["node"].to_numpy(dtype=object), alloc["node"].to_numpy(dtype=object)]
+        )
+        node, _ = pd.factorize(nodes)
+        index = np.concatenate([gpus["index"].to_numpy(), alloc["index"].to_numpy()])
+        instance = np.concatenate(
+            [gpus["mig_instance"].to_numpy(), alloc["mig_instance"].to_numpy()]
+        )
+        if not len(node):
+            return np.zeros(0, dtype=np.int64)
+        if (node < 0).any():
+            return None
+        index = index.astype(np.int64) - int(index.min())
+        instance = instance.astype(np.int64) - int(instance.min())
+        spans = (int(node.max()) + 1, int(index.max()) + 1, int(instance.max()) + 1)
+        if spans[0] * spans[1] * spans[2] >= 1 << 62:
+            return None
+        keys = (node.astype(np.int64) * spans[1] + index) * spans[2] + instance
+        units = pd.Index(keys[: len(gpus)])
+        if not units.is_unique:
+            return None
+        return units.get_indexer(keys[len(gpus) :])
+
+    def allocations_with(self, rows: np.ndarray | None, gpus: pd.DataFrame) -> pd.DataFrame:
+        """``allocations[rows].merge(gpus, on=GPU_KEY, how="left")`` for ``gpus`` aligned with
+        ``snapshot.gpus`` (its rows, in order, with the GPU_KEY columns), taken by
+        :attr:`allocation_gpu_position` instead of joined on three keys; the merge itself
+        where that cannot give the same frame. ``rows``: a boolean mask (None: every row)."""
+        alloc = self.snapshot.allocations
+        position = self.allocation_gpu_position
+        if rows is not None:
+            alloc = alloc[rows]
+            position = None if position is None else position[rows]
+        extra = [c for c in gpus.columns if c not in GPU_KEY]
+        if position is None or (position < 0).any() or set(extra) & set(alloc.columns):
+            return alloc.merge(gpus, on=GPU_KEY, how="left")
+        right = gpus[extra].iloc[position].reset_index(drop=True)
+        return pd.concat([alloc.reset_index(drop=True), right], axis=1)
+
+    @cached_property
     def holder_position(self) -> np.ndarray:
         """Per GPU (aligned with :attr:`gpu_state`): the position in ``snapshot.jobs`` of the
         job holding it, -1 for a GPU no job of the jobs frame holds."""
         return self.snapshot.jobs.index.get_indexer(self.gpu_state["job"].to_numpy(dtype=object))
+
+    def _first_holders(self) -> np.ndarray:
+        """Per GPU: the job of its first allocation row (NaN when none)."""
+        alloc = self.snapshot.allocations
+        position = self.allocation_gpu_position
+        if position is None:
+            holder = alloc[~alloc[GPU_KEY].duplicated().to_numpy()].set_index(GPU_KEY)["job"]
+            keys = pd.MultiIndex.from_arrays([self.snapshot.gpus[c] for c in GPU_KEY])
+            return holder.reindex(keys).to_numpy()
+        listed = np.flatnonzero(position >= 0)
+        units, first = np.unique(position[listed], return_index=True)
+        holders = np.full(len(self.snapshot.gpus), np.nan, dtype=object)
+        holders[units] = alloc["job"].to_numpy(dtype=object)[listed[first]]
+        return holders
 
     @cached_property
     def free_per_node(self) -> pd.Series:
@@ -186,7 +242,7 @@ class SnapshotFacts:
             "tensor_active_mean",
             "pcie_rx_Bps_mean",
         ]
-        joined = snap.allocations.merge(snap.gpus[[*GPU_KEY, *columns]], on=GPU_KEY, how="left")
+        joined = self.allocations_with(None, snap.gpus[[*GPU_KEY, *columns]])
         joined["util_spread"] = joined["util_p90"] - joined["util_p10"]
         joined["host_cpu"] = joined["node"].map(snap.nodes["cpu_util"]).to_numpy()
         grouped = joined.groupby("job", sort=False)
