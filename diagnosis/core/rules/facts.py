@@ -204,9 +204,16 @@ class SnapshotFacts:
         return (self.snapshot.as_of - jobs["submitted"]).dt.total_seconds()
 
     @cached_property
-    def pending_unallocated(self) -> pd.DataFrame:
+    def pending_unallocated_rows(self) -> np.ndarray:
+        """Positions in ``snapshot.jobs`` of the pending jobs with no pod bound."""
         jobs = self.snapshot.jobs
-        return jobs[(jobs["state"] == "pending") & (jobs["bound_pods"] == 0)]
+        return np.flatnonzero(
+            (jobs["state"] == "pending").to_numpy() & (jobs["bound_pods"] == 0).to_numpy()
+        )
+
+    @cached_property
+    def pending_unallocated(self) -> pd.DataFrame:
+        return self.snapshot.jobs.iloc[self.pending_unallocated_rows]
 
     @cached_property
     def partial_gangs(self) -> pd.DataFrame:
@@ -377,15 +384,17 @@ class SnapshotFacts:
         pending = self.pending_unallocated
         columns = ["pool", "queue", "tenant", "pods", "gpus_per_pod", "priority", "submitted"]
         out = pending[columns].copy()
-        out["request"] = self.job_requests.reindex(pending.index).to_numpy()
-        out["wait_s"] = self.waits_s.reindex(pending.index).to_numpy()
+        rows = self.pending_unallocated_rows
+        out["request"] = self.job_requests.to_numpy()[rows]
+        out["wait_s"] = self.waits_s.to_numpy()[rows]
         out["scope"] = self.placement_scope(out["pool"])
         out["scope_free"] = self.scope_free(out["pool"])
         slots = self.pod_slots(pending)
         out["pod_slots"] = slots
         out["placeable"] = slots >= out["pods"].to_numpy()
-        capability = out["queue"].map(snap.queues["capability_gpus"]).to_numpy(dtype=float)
-        held = out["queue"].map(self.queue_held_gpus).fillna(0).to_numpy(dtype=float)
+        queue = out["queue"].to_numpy(dtype=object)
+        capability = lookup(snap.queues["capability_gpus"], queue, np.nan).astype(float)
+        held = lookup(self.queue_held_gpus, queue, 0).astype(float)
         out["capability_ok"] = np.isnan(capability) | (
             held + out["request"].to_numpy() <= capability
         )

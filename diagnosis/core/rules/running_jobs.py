@@ -66,7 +66,8 @@ def running_jobs_with_stats(
     kind: str | None = None,
 ) -> tuple[pd.DataFrame, dict[str, int]]:
     """Running jobs (of ``kind``, when given) started at least ``min_runtime`` seconds before
-    ``as_of``, joined with :attr:`SnapshotFacts.job_gpu_stats` and a ``runtime_s`` column; plus
+    ``as_of``, joined with :attr:`SnapshotFacts.job_gpu_stats` and a ``runtime_s`` column (in
+    place of ``started``); plus
     the not-judged counts for running jobs without a start time or without allocated GPUs."""
     running = _RunningJobs.of(snapshot, facts)
     of_kind = running.kind == kind if kind is not None else np.ones(len(running.kind), bool)
@@ -98,7 +99,9 @@ class _RunningJobs:
         self.has_gpus = running.index.isin(stats.index)
         self.gpu_jobs = (running["gpus_per_pod"] > 0).to_numpy()
         self.judged_rows = np.flatnonzero(~self.no_start & self.has_gpus)
-        judged = running.iloc[self.judged_rows].join(stats, how="inner")
+        # without ``started`` (``runtime_s`` says it): the rules' to_dict("records") would box
+        # a Timestamp per job for nothing
+        judged = running.iloc[self.judged_rows].drop(columns="started").join(stats, how="inner")
         judged["runtime_s"] = runtime.reindex(judged.index)
         self.judged = judged
 
