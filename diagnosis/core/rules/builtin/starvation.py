@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold, texts_of
+from diagnosis.core.rules.base import Judgement, Rule, RuleDoc, Threshold
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.snapshot import ClusterSnapshot
 from diagnosis.core.text import Text, gettext_noop, message
@@ -41,14 +41,14 @@ def _epoch_ns(values: pd.Series) -> np.ndarray:
 def _suffix_counts(values: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each start, how many of ``values[start:]`` equal each distinct value.
 
-    Returns ``(distinct, counts)`` with ``counts.shape == (len(starts), len(distinct))``.
+    Returns ``(distinct, counts)`` with ``counts.shape == (len(starts), len(distinct))``: rows
+    of one table of suffix counts (a cumulative sum from the end), not a search per start.
     """
     distinct, inverse = np.unique(values, return_inverse=True)
-    counts = np.empty((len(starts), len(distinct)), dtype=np.int64)
-    for d in range(len(distinct)):  # few distinct values (<= MAX_DISTINCT)
-        positions = np.flatnonzero(inverse == d)
-        counts[:, d] = len(positions) - np.searchsorted(positions, starts, side="left")
-    return distinct, counts
+    suffix = np.zeros((len(values) + 1, len(distinct)), dtype=np.int64)
+    suffix[np.arange(len(values)), inverse.reshape(-1)] = 1
+    suffix[:-1] = suffix[-2::-1].cumsum(axis=0)[::-1]
+    return distinct, suffix[starts]
 
 
 def _higher_priority(priority: np.ndarray, starts: np.ndarray, own: np.ndarray) -> np.ndarray:
@@ -88,10 +88,9 @@ def _tenants(waiting: pd.DataFrame, queues: pd.DataFrame) -> list[str | None]:
     codes, names = pd.factorize(waiting["queue"].to_numpy(dtype=object))
     by_queue = queues["tenant"].reindex(names).to_numpy(dtype=object)
     of_queue = np.append(by_queue, None)[codes]  # code -1: no queue
-    return [
-        t if isinstance(t, str) else q if isinstance(q, str) else None
-        for t, q in zip(own.tolist(), of_queue.tolist(), strict=True)
-    ]
+    tenant = np.where(pd.notna(own), own, of_queue)
+    tenant[pd.isna(tenant)] = None  # text columns: a name, or missing
+    return tenant.tolist()
 
 
 def _per_tenant(tenants: list[str | None], values: dict, missing: float) -> np.ndarray:
@@ -225,14 +224,12 @@ def _findings(
             strict=True,
         )
     ]
-    summaries = texts_of(
-        SUMMARY,
-        (
-            {"job": job, "waited": waited, "count": many, "cause": why}
-            for job, waited, many, why in zip(job_ids, _hours_of(wait), count, cause, strict=True)
-        ),
-    )
-    return RULE.findings_of_texts([f"job:{job}" for job in job_ids], summaries, evidences)
+    params = [
+        {"job": job, "waited": waited, "count": many, "cause": why}
+        for job, waited, many, why in zip(job_ids, _hours_of(wait), count, cause, strict=True)
+    ]
+    subjects = [f"job:{job}" for job in job_ids]
+    return RULE.findings_of_texts(subjects, SUMMARY, params, evidences)
 
 
 SUMMARY = gettext_noop(
@@ -251,17 +248,41 @@ def _rounded_tenths(values: np.ndarray) -> list[float]:
 
 
 def _hours_of(seconds: np.ndarray) -> list[Text]:
-    """:func:`_hours` of each value, each phrase formatted once per value shown."""
+    """:func:`_hours` of each value, one phrase per value shown (:func:`_shown`)."""
     out = np.empty(len(seconds), dtype=object)
     hours = seconds >= 3600
-    for mask, template, name, unit, spec in (
-        (hours, gettext_noop("%(hours)s h"), "hours", 3600, ".1f"),
-        (~hours, gettext_noop("%(minutes)s min"), "minutes", 60, ".0f"),
+    for mask, template, name, per in (
+        (hours, gettext_noop("%(hours)s h"), "hours", 360),
+        (~hours, gettext_noop("%(minutes)s min"), "minutes", 60),
     ):
-        shown = [format(value, spec) for value in (seconds[mask] / unit).tolist()]
-        phrases = {value: _phrase(template, name, value) for value in set(shown)}
-        out[mask] = [phrases[value] for value in shown]
+        codes, distinct = pd.factorize(_shown(seconds[mask], per))
+        phrases = np.empty(len(distinct), dtype=object)
+        phrases[:] = [_phrase(template, name, value) for value in distinct.tolist()]
+        out[np.flatnonzero(mask)] = phrases[codes]
     return out.tolist()
+
+
+def _shown(seconds: np.ndarray, per: int) -> np.ndarray:
+    """How ``seconds / (per * 10)`` shows with one decimal (``per`` 360: hours) or
+    ``seconds / per`` with none (``per`` 60: minutes), as str(format(...)) shows it. A whole,
+    positive number of seconds off a rounding tie shows its nearest step: the float division
+    is off by far less than the half step to a tie, so formatting rounds the same way; the
+    others (ties, fractions) are formatted."""
+    shown = np.empty(len(seconds), dtype=object)
+    whole = (seconds == np.floor(seconds)) & (seconds > 0) & (seconds < 2.0**53)
+    steps = np.where(whole, seconds, 0).astype(np.int64)
+    exact = whole & (steps % per != per // 2)
+    step = (steps[exact] + per // 2) // per
+    distinct, inverse = np.unique(step, return_inverse=True)
+    if per == 360:
+        labels = [f"{value // 10}.{value % 10}" for value in distinct.tolist()]
+    else:
+        labels = [str(value) for value in distinct.tolist()]
+    shown[exact] = np.array(labels, dtype=object)[inverse.reshape(-1)]
+    spec, unit = (".1f", 3600) if per == 360 else (".0f", 60)
+    rest = np.flatnonzero(~exact)
+    shown[rest] = [format(value, spec) for value in (seconds[rest] / unit).tolist()]
+    return shown
 
 
 def _hours(seconds: float) -> Text:
