@@ -212,11 +212,11 @@ def account(
     facts = facts or SnapshotFacts(snapshot)
 
     by_rule = _findings_by_rule(found)
-    bucket = _gpu_buckets(snapshot, facts, by_rule)
     state = facts.gpu_state
     n = len(state)
     holder = state["job"].to_numpy(dtype=object)
     held = pd.notna(holder)
+    bucket = _gpu_buckets(snapshot, facts, by_rule, held)
     position = facts.holder_position
 
     util = state["util_mean"].to_numpy(dtype=float)
@@ -229,7 +229,7 @@ def account(
     pool_codes = pd.Categorical(state["pool"], categories=pool_names).codes.astype(np.int64)
     tenant = np.full(n, None, dtype=object)
     tenant[held] = take(_job_tenants(snapshot), position[held], NO_TENANT)
-    unheld = pd.isna(tenant)
+    unheld = ~held  # a held GPU's tenant is a name or NO_TENANT
     codes, distinct = pd.factorize(tenant[~unheld])
     tenant_names: list[str | None] = sorted({str(t) for t in distinct})
     number = {name: i for i, name in enumerate(tenant_names)}
@@ -312,12 +312,15 @@ def _count(value: float) -> float:
 
 
 def _gpu_buckets(
-    snapshot: ClusterSnapshot, facts: SnapshotFacts, by_rule: Mapping[str, list[Finding]]
+    snapshot: ClusterSnapshot,
+    facts: SnapshotFacts,
+    by_rule: Mapping[str, list[Finding]],
+    held: np.ndarray,
 ) -> np.ndarray:
-    """Each GPU's bucket number (an index into :data:`BUCKETS`)."""
+    """Each GPU's bucket number (an index into :data:`BUCKETS`); ``held``: whether a job
+    holds it."""
     state = facts.gpu_state
     holder = pd.Series(state["job"].to_numpy(dtype=object))
-    held = holder.notna().to_numpy()
     usable = state["usable"].to_numpy(dtype=bool)
     job_util = lookup(facts.job_gpu_stats["util_mean"], holder, np.nan).astype(float)
     starved = _finding_jobs(by_rule["data-starvation"])

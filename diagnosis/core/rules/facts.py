@@ -6,6 +6,7 @@ and cached, so a rule pays only for what it reads.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -86,6 +87,14 @@ def peak_tflops(model: str | None, table: dict[str, float] | None = None) -> flo
         if key.upper() in name:
             return table[key]
     return float("nan")
+
+
+def _per_model(models: pd.Series, of: Callable[[str], float]) -> pd.Series:
+    """``of(model)`` of each GPU's model (NaN for none), computed once per distinct model:
+    ``models.map({m: of(m)})`` without mapping 10^5 Python objects one by one."""
+    codes, distinct = pd.factorize(models.to_numpy(dtype=object))
+    values = np.array([of(model) for model in distinct.tolist()] + [np.nan], dtype="float64")
+    return pd.Series(values[codes], index=models.index, name=models.name)
 
 
 def take(values: np.ndarray, positions: np.ndarray, missing: object) -> np.ndarray:
@@ -304,18 +313,14 @@ class SnapshotFacts:
         GPU's own model, which is its node's unless the node has several); NaN when neither is
         known."""
         snap = self.snapshot
-        models = snap.gpus["gpu_model"]
-        tdp = {model: tdp_watts(model) for model in models.dropna().unique()}
-        by_model = models.map(tdp).astype("float64")
+        by_model = _per_model(snap.gpus["gpu_model"], tdp_watts)
         reported = snap.gpus["power_limit_w_max"].astype("float64")
         return reported.where(reported > 0, by_model)
 
     def peak_tflops_per_gpu(self, table: dict[str, float] | None = None) -> pd.Series:
         """Each GPU's peak dense BF16 TFLOP/s (aligned with ``snapshot.gpus``): its own model's
         (its node's unless the node has several, docs/snapshot.md); NaN when unknown."""
-        models = self.snapshot.gpus["gpu_model"]
-        peaks = {model: peak_tflops(model, table) for model in models.dropna().unique()}
-        return models.map(peaks).astype("float64")
+        return _per_model(self.snapshot.gpus["gpu_model"], lambda model: peak_tflops(model, table))
 
     # -- placement: requests, fragmentation, gangs -------------------------------------------------
     #
