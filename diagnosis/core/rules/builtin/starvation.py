@@ -9,9 +9,10 @@ Counting is vectorised per pool: job k overtakes every J with ``J.submitted < k.
 ``k.started >= k.submitted`` (the normal case) and ``u_k = k.started`` otherwise. Sorting the
 pool's started jobs by ``u`` makes each J's overtakers a suffix of that order, found with one
 ``searchsorted``. The cause of each firing job (how many overtakers had a higher priority, their
-median request) is counted over that suffix from per-value position lists, without a loop over
-jobs, whenever the pool has at most :data:`MAX_DISTINCT` distinct priorities / requests; beyond
-that it is counted job by job over the firing jobs only.
+median request) is counted over that suffix from a table of per-value suffix counts, without a
+loop over jobs, whenever the pool has at most :data:`MAX_DISTINCT` distinct priorities /
+requests; beyond that it is counted job by job over the firing jobs only. The findings (~93,000
+at 131,072 GPUs) are built in bulk: their evidence, texts and findings one pass each.
 """
 
 from __future__ import annotations
