@@ -61,7 +61,7 @@ import pandas as pd
 
 from diagnosis.core.numbers import json_number
 from diagnosis.core.rules.base import Finding
-from diagnosis.core.rules.facts import SnapshotFacts
+from diagnosis.core.rules.facts import SnapshotFacts, lookup, take
 from diagnosis.core.snapshot import ClusterSnapshot
 
 if TYPE_CHECKING:
@@ -211,33 +211,31 @@ def account(
         facts = facts or source.facts
     facts = facts or SnapshotFacts(snapshot)
 
-    bucket = _gpu_buckets(snapshot, facts, found)
+    by_rule = _findings_by_rule(found)
     state = facts.gpu_state
     n = len(state)
     holder = state["job"].to_numpy(dtype=object)
     held = pd.notna(holder)
-    jobs = snapshot.jobs
+    bucket = _gpu_buckets(snapshot, facts, by_rule, held)
+    position = facts.holder_position
 
     util = state["util_mean"].to_numpy(dtype=float)
     has_util = ~np.isnan(util)
-    mfu = _gpu_mfu(snapshot, facts, holder, held)
+    mfu = _gpu_mfu(snapshot, facts, position)
     mfu = np.where(bucket == _BUSY, mfu, np.nan)
     has_mfu = ~np.isnan(mfu)
 
     pool_names = sorted(pd.unique(snapshot.nodes["pool"].to_numpy(dtype=object)))
     pool_codes = pd.Categorical(state["pool"], categories=pool_names).codes.astype(np.int64)
-    tenant_of_job = jobs["tenant"].astype(object)
-    tenant_of_job = tenant_of_job.where(
-        tenant_of_job.notna(), jobs["queue"].map(snapshot.queues["tenant"]).astype(object)
-    ).fillna(NO_TENANT)
     tenant = np.full(n, None, dtype=object)
-    tenant[held] = pd.Series(holder[held]).map(tenant_of_job).fillna(NO_TENANT).to_numpy()
-    unheld = pd.isna(tenant)
-    tenant_names: list[str | None] = sorted({str(t) for t in tenant[~unheld]})
+    tenant[held] = take(_job_tenants(snapshot), position[held], NO_TENANT)
+    unheld = ~held  # a held GPU's tenant is a name or NO_TENANT
+    codes, distinct = pd.factorize(tenant[~unheld])
+    tenant_names: list[str | None] = sorted({str(t) for t in distinct})
+    number = {name: i for i, name in enumerate(tenant_names)}
+    rank = np.array([number[str(t)] for t in distinct], dtype=np.int64)
     tenant_codes = np.full(n, len(tenant_names), dtype=np.int64)
-    tenant_codes[~unheld] = (
-        pd.Series(tenant[~unheld]).map({t: i for i, t in enumerate(tenant_names)}).to_numpy()
-    )
+    tenant_codes[~unheld] = rank[codes]
     tenant_names.append(None)
 
     capacity = state["capacity"].to_numpy(dtype=float)
@@ -279,8 +277,32 @@ def account(
         pools=pools,
         tenants=tenants,
         gpu_bucket=labels,
-        findings=_bucket_findings(found),
+        findings=_bucket_findings(by_rule),
     )
+
+
+def _job_tenants(snapshot: ClusterSnapshot) -> np.ndarray:
+    """Each job's tenant (aligned with ``snapshot.jobs``): its own, else its queue's, else
+    :data:`NO_TENANT`."""
+    jobs = snapshot.jobs
+    own = jobs["tenant"].to_numpy(dtype=object)
+    queues, names = pd.factorize(jobs["queue"].to_numpy(dtype=object))
+    of_queue = lookup(snapshot.queues["tenant"], names, None)
+    of_queue = np.append(of_queue, None)[queues]  # code -1: no queue
+    tenant = np.where(pd.notna(own), own, of_queue)
+    tenant[pd.isna(tenant)] = NO_TENANT
+    return tenant
+
+
+def _findings_by_rule(findings: tuple[Finding, ...]) -> dict[str, list[Finding]]:
+    """The findings of the rules the buckets read (:data:`BUCKET_RULES`), per rule, in order:
+    one pass over 10^5 findings, most of them of rules no bucket reads (starvation)."""
+    wanted = {rule for rules in BUCKET_RULES.values() for rule in rules}
+    by_rule: dict[str, list[Finding]] = {rule: [] for rule in wanted}
+    for finding in findings:
+        if finding.rule in wanted:
+            by_rule[finding.rule].append(finding)
+    return by_rule
 
 
 def _count(value: float) -> float:
@@ -290,16 +312,19 @@ def _count(value: float) -> float:
 
 
 def _gpu_buckets(
-    snapshot: ClusterSnapshot, facts: SnapshotFacts, findings: tuple[Finding, ...]
+    snapshot: ClusterSnapshot,
+    facts: SnapshotFacts,
+    by_rule: Mapping[str, list[Finding]],
+    held: np.ndarray,
 ) -> np.ndarray:
-    """Each GPU's bucket number (an index into :data:`BUCKETS`)."""
+    """Each GPU's bucket number (an index into :data:`BUCKETS`); ``held``: whether a job
+    holds it."""
     state = facts.gpu_state
     holder = pd.Series(state["job"].to_numpy(dtype=object))
-    held = holder.notna().to_numpy()
     usable = state["usable"].to_numpy(dtype=bool)
-    job_util = holder.map(facts.job_gpu_stats["util_mean"]).to_numpy(dtype=float)
-    starved = _finding_jobs(findings, "data-starvation")
-    hung = _finding_jobs(findings, "hung-collective")
+    job_util = lookup(facts.job_gpu_stats["util_mean"], holder, np.nan).astype(float)
+    starved = _finding_jobs(by_rule["data-starvation"])
+    hung = _finding_jobs(by_rule["hung-collective"])
 
     bucket = np.full(len(state), _NO_DEMAND, dtype=np.int64)
     bucket[held] = _BUSY
@@ -315,9 +340,9 @@ def _gpu_buckets(
     return bucket
 
 
-def _finding_jobs(findings: tuple[Finding, ...], rule: str) -> list[str]:
-    """The jobs that ``rule``'s ``job:`` findings name."""
-    return sorted({f.subject[4:] for f in findings if f.rule == rule and f.subject[4:]})
+def _finding_jobs(findings: list[Finding]) -> list[str]:
+    """The jobs that ``job:`` findings (of one rule) name."""
+    return sorted({f.subject[4:] for f in findings if f.subject[4:]})
 
 
 def _free_buckets(snapshot: ClusterSnapshot, facts: SnapshotFacts, free: pd.DataFrame):
@@ -340,7 +365,7 @@ def _free_buckets(snapshot: ClusterSnapshot, facts: SnapshotFacts, free: pd.Data
     fragmented = _fill(free_count, _demand(blocked["scope"], blocked["request"]))
     ready = _fill(free_count - fragmented, ready_demand.groupby(level=0, dropna=False).sum())
 
-    node_free = free["node"].map(facts.free_per_node).to_numpy()
+    node_free = lookup(facts.free_per_node, free["node"], np.nan)
     node_code = pd.factorize(free["node"].to_numpy(dtype=object), sort=True)[0]
     pool_code = pd.factorize(pools, sort=True)[0]
     order = np.lexsort((free["index"].to_numpy(), node_code, node_free, pool_code))
@@ -349,8 +374,8 @@ def _free_buckets(snapshot: ClusterSnapshot, facts: SnapshotFacts, free: pd.Data
     first = np.r_[True, sorted_pools[1:] != sorted_pools[:-1]]
     group_start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
     ranks[order] = np.arange(len(order)) - group_start
-    cut_fragmented = pd.Series(pools).map(fragmented).to_numpy(dtype=np.int64)
-    cut_ready = cut_fragmented + pd.Series(pools).map(ready).to_numpy(dtype=np.int64)
+    cut_fragmented = lookup(fragmented, pools, np.nan).astype(np.int64)
+    cut_ready = cut_fragmented + lookup(ready, pools, np.nan).astype(np.int64)
     return np.where(
         ranks < cut_fragmented, _FRAGMENTED, np.where(ranks < cut_ready, _DEMAND, _NO_DEMAND)
     )
@@ -376,17 +401,13 @@ def _fill(free: pd.Series, demand: pd.Series) -> pd.Series:
     return pd.Series(taken.astype(np.int64), index=free.index)
 
 
-def _gpu_mfu(
-    snapshot: ClusterSnapshot, facts: SnapshotFacts, holder: np.ndarray, held: np.ndarray
-) -> np.ndarray:
+def _gpu_mfu(snapshot: ClusterSnapshot, facts: SnapshotFacts, position: np.ndarray) -> np.ndarray:
     """Per GPU: MFU of its job from achieved TFLOP/s over the model's peak where both are
-    known, else the GPU's own tensor activity; NaN when neither is known."""
+    known, else the GPU's own tensor activity; NaN when neither is known. ``position``: each
+    GPU's holder in ``snapshot.jobs`` (-1: none)."""
     state = facts.gpu_state
-    achieved = np.full(len(state), np.nan)
-    if held.any():
-        achieved[held] = (
-            pd.Series(holder[held]).map(snapshot.jobs["achieved_tflops_per_gpu"]).to_numpy(float)
-        )
+    reported = snapshot.jobs["achieved_tflops_per_gpu"].to_numpy(dtype=float)
+    achieved = take(reported, position, np.nan)
     peak = facts.peak_tflops_per_gpu().to_numpy(dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         reported = np.where(peak > 0, achieved / peak, np.nan)
@@ -395,11 +416,8 @@ def _gpu_mfu(
     return np.clip(mfu, 0.0, 1.0)
 
 
-def _bucket_findings(findings: tuple[Finding, ...]) -> dict[str, tuple[str, ...]]:
-    by_rule: dict[str, list[str]] = {}
-    for finding in findings:
-        by_rule.setdefault(finding.rule, []).append(f"{finding.rule} {finding.subject}")
+def _bucket_findings(by_rule: Mapping[str, list[Finding]]) -> dict[str, tuple[str, ...]]:
     return {
-        bucket: tuple(ref for rule in rules for ref in by_rule.get(rule, ()))
+        bucket: tuple(f"{rule} {f.subject}" for rule in rules for f in by_rule[rule])
         for bucket, rules in BUCKET_RULES.items()
     }

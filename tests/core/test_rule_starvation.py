@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from diagnosis.core.rules.builtin.starvation import _hours, _hours_of, _suffix_counts
 from diagnosis.core.rules.engine import run_rules
 from tests.support.builders import SnapshotBuilder
 
@@ -247,3 +248,33 @@ def test_overtaker_counts_match_a_direct_count(seed):
         if n:
             expected[job_id] = n
     assert counted == expected
+
+
+WAITS = [
+    *range(0, 9000, 7),
+    *(360 * k + 180 for k in range(10, 300)),  # ties of the hours' tenth
+    *(60 * k + 30 for k in range(0, 60)),  # ties of the minutes
+    0.5,
+    59.999,
+    3599.9,
+    3600.0,
+    14400.25,
+    86400.05,
+    1e17,
+]
+
+
+def test_each_waits_phrase_is_the_one_formatting_shows():
+    waits = np.array(WAITS, dtype=float)
+
+    assert _hours_of(waits) == [_hours(w) for w in waits.tolist()]
+
+
+def test_suffix_counts_count_each_value_from_each_start():
+    values = np.random.default_rng(3).choice([0, 50, 100, 7], size=300)
+    starts = np.array([0, 1, 150, 299, 300])
+
+    distinct, counts = _suffix_counts(values, starts)
+
+    expected = [[int((values[s:] == d).sum()) for d in distinct] for s in starts]
+    assert counts.tolist() == expected

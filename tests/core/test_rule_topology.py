@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from functools import partial
 
+import numpy as np
 import pytest
 
 from diagnosis.core.recommend.builtin.advisory import JOB_ADVICE
-from diagnosis.core.rules.builtin.topology_misplacement import NUMA_UNKNOWN, NVLINK_UNKNOWN, RULE
+from diagnosis.core.rules.builtin.topology_misplacement import (
+    NUMA_UNKNOWN,
+    NVLINK_UNKNOWN,
+    RULE,
+    _distinct_pairs,
+)
 from tests.support.builders import SnapshotBuilder
 from tests.support.rules import judge_rule
 
@@ -431,3 +437,16 @@ def test_guessed_indexes_are_judged_only_where_the_guess_cannot_matter(
     judgement = judge(builder.job("j1", gpus_per_pod=2, allocation=[("n1", [3, 4])]).build())
     assert [f.evidence["kinds"] for f in judgement.findings] == ([kinds] if kinds else [])
     assert judgement.not_judged[NVLINK_UNKNOWN] == nvlink_unknown
+
+
+def test_distinct_pairs_count_what_a_unique_of_the_pairs_counts():
+    rng = np.random.default_rng(5)
+    first = rng.integers(0, 40, size=500)
+    second = rng.choice([3, 1 << 60, (1 << 60) + 2, 7 << 21], size=500)
+
+    got_first, got_sizes = _distinct_pairs(first, second)
+
+    pairs, sizes = np.unique(np.stack([first, second]), axis=1, return_counts=True)
+    assert sorted(zip(got_first.tolist(), got_sizes.tolist(), strict=True)) == sorted(
+        zip(pairs[0].tolist(), sizes.tolist(), strict=True)
+    )

@@ -8,11 +8,11 @@ A rule module defines one module-level ``RULE = Rule(...)``; the registry finds 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from diagnosis.core.text import Text
+from diagnosis.core.text import Param, Text
 
 if TYPE_CHECKING:
     from diagnosis.core.rules.facts import SnapshotFacts
@@ -139,6 +139,7 @@ class Finding:
 _OF_TEXT_FIELDS = tuple(
     getattr(Finding, name).__set__ for name in ("rule", "subject", "severity", "evidence", "text")
 )
+_TEXT_FIELDS = (Text.msgid.__set__, Text.params.__set__)
 
 
 @dataclass(frozen=True)
@@ -210,3 +211,32 @@ class Rule:
         if isinstance(summary, Text):
             return Finding.of_text(self.id, subject, severity or self.severity, summary, evidence)
         return Finding(self.id, subject, severity or self.severity, summary, evidence)
+
+    def findings_of_texts(
+        self,
+        subjects: Iterable[str],
+        msgid: str,
+        params: Iterable[dict[str, Param]],
+        evidences: Iterable[Mapping[str, Any]],
+    ) -> list[Finding]:
+        """``finding(subject, Text(msgid, p), evidence)`` of each, at the rule's severity, built
+        in one loop with their slots set directly, as :meth:`Finding.of_text` sets them (10^5
+        findings of one rule at 131,072 GPUs, issue #35). The texts keep the ``params`` dicts
+        themselves, not copies."""
+        new = object.__new__
+        set_rule, set_subject, set_severity, set_evidence, set_text = _OF_TEXT_FIELDS
+        set_msgid, set_params = _TEXT_FIELDS
+        rule, severity = self.id, self.severity
+        findings = []
+        for subject, values, evidence in zip(subjects, params, evidences, strict=True):
+            text = new(Text)
+            set_msgid(text, msgid)
+            set_params(text, values)
+            finding = new(Finding)
+            set_rule(finding, rule)
+            set_subject(finding, subject)
+            set_severity(finding, severity)
+            set_evidence(finding, evidence)
+            set_text(finding, text)
+            findings.append(finding)
+        return findings

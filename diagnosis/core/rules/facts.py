@@ -6,6 +6,7 @@ and cached, so a rule pays only for what it reads.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -88,6 +89,30 @@ def peak_tflops(model: str | None, table: dict[str, float] | None = None) -> flo
     return float("nan")
 
 
+def _per_model(models: pd.Series, of: Callable[[str], float]) -> pd.Series:
+    """``of(model)`` of each GPU's model (NaN for none), computed once per distinct model:
+    ``models.map({m: of(m)})`` without mapping 10^5 Python objects one by one."""
+    codes, distinct = pd.factorize(models.to_numpy(dtype=object))
+    values = np.array([of(model) for model in distinct.tolist()] + [np.nan], dtype="float64")
+    return pd.Series(values[codes], index=models.index, name=models.name)
+
+
+def take(values: np.ndarray, positions: np.ndarray, missing: object) -> np.ndarray:
+    """``values[p]`` for each position ``p`` (``missing`` where ``p`` is -1): a lookup by
+    :meth:`pandas.Index.get_indexer` positions, without ``Series.map`` inferring the result's
+    dtype from 10^5 Python objects (issue #35)."""
+    return np.append(values, [missing])[positions]
+
+
+def lookup(table: pd.Series, keys: np.ndarray | pd.Series, missing: object) -> np.ndarray:
+    """``table[key]`` for each key, ``missing`` for a key not in its (unique) index: what
+    ``pd.Series(keys).map(table)`` gives before its NaN are filled, as a numpy array."""
+    values = table.to_numpy()
+    if values.dtype.kind not in "biufcmM":
+        values = table.to_numpy(dtype=object)
+    return take(values, table.index.get_indexer(keys), missing)
+
+
 class SnapshotFacts:
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         self.snapshot = snapshot
@@ -100,16 +125,78 @@ class SnapshotFacts:
         None), ``usable`` (node ready and GPU healthy) and ``free`` (usable and held by no job)."""
         snap = self.snapshot
         gpus = snap.gpus.copy()
-        gpus["node_state"] = gpus["node"].map(snap.nodes["state"]).to_numpy()
-        alloc = snap.allocations
-        holder = alloc[~alloc[GPU_KEY].duplicated().to_numpy()].set_index(GPU_KEY)["job"]
-        keys = pd.MultiIndex.from_arrays([gpus[c] for c in GPU_KEY])
-        gpus["job"] = holder.reindex(keys).to_numpy()  # a shared GPU: its first holder
+        gpus["node_state"] = lookup(snap.nodes["state"], gpus["node"], np.nan)
+        gpus["job"] = self._first_holders()  # a shared GPU: its first holder
         gpus["usable"] = (gpus["node_state"] == "ready").to_numpy() & (
             gpus["health"] == "ok"
         ).to_numpy()
         gpus["free"] = gpus["usable"].to_numpy() & gpus["job"].isna().to_numpy()
         return gpus
+
+    @cached_property
+    def allocation_gpu_position(self) -> np.ndarray | None:
+        """Per allocation row: the position in ``snapshot.gpus`` of the GPU unit (node, index,
+        MIG instance) it binds, -1 for one the snapshot does not list; None when GPU units
+        repeat in ``snapshot.gpus`` (a join may then match a row several times)."""
+        gpus, alloc = self.snapshot.gpus, self.snapshot.allocations
+        nodes = np.concatenate(
+            [gpus["node"].to_numpy(dtype=object), alloc["node"].to_numpy(dtype=object)]
+        )
+        node, _ = pd.factorize(nodes)
+        index = np.concatenate([gpus["index"].to_numpy(), alloc["index"].to_numpy()])
+        instance = np.concatenate(
+            [gpus["mig_instance"].to_numpy(), alloc["mig_instance"].to_numpy()]
+        )
+        if not len(node):
+            return np.zeros(0, dtype=np.int64)
+        if (node < 0).any():
+            return None
+        index = index.astype(np.int64) - int(index.min())
+        instance = instance.astype(np.int64) - int(instance.min())
+        spans = (int(node.max()) + 1, int(index.max()) + 1, int(instance.max()) + 1)
+        if spans[0] * spans[1] * spans[2] >= 1 << 62:
+            return None
+        keys = (node.astype(np.int64) * spans[1] + index) * spans[2] + instance
+        units = pd.Index(keys[: len(gpus)])
+        if not units.is_unique:
+            return None
+        return units.get_indexer(keys[len(gpus) :])
+
+    def allocations_with(self, rows: np.ndarray | None, gpus: pd.DataFrame) -> pd.DataFrame:
+        """``allocations[rows].merge(gpus, on=GPU_KEY, how="left")`` for ``gpus`` aligned with
+        ``snapshot.gpus`` (its rows, in order, with the GPU_KEY columns), taken by
+        :attr:`allocation_gpu_position` instead of joined on three keys; the merge itself
+        where that cannot give the same frame. ``rows``: a boolean mask (None: every row)."""
+        alloc = self.snapshot.allocations
+        position = self.allocation_gpu_position
+        if rows is not None:
+            alloc = alloc[rows]
+            position = None if position is None else position[rows]
+        extra = [c for c in gpus.columns if c not in GPU_KEY]
+        if position is None or (position < 0).any() or set(extra) & set(alloc.columns):
+            return alloc.merge(gpus, on=GPU_KEY, how="left")
+        right = gpus[extra].iloc[position].reset_index(drop=True)
+        return pd.concat([alloc.reset_index(drop=True), right], axis=1)
+
+    @cached_property
+    def holder_position(self) -> np.ndarray:
+        """Per GPU (aligned with :attr:`gpu_state`): the position in ``snapshot.jobs`` of the
+        job holding it, -1 for a GPU no job of the jobs frame holds."""
+        return self.snapshot.jobs.index.get_indexer(self.gpu_state["job"].to_numpy(dtype=object))
+
+    def _first_holders(self) -> np.ndarray:
+        """Per GPU: the job of its first allocation row (NaN when none)."""
+        alloc = self.snapshot.allocations
+        position = self.allocation_gpu_position
+        if position is None:
+            holder = alloc[~alloc[GPU_KEY].duplicated().to_numpy()].set_index(GPU_KEY)["job"]
+            keys = pd.MultiIndex.from_arrays([self.snapshot.gpus[c] for c in GPU_KEY])
+            return holder.reindex(keys).to_numpy()
+        listed = np.flatnonzero(position >= 0)
+        units, first = np.unique(position[listed], return_index=True)
+        holders = np.full(len(self.snapshot.gpus), np.nan, dtype=object)
+        holders[units] = alloc["job"].to_numpy(dtype=object)[listed[first]]
+        return holders
 
     @cached_property
     def free_per_node(self) -> pd.Series:
@@ -126,9 +213,16 @@ class SnapshotFacts:
         return (self.snapshot.as_of - jobs["submitted"]).dt.total_seconds()
 
     @cached_property
-    def pending_unallocated(self) -> pd.DataFrame:
+    def pending_unallocated_rows(self) -> np.ndarray:
+        """Positions in ``snapshot.jobs`` of the pending jobs with no pod bound."""
         jobs = self.snapshot.jobs
-        return jobs[(jobs["state"] == "pending") & (jobs["bound_pods"] == 0)]
+        return np.flatnonzero(
+            (jobs["state"] == "pending").to_numpy() & (jobs["bound_pods"] == 0).to_numpy()
+        )
+
+    @cached_property
+    def pending_unallocated(self) -> pd.DataFrame:
+        return self.snapshot.jobs.iloc[self.pending_unallocated_rows]
 
     @cached_property
     def partial_gangs(self) -> pd.DataFrame:
@@ -164,7 +258,7 @@ class SnapshotFacts:
             "tensor_active_mean",
             "pcie_rx_Bps_mean",
         ]
-        joined = snap.allocations.merge(snap.gpus[[*GPU_KEY, *columns]], on=GPU_KEY, how="left")
+        joined = self.allocations_with(None, snap.gpus[[*GPU_KEY, *columns]])
         joined["util_spread"] = joined["util_p90"] - joined["util_p10"]
         joined["host_cpu"] = joined["node"].map(snap.nodes["cpu_util"]).to_numpy()
         grouped = joined.groupby("job", sort=False)
@@ -219,18 +313,14 @@ class SnapshotFacts:
         GPU's own model, which is its node's unless the node has several); NaN when neither is
         known."""
         snap = self.snapshot
-        models = snap.gpus["gpu_model"]
-        tdp = {model: tdp_watts(model) for model in models.dropna().unique()}
-        by_model = models.map(tdp).astype("float64")
+        by_model = _per_model(snap.gpus["gpu_model"], tdp_watts)
         reported = snap.gpus["power_limit_w_max"].astype("float64")
         return reported.where(reported > 0, by_model)
 
     def peak_tflops_per_gpu(self, table: dict[str, float] | None = None) -> pd.Series:
         """Each GPU's peak dense BF16 TFLOP/s (aligned with ``snapshot.gpus``): its own model's
         (its node's unless the node has several, docs/snapshot.md); NaN when unknown."""
-        models = self.snapshot.gpus["gpu_model"]
-        peaks = {model: peak_tflops(model, table) for model in models.dropna().unique()}
-        return models.map(peaks).astype("float64")
+        return _per_model(self.snapshot.gpus["gpu_model"], lambda model: peak_tflops(model, table))
 
     # -- placement: requests, fragmentation, gangs -------------------------------------------------
     #
@@ -299,15 +389,17 @@ class SnapshotFacts:
         pending = self.pending_unallocated
         columns = ["pool", "queue", "tenant", "pods", "gpus_per_pod", "priority", "submitted"]
         out = pending[columns].copy()
-        out["request"] = self.job_requests.reindex(pending.index).to_numpy()
-        out["wait_s"] = self.waits_s.reindex(pending.index).to_numpy()
+        rows = self.pending_unallocated_rows
+        out["request"] = self.job_requests.to_numpy()[rows]
+        out["wait_s"] = self.waits_s.to_numpy()[rows]
         out["scope"] = self.placement_scope(out["pool"])
         out["scope_free"] = self.scope_free(out["pool"])
         slots = self.pod_slots(pending)
         out["pod_slots"] = slots
         out["placeable"] = slots >= out["pods"].to_numpy()
-        capability = out["queue"].map(snap.queues["capability_gpus"]).to_numpy(dtype=float)
-        held = out["queue"].map(self.queue_held_gpus).fillna(0).to_numpy(dtype=float)
+        queue = out["queue"].to_numpy(dtype=object)
+        capability = lookup(snap.queues["capability_gpus"], queue, np.nan).astype(float)
+        held = lookup(self.queue_held_gpus, queue, 0).astype(float)
         out["capability_ok"] = np.isnan(capability) | (
             held + out["request"].to_numpy() <= capability
         )

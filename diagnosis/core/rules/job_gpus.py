@@ -21,29 +21,28 @@ def job_gpu_rows(
     columns: Sequence[str],
 ) -> pd.DataFrame:
     """One row per GPU allocated to ``job_ids``: ``job``, ``pod``, ``order``, ``node``,
-    ``index``, ``gpu`` (``node/index``), ``power_limit_w`` (see
+    ``index``, ``power_limit_w`` (see
     :attr:`SnapshotFacts.power_limit_per_gpu`) and the GPU ``columns`` (NaN where absent)."""
     alloc = snapshot.allocations
-    alloc = alloc[alloc["job"].isin(job_ids)]
     state = facts.gpu_state[[*GPU_KEY, *columns]].copy()
     state["power_limit_w"] = facts.power_limit_per_gpu.to_numpy()
-    rows = alloc.merge(state, on=GPU_KEY, how="left").sort_values(["job", "order"])
-    rows["gpu"] = rows["node"].astype(str) + "/" + rows["index"].astype(str)
-    return rows.reset_index(drop=True)
+    rows = facts.allocations_with(alloc["job"].isin(job_ids).to_numpy(), state)
+    return rows.sort_values(["job", "order"]).reset_index(drop=True)
 
 
 def evidence_by_job(rows: pd.DataFrame, fields: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
-    """Per job, its GPUs as evidence: ``{"gpu": ..., <name>: <number or None>}`` for every
-    ``name -> column`` of ``fields``, in allocation order (one pass over the rows)."""
+    """Per job, its GPUs as evidence: ``{"gpu": "<node>/<index>", <name>: <number or None>}``
+    for every ``name -> column`` of ``fields``, in allocation order (one pass over the rows)."""
     names = list(fields)
     out: dict[str, list[dict[str, Any]]] = {}
-    for job, gpu, *values in zip(
+    for job, node, index, *values in zip(
         rows["job"].tolist(),
-        rows["gpu"].tolist(),
+        rows["node"].tolist(),
+        rows["index"].tolist(),
         *(rows[fields[n]].tolist() for n in names),
         strict=True,
     ):
-        entry: dict[str, Any] = {"gpu": gpu}
+        entry: dict[str, Any] = {"gpu": f"{node}/{index}"}
         entry.update({n: evidence_number(v) for n, v in zip(names, values, strict=True)})
         out.setdefault(job, []).append(entry)
     return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from diagnosis.core.rules.base import Threshold
@@ -65,29 +66,51 @@ def running_jobs_with_stats(
     kind: str | None = None,
 ) -> tuple[pd.DataFrame, dict[str, int]]:
     """Running jobs (of ``kind``, when given) started at least ``min_runtime`` seconds before
-    ``as_of``, joined with :attr:`SnapshotFacts.job_gpu_stats` and a ``runtime_s`` column; plus
+    ``as_of``, joined with :attr:`SnapshotFacts.job_gpu_stats` and a ``runtime_s`` column (in
+    place of ``started``); plus
     the not-judged counts for running jobs without a start time or without allocated GPUs."""
-    jobs = snapshot.jobs
-    mask = jobs["state"] == "running"
-    if kind is not None:
-        mask &= jobs["kind"] == kind
-    running = jobs.loc[mask, JOB_COLUMNS].copy()
-    for column in TEXT_COLUMNS:
-        running[column] = text(running[column])
-    no_start = running["started"].isna()
-    runtime = (snapshot.as_of - running["started"]).dt.total_seconds()
-    old_enough = running[~no_start & (runtime >= min_runtime)]
-    stats = facts.job_gpu_stats
-    has_gpus = old_enough.index.isin(stats.index)
-    gpu_jobs = old_enough["gpus_per_pod"] > 0
+    running = _RunningJobs.of(snapshot, facts)
+    of_kind = running.kind == kind if kind is not None else np.ones(len(running.kind), bool)
+    old_enough = of_kind & ~running.no_start & (running.runtime >= min_runtime)
     not_judged = {
-        NO_START: int((no_start & (running["gpus_per_pod"] > 0)).sum()),
-        NO_GPUS: int((~has_gpus & gpu_jobs).sum()),
+        NO_START: int((of_kind & running.no_start & running.gpu_jobs).sum()),
+        NO_GPUS: int((old_enough & ~running.has_gpus & running.gpu_jobs).sum()),
     }
-    judged = old_enough[has_gpus]
-    joined = judged.join(stats, how="inner")
-    joined["runtime_s"] = runtime.reindex(joined.index)
-    return joined, not_judged
+    return running.judged[old_enough[running.judged_rows]], not_judged
+
+
+class _RunningJobs:
+    """What :func:`running_jobs_with_stats` filters, built once per snapshot (five rules ask):
+    per running job (in ``snapshot.jobs`` order) its ``kind``, ``no_start``, ``runtime``,
+    ``has_gpus`` (it has GPU statistics) and ``gpu_jobs`` (asks for GPUs); ``judged``: those
+    started and with statistics, joined with them, at ``judged_rows`` of the running jobs."""
+
+    def __init__(self, snapshot: ClusterSnapshot, facts: SnapshotFacts) -> None:
+        jobs = snapshot.jobs
+        running = jobs.loc[jobs["state"] == "running", JOB_COLUMNS].copy()
+        for column in TEXT_COLUMNS:
+            running[column] = text(running[column])
+        self.kind = running["kind"].to_numpy(dtype=object)
+        no_start = running["started"].isna()
+        runtime = (snapshot.as_of - running["started"]).dt.total_seconds()
+        stats = facts.job_gpu_stats
+        self.no_start = no_start.to_numpy()
+        self.runtime = runtime.to_numpy(dtype=float)
+        self.has_gpus = running.index.isin(stats.index)
+        self.gpu_jobs = (running["gpus_per_pod"] > 0).to_numpy()
+        self.judged_rows = np.flatnonzero(~self.no_start & self.has_gpus)
+        # without ``started`` (``runtime_s`` says it): the rules' to_dict("records") would box
+        # a Timestamp per job for nothing
+        judged = running.iloc[self.judged_rows].drop(columns="started").join(stats, how="inner")
+        judged["runtime_s"] = runtime.reindex(judged.index)
+        self.judged = judged
+
+    @classmethod
+    def of(cls, snapshot: ClusterSnapshot, facts: SnapshotFacts) -> _RunningJobs:
+        cache = facts.__dict__
+        if "_running_jobs" not in cache:
+            cache["_running_jobs"] = cls(snapshot, facts)
+        return cache["_running_jobs"]
 
 
 def job_evidence(job_id: str, job: Mapping[str, Any]) -> dict[str, Any]:

@@ -77,6 +77,7 @@ def evaluate(
     free = facts.free_per_node.reindex(nodes.index, fill_value=0).to_numpy()
     node_pool = nodes["pool"].to_numpy()
     job_scope = facts.placement_scope(snapshot.jobs["pool"])
+    pod_sizes = snapshot.jobs[["gpus_per_pod"]]  # all request_mix reads of the jobs
     findings = []
     scopes = blocked["scope"].astype(object).where(blocked["scope"].notna(), None)
     for scope, group in blocked.groupby(scopes.to_numpy(), dropna=False, sort=True):
@@ -84,7 +85,7 @@ def evaluate(
         in_scope = np.ones(len(nodes), bool) if whole_cluster else node_pool == scope
         scope_free = free[in_scope]
         capacity = int(nodes["gpus"].to_numpy()[in_scope].sum())
-        mix_jobs = snapshot.jobs if whole_cluster else snapshot.jobs[job_scope == scope]
+        mix_jobs = pod_sizes if whole_cluster else pod_sizes[job_scope == scope]
         shapes, popularity = request_mix(mix_jobs)
         fgd = fgd_fragment_gpus(scope_free, shapes, popularity)
         group = group.sort_values(["wait_s", "request"], ascending=False, kind="stable")

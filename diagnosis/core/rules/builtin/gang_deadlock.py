@@ -39,21 +39,32 @@ def evaluate(
     if not sets:
         return Judgement()
     gangs = facts.partial_gang_placement
+    # every member's row at once (one frame, one itertuples), not a lookup per set
+    every = [job_id for members in sets for job_id in members]
+    picked = gangs.iloc[gangs.index.get_indexer(every)]
+    tuples = list(picked.itertuples(index=False))
+    pools = picked["pool"].to_numpy(dtype=object)
+    scope_free_of = picked["scope_free"].to_numpy()
+    held_of = picked["held_gpus"].to_numpy()
+    hold_of = picked["hold_s"].to_numpy()
     findings = []
+    first = 0
     for members in sets:
-        rows = gangs.loc[list(members)]
-        pool = rows["pool"].iloc[0]
-        scope_free = int(rows["scope_free"].iloc[0])
-        held = int(rows["held_gpus"].sum())
+        end = first + len(members)
+        pool = pools[first]
+        scope_free = int(scope_free_of[first])
+        held = int(held_of[first:end].sum())
+        hold_max = float(hold_of[first:end].max())
         evidence = {
             "pool": None if pd.isna(pool) else str(pool),
             "pool_free_gpus": scope_free,
             "gpus_held": held,
             "members": [
                 gang_evidence(job_id, row)
-                for job_id, row in zip(members, rows.itertuples(index=False), strict=True)
+                for job_id, row in zip(members, tuples[first:end], strict=True)
             ],
         }
+        first = end
         where = (
             message(gettext_noop("jobs without a pool"))
             if pd.isna(pool)
@@ -70,7 +81,7 @@ def evaluate(
             members=", ".join(members),
             held=held,
             free=scope_free,
-            minutes=f"{float(rows['hold_s'].max()) / 60:.0f}",
+            minutes=f"{hold_max / 60:.0f}",
         )
         findings.append(RULE.finding("jobs:" + "+".join(members), summary, evidence))
     return Judgement(findings=tuple(findings))

@@ -47,7 +47,7 @@ def evaluate(
     )
     grouped = rows.groupby("job", sort=False)
     per_job = grouped.agg(
-        gpus=("gpu", "size"),
+        gpus=("node", "size"),
         util_known=("util_mean", "count"),
         util_min=("util_mean", "min"),
         util_mean=("util_mean", "mean"),

@@ -38,9 +38,10 @@ def evaluate(
         & (runtime >= min_runtime).to_numpy()
         & jobs["queue"].isin(guaranteed.index).to_numpy()
     ]
-    alloc = snapshot.allocations
-    alloc = alloc[alloc["job"].isin(settled.index)]
-    gpus = alloc.merge(facts.gpu_state[[*GPU_KEY, "pool", "util_mean"]], on=GPU_KEY, how="left")
+    gpus = facts.allocations_with(
+        snapshot.allocations["job"].isin(settled.index).to_numpy(),
+        facts.gpu_state[[*GPU_KEY, "pool", "util_mean"]],
+    )
     gpus["queue"] = gpus["job"].map(settled["queue"]).to_numpy()
     if gpus.empty:
         return Judgement((), not_judged)

@@ -22,6 +22,20 @@ from diagnosis.core.rules.running_jobs import (
 from diagnosis.core.snapshot import GPU_KEY, ClusterSnapshot
 from diagnosis.core.text import gettext_noop, message, no_tenant
 
+# The columns a finding reads (the other columns of the jobs frame are not turned into dicts).
+READ = [
+    "tenant",
+    "queue",
+    "pool",
+    "runtime_s",
+    "gpus",
+    "mfu",
+    "method",
+    "util_mean",
+    "tensor_active_mean",
+    "achieved_tflops_per_gpu",
+    "peak_tflops",
+]
 REPORTED = "reported_tflops"
 PROXY = "tensor_active_proxy"
 NO_MFU = "no MFU or tensor activity"
@@ -49,9 +63,9 @@ def evaluate(
     not_judged[NO_MFU] = int((~reported & ~proxy & tflops.isna()).sum())
 
     low = busy[(reported | proxy) & below(busy["mfu"], thresholds["min_mfu"])]
-    models = _models_per_job(snapshot, low.index)
+    models = _models_per_job(snapshot, facts, low.index)
     findings = []
-    for job_id, job in zip(low.index.tolist(), low.to_dict("records"), strict=True):
+    for job_id, job in zip(low.index.tolist(), low[READ].to_dict("records"), strict=True):
         method = job["method"]
         model_names = models.get(job_id, [])
         note = None
@@ -104,7 +118,7 @@ def _peak_per_job(snapshot: ClusterSnapshot, facts: SnapshotFacts, job_ids: pd.I
     """Per job: the mean over its GPUs of their model's peak dense BF16 TFLOP/s; NaN when any of
     its GPUs is of a model whose peak is unknown."""
     gpus = snapshot.gpus[GPU_KEY].assign(peak=facts.peak_tflops_per_gpu().to_numpy())
-    alloc = _held_gpus(snapshot, job_ids, gpus)
+    alloc = _held_gpus(snapshot, facts, job_ids, gpus)
     peak = alloc["peak"].astype("float64")
     by_job = peak.groupby(alloc["job"].to_numpy())
     mean = by_job.mean()
@@ -112,17 +126,19 @@ def _peak_per_job(snapshot: ClusterSnapshot, facts: SnapshotFacts, job_ids: pd.I
     return mean.reindex(job_ids)
 
 
-def _held_gpus(snapshot: ClusterSnapshot, job_ids: pd.Index, gpus: pd.DataFrame) -> pd.DataFrame:
-    """The allocations of ``job_ids`` with the columns of the GPUs they hold (``gpus``, keyed
-    by GPU_KEY)."""
-    alloc = snapshot.allocations
-    alloc = alloc[alloc["job"].isin(job_ids)]
-    return alloc.merge(gpus, on=GPU_KEY, how="left")
+def _held_gpus(
+    snapshot: ClusterSnapshot, facts: SnapshotFacts, job_ids: pd.Index, gpus: pd.DataFrame
+) -> pd.DataFrame:
+    """The allocations of ``job_ids`` with the columns of the GPUs they hold (``gpus``, aligned
+    with ``snapshot.gpus``)."""
+    return facts.allocations_with(snapshot.allocations["job"].isin(job_ids).to_numpy(), gpus)
 
 
-def _models_per_job(snapshot: ClusterSnapshot, job_ids: pd.Index) -> dict[str, list[str]]:
+def _models_per_job(
+    snapshot: ClusterSnapshot, facts: SnapshotFacts, job_ids: pd.Index
+) -> dict[str, list[str]]:
     """The distinct GPU models each job (of ``job_ids``) runs on."""
-    alloc = _held_gpus(snapshot, job_ids, snapshot.gpus[[*GPU_KEY, "gpu_model"]])
+    alloc = _held_gpus(snapshot, facts, job_ids, snapshot.gpus[[*GPU_KEY, "gpu_model"]])
     pairs = pd.DataFrame(
         {"job": alloc["job"].to_numpy(), "model": alloc["gpu_model"].to_numpy()}
     ).drop_duplicates()

@@ -114,18 +114,15 @@ class _Layout:
         p_node = self.node[physical]
         p_dom = self.dom_id[physical]
         known = p_dom >= 0
-        pairs, sizes = np.unique(
-            np.stack([p_node[known], p_dom[known]]), axis=1, return_counts=True
-        )
-        self.domain_node = pairs[0] if len(sizes) else np.zeros(0, dtype=np.int64)
-        self.domain_sizes = sizes
+        self.domain_node, self.domain_sizes = _distinct_pairs(p_node[known], p_dom[known])
         self.max_domain = np.zeros(count, dtype=np.int64)
         np.maximum.at(self.max_domain, self.domain_node, self.domain_sizes)
         self.nvlink_known = np.bincount(p_node[~known], minlength=count) == 0
         p_clique = self.clique[physical]
         self.clique_sizes = np.bincount(p_clique[p_clique >= 0], minlength=len(self.clique_names))
-        clique_node = np.unique(np.stack([p_clique[p_clique >= 0], p_node[p_clique >= 0]]), axis=1)
-        self.clique_nodes = np.bincount(clique_node[0], minlength=len(self.clique_names))
+        in_clique = p_clique >= 0
+        clique_of_pair, _ = _distinct_pairs(p_clique[in_clique], p_node[in_clique])
+        self.clique_nodes = np.bincount(clique_of_pair, minlength=len(self.clique_names))
         numa_keys, numa_sizes = _group_sizes(p_node, self.numa[physical])
         self.max_numa = np.zeros(count, dtype=np.int64)
         np.maximum.at(self.max_numa, numa_keys // _NODE_STRIDE, numa_sizes)
@@ -160,6 +157,18 @@ class _Layout:
         return np.bincount(
             self.domain_node, weights=self.domain_sizes // tp, minlength=len(self.names)
         ).astype(np.int64)
+
+
+def _distinct_pairs(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ``(first, second)`` pairs as their ``first`` values, with how many times each
+    occurs, in no particular order (callers only count or take maxima per ``first``): one sort
+    of an integer key, not a sort of the pairs as rows (``np.unique(axis=1)``, 0.1 s at 131,072
+    GPUs)."""
+    codes, values = pd.factorize(second, sort=False)
+    keys, sizes = np.unique(
+        first.astype(np.int64) * max(len(values), 1) + codes, return_counts=True
+    )
+    return keys // max(len(values), 1), sizes
 
 
 def _group_sizes(node: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
