@@ -162,8 +162,8 @@ def encode(document: Mapping[str, Any]) -> bytes:
 
 
 def encode_indexed(document: Mapping[str, Any]) -> tuple[bytes, BuiltIndex]:
-    """``encode(document)`` and ``build_index(document)``, the same bytes, each node, GPU and
-    job entry encoded once for both where orjson encodes the document
+    """``encode(document)`` and ``build_index(document)``, the same bytes, both written by
+    orjson where it encodes the document
     (:func:`~diagnosis.core.snapshot_index.encode_with_index`)."""
     if _passed_through_finite(document):
         try:
