@@ -110,9 +110,11 @@ def index_parts(document: Mapping[str, Any]) -> dict[str, Any]:
             continue
         job_id = str(job["id"])
         buckets.setdefault(job_bucket(job_id), []).append(job)
+        if not (pods := job.get("allocation")):
+            continue  # most jobs of a big cluster: pending ones
         placed = {
             str(pod.get("node"))
-            for pod in job.get("allocation") or ()
+            for pod in pods
             if _is_mapping(pod) and str(pod.get("node")) in nodes
         }
         for node in sorted(placed):
@@ -142,8 +144,12 @@ def nodes_of(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 def _gpu_summary(gpu: Mapping[str, Any]) -> dict[str, Any]:
     summary = {key: gpu[key] for key in GPU_FIELDS if key in gpu}
     for metric, statistic in _SUMMARY_ITEMS:
-        stats = gpu.get(metric)
-        if stats is not None and _is_mapping(stats) and statistic in stats:
+        if metric not in gpu:
+            continue
+        stats = gpu[metric]
+        if type(stats) is dict and len(stats) == 1 and statistic in stats:
+            summary[metric] = stats  # the entry's own: most hold that statistic only
+        elif stats is not None and _is_mapping(stats) and statistic in stats:
             summary[metric] = {statistic: stats[statistic]}
     return summary
 
@@ -154,11 +160,12 @@ _POD_FIELDS = ("node", "gpus", "share")
 
 def _queue_job(job: Mapping[str, Any]) -> dict[str, Any]:
     slim = {key: job[key] for key in QUEUE_JOB_FIELDS if key in job}
-    slim["allocation"] = [
-        {key: pod[key] for key in _POD_FIELDS if key in pod}
-        for pod in job.get("allocation") or ()
-        if _is_mapping(pod)
-    ]
+    pods = job.get("allocation")
+    slim["allocation"] = (
+        [{key: pod[key] for key in _POD_FIELDS if key in pod} for pod in pods if _is_mapping(pod)]
+        if pods
+        else []
+    )
     return slim
 
 
