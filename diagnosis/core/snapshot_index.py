@@ -197,7 +197,8 @@ def _built(parts: Mapping[str, Any], dumps: Callable[[Any], bytes]) -> BuiltInde
 
 def encode_with_index(document: Mapping[str, Any]) -> tuple[bytes, BuiltIndex]:
     """``orjson.dumps(document)`` and ``build_index(document)``, each part encoded by orjson
-    as it is (no fallback to ``str``).
+    as it is (no fallback to ``str``). The parts encode the document's entries again: at
+    131,072 GPUs cheaper than one orjson fragment per entry shared by both (~0.5 s, #35).
 
     Raises what ``orjson.dumps(document)`` raises (a value it cannot encode)."""
     return orjson.dumps(dict(document)), _built(index_parts(document), orjson.dumps)
