@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from django.db import connections, models, transaction
 from django.utils import timezone
 
-from diagnosis.core.snapshot_index import BuiltIndex
+from diagnosis.core.snapshot_index import BuiltIndex, compress
 from diagnosis.core.vocabulary import SNAPSHOT_FORMAT, parse_time, time_problem
 from diagnosis.models.inventory import Cluster
 
@@ -356,7 +356,7 @@ def _compress_and_index(document: Mapping[str, Any]) -> StoredParts:
     from diagnosis.core.snapshot.dump import encode_indexed  # noqa: PLC0415 -- start-up, #35
 
     encoded, index = encode_indexed(document)
-    return len(encoded), zlib.compress(encoded, 6), index
+    return len(encoded), compress(encoded), index
 
 
 class ClusterCycle(ClusterTimeline):

@@ -162,8 +162,8 @@ def encode(document: Mapping[str, Any]) -> bytes:
 
 
 def encode_indexed(document: Mapping[str, Any]) -> tuple[bytes, BuiltIndex]:
-    """``encode(document)`` and ``build_index(document)``, the same bytes, each node, GPU and
-    job entry encoded once for both where orjson encodes the document
+    """``encode(document)`` and ``build_index(document)``, the same bytes, both written by
+    orjson where it encodes the document
     (:func:`~diagnosis.core.snapshot_index.encode_with_index`)."""
     if _passed_through_finite(document):
         try:
@@ -247,7 +247,7 @@ def _dump_gpus(snapshot: ClusterSnapshot, *, metrics: bool = True) -> list[dict[
         xids.setdefault((node, int(index)), []).append({"code": int(code), "time": time})
     # a dict, not the Series: Series.get was ~60% of the GPUs' dump (131,072 calls, issue #35)
     node_models = dict(
-        zip(snapshot.nodes.index.tolist(), snapshot.nodes["gpu_model"].tolist(), strict=True)
+        zip(snapshot.nodes.index.tolist(), *_texts(snapshot.nodes, "gpu_model"), strict=True)
     )
     out = []
     for (
@@ -263,29 +263,24 @@ def _dump_gpus(snapshot: ClusterSnapshot, *, metrics: bool = True) -> list[dict[
         capacity,
         model,
     ) in zip(
-        *_columns(
-            gpus,
-            "node",
-            "index",
-            "uuid",
-            "health",
-            "nvlink_clique",
-            "index_guessed",
-            "mig_instance",
-            "mig_profile",
-            "mig_parent_uuid",
-            "capacity",
-            "gpu_model",
-        ),
+        *_columns(gpus, "node"),
+        *_ints(gpus, "index"),
+        *_texts(gpus, "uuid"),
+        *_columns(gpus, "health"),
+        *_texts(gpus, "nvlink_clique"),
+        *_columns(gpus, "index_guessed"),
+        *_ints(gpus, "mig_instance"),
+        *_columns(gpus, "mig_profile", "mig_parent_uuid", "capacity"),
+        *_texts(gpus, "gpu_model"),
         strict=True,
     ):
-        entry: dict[str, Any] = {"node": node, "index": int(index)}
-        if _text(model) is not None and model != _text(node_models.get(node)):
+        entry: dict[str, Any] = {"node": node, "index": index}
+        if model is not None and model != node_models.get(node):
             entry["gpu_model"] = model  # its own, unlike its node's
-        if _text(uuid) is not None:
+        if uuid is not None:
             entry["uuid"] = uuid
         entry["health"] = health
-        if _text(clique) is not None:
+        if clique is not None:
             entry["nvlink_clique"] = clique
         if guessed:
             entry["index_guessed"] = True
@@ -293,7 +288,7 @@ def _dump_gpus(snapshot: ClusterSnapshot, *, metrics: bool = True) -> list[dict[
             entry["mig"] = _drop_none(
                 {
                     "profile": _text(profile),
-                    "instance": int(instance),
+                    "instance": instance,
                     "parent_uuid": _text(parent),
                     "compute_fraction": _plain(capacity),
                 }
@@ -302,8 +297,11 @@ def _dump_gpus(snapshot: ClusterSnapshot, *, metrics: bool = True) -> list[dict[
     for column in gpus.columns if metrics else ():
         if column in GPU_BASE_COLUMNS:
             continue
+        values = _plain_values(gpus[column])
+        if values is None:
+            continue
         metric, stat = column.rsplit("_", 1)
-        for entry, value in zip(out, _plain_values(gpus[column]), strict=True):
+        for entry, value in zip(out, values, strict=True):
             if value is not _MISSING:
                 entry.setdefault(metric, {})[stat] = value
     if xids:
@@ -340,35 +338,42 @@ def _dump_jobs(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
         tp,
         tflops,
     ) in zip(
-        *_columns(jobs, "id", "name", "tenant", "queue", "pool", "kind", "priority", "state"),
+        *_columns(jobs, "id"),
+        *_texts(jobs, "name", "tenant", "queue", "pool", "kind"),
+        *_ints(jobs, "priority"),
+        *_columns(jobs, "state"),
         _times(jobs["submitted"]),
         _times(jobs["started"]),
         _times(jobs["ended"]),
-        *_columns(jobs, "pods", "gpus_per_pod", "gang", "min_member", "pending_reason"),
+        *_ints(jobs, "pods", "gpus_per_pod"),
+        jobs["gang"].to_numpy(dtype=bool).tolist(),
+        *_ints(jobs, "min_member"),
+        *_texts(jobs, "pending_reason"),
         _times(jobs["partial_since"]),
-        *_columns(jobs, "preemptions", "tp", "achieved_tflops_per_gpu"),
+        *_ints(jobs, "preemptions"),
+        *_columns(jobs, "tp", "achieved_tflops_per_gpu"),
         strict=True,
     ):
         job = {
             "id": job_id,
-            "name": _text(name),
-            "tenant": _text(tenant),
-            "queue": _text(queue),
-            "pool": _text(pool),
-            "kind": _text(kind),
-            "priority": int(priority),
+            "name": name,
+            "tenant": tenant,
+            "queue": queue,
+            "pool": pool,
+            "kind": kind,
+            "priority": priority,
             "state": state,
             "submitted": submitted,
             "started": started,
             "ended": ended,
-            "pods": int(pods),
-            "gpus_per_pod": int(gpus_per_pod),
-            "gang": bool(gang),
-            "min_member": int(min_member),
+            "pods": pods,
+            "gpus_per_pod": gpus_per_pod,
+            "gang": gang,
+            "min_member": min_member,
             "allocation": allocation.get(job_id, []),
-            "pending_reason": _text(pending_reason),
+            "pending_reason": pending_reason,
             "partial_since": partial_since,
-            "preemptions": int(preemptions),
+            "preemptions": preemptions,
         }
         if not math.isnan(tp):
             job["parallelism"] = {"tp": int(tp)}
@@ -423,44 +428,61 @@ def _columns(frame: pd.DataFrame, *names: str) -> list[list[Any]]:
     return [frame[name].tolist() for name in names]
 
 
+def _texts(frame: pd.DataFrame, *names: str) -> list[list[str | None]]:
+    """Text columns of a frame as :func:`_text` gives each value."""
+    return [[v if isinstance(v, str) else None for v in frame[name].tolist()] for name in names]
+
+
+def _ints(frame: pd.DataFrame, *names: str) -> list[list[int]]:
+    """Whole-number columns of a frame as Python ints (``int`` of each value)."""
+    return [frame[name].to_numpy(dtype=np.int64).tolist() for name in names]
+
+
 def _times(column: pd.Series) -> list[str | None]:
-    """A time column as :func:`format_time` writes each value, formatted in one numpy call
-    when the column holds UTC-convertible times (the frames' dtype), else value by value."""
+    """A time column as :func:`format_time` writes each value: where the column holds
+    UTC-convertible times (the frames' dtype), its present times' whole seconds formatted in
+    one numpy call, and only a fraction of a second or a year strftime pads in Python."""
     if not isinstance(column.dtype, pd.DatetimeTZDtype):
         return [format_time(value) for value in column.tolist()]
-    naive = column.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy().astype("datetime64[us]")
-    out: list[str | None] = []
-    for text in np.datetime_as_string(naive, unit="us").tolist():
-        if text == "NaT":
-            out.append(None)
-        elif len(text) != 26 or text[0] == "0":
-            out.append(format_time(pd.Timestamp(text, tz="UTC")))  # a year strftime pads
-        else:
-            fraction = text[20:].rstrip("0")
-            out.append(f"{text[:19]}.{fraction}Z" if fraction else f"{text[:19]}Z")
-    return out
+    moments = column.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy().astype("datetime64[us]")
+    out = np.full(len(moments), None, dtype=object)
+    rows = np.flatnonzero(~np.isnat(moments))
+    moments = moments[rows]
+    seconds = moments.astype("datetime64[s]")
+    out[rows] = np.strings.add(np.datetime_as_string(seconds, unit="s"), "Z")
+    micros = (moments - seconds).astype(np.int64)
+    for i in np.flatnonzero(micros).tolist():
+        out[rows[i]] = f"{seconds[i]}.{micros[i]:06d}".rstrip("0") + "Z"
+    years = seconds.astype("datetime64[Y]").astype(np.int64) + 1970
+    for i in np.flatnonzero((years < 1000) | (years > 9999)).tolist():
+        moment = pd.Timestamp(np.datetime_as_string(moments[i], unit="us"), tz="UTC")
+        out[rows[i]] = format_time(moment)
+    return out.tolist()
 
 
 _MISSING = object()
 
 
-def _plain_values(column: pd.Series) -> list[Any]:
+def _plain_values(column: pd.Series) -> list[Any] | None:
     """A metric column as :func:`_plain` gives each value, ``_MISSING`` where the value is
-    missing (None or NaN); a float column is judged in numpy."""
+    missing (None or NaN); None where every value is. A float column is judged in numpy, and
+    only its whole and missing values are touched in Python."""
     if column.dtype.kind != "f":
-        return [
+        values = [
             _MISSING if value is None or math.isnan(value) else _plain(value)
             for value in column.tolist()
         ]
-    values = column.to_numpy(dtype="float64")
-    missing = np.isnan(values)
-    whole = np.isfinite(values) & (values == np.floor(values))
-    return [
-        _MISSING if gone else (int(value) if integer else value)
-        for value, gone, integer in zip(
-            values.tolist(), missing.tolist(), whole.tolist(), strict=True
-        )
-    ]
+        return values if any(value is not _MISSING for value in values) else None
+    floats = column.to_numpy(dtype="float64")
+    missing = np.isnan(floats)
+    if missing.all():
+        return None
+    values = floats.tolist()
+    for row in np.flatnonzero(np.isfinite(floats) & (floats == np.floor(floats))).tolist():
+        values[row] = int(values[row])
+    for row in np.flatnonzero(missing).tolist():
+        values[row] = _MISSING
+    return values
 
 
 def _is_missing(value: Any) -> bool:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-import zlib
 
 import psycopg
 import pytest
 from django.db import IntegrityError, connection
 from django.db.models import ProtectedError
 from django.utils import timezone
+from isal import isal_zlib
 
 from diagnosis.models import (
     AuditEntry,
@@ -85,13 +85,13 @@ def test_a_cluster_with_an_audit_trail_cannot_be_deleted(make_cluster) -> None:
 
 def test_a_snapshot_is_compressed_off_the_callers_thread(make_cluster, monkeypatch) -> None:
     compressed_in: list[str] = []
-    compress = zlib.compress
+    compress = isal_zlib.compress
 
     def noting_the_thread(data: bytes, level: int) -> bytes:
         compressed_in.append(threading.current_thread().name)
         return compress(data, level)
 
-    monkeypatch.setattr(zlib, "compress", noting_the_thread)
+    monkeypatch.setattr(isal_zlib, "compress", noting_the_thread)
     document = snapshot_document()
 
     stored = Snapshot.compressing(make_cluster(), document).save()
