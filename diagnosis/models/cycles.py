@@ -102,8 +102,8 @@ class Snapshot(ClusterTimeline):
         forked = _ForkedDump.start(snap, cluster.name) if len(snap.gpus) >= FORKED_GPUS else None
         if forked is None:
             return CompressingSnapshot(cluster, dump(snap, cluster=cluster.name))
-        # what the cycle reads of the document meanwhile (on-call's nodes, GPUs' health,
-        # events), built here from the frames; its other parts only if they are read
+        # the document as the caller may read it meanwhile (the cycle reads its as_of and
+        # format only), each part dumped from the frames only if it is read
         view = lazy_dump(snap, cluster=cluster.name, gpu_metrics=False)
         return CompressingSnapshot(cluster, view, compressed=forked)
 
@@ -119,12 +119,12 @@ StoredParts = tuple[int, bytes, BuiltIndex]
 
 
 class CompressingSnapshot:
-    """A snapshot document on its way to a :class:`Snapshot` row: its JSON compressed in a
-    background thread -- ~0.13 s at 16,384 GPUs, ~1.1 s at 131,072, time a cycle spends
-    recording its findings meanwhile (issue #17) -- and its index built there too (~0.25 s of
-    CPU at 16,384 GPUs, mostly while the cycle waits on the database: issue #35); or, given
-    ``compressed``, made by it (:meth:`Snapshot.dumping`). ``document`` is what the caller
-    reads of it meanwhile."""
+    """A snapshot document on its way to a :class:`Snapshot` row: its JSON encoded, indexed and
+    compressed in a background thread while the cycle records its findings (issues #17, #35);
+    or, given ``compressed``, made by it (:meth:`Snapshot.dumping`: a forked child).
+    ``document`` is what the caller reads of it meanwhile. :meth:`create` writes the row
+    without its bytes, :meth:`finish` waits for them and writes them: a cycle creates the row
+    its later steps name and writes the bytes at the end of its transaction (#35)."""
 
     def __init__(
         self,
@@ -173,15 +173,15 @@ class CompressingSnapshot:
 # A snapshot of this many GPUs or more is dumped in a forked process (a smaller one's dump
 # costs less than the fork: ~0.1 s at 2,048 GPUs).
 FORKED_GPUS = 2048
-# How long a forked dump may take (~5 s of CPU at 131,072 GPUs) before it is killed and the
+# How long a forked dump may take (~4.3 s of CPU at 131,072 GPUs) before it is killed and the
 # snapshot dumped in-process.
 FORKED_DUMP_TIMEOUT_S = 120.0
 
 
 class _ForkedDump:
-    """A snapshot dumped, encoded, indexed and compressed in a forked child process: its ~10 s
-    of CPU at 131,072 GPUs, the cycle's slowest step, off the cycle's thread and out of its
-    GIL while the cycle diagnoses and records (2 cores: issue #35). The child runs pure-core
+    """A snapshot dumped, encoded, indexed and compressed in a forked child process: its ~4.3 s
+    of CPU at 131,072 GPUs off the cycle's thread and out of its GIL while the cycle diagnoses
+    and records (2 cores: issue #35). The child runs pure-core
     code only (no Django, no logging, no database: it holds no lock a parent's thread may
     have held at the fork), writes the parts to an unlinked temporary file, a byte to a pipe
     and exits (``os._exit``). :meth:`result` waits for that byte (or the pipe's end: a child
