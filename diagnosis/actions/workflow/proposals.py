@@ -32,6 +32,7 @@ from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.recommend.base import RecommendSettings, plain
 from diagnosis.core.recommend.engine import recommend
 from diagnosis.core.recommend.merge import change_key, one_per_target
+from diagnosis.db_bulk import insert_returning
 from diagnosis.edge.schedulers.targets import target_name
 from diagnosis.models import (
     Cluster,
@@ -113,8 +114,8 @@ def record_recommendations(
         superseded = revivable(cluster, recent)
         findings = _MotivatingFindings(cluster)
         kept: list[Recommendation] = []  # proposed again unchanged: they follow the clock
-        created: list[Recommendation] = []  # new: one INSERT for them all (issue #35)
-        replaced: list[tuple[Recommendation, Recommendation, str]] = []  # (old, new, change)
+        created = _NewRecommendations(cluster, as_of)
+        replaced: list[tuple[Recommendation, Recommendation | _New, str]] = []  # (old, new, change)
         stats["quiet"] = 0
         for proposal in proposals:
             change = plain_change(proposal.change)  # the whole stored fields only if written
@@ -154,20 +155,12 @@ def record_recommendations(
                 revive(new, as_of)
                 stats["revived"] += 1
             else:
-                new = Recommendation(
-                    cluster=cluster,
-                    state=State.PROPOSED,
-                    proposed_as_of=as_of,
-                    last_proposed_as_of=as_of,
-                    **fields,
-                )
-                created.append(new)
+                new = created.add(fields)
                 findings.link(new, proposal.finding_keys())
                 stats["proposed"] += 1
-            existing[key] = new
             if old is not None:
                 replaced.append((old, new, describe_change(fields["change"])))
-        Recommendation.objects.bulk_create(created)  # their pks set, for the messages and links
+        created.save()  # their pks set, for the messages and links
         for old, new, described in replaced:
             old.status_message = f"superseded by #{new.pk}: {described}"
             save_fields(old, "status_message")
@@ -237,25 +230,88 @@ class _RecommendClock:
             )
 
 
+class _New:
+    """A recommendation the step creates: its row is written with the others' at the end of the
+    step (:class:`_NewRecommendations`), which sets its ``pk``."""
+
+    __slots__ = ("pk",)
+
+    def __init__(self) -> None:
+        self.pk: int | None = None
+
+
+class _NewRecommendations:
+    """The step's new recommendations, written in one go at its end from their column values --
+    no model instance each: a first cycle creates ~8,000 at 131,072 GPUs (issue #35). Their rows
+    are those ``Recommendation(cluster=..., state=proposed, proposed_as_of=as_of,
+    last_proposed_as_of=as_of, **fields).save()`` writes; ids ascend in the order added."""
+
+    COLUMNS = (
+        "cluster_id",
+        "kind",
+        "target",
+        "change",
+        "impact",
+        "state",
+        "proposed_as_of",
+        "written_last_proposed_as_of",
+        "proposed_on_clock",
+        "created_at",
+        "updated_at",
+    )
+
+    def __init__(self, cluster: Cluster, as_of: datetime) -> None:
+        self.cluster = cluster
+        self.as_of = as_of
+        self._fields: list[dict[str, Any]] = []
+        self._new: list[_New] = []
+
+    def add(self, fields: Mapping[str, Any]) -> _New:
+        """A new recommendation of the stored ``fields`` (kind, target, change, impact)."""
+        new = _New()
+        self._fields.append(fields)
+        self._new.append(new)
+        return new
+
+    def save(self) -> None:
+        now = timezone.now()
+        cluster_id, as_of = self.cluster.pk, self.as_of
+        rows = [
+            (
+                *(cluster_id, f["kind"], f["target"], f["change"], f["impact"]),
+                *(State.PROPOSED, as_of, as_of, False, now, now),
+            )
+            for f in self._fields
+        ]
+        for new, pk in zip(
+            self._new, insert_returning(Recommendation, self.COLUMNS, rows), strict=True
+        ):
+            new.pk = pk
+        self._fields, self._new = [], []
+
+
 class _MotivatingFindings:
     """The links of the cycle's new recommendations to their motivating stored findings,
     written at the end of the step: the findings' ids read in one query (through the
     fingerprint index) for all the new recommendations, the links in one INSERT -- a steady
-    cycle creates none, a first one thousands (issue #17)."""
+    cycle creates none, a first one thousands (issue #17), copied when every one links a new
+    recommendation (none of them can be there already; issue #35)."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self._wanted: list[tuple[Recommendation, list[tuple[str, str]]]] = []
+        self._wanted: list[tuple[Recommendation | _New, list[tuple[str, str]]]] = []
 
-    def link(self, rec: Recommendation, keys: list[tuple[str, str]]) -> None:
+    def link(self, rec: Recommendation | _New, keys: list[tuple[str, str]]) -> None:
         if keys:
             self._wanted.append((rec, keys))
 
     def save(self) -> None:
         if not self._wanted:
             return
+        cluster_id = self.cluster.pk
+        fingerprint_of = Finding.fingerprint_of
         fingerprints = {
-            Finding.fingerprint_of(self.cluster.pk, rule, subject)
+            fingerprint_of(cluster_id, rule, subject)
             for _, keys in self._wanted
             for rule, subject in keys
         }
@@ -263,16 +319,20 @@ class _MotivatingFindings:
             cluster=self.cluster, fingerprint__in=fingerprints
         ).values_list("rule_id", "subject", "pk")
         ids = {(rule, subject): pk for rule, subject, pk in rows}
+        links = [
+            (rec.pk, ids[key])
+            for rec, keys in self._wanted
+            for key in dict.fromkeys(keys)
+            if key in ids
+        ]
         through = Recommendation.motivating_findings.through
-        through.objects.bulk_create(
-            [
-                through(recommendation_id=rec.pk, finding_id=ids[key])
-                for rec, keys in self._wanted
-                for key in dict.fromkeys(keys)
-                if key in ids
-            ],
-            ignore_conflicts=True,
-        )
+        if all(isinstance(rec, _New) for rec, _ in self._wanted):
+            insert_returning(through, ("recommendation_id", "finding_id"), links)
+        else:
+            through.objects.bulk_create(
+                [through(recommendation_id=rec, finding_id=finding) for rec, finding in links],
+                ignore_conflicts=True,
+            )
         self._wanted = []
 
 
