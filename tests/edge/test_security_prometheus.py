@@ -22,11 +22,13 @@ def gzip_bomb(megabytes: int) -> bytes:
 def test_a_gzip_bomb_is_refused_without_inflating_it():
     bomb = gzip_bomb(300)
     assert len(bomb) < 400 * 1024  # ~300 KB on the wire
-    started = time.perf_counter()
+    started = (
+        time.process_time()
+    )  # this process's CPU: not other processes' load (it failed at load 6)
     with pytest.raises(PrometheusError, match="larger than 256 MiB decoded") as raised:
         client._decode(bomb, "gzip")
     assert raised.value.permanent
-    assert time.perf_counter() - started < 5
+    assert time.process_time() - started < 5
 
 
 def test_an_ordinary_gzip_answer_is_decoded():
