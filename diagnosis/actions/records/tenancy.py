@@ -366,6 +366,7 @@ def sync_jobs(
     rows = np.flatnonzero(write)
     unknown = ids[rows[~known[rows]]].tolist()  # upserted jobs not among the stored unfinished
     upsert = _job_rows(cluster, jobs.iloc[rows], tenant_of.iloc[rows], tenant_ids, queue_ids)
+    written = len(upsert)
     new: list[tuple[Any, ...]] = []
     if unknown:
         unknown_set = set(unknown)
@@ -394,7 +395,7 @@ def sync_jobs(
     if gone.any():
         pks = np.asarray(stored["pk"], dtype=np.int64)[gone].tolist()
         unlisted = Job.objects.filter(pk__in=pks).update(unlisted_since=as_of)
-    return SyncedJobs(len(upsert), unlisted, preemptions)
+    return SyncedJobs(written, unlisted, preemptions)
 
 
 def _write_jobs(new: list[tuple[Any, ...]], changed: list[tuple[Any, ...]]) -> None:
