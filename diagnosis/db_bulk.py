@@ -42,9 +42,10 @@ def insert_rows(model: type[Model], columns: Sequence[str], rows: Sequence[tuple
 def insert_new_rows(model: type[Model], columns: Sequence[str], rows: Sequence[tuple]) -> list[int]:
     """Insert ``rows``, none of them stored yet, and return their new ids in order: ascending
     with the rows, as :func:`upsert_rows` would give them. The caller knows that they are new
-    (it read the stored ones, under a lock or ready to upsert them instead): on PostgreSQL the ids are drawn from the table's
-    sequence in one statement and the rows COPYed with them straight into the table; a row
-    stored after all fails on its unique constraint (``IntegrityError``), never updates it."""
+    (it read the stored ones, under a lock or ready to upsert them instead): on PostgreSQL the
+    ids are drawn from the table's sequence in one statement and the rows COPYed with them
+    straight into the table; a row stored after all fails on its unique constraint
+    (``IntegrityError``), never updates it."""
     if not rows:
         return []
     connection = connections[router.db_for_write(model)]
