@@ -7,7 +7,9 @@ Here the caller gives the columns and one tuple of database values per row (a JS
 value as the Python object); columns it leaves out get their field's default, as a model
 instance would. On PostgreSQL the rows go through ``COPY`` (psycopg's C writer); an upsert
 copies them into a temporary table first and runs one ``INSERT ... SELECT ... ON CONFLICT``
-from it. Elsewhere (SQLite) the rows become model instances for ``bulk_create``, as before.
+from it; rows the caller knows are new (:func:`insert_new_rows`) are copied straight into the
+table with ids drawn from its sequence, no staging table nor conflict check. Elsewhere
+(SQLite) the rows become model instances for ``bulk_create``, as before.
 """
 
 from __future__ import annotations
@@ -31,10 +33,38 @@ def insert_rows(model: type[Model], columns: Sequence[str], rows: Sequence[tuple
     if connection.vendor != "postgresql":
         model.objects.bulk_create(_instances(model, columns, rows))
         return
-    names, values = _full_rows(model, columns, rows, ordinal=False)
+    names, values = _full_rows(model, columns, rows)
     quoted = [_quoted(connection, _column(model, name)) for name in names]
     with connection.cursor() as cursor:
         _copy(cursor, _quoted(connection, model._meta.db_table), quoted, values)
+
+
+def insert_new_rows(model: type[Model], columns: Sequence[str], rows: Sequence[tuple]) -> list[int]:
+    """Insert ``rows``, none of them stored yet, and return their new ids in order: ascending
+    with the rows, as :func:`upsert_rows` would give them. The caller knows that they are new
+    (it read the stored ones, under a lock or ready to upsert them instead): on PostgreSQL the
+    ids are drawn from the table's sequence in one statement and the rows COPYed with them
+    straight into the table; a row stored after all fails on its unique constraint
+    (``IntegrityError``), never updates it."""
+    if not rows:
+        return []
+    connection = connections[router.db_for_write(model)]
+    if connection.vendor != "postgresql":
+        objects = _instances(model, columns, rows)
+        model.objects.bulk_create(objects)
+        return [obj.pk for obj in objects]
+    table = _quoted(connection, model._meta.db_table)
+    pk = model._meta.pk.column
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
+            [table, pk, len(rows)],
+        )
+        ids = sorted(row[0] for row in cursor.fetchall())
+        names, values = _full_rows(model, columns, rows, lead=ids)
+        quoted = [_quoted(connection, _column(model, name)) for name in names[1:]]
+        _copy(cursor, table, [_quoted(connection, pk), *quoted], values)
+    return ids
 
 
 def upsert_rows(
@@ -63,7 +93,7 @@ def upsert_rows(
         )
         return [tuple(getattr(obj, name) for name in returning) for obj in objects]
     table = _quoted(connection, model._meta.db_table)
-    names, values = _full_rows(model, columns, rows, ordinal=True)
+    names, values = _full_rows(model, columns, rows, lead=range(len(rows)))
     quoted = [_quoted(connection, _column(model, name)) for name in names[1:]]
     listed = ", ".join(quoted)
     conflict = ", ".join(_quoted(connection, _column(model, name)) for name in unique)
@@ -101,11 +131,15 @@ def _quoted(connection: Any, name: str) -> str:
 
 
 def _full_rows(
-    model: type[Model], columns: Sequence[str], rows: Sequence[tuple], *, ordinal: bool
+    model: type[Model],
+    columns: Sequence[str],
+    rows: Sequence[tuple],
+    *,
+    lead: Sequence[int] | None = None,
 ) -> tuple[list[str], list[tuple]]:
     """Every concrete column but an automatic primary key (the left-out ones at their field's
-    default, computed once for all rows), JSON values as text; with ``ordinal`` each row led
-    by its position."""
+    default, computed once for all rows), JSON values as text; with ``lead`` each row led by
+    its value there (its position in the staging table, or its id), named ``lead``."""
     given = {model._meta.get_field(name).attname for name in columns}
     if len(given) != len(columns):
         raise ValueError(f"a column named twice in {list(columns)}")
@@ -118,22 +152,24 @@ def _full_rows(
     json_positions = [i for i, name in enumerate(columns) if _is_json(model._meta.get_field(name))]
     names = [*columns, *(field.attname for field in left_out)]
     values: list[tuple] = []
+    json_fields = [(i, model._meta.get_field(columns[i])) for i in json_positions]
     for position, row in enumerate(rows):
-        if json_positions:
+        if json_fields:
             row = list(row)
-            for i in json_positions:
-                row[i] = _json_text(model._meta.get_field(columns[i]), row[i])
+            for i, json_field in json_fields:
+                row[i] = _json_text(json_field, row[i])
             row = tuple(row)
-        values.append(((position, *row, *defaults)) if ordinal else (*row, *defaults))
-    return (["ordinal", *names] if ordinal else names), values
+        values.append((lead[position], *row, *defaults) if lead is not None else (*row, *defaults))
+    return (["lead", *names] if lead is not None else names), values
 
 
 def _copy(cursor: Any, table: str, columns: Sequence[str], values: Sequence[tuple]) -> None:
     """COPY ``values`` into ``table``; logged as a query where Django logs them (DEBUG, a test's
-    CaptureQueriesContext), which a COPY on the raw cursor would bypass."""
+    CaptureQueriesContext) and its errors raised as Django's (``IntegrityError``), which a COPY
+    on the raw cursor would bypass."""
     sql = f"COPY {table} ({', '.join(columns)}) FROM STDIN"
     started = time.monotonic()
-    with cursor.cursor.copy(sql) as copy:
+    with cursor.db.wrap_database_errors, cursor.cursor.copy(sql) as copy:
         for row in values:
             copy.write_row(row)
     if cursor.db.queries_logged:

@@ -23,7 +23,7 @@ from diagnosis.core.rules.base import Rule, ThresholdError
 from diagnosis.core.rules.engine import Diagnosis
 from diagnosis.core.rules.registry import all_rules
 from diagnosis.core.text import SUMMARY_TEXT_KEY
-from diagnosis.db_bulk import insert_rows, upsert_rows
+from diagnosis.db_bulk import insert_new_rows, insert_rows, upsert_rows
 from diagnosis.db_timestamps import fast_rows
 from diagnosis.models import (
     Cluster,
@@ -501,10 +501,12 @@ def _written_row(
 ) -> dict[str, Any]:
     """The finding's columns as :func:`_upsert` writes them: a hit with its severity, summary
     and evidence (no pk: the upsert finds the row by fingerprint); a row the cycle did not hit
-    (a transition only) with its pk, of which only the lifecycle columns are written."""
+    (a transition only) with its pk, of which only the lifecycle columns are written. ``new``:
+    no row of its fingerprint is stored (the cycle read every stored row of its hits)."""
     rule_id, subject = key
     finding: dict[str, Any] = {
         "pk": None,
+        "new": row is None,
         "cluster_id": cluster.pk,
         "rule_id": rule_id,
         "subject": subject,
@@ -533,23 +535,27 @@ def _written_row(
 
 
 def _upsert(findings: list[dict[str, Any]]) -> list[int]:
-    """Write changed findings and return their pks, in order: the hit ones (new, or whose
-    evidence or state changed) in one ``INSERT ... ON CONFLICT (fingerprint) DO UPDATE``
-    (:func:`diagnosis.db_bulk.upsert_rows`: a COPY on PostgreSQL), the not-hit ones (a
-    transition only) in one UPDATE of the lifecycle columns."""
-    with_evidence = [f for f in findings if f["pk"] is None]
+    """Write changed findings and return their pks, in order: the new ones in one COPY
+    (:func:`diagnosis.db_bulk.insert_new_rows`), the hit ones whose evidence or state changed in
+    one ``INSERT ... ON CONFLICT (fingerprint) DO UPDATE`` (:func:`~diagnosis.db_bulk.upsert_rows`),
+    the not-hit ones (a transition only) in one UPDATE of the lifecycle columns."""
+    new = [f for f in findings if f["new"]]
+    changed = [f for f in findings if f["pk"] is None and not f["new"]]
     lifecycle_only = [f for f in findings if f["pk"] is not None]
     pk_of: dict[str, int] = {}
-    if with_evidence:
+    if new:  # under the cluster's findings lock: no other writer stores them meanwhile
+        ids = insert_new_rows(Finding, _INSERTED_COLUMNS, _values(new, _INSERTED_COLUMNS))
+        pk_of = dict(zip((f["fingerprint"] for f in new), ids, strict=True))
+    if changed:
         written = upsert_rows(
             Finding,
             _INSERTED_COLUMNS,
-            [tuple(f[column] for column in _INSERTED_COLUMNS) for f in with_evidence],
+            _values(changed, _INSERTED_COLUMNS),
             unique=["fingerprint"],
             update=_WRITTEN_COLUMNS,
             returning=["fingerprint", "id"],
         )
-        pk_of = dict(written)
+        pk_of |= dict(written)
     if lifecycle_only:
         Finding.objects.bulk_update(
             [
@@ -559,6 +565,10 @@ def _upsert(findings: list[dict[str, Any]]) -> list[int]:
             _LIFECYCLE_COLUMNS,
         )
     return [f["pk"] if f["pk"] is not None else pk_of[f["fingerprint"]] for f in findings]
+
+
+def _values(findings: list[dict[str, Any]], columns: tuple[str, ...]) -> list[tuple]:
+    return [tuple(f[column] for column in columns) for f in findings]
 
 
 def _write_timestamps(rows: list[tuple[int, datetime, datetime | None, int, bool, bool]]) -> None:

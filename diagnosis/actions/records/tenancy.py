@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from django.db import IntegrityError, transaction
 
 from diagnosis.actions.records.findings import tag_finding_tenants
 from diagnosis.core import fairness
@@ -19,7 +20,7 @@ from diagnosis.core.rules.base import Finding as RuleFinding
 from diagnosis.core.rules.engine import Diagnosis
 from diagnosis.core.rules.facts import SnapshotFacts
 from diagnosis.core.vocabulary import LIVE_JOB_STATES
-from diagnosis.db_bulk import upsert_rows
+from diagnosis.db_bulk import insert_new_rows, upsert_rows
 from diagnosis.db_timestamps import fast_rows
 from diagnosis.models import (
     Cluster,
@@ -365,33 +366,55 @@ def sync_jobs(
     rows = np.flatnonzero(write)
     unknown = ids[rows[~known[rows]]].tolist()  # upserted jobs not among the stored unfinished
     upsert = _job_rows(cluster, jobs.iloc[rows], tenant_of.iloc[rows], tenant_ids, queue_ids)
+    written = len(upsert)
+    new: list[tuple[Any, ...]] = []
     if unknown:
         unknown_set = set(unknown)
-        before = dict(
-            Job.objects.filter(cluster=cluster, external_id__in=unknown).values_list(
-                "external_id", "preemptions"
+        # the stored rows of those jobs (ended, or unlisted); none where the cluster has no job
+        before = (
+            dict(
+                Job.objects.filter(cluster=cluster, external_id__in=unknown).values_list(
+                    "external_id", "preemptions"
+                )
             )
+            if live or Job.objects.filter(cluster=cluster).exists()
+            else {}
         )
         position = _UPSERTED_COLUMNS.index("preemptions")
         for job in upsert:
             job_id, count = job[1], job[position]
             if job_id in unknown_set and count > before.get(job_id, 0):
                 preemptions[job_id] = count - before.get(job_id, 0)
-    # INSERT ... ON CONFLICT DO UPDATE: one statement for new and changed jobs alike.
-    upsert_rows(
-        Job,
-        _UPSERTED_COLUMNS,
-        upsert,
-        unique=["cluster", "external_id"],
-        update=[*JOB_SYNC_FIELDS, "unlisted_since"],
-    )
+        new = [job for job in upsert if job[1] in unknown_set and job[1] not in before]
+        if new:
+            upsert = [job for job in upsert if job[1] not in unknown_set or job[1] in before]
+    _write_jobs(new, upsert)
     unlisted = 0
     gone = np.ones(len(stored_ids), dtype=bool)
     gone[at[known]] = False  # stored unfinished jobs the scheduler no longer lists
     if gone.any():
         pks = np.asarray(stored["pk"], dtype=np.int64)[gone].tolist()
         unlisted = Job.objects.filter(pk__in=pks).update(unlisted_since=as_of)
-    return SyncedJobs(len(upsert), unlisted, preemptions)
+    return SyncedJobs(written, unlisted, preemptions)
+
+
+def _write_jobs(new: list[tuple[Any, ...]], changed: list[tuple[Any, ...]]) -> None:
+    """Insert the ``new`` jobs (no row stored when the cycle read them) in one COPY, and upsert
+    the ``changed`` ones (``INSERT ... ON CONFLICT DO UPDATE``). A new job stored meanwhile by
+    another writer (jobs take no lock) makes the insert fail: it is then upserted with them."""
+    if new:
+        try:
+            with transaction.atomic():
+                insert_new_rows(Job, _UPSERTED_COLUMNS, new)
+        except IntegrityError:
+            changed = [*new, *changed]
+    upsert_rows(
+        Job,
+        _UPSERTED_COLUMNS,
+        changed,
+        unique=["cluster", "external_id"],
+        update=[*JOB_SYNC_FIELDS, "unlisted_since"],
+    )
 
 
 def _job_rows(
