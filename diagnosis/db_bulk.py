@@ -49,7 +49,7 @@ def insert_new_rows(model: type[Model], columns: Sequence[str], rows: Sequence[t
     if not rows:
         return []
     connection = connections[router.db_for_write(model)]
-    if connection.vendor != "postgresql":
+    if not _copies(connection):
         objects = _instances(model, columns, rows)
         model.objects.bulk_create(objects)
         return [obj.pk for obj in objects]
@@ -196,34 +196,6 @@ def _json_text(field: Any, value: Any) -> str | None:
     if value is None and field.null:
         return None
     return json.dumps(value, cls=field.encoder)
-
-
-def insert_returning(
-    model: type[Model], columns: Sequence[str], rows: Sequence[tuple]
-) -> list[int]:
-    """Insert ``rows`` as :func:`insert_rows` does; returns their new primary keys in the order
-    of ``rows``, ascending, as ``bulk_create`` numbers them. On PostgreSQL the ids are drawn from
-    the table's sequence in one query, then copied with the rows."""
-    if not rows:
-        return []
-    connection = connections[router.db_for_write(model)]
-    if not _copies(connection):
-        objects = _instances(model, columns, rows)
-        model.objects.bulk_create(objects)
-        return [obj.pk for obj in objects]
-    pk = model._meta.pk
-    table = _quoted(connection, model._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s) ORDER BY 1",
-            [table, pk.column, len(rows)],
-        )
-        ids = [row[0] for row in cursor.fetchall()]
-        with_ids = [(pk_value, *row) for pk_value, row in zip(ids, rows, strict=True)]
-        names, values = _full_rows(model, [pk.attname, *columns], with_ids, ordinal=False)
-        quoted = [_quoted(connection, _column(model, name)) for name in names]
-        _copy(cursor, table, quoted, values)
-    return ids
 
 
 def _copies(connection: Any) -> bool:

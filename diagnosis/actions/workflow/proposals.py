@@ -32,7 +32,7 @@ from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.recommend.base import RecommendSettings, plain
 from diagnosis.core.recommend.engine import recommend
 from diagnosis.core.recommend.merge import change_key, one_per_target
-from diagnosis.db_bulk import insert_returning
+from diagnosis.db_bulk import insert_new_rows
 from diagnosis.edge.schedulers.targets import target_name
 from diagnosis.models import (
     Cluster,
@@ -284,7 +284,7 @@ class _NewRecommendations:
             for f in self._fields
         ]
         for new, pk in zip(
-            self._new, insert_returning(Recommendation, self.COLUMNS, rows), strict=True
+            self._new, insert_new_rows(Recommendation, self.COLUMNS, rows), strict=True
         ):
             new.pk = pk
         self._fields, self._new = [], []
@@ -327,7 +327,7 @@ class _MotivatingFindings:
         ]
         through = Recommendation.motivating_findings.through
         if all(isinstance(rec, _New) for rec, _ in self._wanted):
-            insert_returning(through, ("recommendation_id", "finding_id"), links)
+            insert_new_rows(through, ("recommendation_id", "finding_id"), links)
         else:
             through.objects.bulk_create(
                 [through(recommendation_id=rec, finding_id=finding) for rec, finding in links],
