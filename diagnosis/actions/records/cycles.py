@@ -410,7 +410,8 @@ def record_cycle_steps(
         with steps.timed("snapshot"):  # as late as it can, in the cycle's transaction
             compressing.finish(stored)
     cycle.steps = steps.values
-    record_recommendation_step(cluster, snap, diagnosis, cycle)
+    finding_ids = {key: pk for key, (pk, _tenant) in recorded.hit_rows.items()}
+    record_recommendation_step(cluster, snap, diagnosis, cycle, finding_ids)
     autopilot_after_cycle(cluster, cycle)  # after the commit: policies act on what it stored
     notify_after_cycle(cluster)  # step 5, enqueued on commit: the cycle never waits for it
     prerender_on_commit(cluster.pk, stored.pk)  # the pages' parts, in a worker (#35)
@@ -443,15 +444,19 @@ def record_recommendation_step(
     snap: snapshot_format.ClusterSnapshot,
     diagnosis: Diagnosis,
     cycle: ClusterCycle,
+    finding_ids: Mapping[tuple[str, str], int] | None = None,
 ) -> None:
     """docs/architecture.md#one-cycle, step 4: propose, verify and expire recommendations from the
     cycle's diagnosis (:func:`diagnosis.workflow.record_recommendations`), and keep what it did and
-    how long it took on the cycle. A failure here is recorded on the cycle and never fails it."""
+    how long it took on the cycle. A failure here is recorded on the cycle and never fails it.
+    ``finding_ids``: the stored finding of each hit ``(rule, subject)``, as the cycle wrote it."""
 
     started = time.perf_counter()
     try:
         with transaction.atomic():  # a failed step leaves nothing half-written behind
-            stats = record_recommendations(cluster, snap, diagnosis, cycle.accounting)
+            stats = record_recommendations(
+                cluster, snap, diagnosis, cycle.accounting, finding_ids=finding_ids
+            )
     except Exception as exc:  # the cycle's findings and rollups stand without recommendations
         logger.exception("recommend step of cluster %s failed", cluster.name)
         stats = {"error": f"{type(exc).__name__}: {exc}"[:2000]}

@@ -278,7 +278,8 @@ def _stored_findings(
     )
     stored = {(r[1], r[2]): r for r in fast_rows(rows.values_list(*_TRACKED_COLUMNS))}
     missing = [Finding.fingerprint_of(cluster.pk, *key) for key in hits.keys() - stored.keys()]
-    if missing:
+    # a cluster's first cycle: none resolved to find either (103k fingerprints at 131,072 GPUs)
+    if missing and (stored or Finding.objects.filter(cluster=cluster).exists()):
         again = Finding.objects.filter(fingerprint__in=missing).values_list(*_TRACKED_COLUMNS)
         stored |= {(r[1], r[2]): r for r in fast_rows(again)}
     return stored

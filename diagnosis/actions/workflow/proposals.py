@@ -49,6 +49,8 @@ def record_recommendations(
     diagnosis: Any,
     accounting: Mapping[str, Any],
     recommend_settings: RecommendSettings | None = None,
+    *,
+    finding_ids: Mapping[tuple[str, str], int] | None = None,
 ) -> dict[str, Any]:
     """The cycle's recommend step, after its findings are recorded: lapse old approvals, verify
     applied changes against this cycle, and upsert the generators' proposals.
@@ -60,7 +62,9 @@ def record_recommendations(
     window (``GPUOBS_RECOMMENDATION_HOLD_OFF_SECONDS``): then it is held. A change superseded
     within the window that is proposed again comes back under its id. A proposal nobody
     approved whose findings have all resolved, not proposed again for the hold-off window,
-    expires. Returns what it did, with its timings (kept on the cycle)."""
+    expires. Returns what it did, with its timings (kept on the cycle). ``finding_ids``: the
+    stored finding of each of the diagnosis's hits ``(rule, subject)``, as the cycle recorded
+    them (its new recommendations link those without reading them again)."""
 
     started = time.perf_counter()
     stats: dict[str, Any] = {
@@ -112,7 +116,7 @@ def record_recommendations(
         }
         clock = _RecommendClock(cluster, as_of)
         superseded = revivable(cluster, recent)
-        findings = _MotivatingFindings(cluster)
+        findings = _MotivatingFindings(cluster, finding_ids or {})
         kept: list[Recommendation] = []  # proposed again unchanged: they follow the clock
         created = _NewRecommendations(cluster, as_of)
         replaced: list[tuple[Recommendation, Recommendation | _New, str]] = []  # (old, new, change)
@@ -297,8 +301,9 @@ class _MotivatingFindings:
     cycle creates none, a first one thousands (issue #17), copied when every one links a new
     recommendation (none of them can be there already; issue #35)."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, known: Mapping[tuple[str, str], int]) -> None:
         self.cluster = cluster
+        self._known = known  # the cycle's hits' stored findings: not read again
         self._wanted: list[tuple[Recommendation | _New, list[tuple[str, str]]]] = []
 
     def link(self, rec: Recommendation | _New, keys: list[tuple[str, str]]) -> None:
@@ -310,15 +315,19 @@ class _MotivatingFindings:
             return
         cluster_id = self.cluster.pk
         fingerprint_of = Finding.fingerprint_of
+        known = self._known
         fingerprints = {
             fingerprint_of(cluster_id, rule, subject)
             for _, keys in self._wanted
             for rule, subject in keys
+            if (rule, subject) not in known
         }
-        rows = Finding.objects.filter(
-            cluster=self.cluster, fingerprint__in=fingerprints
-        ).values_list("rule_id", "subject", "pk")
-        ids = {(rule, subject): pk for rule, subject, pk in rows}
+        ids = dict(known)
+        if fingerprints:
+            rows = Finding.objects.filter(
+                cluster=self.cluster, fingerprint__in=fingerprints
+            ).values_list("rule_id", "subject", "pk")
+            ids |= {(rule, subject): pk for rule, subject, pk in rows}
         links = [
             (rec.pk, ids[key])
             for rec, keys in self._wanted

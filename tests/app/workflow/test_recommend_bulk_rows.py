@@ -14,6 +14,7 @@ import pytest
 
 from bench.rules import build_document
 from diagnosis import db_bulk
+from diagnosis.actions.records import cycles
 from diagnosis.actions.records.snapshots import import_snapshot
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.models import Cluster, Recommendation
@@ -74,3 +75,15 @@ def test_the_new_rows_are_those_the_orm_writes(monkeypatch) -> None:
     assert len(superseded) == TAMPERED
     assert copied["links"]
     assert copied == through_the_orm
+
+
+def test_links_from_the_cycles_finding_ids_are_those_read_by_fingerprint(monkeypatch) -> None:
+    from_the_cycle = stored(two_cycles("known"))
+    step = cycles.record_recommendation_step  # without the cycle's ids: each one read back
+    monkeypatch.setattr(
+        cycles, "record_recommendation_step", lambda *args, **_kwargs: step(*args[:4])
+    )
+    read_back = stored(two_cycles("read"))
+
+    assert from_the_cycle["links"]
+    assert from_the_cycle == read_back
