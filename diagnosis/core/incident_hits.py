@@ -30,23 +30,11 @@ def holds(job: Mapping[str, Any], node: str, gpu_index: int | None) -> list[int]
 
 @dataclass(frozen=True)
 class NodeView:
-    """A snapshot document's nodes by name: each one's state (the first entry naming it) and
-    its GPU entries (in the document's order)."""
+    """A snapshot's nodes by name: each one's state (the first entry naming it) and its GPU
+    entries (in the document's order): ``diagnosis.core.incident_reads.node_view``."""
 
     states: Mapping[Any, Any]
     gpus: Mapping[Any, list[Mapping[str, Any]]]
-
-
-def node_view(document: Mapping[str, Any]) -> NodeView:
-    """The document read by node once, so that following each open incident of a cycle does
-    not scan every node and GPU of the snapshot (131,072 GPUs x hundreds of incidents)."""
-    states: dict[Any, Any] = {}
-    for entry in document.get("nodes") or ():
-        states.setdefault(entry.get("name"), entry.get("state"))
-    gpus: dict[Any, list[Mapping[str, Any]]] = {}
-    for gpu in document.get("gpus") or ():
-        gpus.setdefault(gpu.get("node"), []).append(gpu)
-    return NodeView(states, gpus)
 
 
 def jobs_by_node(document: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 nodes whose every GPU is unhealthy, some nodes' states and GPUs' health and Xids, and the
 scheduler events that may concern some nodes.
 
-Each is what its ``gpuobs.snapshot/v1`` document answers (:func:`unhealthy_nodes_in`,
-:func:`~diagnosis.core.incident_hits.node_view`, its ``events``): that document is dumped in
+Each is what its ``gpuobs.snapshot/v1`` document answers (its ``nodes``, ``gpus`` and
+``events``; tests/core/test_incident_reads.py reads both): that document is dumped in
 another process, and dumping its 131,072 GPU and 16,384 node entries again in the cycle's own
 thread for this cost ~0.4 s of CPU (issue #35). Pure.
 """
@@ -22,23 +22,10 @@ from diagnosis.core.snapshot import ClusterSnapshot, format_time
 from diagnosis.core.snapshot.dump import lazy_dump
 
 
-def unhealthy_nodes_in(document: Mapping[str, Any]) -> dict[str, int]:
-    """The nodes of a snapshot document whose every GPU is unhealthy (each MIG instance too),
-    with their GPU counts: a node-wide health fault, or one on each of its GPUs."""
-    counts = {str(n.get("name")): int(n.get("gpus") or 0) for n in document.get("nodes") or ()}
-    unhealthy: dict[str, set[int]] = {}
-    healthy: set[str] = set()
-    for gpu in document.get("gpus") or ():
-        node = str(gpu.get("node"))
-        if gpu.get("health") == "unhealthy":
-            unhealthy.setdefault(node, set()).add(int(gpu.get("index") or 0))
-        else:
-            healthy.add(node)
-    return _whole_nodes(unhealthy, healthy, counts)
-
-
 def unhealthy_nodes(snap: ClusterSnapshot) -> dict[str, int]:
-    """:func:`unhealthy_nodes_in` the snapshot's document, read from its frames."""
+    """The nodes of the snapshot whose every GPU is unhealthy (each MIG instance too), with
+    their GPU counts -- a node-wide health fault, or one on each of its GPUs -- read from its
+    frames."""
     gpus = _reported(snap)
     nodes = gpus["node"].to_numpy(dtype=object)
     bad = gpus["health"].to_numpy(dtype=object) == "unhealthy"
@@ -51,12 +38,6 @@ def unhealthy_nodes(snap: ClusterSnapshot) -> dict[str, int]:
     healthy = {str(node) for node in set(nodes[~bad].tolist())}
     names, sizes = snap.nodes["name"].tolist(), snap.nodes["gpus"].tolist()
     counts = {str(name): int(size or 0) for name, size in zip(names, sizes, strict=True)}
-    return _whole_nodes(unhealthy, healthy, counts)
-
-
-def _whole_nodes(
-    unhealthy: dict[str, set[int]], healthy: set[str], counts: dict[str, int]
-) -> dict[str, int]:
     return {
         node: counts[node]
         for node, indexes in unhealthy.items()
@@ -65,9 +46,10 @@ def _whole_nodes(
 
 
 def node_view(snap: ClusterSnapshot, nodes: Collection[str]) -> NodeView:
-    """:func:`~diagnosis.core.incident_hits.node_view` of the snapshot's document for ``nodes``
-    only, read from its frames: each one's state, and its GPU entries with what following an
-    incident reads of them (``node``, ``index``, ``health`` and ``xid``)."""
+    """The snapshot's ``nodes`` by name, read from its frames for ``nodes`` only: each one's
+    state (its first entry's), and its GPU entries in the document's order with what following
+    an incident reads of them (``node``, ``index``, ``health`` and ``xid``). Built once per
+    cycle, so that following each open incident does not scan every node and GPU."""
     wanted = list(nodes)
     frame = snap.nodes.loc[snap.nodes["name"].isin(wanted).to_numpy(), ["name", "state"]]
     states: dict[Any, Any] = {}

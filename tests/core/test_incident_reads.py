@@ -1,17 +1,50 @@
 """Issue #35: on-call's cycle step reads its nodes' health from the snapshot's frames
 (diagnosis.core.incident_reads.py); each answer is what the snapshot's dumped document answers
-(:func:`unhealthy_nodes_in`, ``incident_hits.node_view``), odd snapshots included."""
+(read here from the dumped document the way the cycle read it before), odd snapshots
+included."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 import pytest
 
-from diagnosis.core import incident_hits, snapshot
-from diagnosis.core.incident_reads import events_on, node_view, unhealthy_nodes, unhealthy_nodes_in
+from diagnosis.core import snapshot
+from diagnosis.core.incident_hits import NodeView
+from diagnosis.core.incident_reads import events_on, node_view, unhealthy_nodes
 from tests.support.builders import SnapshotBuilder
+
+
+def unhealthy_nodes_in(document: Mapping[str, Any]) -> dict[str, int]:
+    """The nodes of a snapshot document whose every GPU is unhealthy, with their GPU counts."""
+    counts = {str(n.get("name")): int(n.get("gpus") or 0) for n in document.get("nodes") or ()}
+    unhealthy: dict[str, set[int]] = {}
+    healthy: set[str] = set()
+    for gpu in document.get("gpus") or ():
+        node = str(gpu.get("node"))
+        if gpu.get("health") == "unhealthy":
+            unhealthy.setdefault(node, set()).add(int(gpu.get("index") or 0))
+        else:
+            healthy.add(node)
+    return {
+        node: size
+        for node, indexes in unhealthy.items()
+        if node not in healthy and (size := counts.get(node)) and len(indexes) >= size
+    }
+
+
+def node_view_in(document: Mapping[str, Any]) -> NodeView:
+    """A snapshot document's nodes by name: each one's state and its GPU entries."""
+    states: dict[Any, Any] = {}
+    for entry in document.get("nodes") or ():
+        states.setdefault(entry.get("name"), entry.get("state"))
+    gpus: dict[Any, list[Mapping[str, Any]]] = {}
+    for gpu in document.get("gpus") or ():
+        gpus.setdefault(gpu.get("node"), []).append(gpu)
+    return NodeView(states, gpus)
 
 
 def cluster() -> SnapshotBuilder:
@@ -120,7 +153,7 @@ def test_the_node_view_of_the_frames_is_that_of_the_document(odd) -> None:
     snap = odd(cluster().build())
     asked = ["n1", "n3", "n4", "n9"]
     view = node_view(snap, asked)
-    whole = incident_hits.node_view(snapshot.dump(snap))
+    whole = node_view_in(snapshot.dump(snap))
     read = ("node", "index", "health", "xid")
     assert {n: view.states[n] for n in asked if n in view.states} == {
         n: whole.states[n] for n in asked if n in whole.states
