@@ -30,7 +30,7 @@ def insert_rows(model: type[Model], columns: Sequence[str], rows: Sequence[tuple
     if not rows:
         return
     connection = connections[router.db_for_write(model)]
-    if connection.vendor != "postgresql":
+    if not _copies(connection):
         model.objects.bulk_create(_instances(model, columns, rows))
         return
     names, values = _full_rows(model, columns, rows)
@@ -83,7 +83,7 @@ def upsert_rows(
     if not rows:
         return []
     connection = connections[router.db_for_write(model)]
-    if connection.vendor != "postgresql":
+    if not _copies(connection):
         objects = _instances(model, columns, rows)
         model.objects.bulk_create(
             objects,
