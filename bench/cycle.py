@@ -110,7 +110,7 @@ class Meter:
     def __call__(self, execute: Callable, sql: str, params: Any, many: bool, context: dict):
         result = execute(sql, params, many, context)
         self.statements += 1
-        self.sent += len(sql) + len(repr(params)) if params is not None else len(sql)
+        self.sent += len(sql) + _params_size(params)
         if match := TABLE.match(sql):
             count = max(context["cursor"].rowcount, 0)
             self.rows += count
@@ -119,6 +119,21 @@ class Meter:
                 table = "finding (tenant tags)"  # the tenancy step's, not the findings step's
             self.written[table] += count
         return result
+
+
+def _params_size(params: Any) -> int:
+    """Roughly the SQL bytes of ``params``: the repr of each, but a bytes value (the stored
+    snapshot's 40 MB at 131,072 GPUs) by its length, where its repr alone took 0.3 s of the
+    timed cycle."""
+    if params is None:
+        return 0
+    if isinstance(params, dict):
+        params = list(params.values())
+    size = 0
+    for param in params:
+        raw = getattr(param, "obj", param)  # psycopg's Binary wraps the bytes
+        size += len(raw) if isinstance(raw, bytes | bytearray | memoryview) else len(repr(param))
+    return size
 
 
 @contextmanager

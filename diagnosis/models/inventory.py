@@ -213,7 +213,10 @@ class Queue(models.Model):
 
 
 class Job(models.Model):
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="jobs")
+    # the unique (cluster, external_id) and the (cluster, ...) indexes lead with it
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.CASCADE, related_name="jobs", db_index=False
+    )
     external_id = models.CharField(max_length=255, help_text="The scheduler's id of the job.")
     name = models.CharField(max_length=255, blank=True)
     tenant = optional_ref(Tenant, related_name="jobs")
