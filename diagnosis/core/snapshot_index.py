@@ -13,7 +13,12 @@ the rest (docs/ui.md, "Nodes and GPUs"):
 - ``gpus``: every node's entry and every GPU's, with only what the heatmap and the series read
   (:data:`GPU_FIELDS`, and of the metrics :data:`SUMMARY_METRICS`' statistic);
 - ``queues``: the scheduler's queue tree (``queue_parents``, ``cohorts``), the queues, the
-  nodes' sizes and every job with only what the queue pages read (:data:`QUEUE_JOB_FIELDS`).
+  nodes' sizes and every job with only what the queue pages read (:data:`QUEUE_JOB_FIELDS`);
+- ``hits`` and ``events:<node>``: what an incident's hit window reads of the snapshot for a
+  fault on one node (:meth:`SnapshotIndex.hit_read`): its time, the events naming no node
+  (``hits``) or that node (``events:<node>``), each with its position in the document, and the
+  ids of the jobs placed on nodes the snapshot does not list. An index stored before these
+  parts existed has no ``hits``: its reader decodes the document instead.
 
 Stored as two columns (:class:`BuiltIndex`): a small header naming where each part lies, and
 the parts, so that a reader of many snapshots (a node's time series) reads the header and the
@@ -119,6 +124,13 @@ def index_parts(document: Mapping[str, Any]) -> dict[str, Any]:
         }
         for node in sorted(placed):
             nodes[node]["jobs"].append(job_id)
+    unlisted: dict[str, list[str]] = {}
+    for job in job_entries:
+        if not _is_mapping(job) or job.get("id") is None or not (pods := job.get("allocation")):
+            continue
+        for node in dict.fromkeys(str(pod.get("node")) for pod in pods if _is_mapping(pod)):
+            if node not in nodes:
+                unlisted.setdefault(node, []).append(str(job["id"]))
     parts: dict[str, Any] = {f"node:{name}": part for name, part in nodes.items()}
     parts.update({f"jobs:{bucket}": jobs for bucket, jobs in buckets.items()})
     parts["gpus"] = {
@@ -134,6 +146,18 @@ def index_parts(document: Mapping[str, Any]) -> dict[str, Any]:
         "nodes": [{"name": n.get("name"), "gpus": n.get("gpus")} for n in nodes_of(document)],
         "jobs": [_queue_job(job) for job in job_entries if _is_mapping(job)],
     }
+    unplaced: list[list[Any]] = []
+    placed: dict[str, list[list[Any]]] = {}
+    for position, event in enumerate(document.get("events") or ()):
+        if not _is_mapping(event):
+            continue
+        node = event.get("node")
+        if node is None or node == "":
+            unplaced.append([position, event])
+        elif isinstance(node, str):  # a fault's node is a name: no other value matches it
+            placed.setdefault(node, []).append([position, event])
+    parts["hits"] = {"as_of": document.get("as_of"), "events": unplaced, "unlisted": unlisted}
+    parts.update({events_part(node): events for node, events in placed.items()})
     return parts
 
 
@@ -243,19 +267,65 @@ class SnapshotIndex:
         """A node's part: ``{"node": entry, "gpus": [...], "jobs": [job ids]}``."""
         return self.part(node_part(name))
 
-    def jobs(self, job_ids: Iterable[str]) -> dict[str, Mapping[str, Any]]:
-        """The records of ``job_ids`` that the snapshot lists, by id."""
+    def jobs(
+        self, job_ids: Iterable[str], part: Callable[[str], Any] | None = None
+    ) -> dict[str, Mapping[str, Any]]:
+        """The records of ``job_ids`` that the snapshot lists, by id (``part``: how a part is
+        read, :meth:`part` unless given)."""
         wanted = {str(j) for j in job_ids}
+        read = part or self.part
         found: dict[str, Mapping[str, Any]] = {}
-        for bucket in sorted({job_bucket(j) for j in wanted}):
-            for job in self.part(f"jobs:{bucket}") or ():
+        for name in job_parts(wanted):
+            for job in read(name) or ():
                 if str(job.get("id")) in wanted:
                     found[str(job["id"])] = job
         return found
 
+    def hit_read(self, node: str, parts: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        """What a fault on ``node`` reads of the snapshot, as its document would give it
+        (``incident_hits.jobs_by_node`` and ``on_node``): ``{"as_of", "jobs": the records of the
+        jobs placed on the node, in document order, "events": those naming the node or none, in
+        document order}``. None for an index stored before it held the ``hits`` part.
+        ``parts``: those of :func:`hit_parts` read already (the rest are read here)."""
+        parts = dict(parts or {})
+
+        def part(name: str) -> Any:
+            if name not in parts:
+                parts[name] = self.part(name)
+            return parts[name]
+
+        hits = part("hits")
+        if hits is None:
+            return None
+        found = part(node_part(node))
+        job_ids = found["jobs"] if found is not None else hits["unlisted"].get(node, [])
+        records = self.jobs(job_ids, part)
+        placed = part(events_part(node)) or []
+        events = sorted([*hits["events"], *placed], key=lambda pair: pair[0])
+        return {
+            "as_of": hits["as_of"],
+            "jobs": [records[j] for j in job_ids if j in records],
+            "events": [event for _, event in events],
+        }
+
 
 def node_part(node: str) -> str:
     return f"node:{node}"
+
+
+def job_parts(job_ids: Iterable[str]) -> list[str]:
+    """The names of the job buckets that hold ``job_ids``' records."""
+    return [f"jobs:{bucket}" for bucket in sorted({job_bucket(str(j)) for j in job_ids})]
+
+
+def events_part(node: str) -> str:
+    return f"events:{node}"
+
+
+def hit_parts(node: str) -> tuple[str, ...]:
+    """The parts :meth:`SnapshotIndex.hit_read` reads first for a fault on ``node`` (then the
+    job buckets of the jobs they name)."""
+    return ("hits", node_part(node), events_part(node))
 
 
 def decode_part(data: bytes) -> Any:

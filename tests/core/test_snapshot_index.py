@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import zlib
 
+import orjson
 import pytest
 
+from diagnosis.core.incident_hits import jobs_by_node, on_node
 from diagnosis.core.snapshot_index import (
     JOB_BUCKETS,
     SUMMARY_METRICS,
     SnapshotIndex,
     SnapshotIndexError,
     build_index,
+    hit_parts,
     job_bucket,
+    job_parts,
 )
 from tests.support.builders import SnapshotBuilder
 
@@ -114,3 +118,81 @@ def test_the_queues_part_lists_every_job_with_what_the_queue_pages_read() -> Non
         for pod in next(j for j in document["jobs"] if j["id"] == "gang")["allocation"]
     ]
     assert sum(n["gpus"] for n in part["nodes"]) == 16
+
+
+def cluster_with_events() -> dict:
+    """Two listed nodes, a job placed on a node the snapshot does not list, and events naming
+    no node, each node, and that unlisted node, interleaved."""
+    document = (
+        SnapshotBuilder()
+        .pool("a100", nodes=2)
+        .job("solo", pods=1, gpus_per_pod=2, node="a100-000")
+        .job("gang", pods=2, gpus_per_pod=2, nodes=["a100-000", "a100-001"])
+        .job("waiting", state="pending", pods=1, gpus_per_pod=8)
+        .event("preempted", ago="9m", job="solo", node="a100-000")
+        .event("evicted", ago="8m", job="gang")
+        .event("failed", ago="7m", job="gang", node="a100-001")
+        .event("xid", ago="6m", job="gang", node="")
+        .event("restarted", ago="5m", job="solo", node="a100-000")
+        .document()
+    )
+    document["jobs"].append(
+        {**document["jobs"][0], "id": "stray", "allocation": [{"node": "gone-7", "gpus": [0]}]}
+    )
+    document["events"].append({**document["events"][0], "job": "stray", "node": "gone-7"})
+    return document
+
+
+def hit_read_of_the_document(document: dict, node: str) -> dict:
+    """What the incidents' hit window read of a document for a fault on ``node`` before the
+    index held it (diagnosis/actions/oncall/windows.py, the document path)."""
+    indexed = jobs_by_node(document)
+    return {
+        **on_node(indexed, node),
+        "events": [e for e in indexed["events"] if e.get("node") in (None, "", node)],
+    }
+
+
+@pytest.mark.parametrize("node", ["a100-000", "a100-001", "gone-7", "never-there"])
+def test_a_faults_hit_read_from_the_index_is_what_the_document_gives(node: str) -> None:
+    document = cluster_with_events()
+
+    read_from_index = read(document).hit_read(node)
+
+    assert read_from_index == hit_read_of_the_document(document, node)
+    assert read_from_index["events"], "every node here reads at least the node-less events"
+
+
+def test_a_hit_read_keeps_the_documents_order_of_events() -> None:
+    document = cluster_with_events()
+
+    kinds = [event["kind"] for event in read(document).hit_read("a100-000")["events"]]
+
+    assert kinds == ["preempted", "evicted", "xid", "restarted"]
+
+
+def test_a_hit_read_takes_the_parts_already_read_and_reads_only_the_rest() -> None:
+    built = build_index(cluster_with_events())
+    asked: list[tuple[int, int]] = []
+
+    def read_range(offset: int, length: int) -> bytes:
+        asked.append((offset, length))
+        return built.body[offset : offset + length]
+
+    index = SnapshotIndex(built.header, read_range)
+    given = {
+        name: SnapshotIndex.in_memory(built.header, built.body).part(name)
+        for name in hit_parts("a100-001")
+    }
+
+    assert index.hit_read("a100-001", given)["jobs"][0]["id"] == "gang"
+    assert asked == [index.where(name) for name in job_parts(["gang"])]
+
+
+def test_an_index_stored_before_the_hit_parts_reads_none() -> None:
+    built = build_index(cluster_with_events())
+    header = orjson.loads(zlib.decompress(built.header))
+    without = {name: where for name, where in header.items() if name != "hits"}
+    older = SnapshotIndex.in_memory(zlib.compress(orjson.dumps(without)), built.body)
+
+    assert older.hit_read("a100-000") is None

@@ -31,16 +31,14 @@ from functools import cached_property
 from threading import Lock
 from typing import Any
 
-from django.db import connection
-
 from diagnosis.core.snapshot_index import (
     SUMMARY_METRICS,
     SnapshotIndex,
     SnapshotIndexError,
-    decode_part,
     node_part,
 )
 from diagnosis.models import Cluster, Snapshot
+from diagnosis.models.snapshot_parts import read_index_parts
 
 logger = logging.getLogger(__name__)
 
@@ -316,7 +314,7 @@ def gpu_metrics(snapshot_id: int, document: dict[str, Any] | None = None) -> Gpu
 
     def compute() -> GpuMetrics:
         if document is None:
-            part = _read_parts([snapshot_id], "gpus").get(snapshot_id, {}).get("gpus")
+            part = read_index_parts([snapshot_id], "gpus").get(snapshot_id, {}).get("gpus")
             if part is not None:
                 return _gpu_metrics(snapshot_id, part)
         return _gpu_metrics(snapshot_id, document)
@@ -330,38 +328,17 @@ def queue_members(stored: StoredSnapshot) -> Mapping[str, Any]:
     ``queues`` part, else its whole document."""
 
     def compute() -> Mapping[str, Any]:
-        part = _read_parts([stored.id], "queues").get(stored.id, {}).get("queues")
+        part = read_index_parts([stored.id], "queues").get(stored.id, {}).get("queues")
         return part if part is not None else snapshot_document(stored.id)
 
     return derived(("queues", stored.id), compute)
-
-
-def _read_parts(snapshot_ids: list[int], *names: str) -> dict[int, dict[str, Any]]:
-    """The parts ``names`` of each of the snapshots that have an index, by snapshot id and
-    name: their headers in one query, the parts' bytes in another."""
-    ranges: list[tuple[int, int, int]] = []
-    named: dict[tuple[int, int, int], str] = {}
-    found: dict[int, dict[str, Any]] = {}
-    headers = Snapshot.objects.filter(pk__in=snapshot_ids).exclude(index_header=None)
-    for snapshot_id, header in headers.values_list("id", "index_header"):
-        index = _index_of(header, b"")
-        if index is None:
-            continue
-        found[snapshot_id] = {}
-        for name in names:
-            if (where := index.where(name)) is not None:
-                ranges.append((snapshot_id, *where))
-                named[(snapshot_id, *where)] = name
-    for key, part in _read_ranges(ranges).items():
-        found[key[0]][named[key]] = part
-    return found
 
 
 def gpu_metrics_of(snapshot_ids: Iterable[int]) -> dict[int, GpuMetrics]:
     """The GPU metrics of several stored snapshots; those not kept yet are read in one query."""
     ids = list(snapshot_ids)
     found = {i: m for i in ids if (m := _metrics.peek(i)) is not None}
-    indexed = _read_parts([i for i in ids if i not in found], "gpus")
+    indexed = read_index_parts([i for i in ids if i not in found], "gpus")
     for snapshot_id, parts in indexed.items():
         if "gpus" in parts:
             found[snapshot_id] = _metrics.get(
@@ -402,38 +379,13 @@ def _node_metrics_of(snapshot_ids: list[int], nodes: list[str]) -> dict[int, Gpu
     missing = [i for i in snapshot_ids if i not in found]
     if not missing:
         return found
-    for snapshot_id, parts in _read_parts(missing, *map(node_part, wanted)).items():
+    for snapshot_id, parts in read_index_parts(missing, *map(node_part, wanted)).items():
         members = {
             "nodes": [part["node"] for part in parts.values()],
             "gpus": [gpu for part in parts.values() for gpu in part["gpus"]],
         }
         metrics = _gpu_metrics(snapshot_id, members)
         found[snapshot_id] = _node_metrics.get((snapshot_id, wanted), lambda m=metrics: m)
-    return found
-
-
-def _read_ranges(ranges: list[tuple[int, int, int]]) -> dict[tuple[int, int, int], Any]:
-    """Byte ranges of stored index bodies, decoded, in one query (``substr`` of a blob works
-    alike in PostgreSQL and SQLite): keyed ``(snapshot id, offset, length)``."""
-    if not ranges:
-        return {}
-    table = Snapshot._meta.db_table
-    values = ", ".join(["(%s, %s, %s)"] * len(ranges))
-    params = [value for where in ranges for value in where]
-    sql = (
-        f"WITH wanted (snapshot_id, start_at, length) AS (VALUES {values}) "  # noqa: S608 - ints only
-        f"SELECT w.snapshot_id, w.start_at, w.length, "
-        f"substr(s.index_body, CAST(w.start_at + 1 AS INTEGER), CAST(w.length AS INTEGER)) "
-        f"FROM wanted w JOIN {table} s ON s.id = w.snapshot_id"
-    )
-    found: dict[tuple[int, int, int], Any] = {}
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        for snapshot_id, offset, length, data in cursor.fetchall():
-            try:
-                found[(int(snapshot_id), int(offset), int(length))] = decode_part(bytes(data))
-            except SnapshotIndexError as error:
-                logger.warning("a stored snapshot index part does not read (%s)", error)
     return found
 
 
