@@ -209,30 +209,38 @@ class TextScope:
     """What a tenant-scoped manager may read by name in one cluster's texts (timelines, event
     reasons and messages, notes, summaries, subjects, evidence).
 
-    First an allowlist, read once: their tenants' names, their jobs' ids and names, gpuobs's
-    own rule ids. Every other word of a text is shown unless it is the name of another tenant
-    of the cluster (:data:`HIDDEN_TENANT`) or the id or name of a job of the cluster's
-    (:data:`HIDDEN_JOB`): looked up for the words the texts hold (one query for each text with
-    words not seen before), never by reading every other tenant's jobs. Node names, states,
-    numbers and plain words stay readable."""
+    First an allowlist, read once: their tenants' names and gpuobs's own rule ids. Every other
+    word of a text is shown unless it is the name of another tenant of the cluster
+    (:data:`HIDDEN_TENANT`) or the id or name of a job of the cluster's that is not one of
+    theirs (:data:`HIDDEN_JOB`): looked up, with the jobs' tenants, for the words the texts hold
+    (one query for each text with words not seen before), never by reading every job of a
+    tenant (theirs: 3,000 jobs of 30 days read on every request before, issue #35) nor of the
+    others. A word that names a job of theirs is shown, whatever other job it also names. Node
+    names, states, numbers and plain words stay readable."""
 
-    def __init__(self, cluster_id: int, shown: frozenset[str], tenants: frozenset[str]) -> None:
+    def __init__(
+        self,
+        cluster_id: int,
+        shown: frozenset[str],
+        tenants: frozenset[str],
+        own_tenant_ids: frozenset[int] = frozenset(),
+    ) -> None:
         self.cluster_id = cluster_id
         self.shown = shown
         self.tenants = tenants  # the cluster's other tenants (few): a plain word may be one
+        self.own_tenant_ids = own_tenant_ids
         self._known: dict[str, str] = {}  # word -> itself or its placeholder
 
     @classmethod
     def read(cls, user: User, cluster_id: int) -> TextScope:
-        mine = Tenant.objects.filter(cluster_id=cluster_id, managers=user)
+        mine = dict(
+            Tenant.objects.filter(cluster_id=cluster_id, managers=user).values_list("id", "name")
+        )
         shown: set[str] = set(RULE_TEXT)  # gpuobs's own rule ids
-        shown.update(mine.values_list("name", flat=True))
-        jobs = Job.objects.filter(cluster_id=cluster_id, tenant__in=mine)
-        for external_id, name in jobs.values_list("external_id", "name"):
-            shown.update((external_id, name))
+        shown.update(mine.values())
         shown.discard("")
         every = Tenant.objects.filter(cluster_id=cluster_id).values_list("name", flat=True)
-        return cls(cluster_id, frozenset(shown), frozenset(every) - shown)
+        return cls(cluster_id, frozenset(shown), frozenset(every) - shown, frozenset(mine))
 
     def _learn(self, words: set[str]) -> None:
         """Look the words not seen yet up among the cluster's jobs (ids and names)."""
@@ -241,12 +249,14 @@ class TextScope:
             return
         jobs = Job.objects.filter(cluster_id=self.cluster_id)
         named = Q(external_id__in=new) | Q(name__in=new)
-        for external_id, name in jobs.filter(named).values_list("external_id", "name"):
-            for word in (external_id, name):
-                if word in new:
-                    self._known[word] = HIDDEN_JOB
+        own: set[str] = set()
+        others: set[str] = set()
+        for row in jobs.filter(named).values_list("external_id", "name", "tenant_id"):
+            external_id, name, tenant_id = row
+            names = own if tenant_id in self.own_tenant_ids else others
+            names.update(word for word in (external_id, name) if word in new)
         for word in new:
-            self._known.setdefault(word, word)
+            self._known[word] = HIDDEN_JOB if word in others and word not in own else word
 
     def _words(self, token: str) -> list[str]:
         """The words of one name that need a look-up: the name itself and, for "a/b", each

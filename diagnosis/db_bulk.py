@@ -64,14 +64,13 @@ def insert_new_rows(model: type[Model], columns: Sequence[str], rows: Sequence[t
 
 
 def _new_ids(cursor: Any, table: str, pk: str, count: int) -> list[int]:
-    """``count`` ids drawn from the sequence of ``table``'s ``pk``, ascending. The sequence is
-    looked up once: ``pg_get_serial_sequence`` in the drawing query itself would run once per
-    id (2.4 µs each, ~0.4 s for 160,000 jobs; ``nextval`` alone is 0.3 µs)."""
-    cursor.execute("SELECT pg_get_serial_sequence(%s, %s)::regclass::oid", [table, pk])
-    (sequence,) = cursor.fetchone()
+    """``count`` ids drawn from the sequence of ``table``'s ``pk``, ascending, in one statement.
+    The sequence is looked up once (a materialized CTE): ``pg_get_serial_sequence`` called in
+    the drawing expression itself runs once per id (0.43 s for 160,000 jobs, against 0.10 s)."""
     cursor.execute(
-        "SELECT array_agg(nextval(%s::oid::regclass)) FROM generate_series(1, %s)",
-        [sequence, count],
+        "WITH s AS MATERIALIZED (SELECT pg_get_serial_sequence(%s, %s)::regclass AS seq) "
+        "SELECT array_agg(nextval(s.seq)) FROM s, generate_series(1, %s)",
+        [table, pk, count],
     )
     (ids,) = cursor.fetchone()
     return sorted(ids)

@@ -14,6 +14,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import URLPattern, URLResolver, get_resolver
 from pypdf import PdfReader
 
@@ -223,3 +225,27 @@ def test_an_evidence_is_looked_up_in_one_query(after_a_drain, mallory, django_as
     with django_assert_num_queries(1):
         shown = evidence_for_user(mallory, after_a_drain.pk, evidence)
     assert shown["by"] == "(another tenant's job)"
+
+
+def test_a_name_of_the_managers_job_is_shown_though_another_tenants_job_has_it_too(
+    after_a_drain, mallory
+):
+    victim = Job.objects.get(cluster=after_a_drain, external_id="victim")
+    bystander = Job.objects.get(cluster=after_a_drain, external_id="bystander")
+    assert victim.tenant.managers.filter(pk=mallory.pk).exists()
+    assert not bystander.tenant.managers.filter(pk=mallory.pk).exists()
+    Job.objects.filter(pk=bystander.pk).update(name="shared-name")
+    Job.objects.filter(pk=victim.pk).update(name="shared-name")
+    assert text_for_user(mallory, after_a_drain.pk, "shared-name and bystander") == (
+        "shared-name and (another tenant's job)"
+    )
+
+
+def test_the_scope_reads_none_of_the_managers_jobs_before_a_text_names_them(after_a_drain, mallory):
+    """Their tenants' jobs are looked up by the words a text holds, not all read for the
+    allowlist (issue #35: 3,000 jobs of 30 days on every request before)."""
+    with CaptureQueriesContext(connection) as captured:
+        scope = scope_for_user(mallory, after_a_drain.pk)
+    assert captured.captured_queries  # the scope was read here
+    assert not any("diagnosis_job" in query["sql"] for query in captured.captured_queries)
+    assert scope.text("victim") == "victim"  # looked up now: theirs
