@@ -6,8 +6,10 @@ A followed incident reads its window every cycle until the window is over (``hit
 ~11 stored snapshots, each ~12 MB of JSON at 16,384 GPUs (0.3-0.5 s to decode). A stored
 snapshot never changes, so what an incident's node needs of it -- the jobs with a pod there,
 the events that may name it -- is kept in the worker process across cycles, by snapshot and
-node (bounded, least recently used out): a cycle decodes only the snapshots it has not read
-for that node yet, most cycles just the newest one (issue #17).
+node (bounded, least recently used out): a cycle reads only the snapshots it has not read
+for that node yet, most cycles just the newest one (issue #17), and reads them from their
+indexes' parts (the node's, its events', its jobs' buckets), decoding only a snapshot stored
+without them (issue #35).
 """
 
 from __future__ import annotations
