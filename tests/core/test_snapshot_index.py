@@ -12,6 +12,7 @@ from diagnosis.core.incident_hits import jobs_by_node, on_node
 from diagnosis.core.snapshot_index import (
     JOB_BUCKETS,
     SUMMARY_METRICS,
+    BuiltIndex,
     SnapshotIndex,
     SnapshotIndexError,
     build_index,
@@ -40,6 +41,17 @@ def read(document: dict) -> SnapshotIndex:
     return SnapshotIndex.in_memory(built.header, built.body)
 
 
+def counting_reads(built: BuiltIndex) -> tuple[SnapshotIndex, list[tuple[int, int]]]:
+    """An index over ``built`` and the list, growing, of the byte ranges it reads."""
+    asked: list[tuple[int, int]] = []
+
+    def read_range(offset: int, length: int) -> bytes:
+        asked.append((offset, length))
+        return built.body[offset : offset + length]
+
+    return SnapshotIndex(built.header, read_range), asked
+
+
 def test_a_node_part_holds_its_entry_its_gpus_and_the_jobs_placed_on_it() -> None:
     document = two_node_cluster()
 
@@ -66,13 +78,7 @@ def test_job_records_are_read_by_id_pending_ones_too() -> None:
 def test_a_part_is_read_alone_from_its_byte_range() -> None:
     """A reader of many snapshots reads only the header and the one part's bytes."""
     built = build_index(two_node_cluster())
-    asked: list[tuple[int, int]] = []
-
-    def read_range(offset: int, length: int) -> bytes:
-        asked.append((offset, length))
-        return built.body[offset : offset + length]
-
-    index = SnapshotIndex(built.header, read_range)
+    index, asked = counting_reads(built)
     assert index.node("a100-001")["jobs"] == ["other", "gang"]
     assert asked == [index.where("node:a100-001")]
     assert asked[0][1] < len(built.body)
@@ -173,13 +179,7 @@ def test_a_hit_read_keeps_the_documents_order_of_events() -> None:
 
 def test_a_hit_read_takes_the_parts_already_read_and_reads_only_the_rest() -> None:
     built = build_index(cluster_with_events())
-    asked: list[tuple[int, int]] = []
-
-    def read_range(offset: int, length: int) -> bytes:
-        asked.append((offset, length))
-        return built.body[offset : offset + length]
-
-    index = SnapshotIndex(built.header, read_range)
+    index, asked = counting_reads(built)
     given = {
         name: SnapshotIndex.in_memory(built.header, built.body).part(name)
         for name in hit_parts("a100-001")
