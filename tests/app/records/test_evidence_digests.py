@@ -4,6 +4,7 @@
 import numpy as np
 import pytest
 
+from diagnosis.actions.records import findings as findings_module
 from diagnosis.actions.records.findings import evidence_digests
 from diagnosis.core.rules.base import Finding
 from diagnosis.core.text import Text
@@ -64,3 +65,12 @@ def test_a_hit_digests_alone_as_in_a_batch(position):
 
 def test_no_hits_no_digests():
     assert evidence_digests([]) == []
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 4096])
+def test_the_digests_are_the_same_whatever_the_chunk_they_are_made_in(chunk, monkeypatch):
+    """Made a chunk at a time (#35: the texts of 103,000 hits at once were written into memory
+    shared with the snapshot's forked child); a chunk's edge cuts no hit's text."""
+    monkeypatch.setattr(findings_module, "DIGEST_CHUNK", chunk)
+    expected = [digest for _evidence, digest in ODD_EVIDENCE] + [TEMPLATE_DIGEST]
+    assert evidence_digests(odd_hits()) == expected
