@@ -110,6 +110,7 @@ def index_parts(document: Mapping[str, Any]) -> dict[str, Any]:
         if _is_mapping(entry) and (node := nodes.get(str(entry.get("node")))) is not None:
             node["gpus"].append(entry)
     buckets: dict[int, list[Any]] = {}
+    unlisted: dict[str, list[str]] = {}  # the jobs on nodes the snapshot does not list
     for job in job_entries:
         if not _is_mapping(job) or job.get("id") is None:
             continue
@@ -117,20 +118,11 @@ def index_parts(document: Mapping[str, Any]) -> dict[str, Any]:
         buckets.setdefault(job_bucket(job_id), []).append(job)
         if not (pods := job.get("allocation")):
             continue  # most jobs of a big cluster: pending ones
-        placed = {
-            str(pod.get("node"))
-            for pod in pods
-            if _is_mapping(pod) and str(pod.get("node")) in nodes
-        }
-        for node in sorted(placed):
-            nodes[node]["jobs"].append(job_id)
-    unlisted: dict[str, list[str]] = {}
-    for job in job_entries:
-        if not _is_mapping(job) or job.get("id") is None or not (pods := job.get("allocation")):
-            continue
-        for node in dict.fromkeys(str(pod.get("node")) for pod in pods if _is_mapping(pod)):
-            if node not in nodes:
-                unlisted.setdefault(node, []).append(str(job["id"]))
+        for node in sorted({str(pod.get("node")) for pod in pods if _is_mapping(pod)}):
+            if (listed := nodes.get(node)) is not None:
+                listed["jobs"].append(job_id)
+            else:
+                unlisted.setdefault(node, []).append(job_id)
     parts: dict[str, Any] = {f"node:{name}": part for name, part in nodes.items()}
     parts.update({f"jobs:{bucket}": jobs for bucket, jobs in buckets.items()})
     parts["gpus"] = {
