@@ -223,7 +223,7 @@ class TextScope:
         cluster_id: int,
         shown: frozenset[str],
         tenants: frozenset[str],
-        own_tenant_ids: frozenset[int] = frozenset(),
+        own_tenant_ids: frozenset[int],
     ) -> None:
         self.cluster_id = cluster_id
         self.shown = shown
@@ -251,8 +251,8 @@ class TextScope:
         named = Q(external_id__in=new) | Q(name__in=new)
         own: set[str] = set()
         others: set[str] = set()
-        for row in jobs.filter(named).values_list("external_id", "name", "tenant_id"):
-            external_id, name, tenant_id = row
+        rows = jobs.filter(named).values_list("external_id", "name", "tenant_id")
+        for external_id, name, tenant_id in rows:
             names = own if tenant_id in self.own_tenant_ids else others
             names.update(word for word in (external_id, name) if word in new)
         for word in new:

@@ -289,8 +289,7 @@ class SnapshotIndex:
         hits = part("hits")
         if hits is None:
             return None
-        found = part(node_part(node))
-        job_ids = found["jobs"] if found is not None else hits["unlisted"].get(node, [])
+        job_ids = placed_job_ids(hits, part(node_part(node)), node)
         records = self.jobs(job_ids, part)
         placed = part(events_part(node)) or []
         events = sorted([*hits["events"], *placed], key=lambda pair: pair[0])
@@ -303,6 +302,14 @@ class SnapshotIndex:
 
 def node_part(node: str) -> str:
     return f"node:{node}"
+
+
+def placed_job_ids(
+    hits: Mapping[str, Any], found: Mapping[str, Any] | None, node: str
+) -> list[str]:
+    """The ids of the jobs placed on ``node``, in document order: its part's (``found``), or,
+    for a node the snapshot does not list, those the ``hits`` part names."""
+    return found["jobs"] if found is not None else hits["unlisted"].get(node, [])
 
 
 def job_parts(job_ids: Iterable[str]) -> list[str]:

@@ -40,8 +40,8 @@ def read_parts(
     indexes: Mapping[int, SnapshotIndex], wanted: Mapping[int, Iterable[str]]
 ) -> dict[int, dict[str, Any]]:
     """The parts named in ``wanted`` (snapshot id -> part names) of the snapshots in
-    ``indexes``, by snapshot id and name, in one query; a name an index lacks is left out, and
-    so is a part that does not decode (logged)."""
+    ``indexes``, by snapshot id and name, in one query a :data:`RANGES_PER_QUERY` parts; a name
+    an index lacks is left out, and so is a part that does not decode (logged)."""
     ranges: list[tuple[int, int, int]] = []
     named: dict[tuple[int, int, int], list[str]] = {}
     found: dict[int, dict[str, Any]] = {}
@@ -64,7 +64,7 @@ def read_parts(
 
 def read_index_parts(snapshot_ids: Iterable[int], *names: str) -> dict[int, dict[str, Any]]:
     """The parts ``names`` of each of the snapshots that have an index, by snapshot id and
-    name: their headers in one query, the parts' bytes in another."""
+    name: their headers in one query, the parts' bytes in as few as :func:`read_parts` needs."""
     indexes = stored_indexes(snapshot_ids)
     return read_parts(indexes, dict.fromkeys(indexes, names))
 
@@ -78,8 +78,7 @@ def _range_reader(snapshot_id: int) -> Callable[[int, int], bytes]:
 
 
 def _read_ranges(ranges: list[tuple[int, int, int]]) -> dict[tuple[int, int, int], Any]:
-    """Byte ranges of stored index bodies, decoded, in one query: keyed
-    ``(snapshot id, offset, length)``."""
+    """Byte ranges of stored index bodies, decoded: keyed ``(snapshot id, offset, length)``."""
     found: dict[tuple[int, int, int], Any] = {}
     for key, data in _range_bytes(ranges).items():
         try:

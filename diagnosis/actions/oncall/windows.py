@@ -22,7 +22,7 @@ from typing import Any
 from diagnosis.core import snapshot as snapshot_format
 from diagnosis.core.incident_hits import HIT_WINDOW, hit_jobs_from_history, jobs_by_node, on_node
 from diagnosis.core.incident_reads import events_on
-from diagnosis.core.snapshot_index import hit_parts, job_parts, node_part
+from diagnosis.core.snapshot_index import hit_parts, job_parts, node_part, placed_job_ids
 from diagnosis.core.vocabulary import parse_time
 from diagnosis.models import Cluster, Job, SchedulerEvent, Snapshot
 from diagnosis.models.snapshot_parts import read_parts, stored_indexes
@@ -130,8 +130,7 @@ class DecodedSnapshots:
         for snapshot, node in pairs.values():
             parts = first.get(snapshot.pk, {})
             if (hits := parts.get("hits")) is not None:
-                found = parts.get(node_part(node))
-                jobs = found["jobs"] if found is not None else hits["unlisted"].get(node, [])
+                jobs = placed_job_ids(hits, parts.get(node_part(node)), node)
                 buckets.setdefault(snapshot.pk, []).extend(job_parts(jobs))
         second = read_parts(indexes, buckets)
         for key, (snapshot, node) in pairs.items():
