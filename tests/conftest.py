@@ -32,6 +32,9 @@ from tests.support.records import make_recommendation
 from tests.support.world import create_person, create_user, logged_in_client
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# Real data nobody here wrote (CRDs, dcgm-exporter and nvidia-smi output, the Xid catalogue, the
+# OpenB trace): beside the checkout, or where GPUOBS_SHARED_DATA says (README.md, "make test")
+SHARED_DATA = Path(os.environ.get("GPUOBS_SHARED_DATA") or REPO_ROOT.parent / "shared" / "data")
 pytest_plugins = ["tests.support.prometheus_fixtures"]
 LAB_CONFIG = {"scenario": "small", "seed": 1, "clock": "step", "step_s": 900}
 

@@ -27,6 +27,7 @@ from diagnosis.core.simulate.openb.trace import (
     read_nodes,
     read_pods,
 )
+from tests.conftest import SHARED_DATA
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
@@ -325,9 +326,7 @@ def test_simulate_openb_exits_2_on_a_missing_file(tmp_path):
 
 
 def openb_csv_dir() -> Path:
-    base = os.environ.get("GPUOBS_SHARED_DATA")
-    data = Path(base) if base else REPO_ROOT.parent / "shared" / "data"
-    csv_dir = data / "alibaba-gpu-v2023" / "csv"
+    csv_dir = SHARED_DATA / "alibaba-gpu-v2023" / "csv"
     if not (csv_dir / "openb_pod_list_default.csv").is_file():
         message = f"the OpenB trace is not at {csv_dir} (set GPUOBS_SHARED_DATA)"
         if os.environ.get("CI", "").lower() == "true":

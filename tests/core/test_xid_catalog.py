@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from diagnosis.core import xid_catalog
+from tests.conftest import SHARED_DATA
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRITICAL_XIDS = (48, 62, 64, 74, 79, 95, 119, 120)
@@ -26,8 +27,7 @@ def _build_script():
 
 def _shared_data() -> Path:
     """``$GPUOBS_SHARED_DATA`` or ``../shared/data``; absent: fail under CI=true, else skip."""
-    override = os.environ.get("GPUOBS_SHARED_DATA")
-    root = Path(override) if override else REPO_ROOT.parent / "shared" / "data"
+    root = SHARED_DATA
     if (root / "xid" / "xid_catalog.csv").is_file():
         return root
     message = f"shared data not found at {root} (set GPUOBS_SHARED_DATA)"

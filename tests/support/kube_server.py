@@ -23,7 +23,6 @@ import contextlib
 import copy
 import functools
 import json
-import os
 import secrets
 import threading
 import time
@@ -42,11 +41,10 @@ import pytest
 import yaml
 
 from diagnosis.edge.schedulers.kubernetes import client as kube_client
-from tests.conftest import running_in_ci
+from tests.conftest import SHARED_DATA, running_in_ci
 
 TESTS = Path(__file__).resolve().parent.parent
 FIXTURES = TESTS / "fixtures" / "kubernetes"
-SHARED_DATA = Path(os.environ.get("GPUOBS_SHARED_DATA") or TESTS.parent.parent / "shared" / "data")
 CRD_ROOT = SHARED_DATA / "crds"
 
 

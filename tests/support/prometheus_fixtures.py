@@ -44,7 +44,7 @@ from diagnosis.edge.sources.dcgm.exporter import (
     write_openmetrics,
 )
 from diagnosis.edge.sources.prometheus.metrics import forget_detections
-from tests.conftest import REPO_ROOT, require_binary, running_in_ci
+from tests.conftest import SHARED_DATA, require_binary, running_in_ci
 from tests.support.dcgm_shared import plant_shared
 from tests.support.processes import (
     free_port,
@@ -57,7 +57,7 @@ from tests.support.processes import (
 T = TypeVar("T")
 STEP = 15
 HOUR_POINTS = 241  # an hour of 15 s samples, both ends included
-DCGM_DATA = REPO_ROOT.parent / "shared" / "data" / "dcgm"
+DCGM_DATA = SHARED_DATA / "dcgm"
 SIM_SCENARIO_CLUSTER = "simsmall"
 
 
